@@ -1,0 +1,191 @@
+"""What every runner does around a stage, in one place.
+
+Both the in-process runner and the Ray runner call these functions, so a stage behaves
+the same wherever it runs: rows already quarantined or dropped pass a stage untouched,
+per-row statistics are namespaced by stage position, and a ``GlobalStage`` is driven
+through the same keys / partition / decide / apply steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from privatize.stage import (DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX, GlobalStage, Stage,
+                             set_column)
+
+QSTAGE = "_qstage"  # which stage quarantined a row (-1: reading)
+DSTAGE = "_dstage"  # which stage dropped a row
+READ_STAGE = -1
+
+
+def _marked_mask(batch: pa.Table) -> pa.ChunkedArray | None:
+    masks = [pc.is_valid(batch[c]) for c in (QUARANTINE, DROP) if c in batch.column_names]
+    if not masks:
+        return None
+    m = masks[0]
+    for other in masks[1:]:
+        m = pc.or_(m, other)
+    return m
+
+
+def split_marked(batch: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+    """(live rows, rows an earlier stage quarantined or dropped)."""
+    m = _marked_mask(batch)
+    if m is None or not pc.any(m).as_py():
+        return batch, None
+    return batch.filter(pc.invert(m)), batch.filter(m)
+
+
+def _tag(batch: pa.Table, index: int, reason_col: str, stage_col: str) -> pa.Table:
+    if reason_col not in batch.column_names:
+        return batch
+    tagged = pc.if_else(pc.is_valid(batch[reason_col]), pa.scalar(index, pa.int32()), pa.scalar(None, pa.int32()))
+    if stage_col in batch.column_names:
+        tagged = pc.coalesce(batch[stage_col], tagged)
+        return batch.set_column(batch.schema.get_field_index(stage_col), stage_col, tagged)
+    return batch.append_column(stage_col, tagged)
+
+
+def finish_stage_output(out: pa.Table, index: int) -> pa.Table:
+    """Namespace fresh ``_stat.<name>`` columns as ``_stat.<index>.<name>`` and record
+    which stage quarantined or dropped a row."""
+    names = []
+    for n in out.column_names:
+        if n.startswith(STAT_PREFIX) and not n[len(STAT_PREFIX):].split(".", 1)[0].lstrip("-").isdigit():
+            n = f"{STAT_PREFIX}{index}.{n[len(STAT_PREFIX):]}"
+        names.append(n)
+    out = out.rename_columns(names)
+    out = _tag(out, index, QUARANTINE, QSTAGE)
+    return _tag(out, index, DROP, DSTAGE)
+
+
+def concat(tables: list[pa.Table]) -> pa.Table:
+    tables = [t for t in tables if t is not None]
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def run_stage_batch(stage: Stage, index: int, batch: pa.Table) -> pa.Table:
+    """Run a per-batch stage on the live rows of ``batch``; marked rows pass through."""
+    live, marked = split_marked(batch)
+    out = stage.process_batch(_clear_marks(live)) if live.num_rows else live
+    return concat([finish_stage_output(out, index), marked])
+
+
+def _clear_marks(live: pa.Table) -> pa.Table:
+    """Live rows carry no reasons; drop the (all-null) reserved columns so a stage can
+    simply append its own ``_quarantine`` / ``_drop``."""
+    present = [c for c in (QUARANTINE, DROP, QSTAGE, DSTAGE) if c in live.column_names]
+    return live.drop_columns(present) if present else live
+
+
+# ---- GlobalStage ----------------------------------------------------------------------
+
+def partition_of(keys: pa.Array) -> np.ndarray:
+    """A stable partition number in [0, NUM_PARTITIONS) per key (-1 for null keys).
+    Independent of process, platform and Python's hash seed."""
+    out = np.full(len(keys), -1, dtype=np.int64)
+    for i, k in enumerate(keys.to_pylist()):
+        if k is None:
+            continue
+        if isinstance(k, str):
+            k = k.encode("utf-8")
+        out[i] = int.from_bytes(hashlib.blake2b(k, digest_size=8).digest(), "little") % NUM_PARTITIONS
+    return out
+
+
+def key_rows(stage: GlobalStage, batch: pa.Table) -> pa.Table:
+    """The keyed rows of one batch's live rows: doc_id, key, order columns, partition."""
+    live, _ = split_marked(batch)
+    keys = stage.keys(live)
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    part = partition_of(keys)
+    t = pa.table({"doc_id": live["doc_id"], "key": keys,
+                  **{c: live[c] for c in ORDER_COLUMNS}, "_part": pa.array(part)})
+    return t.filter(pc.greater_equal(t["_part"], 0))
+
+
+def sort_partition(partition: pa.Table) -> pa.Table:
+    return partition.sort_by([(c, "ascending") for c in ORDER_COLUMNS])
+
+
+def decide_partition(stage: GlobalStage, partition: pa.Table) -> pa.Table:
+    cols = ["doc_id", "key", *ORDER_COLUMNS]
+    return stage.decide(sort_partition(partition.select(cols)))
+
+
+class DecisionIndex:
+    """Decisions of a whole run, looked up by ``doc_id`` per batch."""
+
+    def __init__(self, decisions: pa.Table):
+        self.table = decisions
+        self.pos = {d: i for i, d in enumerate(decisions["doc_id"].to_pylist())}
+
+    def for_batch(self, batch: pa.Table) -> pa.Table:
+        idx = [self.pos[d] for d in batch["doc_id"].to_pylist() if d in self.pos]
+        return self.table.take(pa.array(idx, type=pa.int64()))
+
+
+def apply_global_batch(stage: GlobalStage, index: int, batch: pa.Table, decisions: pa.Table) -> pa.Table:
+    live, marked = split_marked(batch)
+    out = stage.apply(_clear_marks(live), decisions) if live.num_rows else live
+    return concat([finish_stage_output(out, index), marked])
+
+
+def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) -> list[pa.Table]:
+    """In-process execution of a GlobalStage over all batches of the corpus."""
+    keyed = concat([key_rows(stage, b) for b in batches]) if batches else None
+    decided = []
+    if keyed is not None and keyed.num_rows:
+        parts = keyed["_part"].to_numpy()
+        for p in np.unique(parts):
+            decided.append(decide_partition(stage, keyed.filter(pa.array(parts == p))))
+    if decided:
+        index_ = DecisionIndex(concat(decided))
+        return [apply_global_batch(stage, index, b, index_.for_batch(b)) for b in batches]
+    empty = stage.decide(pa.table({"doc_id": pa.array([], pa.string()), "key": pa.array([], pa.binary()),
+                                   **{c: pa.array([], pa.int64()) for c in ORDER_COLUMNS}}))
+    return [apply_global_batch(stage, index, b, empty) for b in batches]
+
+
+class UniqueIds(GlobalStage):
+    """Built in, before every pipeline: the second and later records with the same
+    ``doc_id`` (in the global order) are quarantined."""
+
+    kind = "_unique_ids"
+
+    def keys(self, batch: pa.Table) -> pa.Array:
+        return pc.cast(batch["doc_id"], pa.binary())
+
+    def decide(self, partition: pa.Table) -> pa.Table:
+        ids = partition["doc_id"].to_pylist()
+        src, line = partition["_src"].to_pylist(), partition["_line"].to_pylist()
+        first: dict[str, tuple[int, int]] = {}
+        seen_twice: set[str] = set()
+        for d, s, ln in zip(ids, src, line):
+            if d in first:
+                seen_twice.add(d)
+            else:
+                first[d] = (s, ln)
+        first = {d: v for d, v in first.items() if d in seen_twice}  # sparse: only ids that repeat
+        return pa.table({"doc_id": pa.array(list(first), pa.string()),
+                         "first_src": pa.array([v[0] for v in first.values()], pa.int64()),
+                         "first_line": pa.array([v[1] for v in first.values()], pa.int64())})
+
+    def apply(self, batch: pa.Table, decisions: pa.Table) -> pa.Table:
+        first = {d: (s, ln) for d, s, ln in zip(decisions["doc_id"].to_pylist(),
+                                                decisions["first_src"].to_pylist(),
+                                                decisions["first_line"].to_pylist())}
+        reasons = []
+        for d, s, ln in zip(batch["doc_id"].to_pylist(), batch["_src"].to_pylist(), batch["_line"].to_pylist()):
+            f = first.get(d)
+            reasons.append(None if f is None or f == (s, ln) else f"duplicate doc_id (first seen in input {f[0]} line {f[1]})")
+        if not any(reasons):
+            return batch
+        return set_column(batch, QUARANTINE, pa.array(reasons, pa.string()))

@@ -1,0 +1,273 @@
+"""The deterministic output layout, the manifest, the quarantine, and ``verify``.
+
+Layout of an output directory::
+
+    manifest.json
+    shards/part-00000-of-00008.parquet   (N fixed by the spec; empty shards written too)
+
+A row goes to shard ``blake2b(doc_id) mod N``; rows are sorted by ``doc_id`` within a
+shard; columns are ``doc_id, text, individual_id, meta`` then the stage columns sorted
+by name; the Parquet writer settings are fixed. So the same spec and input give
+byte-identical shards whatever the runner, batch size or worker count.
+
+The quarantine (records a stage could not process, with their reasons) is written
+*outside* the output directory, as ``<output>.quarantine.jsonl`` with mode 0600, and is
+never served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from privatize import __version__
+from privatize.errors import OutputError
+from privatize.execution import DSTAGE, QSTAGE, READ_STAGE
+from privatize.stage import DROP, QUARANTINE, STAT_PREFIX
+
+MANIFEST = "manifest.json"
+SHARD_DIR = "shards"
+SCHEMA_VERSION = 1
+BASE_COLUMNS = ("doc_id", "text", "individual_id", "meta")
+_ROW_GROUP = 65536
+
+
+def shard_name(i: int, n: int) -> str:
+    return f"part-{i:05d}-of-{n:05d}.parquet"
+
+
+def shard_of(doc_ids: list[str], n: int) -> np.ndarray:
+    return np.fromiter(
+        (int.from_bytes(hashlib.blake2b(d.encode("utf-8"), digest_size=8).digest(), "little") % n for d in doc_ids),
+        dtype=np.int64, count=len(doc_ids))
+
+
+def quarantine_path(output_dir: str | os.PathLike) -> Path:
+    p = Path(output_dir)
+    return p.with_name(p.name + ".quarantine.jsonl")
+
+
+def _canonical_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        return pa.list_(_canonical_field(t.value_field))
+    if pa.types.is_list(t):
+        return pa.list_(_canonical_field(t.value_field))
+    if pa.types.is_struct(t):
+        return pa.struct([_canonical_field(f) for f in t])
+    return t
+
+
+def _canonical_field(f: pa.Field) -> pa.Field:
+    return pa.field(f.name, _canonical_type(f.type), nullable=True)
+
+
+def canonicalize(table: pa.Table) -> pa.Table:
+    """Public columns only, in the fixed order, with canonical Arrow types."""
+    public = [n for n in table.column_names if not n.startswith("_")]
+    extra = sorted(n for n in public if n not in BASE_COLUMNS)
+    cols = [c for c in BASE_COLUMNS if c in public] + extra
+    table = table.select(cols)
+    schema = pa.schema([_canonical_field(f) for f in table.schema])
+    return table.cast(schema).replace_schema_metadata(None)
+
+
+def filter_meta(meta: pa.ChunkedArray, allowed: list[str]) -> pa.Array:
+    """Keep only the allowed keys of each record's JSON ``meta`` (none by default)."""
+    if not allowed:
+        return pa.nulls(len(meta), pa.string())
+    out = []
+    for m in meta.to_pylist():
+        if m is None:
+            out.append(None)
+            continue
+        kept = {k: v for k, v in json.loads(m).items() if k in allowed}
+        out.append(json.dumps(kept, ensure_ascii=False, sort_keys=True) if kept else None)
+    return pa.array(out, pa.string())
+
+
+def pseudonymize(ids: pa.ChunkedArray, key: bytes | None) -> pa.Array:
+    """Keyed pseudonym of ``individual_id`` (HMAC-SHA256, hex, 32 chars); without a key
+    the column is emptied: the raw value never leaves."""
+    if key is None:
+        return pa.nulls(len(ids), pa.string())
+    return pa.array([None if v is None else hmac.new(key, v.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+                     for v in ids.to_pylist()], pa.string())
+
+
+def prepare_output(rows: pa.Table, *, meta_keys: list[str], pseudonym_key: bytes | None) -> pa.Table:
+    if "meta" in rows.column_names:
+        rows = rows.set_column(rows.schema.get_field_index("meta"), "meta", filter_meta(rows["meta"], meta_keys))
+    if "individual_id" in rows.column_names:
+        rows = rows.set_column(rows.schema.get_field_index("individual_id"), "individual_id",
+                               pseudonymize(rows["individual_id"], pseudonym_key))
+    return canonicalize(rows)
+
+
+def write_shard(table: pa.Table, path: Path) -> None:
+    pq.write_table(table, path, compression="zstd", compression_level=3, row_group_size=_ROW_GROUP,
+                   use_dictionary=False, write_statistics=False, version="2.6",
+                   data_page_version="1.0", store_schema=True)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def split_final_rows(rows: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(output rows, quarantined rows, dropped rows)."""
+    q = pc.is_valid(rows[QUARANTINE]) if QUARANTINE in rows.column_names else pa.array([False] * rows.num_rows)
+    d = pc.is_valid(rows[DROP]) if DROP in rows.column_names else pa.array([False] * rows.num_rows)
+    d = pc.and_(d, pc.invert(q))
+    keep = pc.invert(pc.or_(q, d))
+    return rows.filter(keep), rows.filter(q), rows.filter(d)
+
+
+def stage_stats(rows: pa.Table, num_stages: int) -> dict[int, dict]:
+    """Per stage position: quarantined, dropped and the summed ``_stat`` columns."""
+    stats: dict[int, dict] = {i: {"quarantined": 0, "dropped": 0, "stats": {}} for i in range(READ_STAGE, num_stages)}
+    for col, key in ((QSTAGE, "quarantined"), (DSTAGE, "dropped")):
+        if col in rows.column_names:
+            vals, counts = np.unique(rows[col].drop_null().to_numpy(), return_counts=True)
+            for v, c in zip(vals, counts):
+                stats[int(v)][key] = int(c)
+    for name in rows.column_names:
+        if not name.startswith(STAT_PREFIX):
+            continue
+        idx, stat = name[len(STAT_PREFIX):].split(".", 1)
+        total = pc.sum(rows[name]).as_py() or 0
+        stats[int(idx)]["stats"][stat] = total
+    return stats
+
+
+def write_quarantine(rows: pa.Table, path: Path, stage_names: dict[int, str]) -> int:
+    """JSONL, mode 0600, atomically; nothing is written when there is nothing to write."""
+    if rows.num_rows == 0:
+        if path.exists():
+            path.unlink()
+        return 0
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            qs = rows[QSTAGE].to_pylist() if QSTAGE in rows.column_names else [READ_STAGE] * rows.num_rows
+            for doc_id, reason, st, text, src, line in zip(
+                    rows["doc_id"].to_pylist(), rows[QUARANTINE].to_pylist(), qs, rows["text"].to_pylist(),
+                    rows["_src"].to_pylist(), rows["_line"].to_pylist()):
+                fh.write(json.dumps({"doc_id": doc_id, "stage": stage_names.get(st, str(st)), "reason": reason,
+                                     "input": src, "line": line, "text": text}, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return rows.num_rows
+
+
+@dataclass
+class OutputWriter:
+    """Writes shards and manifest into a temporary sibling directory, then renames it
+    into place: a reader sees the whole output or none of it."""
+
+    output_dir: Path
+    num_shards: int
+    overwrite: bool = False
+    tmp_dir: Path = field(init=False)
+
+    def __post_init__(self):
+        self.output_dir = Path(self.output_dir)
+        if self.output_dir.exists() and not self.overwrite:
+            raise OutputError(f"{self.output_dir}: output directory exists (use --overwrite to replace it)")
+        self.output_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir = self.output_dir.with_name(f".{self.output_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
+        (self.tmp_dir / SHARD_DIR).mkdir(parents=True)
+
+    def write_shards(self, table: pa.Table) -> list[dict]:
+        """Partition ``table`` (already canonical) into the fixed shards."""
+        n = self.num_shards
+        shard = shard_of(table["doc_id"].to_pylist(), n) if table.num_rows else np.zeros(0, np.int64)
+        entries = []
+        for i in range(n):
+            part = table.filter(pa.array(shard == i)) if table.num_rows else table
+            if part.num_rows:
+                part = part.take(pc.sort_indices(part, sort_keys=[("doc_id", "ascending")]))
+            name = shard_name(i, n)
+            path = self.tmp_dir / SHARD_DIR / name
+            write_shard(part, path)
+            entries.append({"file": f"{SHARD_DIR}/{name}", "rows": part.num_rows,
+                            "bytes": path.stat().st_size, "sha256": sha256_file(path)})
+        return entries
+
+    def commit(self, manifest: dict) -> None:
+        body = json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+        (self.tmp_dir / MANIFEST).write_text(body, encoding="utf-8")
+        old = None
+        if self.output_dir.exists():
+            old = self.output_dir.with_name(f".{self.output_dir.name}.old-{uuid.uuid4().hex[:8]}")
+            os.replace(self.output_dir, old)
+        os.replace(self.tmp_dir, self.output_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def abort(self) -> None:
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+
+def manifest_skeleton(spec_dict: dict, spec_hash: str) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "created_by": f"privatize {__version__}",
+            "spec": spec_dict, "spec_sha256": spec_hash}
+
+
+def verify(output_dir: str | os.PathLike) -> list[str]:
+    """Problems found in an output directory (empty list: intact)."""
+    out = Path(output_dir)
+    problems: list[str] = []
+    mpath = out / MANIFEST
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return [f"{mpath}: missing"]
+    except (OSError, ValueError) as exc:
+        return [f"{mpath}: unreadable ({exc})"]
+    if manifest.get("schema_version") != SCHEMA_VERSION:
+        problems.append(f"{mpath}: unknown schema_version {manifest.get('schema_version')!r}")
+    listed = set()
+    total = 0
+    for entry in manifest.get("shards", []):
+        p = out / entry["file"]
+        listed.add(entry["file"])
+        if not p.is_file():
+            problems.append(f"{p}: missing")
+            continue
+        if sha256_file(p) != entry["sha256"]:
+            problems.append(f"{p}: SHA-256 differs from the manifest")
+            continue
+        rows = pq.ParquetFile(p).metadata.num_rows
+        total += rows
+        if rows != entry["rows"]:
+            problems.append(f"{p}: {rows} rows, manifest says {entry['rows']}")
+    on_disk = {p.relative_to(out).as_posix() for p in (out / SHARD_DIR).glob("*")} if (out / SHARD_DIR).exists() else set()
+    for extra in sorted(on_disk - listed):
+        problems.append(f"{out / extra}: not listed in the manifest")
+    expected = manifest.get("counts", {}).get("output_records")
+    if expected is not None and not problems and total != expected:
+        problems.append(f"{out}: shards hold {total} rows, manifest counts {expected}")
+    return problems

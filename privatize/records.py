@@ -1,0 +1,255 @@
+"""Reading corpora into the one record format, as Arrow batches.
+
+Inputs: JSONL (``text``; optional ``id``/``doc_id`` and ``individual_id``; every other
+field goes into ``meta``), plain text (a file per document, or a line per document) and
+Parquet (a ``text`` column and optionally the same others).
+
+File-level problems (unreadable, empty, wrong format) raise :class:`InputError` with one
+line naming the file (and line). Record-level problems (a line that is not UTF-8 or not
+JSON, a record with no text) become rows with a ``_quarantine`` reason, so the runner
+counts them and writes them to the quarantine, never to the output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from privatize.errors import InputError
+from privatize.stage import QUARANTINE
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("jsonl", "text", "parquet")
+_EXT_FORMAT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "text",
+               ".text": "text", ".parquet": "parquet"}
+
+INTERNAL_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("text", pa.string()),
+        ("individual_id", pa.string()),
+        ("meta", pa.string()),
+        ("_src", pa.int32()),
+        ("_line", pa.int64()),
+        ("_seg", pa.int32()),
+        (QUARANTINE, pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str  # as opened
+    name: str  # relative to the input root: used in default doc ids
+    format: str
+    index: int  # position in the sorted list: the first order column
+
+
+def list_inputs(path: str | os.PathLike, fmt: str = "auto") -> list[InputFile]:
+    """Input files under ``path`` (a file or a directory), sorted by relative path."""
+    root = Path(path)
+    if not root.exists():
+        raise InputError(f"{root}: no such file or directory")
+    if root.is_file():
+        files = [(root, root.name)]
+    else:
+        files = sorted(
+            ((p, p.relative_to(root).as_posix()) for p in root.rglob("*")
+             if p.is_file() and not p.name.startswith(".")),
+            key=lambda t: t[1],
+        )
+        if fmt == "auto":
+            files = [(p, n) for p, n in files if p.suffix.lower() in _EXT_FORMAT]
+        if not files:
+            raise InputError(f"{root}: directory holds no input files")
+    out = []
+    for i, (p, name) in enumerate(files):
+        f = fmt if fmt != "auto" else _EXT_FORMAT.get(p.suffix.lower())
+        if f is None:
+            raise InputError(f"{p}: unknown input format (use --format jsonl|text|parquet)")
+        if f not in FORMATS:
+            raise InputError(f"{p}: unknown input format {f!r}")
+        out.append(InputFile(str(p), name, f, i))
+    return out
+
+
+class _Builder:
+    """Accumulates rows column-wise and emits Arrow batches of ``batch_size`` rows."""
+
+    def __init__(self, src: int, batch_size: int):
+        self.src = src
+        self.batch_size = batch_size
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cols: dict[str, list] = {n: [] for n in INTERNAL_SCHEMA.names}
+
+    def add(self, line: int, doc_id, text, individual_id=None, meta=None, reason=None):
+        c = self.cols
+        c["doc_id"].append(doc_id)
+        c["text"].append(text)
+        c["individual_id"].append(individual_id)
+        c["meta"].append(meta)
+        c["_src"].append(self.src)
+        c["_line"].append(line)
+        c["_seg"].append(0)
+        c[QUARANTINE].append(reason)
+
+    def __len__(self) -> int:
+        return len(self.cols["doc_id"])
+
+    def flush(self) -> pa.Table | None:
+        if not len(self):
+            return None
+        table = pa.table(self.cols, schema=INTERNAL_SCHEMA)
+        self._reset()
+        return table
+
+
+def _id_string(value) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (str, int)):
+        s = str(value)
+        return s if s else None
+    return None
+
+
+def _read_bytes(f: InputFile) -> bytes:
+    try:
+        with open(f.path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise InputError(f"{f.path}: cannot read: {exc.strerror or exc}") from None
+    if not data.strip():
+        raise InputError(f"{f.path}: file is empty")
+    return data
+
+
+def read_jsonl(f: InputFile, batch_size: int) -> Iterator[pa.Table]:
+    data = _read_bytes(f)
+    b = _Builder(f.index, batch_size)
+    parsed_any = False
+    first_bad: tuple[int, str] | None = None
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        default_id = f"{f.name}:{lineno}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            b.add(lineno, default_id, raw.decode("utf-8", "replace"),
+                  reason=f"line is not UTF-8 (byte {exc.start})")
+            first_bad = first_bad or (lineno, "not UTF-8")
+        else:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                b.add(lineno, default_id, line, reason=f"invalid JSON: {exc.msg} at column {exc.colno}")
+                first_bad = first_bad or (lineno, f"invalid JSON: {exc.msg}")
+            else:
+                if not isinstance(obj, dict):
+                    b.add(lineno, default_id, line, reason="line is not a JSON object")
+                    first_bad = first_bad or (lineno, "not a JSON object")
+                else:
+                    parsed_any = True
+                    _add_object(b, lineno, default_id, obj, line)
+        if len(b) >= batch_size:
+            yield b.flush()
+    if not parsed_any:
+        where, why = first_bad or (1, "no records")
+        raise InputError(f"{f.path}:{where}: not a JSONL file ({why})")
+    t = b.flush()
+    if t is not None:
+        yield t
+
+
+def _add_object(b: _Builder, lineno: int, default_id: str, obj: dict, raw_line: str) -> None:
+    text = obj.get("text")
+    raw_id = obj.get("doc_id", obj.get("id"))
+    doc_id = _id_string(raw_id) if raw_id is not None else default_id
+    ind = obj.get("individual_id")
+    meta = {k: v for k, v in obj.items() if k not in ("text", "id", "doc_id", "individual_id")}
+    meta_s = json.dumps(meta, ensure_ascii=False, sort_keys=True) if meta else None
+    reason = None
+    if doc_id is None:
+        reason, doc_id = "id is not a non-empty string or integer", default_id
+    elif not isinstance(text, str):
+        reason = "no text field" if text is None else "text is not a string"
+    elif not text.strip():
+        reason = "text is empty"
+    elif ind is not None and _id_string(ind) is None:
+        reason = "individual_id is not a non-empty string or integer"
+    if reason:
+        b.add(lineno, doc_id, raw_line, reason=reason)
+    else:
+        b.add(lineno, doc_id, text, _id_string(ind) if ind is not None else None, meta_s)
+
+
+def read_text(f: InputFile, batch_size: int, per_line: bool) -> Iterator[pa.Table]:
+    data = _read_bytes(f)
+    b = _Builder(f.index, batch_size)
+    if not per_line:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise InputError(f"{f.path}:{line}: file is not UTF-8 (byte {exc.start})") from None
+        b.add(1, f.name, text)
+        yield b.flush()
+        return
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        raw = raw.rstrip(b"\r")
+        if not raw.strip():
+            continue  # blank lines separate nothing and are not records
+        try:
+            b.add(lineno, f"{f.name}:{lineno}", raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            b.add(lineno, f"{f.name}:{lineno}", raw.decode("utf-8", "replace"),
+                  reason=f"line is not UTF-8 (byte {exc.start})")
+        if len(b) >= batch_size:
+            yield b.flush()
+    t = b.flush()
+    if t is not None:
+        yield t
+
+
+def read_parquet(f: InputFile, batch_size: int) -> Iterator[pa.Table]:
+    try:
+        pf = pq.ParquetFile(f.path)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{f.path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    names = pf.schema_arrow.names
+    if "text" not in names:
+        raise InputError(f"{f.path}: Parquet file has no 'text' column")
+    if pf.metadata.num_rows == 0:
+        raise InputError(f"{f.path}: file is empty")
+    row = 0
+    b = _Builder(f.index, batch_size)
+    for rb in pf.iter_batches(batch_size=batch_size):
+        for obj in rb.to_pylist():
+            row += 1
+            _add_object(b, row, f"{f.name}:{row}", obj, json.dumps(obj, default=str, ensure_ascii=False))
+        t = b.flush()
+        if t is not None:
+            yield t
+
+
+def read_inputs(files: list[InputFile], batch_size: int = 1024, *, text_per_line: bool = False
+                ) -> Iterator[pa.Table]:
+    """Batches of the internal schema, in the global order (files sorted, then line)."""
+    for f in files:
+        if f.format == "jsonl":
+            yield from read_jsonl(f, batch_size)
+        elif f.format == "text":
+            yield from read_text(f, batch_size, text_per_line)
+        else:
+            yield from read_parquet(f, batch_size)

@@ -1,0 +1,136 @@
+"""Stage shapes: the one contract every privatization step implements.
+
+A :class:`Stage` transforms Arrow batches, one at a time::
+
+    class Upper(Stage):
+        kind = "upper"
+        def process_batch(self, batch: pa.Table) -> pa.Table:
+            return set_column(batch, "text", pc.utf8_upper(batch["text"]))
+
+A :class:`GlobalStage` needs to see the whole corpus (deduplication). It is called in
+three steps that any runner can distribute:
+
+1. ``keys(batch)`` returns one key per row (``None`` = the row takes no part);
+2. ``decide(partition)`` sees every keyed row whose key hashes to one of
+   :data:`NUM_PARTITIONS` partitions, with the global order columns, and returns
+   decisions keyed by ``doc_id``;
+3. ``apply(batch, decisions)`` applies the decisions for the rows of one batch.
+
+The partition count is fixed, so results never depend on batch size or worker count.
+
+Reserved columns (stages may set them; the runner interprets them):
+
+* ``_quarantine`` (string): a reason; the runner moves the row to the quarantine.
+* ``_drop`` (string): a reason; the runner counts the row as dropped and writes it nowhere.
+* ``_stat.<name>`` (numeric): per-row statistic; the runner sums it into the manifest
+  under the stage's name. Stats travel with rows, so a retried task never counts twice.
+* ``_src``, ``_line``, ``_seg`` (int): the global order (input file index, line, segment).
+
+Stages never see rows that an earlier stage quarantined or dropped, and the batches they
+get carry no ``_quarantine`` / ``_drop`` columns: append your own (``set_column``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+QUARANTINE = "_quarantine"
+DROP = "_drop"
+STAT_PREFIX = "_stat."
+ORDER_COLUMNS = ("_src", "_line", "_seg")
+NUM_PARTITIONS = 64
+
+
+class Stage:
+    """A transformation of Arrow batches. Subclasses set ``kind`` and implement
+    :meth:`process_batch`; ``setup`` loads heavy state (models, key material) once per
+    process, and is where key references are resolved."""
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, settings: Any = None, *, context: "StageContext | None" = None):
+        self.settings = settings
+        self.context = context or StageContext()
+
+    def setup(self) -> None:  # noqa: B027 - optional hook
+        """Load heavy state. Called once per process before the first batch."""
+
+    @property
+    def needs_setup(self) -> bool:
+        return type(self).setup is not Stage.setup
+
+    def process_batch(self, batch: pa.Table) -> pa.Table:
+        raise NotImplementedError
+
+    def key_ids(self) -> dict[str, str]:
+        """Key ids (never key bytes) this stage used, for the manifest. Valid after setup."""
+        return {}
+
+
+class GlobalStage(Stage):
+    """A stage that decides over the whole corpus; see the module docstring."""
+
+    def keys(self, batch: pa.Table) -> pa.Array:
+        raise NotImplementedError
+
+    def decide(self, partition: pa.Table) -> pa.Table:
+        """``partition`` has columns ``doc_id``, ``key`` and the order columns, sorted by
+        the global order. Return a table with ``doc_id`` and decision columns.
+
+        Decisions should be sparse: return rows only where the outcome differs from the
+        default (a duplicate, not every first occurrence), because ``apply`` treats a row
+        with no decision as the default and runners may broadcast decisions to workers."""
+        raise NotImplementedError
+
+    def apply(self, batch: pa.Table, decisions: pa.Table) -> pa.Table:
+        """``decisions`` holds the rows of ``decide``'s output whose ``doc_id`` is in
+        ``batch`` (possibly none), in no particular order."""
+        raise NotImplementedError
+
+    def process_batch(self, batch: pa.Table) -> pa.Table:  # pragma: no cover - guard
+        raise TypeError(f"{self.kind} is a GlobalStage: call keys/decide/apply")
+
+
+def set_column(batch: pa.Table, name: str, values) -> pa.Table:
+    """Replace column ``name`` or append it: the one helper stages need most."""
+    i = batch.schema.get_field_index(name)
+    if i >= 0:
+        return batch.set_column(i, name, values)
+    return batch.append_column(name, values)
+
+
+class StageContext:
+    """What a stage may know about its run: where relative key paths resolve from."""
+
+    def __init__(self, base_dir: str | None = None):
+        self.base_dir = base_dir
+
+
+_REGISTRY: dict[str, tuple[type, type[Stage]]] = {}
+
+
+def register_stage(kind: str, settings_cls: type, *, force: bool = False):
+    """Class decorator: register a stage class and its pydantic settings under ``kind``."""
+
+    def deco(cls: type[Stage]) -> type[Stage]:
+        if kind in _REGISTRY and not force and _REGISTRY[kind][1] is not cls:
+            raise ValueError(f"stage kind {kind!r} is already registered")
+        cls.kind = kind
+        _REGISTRY[kind] = (settings_cls, cls)
+        return cls
+
+    return deco
+
+
+def registered_kinds() -> dict[str, tuple[type, type[Stage]]]:
+    import privatize.stages  # noqa: F401  (importing registers the built-in stages)
+
+    return dict(_REGISTRY)
+
+
+def build_stage(settings: Any, context: StageContext | None = None) -> Stage:
+    kinds = registered_kinds()
+    _, cls = kinds[settings.kind]
+    return cls(settings, context=context)

@@ -1,0 +1,70 @@
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from privatize.execution import (DSTAGE, QSTAGE, UniqueIds, concat, partition_of, run_global_stage,
+                                 run_stage_batch)
+from privatize.stage import NUM_PARTITIONS, Stage
+
+
+class _Upper(Stage):
+    """A minimal stage for exercising the execution helpers: upper-cases text, and
+    quarantines (unchanged) a row whose text is "bad"."""
+
+    kind = "_upper_test"
+
+    def __init__(self):
+        super().__init__(None)
+        self.seen = 0
+
+    def process_batch(self, batch):
+        self.seen += batch.num_rows
+        bad = pc.equal(batch["text"], "bad")
+        text = pc.if_else(bad, batch["text"], pc.utf8_upper(batch["text"]))
+        out = batch.set_column(batch.schema.get_field_index("text"), "text", text)
+        out = out.append_column("_quarantine", pc.if_else(bad, "cannot", pa.scalar(None, pa.string())))
+        return out.append_column("_stat.n", pa.array([1] * batch.num_rows))
+
+
+def _rows(ids, texts, src=0):
+    n = len(ids)
+    return pa.table({"doc_id": ids, "text": texts, "_src": pa.array([src] * n, pa.int32()),
+                     "_line": pa.array(range(1, n + 1), pa.int64()), "_seg": pa.array([0] * n, pa.int32())})
+
+
+def test_marked_rows_pass_untouched_and_stats_are_namespaced():
+    b = _rows(["a", "b", "c"], ["x", "bad", "y"])
+    stage = _Upper()
+    out = run_stage_batch(stage, 3, b)
+    assert stage.seen == 3
+    d = {r["doc_id"]: r for r in out.to_pylist()}
+    assert d["a"]["text"] == "X" and d["b"]["_quarantine"] == "cannot" and d["b"][QSTAGE] == 3
+    assert d["a"][QSTAGE] is None and d["a"]["_stat.3.n"] == 1
+    # a second stage does not see the quarantined row, and keeps its original stage tag
+    stage2 = _Upper()
+    out2 = run_stage_batch(stage2, 4, out)
+    assert stage2.seen == 2
+    d2 = {r["doc_id"]: r for r in out2.to_pylist()}
+    assert d2["b"][QSTAGE] == 3 and d2["b"]["text"] == "bad"
+    assert d2["a"]["text"] == "X" and d2["c"]["text"] == "Y" and d2["a"]["_stat.4.n"] == 1 and d2["a"]["_stat.3.n"] == 1
+
+
+def test_partition_is_stable_and_in_range():
+    keys = pa.array([b"alpha", b"beta", None, b"alpha"])
+    p = partition_of(keys)
+    assert p[0] == p[3] and p[2] == -1 and 0 <= p[1] < NUM_PARTITIONS
+    # fixed value: blake2b-64 little-endian of b"alpha" mod 64, computed independently
+    import hashlib
+    assert p[0] == int.from_bytes(hashlib.blake2b(b"alpha", digest_size=8).digest(), "little") % NUM_PARTITIONS
+
+
+def test_unique_ids_quarantines_later_duplicates_in_global_order_any_batching():
+    a = _rows(["d1", "d2", "d1"], ["t1", "t2", "t3"], src=0)
+    b = _rows(["d2", "d3"], ["t4", "t5"], src=1)
+    whole = concat([a, b])
+    expected = {("d1", 0, 3), ("d2", 1, 1)}  # (doc_id, src, line) of the rows to quarantine
+    for size in (1, 2, 5):
+        batches = [whole.slice(i, size) for i in range(0, whole.num_rows, size)]
+        out = concat(run_global_stage(UniqueIds(), -1, batches))
+        got = {(r["doc_id"], r["_src"], r["_line"]) for r in out.to_pylist() if r.get("_quarantine")}
+        assert got == expected, size
+        assert out.num_rows == 5 and DSTAGE not in out.column_names
