@@ -11,6 +11,7 @@ import importlib
 import json
 import logging
 import sys
+import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     for modname in BUILTIN_COMMANDS:
         try:
             mod = importlib.import_module(modname)
-        except ModuleNotFoundError as exc:  # TEMP while components land
+        except ModuleNotFoundError as exc:  # a component not built yet adds no commands
             if exc.name != modname:
                 raise
             continue
@@ -108,9 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"privatize: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    warnings.showwarning = _show_warning
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:

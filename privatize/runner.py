@@ -52,12 +52,13 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="batch", disable=not enabled, leave=False)
 
 
-def check_strict(rows: pa.Table, stage_names: dict[int, str]) -> None:
+def check_strict(rows: pa.Table, stage_names: dict[int, str], files: list[str]) -> None:
     _, q, _ = split_final_rows(rows)
     if q.num_rows:
         r = q.slice(0, 1).to_pylist()[0]
-        raise RecordError(f"{stage_names.get(r.get('_qstage', READ_STAGE), '?')}: record {r['doc_id']!r} "
-                          f"(input {r['_src']} line {r['_line']}): {r['_quarantine']} "
+        where = f"{files[r['_src']]}:{r['_line']}" if 0 <= r["_src"] < len(files) else f"line {r['_line']}"
+        raise RecordError(f"{where}: {r['_quarantine']} (record {r['doc_id']!r}, stage "
+                          f"{stage_names.get(r.get('_qstage', READ_STAGE), '?')}) "
                           f"[--strict; {q.num_rows} record(s) in all]")
 
 
@@ -98,7 +99,7 @@ def run_pipeline(spec: PipelineSpec, input_path: str | Path, output_dir: str | P
                      timings[-1]["seconds"])
         rows = concat(batches) if batches else None
         if opts.strict:
-            check_strict(rows, stage_names)
+            check_strict(rows, stage_names, [f.name for f in files])
         manifest = finish_output(spec, writer, rows, stages, stage_names, input_records, timings,
                                  pseudonym_key, pseudonym_key_id, files=[f.path for f in files], runner="in-process")
         manifest["seconds"] = round(time.perf_counter() - t0, 3)

@@ -1,0 +1,112 @@
+"""The privatize command line, run as a user runs it (a subprocess)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from privatize.keys import load_key_file
+from tests.conftest import ROOT
+from tests.secrets_scan import leaks, scan_tree
+
+
+def cli(*args, stdin: bytes = b"", cwd=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "privatize.cli", *map(str, args)], input=stdin,
+                          capture_output=True, cwd=cwd or ROOT, env=env, timeout=120)
+
+
+def test_paper_vector_through_the_cli(tmp_path):
+    k = tmp_path / "K"
+    r = cli("keys", "import", "--kind", "vigenere", "--out", k, stdin=b"hENTu\n")
+    assert r.returncode == 0, r.stderr
+    r = cli("encrypt", "--key", k, stdin=b"I am a cat.")
+    assert r.returncode == 0 and r.stdout == b"q oG I quo."
+    assert b"obfuscation" in r.stderr
+    r = cli("decrypt", "--key", k, stdin=b"q oG I quo.")
+    assert r.returncode == 0 and r.stdout == b"I am a cat."
+
+
+def test_per_line_jsonl_and_entity_tokens_with_given_spans(tmp_path):
+    k = tmp_path / "e.key"
+    assert cli("keys", "new", "--kind", "aes-siv", "--out", k).returncode == 0
+    lines = [json.dumps({"id": 1, "text": "Hi Ann Lee"}), "Call 555 0101 now"]
+    spans = tmp_path / "spans.jsonl"
+    spans.write_text(json.dumps([{"start": 3, "end": 10, "entity_type": "PERSON"}]) + "\n"
+                     + json.dumps([{"start": 5, "end": 13, "entity_type": "PHONE_NUMBER"}]) + "\n")
+    r = cli("encrypt", "--key", k, "--per-line", "--spans", spans, stdin="\n".join(lines).encode())
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode().split("\n")
+    assert json.loads(out[0])["id"] == 1 and "Ann" not in out[0] and out[1].startswith("Call PhoneNumber_[")
+    tampered = out[1].replace("PhoneNumber_[", "PhoneNumber_[A", 1)
+    r = cli("decrypt", "--key", k, "--per-line", stdin="\n".join([out[0], tampered]).encode())
+    assert r.returncode == 0
+    back = r.stdout.decode().split("\n")
+    assert json.loads(back[0])["text"] == "Hi Ann Lee" and "555 0101" not in back[1]
+    assert r.stderr.decode().strip().endswith("ok=1 revised=0 invalid=1")
+
+
+@pytest.mark.parametrize("args, stdin, msg", [
+    (("encrypt", "--key", "/nonexistent.key"), b"x", "cannot read key file"),
+    (("run", "/nonexistent.yaml", "--input", "x", "--output", "y"), b"", "cannot read spec"),
+    (("frobnicate",), b"", "invalid choice"),
+    (("keys", "new", "--kind", "aes-siv", "--length", "5", "--out", "/tmp/never.key"), b"", "--length applies"),
+])
+def test_bad_input_exits_2_with_one_line(args, stdin, msg):
+    r = cli(*args, stdin=stdin)
+    assert r.returncode == 2
+    err = r.stderr.decode().strip()
+    assert msg in err and len(err.splitlines()) == 1, err
+
+
+def test_run_verify_and_tampering(tmp_path):
+    (tmp_path / "keys").mkdir()
+    assert cli("keys", "new", "--kind", "vigenere", "--out", tmp_path / "keys" / "text.key").returncode == 0
+    assert cli("make-corpus", "--out", tmp_path / "c.jsonl", "--docs", "30").returncode == 0
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nstages:\n  - kind: encrypt_text\n    key: file:keys/text.key\n"
+                    "output: {num_shards: 3}\n")
+    r = cli("run", spec, "--input", tmp_path / "c.jsonl", "--output", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    assert summary["status"] == "ok" and summary["output_records"] == 30
+    assert cli("verify", tmp_path / "out").returncode == 0
+    # existing output is refused without --overwrite, and left intact
+    r = cli("run", spec, "--input", tmp_path / "c.jsonl", "--output", tmp_path / "out")
+    assert r.returncode == 2 and b"exists" in r.stderr
+    shard = tmp_path / "out" / "shards" / "part-00001-of-00003.parquet"
+    t = pq.read_table(shard)
+    pq.write_table(t.slice(1), shard)
+    r = cli("verify", tmp_path / "out")
+    assert r.returncode == 1 and b"part-00001" in r.stderr
+
+
+def test_no_key_bytes_in_logs_manifest_or_outputs(tmp_path):
+    (tmp_path / "keys").mkdir()
+    for kind, name in (("vigenere", "text.key"), ("hmac", "p.key")):
+        r = cli("keys", "new", "--kind", kind, "--out", tmp_path / "keys" / name,
+                *(["--length", "1000"] if kind == "vigenere" else []))
+        assert r.returncode == 0
+    texts = load_key_file(tmp_path / "keys" / "text.key").secret
+    pseud = load_key_file(tmp_path / "keys" / "p.key").secret
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"Record {i} by someone.", "individual_id": f"u{i % 3}"}) + "\n"
+                              for i in range(20)) + "{broken\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nstages:\n  - kind: encrypt_text\n    key: file:keys/text.key\n"
+                    "output: {num_shards: 2, pseudonym_key: 'file:keys/p.key'}\n")
+    r = cli("-v", "run", spec, "--input", corpus, "--output", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    assert b"INFO" in r.stderr  # logging was on, and still shows no key
+    for secret in (texts, pseud):
+        assert not leaks(r.stdout + r.stderr, secret)
+        assert scan_tree(tmp_path / "out", secret) == []
+        assert not leaks((tmp_path / "out.quarantine.jsonl").read_bytes(), secret)
+    # keys new / encrypt / decrypt print no key bytes either
+    r1 = cli("keys", "new", "--kind", "aes-siv", "--out", tmp_path / "keys" / "e.key")
+    e = load_key_file(tmp_path / "keys" / "e.key").secret
+    r2 = cli("decrypt", "--key", tmp_path / "keys" / "e.key", stdin=b"Person_[AAAA]")
+    assert not leaks(r1.stdout + r1.stderr + r2.stdout + r2.stderr, e)
