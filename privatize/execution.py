@@ -88,8 +88,18 @@ def _clear_marks(live: pa.Table) -> pa.Table:
 
 def partition_of(keys: pa.Array) -> np.ndarray:
     """A stable partition number in [0, NUM_PARTITIONS) per key (-1 for null keys).
-    Independent of process, platform and Python's hash seed."""
+    Independent of process, platform and Python's hash seed: keys that are digests
+    (fixed-size binary of 8 bytes or more) by their first 8 bytes, others by BLAKE2b."""
     out = np.full(len(keys), -1, dtype=np.int64)
+    if pa.types.is_fixed_size_binary(keys.type) and keys.type.byte_width >= 8:
+        # keys that are already digests (SHA-1 of a segment): their first 8 bytes
+        width = keys.type.byte_width
+        data = np.frombuffer(keys.buffers()[1], dtype=np.uint8)[keys.offset * width:(keys.offset + len(keys)) * width]
+        first = data.reshape(-1, width)[:, :8].copy().view("<u8").ravel()
+        out[:] = (first % NUM_PARTITIONS).astype(np.int64)
+        if keys.null_count:
+            out[np.asarray(keys.is_null())] = -1
+        return out
     for i, k in enumerate(keys.to_pylist()):
         if k is None:
             continue
@@ -121,15 +131,15 @@ def decide_partition(stage: GlobalStage, partition: pa.Table) -> pa.Table:
 
 
 class DecisionIndex:
-    """Decisions of a whole run, looked up by ``doc_id`` per batch."""
+    """Decisions of a whole run (sparse by contract), looked up per batch by ``doc_id``."""
 
     def __init__(self, decisions: pa.Table):
         self.table = decisions
-        self.pos = {d: i for i, d in enumerate(decisions["doc_id"].to_pylist())}
 
     def for_batch(self, batch: pa.Table) -> pa.Table:
-        idx = [self.pos[d] for d in batch["doc_id"].to_pylist() if d in self.pos]
-        return self.table.take(pa.array(idx, type=pa.int64()))
+        if not self.table.num_rows:
+            return self.table
+        return self.table.filter(pc.is_in(self.table["doc_id"], value_set=batch["doc_id"].combine_chunks()))
 
 
 def apply_global_batch(stage: GlobalStage, index: int, batch: pa.Table, decisions: pa.Table) -> pa.Table:

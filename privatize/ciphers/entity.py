@@ -1,6 +1,6 @@
 """Deterministic entity tokens (the SoE paper's format): ``Person_[<base64>]``.
 
-* **AES-SIV** (default, RFC 5297): deterministic and authenticated; the entity type is
+* **AES-SIV** (default, RFC 5297; OpenSSL's implementation through ``cryptography``): deterministic and authenticated; the entity type is
   bound as associated data, so a token moved to another type, or one a model invented,
   fails to decrypt instead of decrypting to garbage. The token's Base64 (standard
   alphabet, padded) is ``V || C`` (synthetic IV, then ciphertext), as RFC 5297 writes it.
@@ -23,6 +23,8 @@ import warnings
 from dataclasses import dataclass, field
 
 from Crypto.Cipher import AES
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 from Crypto.Util.Padding import pad, unpad
 
 from privatize.ciphers.tokens import ENTITY_TOKEN_RE, entity_prefix, entity_type_of
@@ -37,21 +39,15 @@ ECB_WARNING = ("AES-ECB entity tokens leak equality and block patterns; use aes-
 
 def siv_encrypt(key: bytes, plaintext: bytes, associated_data: list[bytes]) -> bytes:
     """RFC 5297 S2V + CTR: returns ``V || C``. ``associated_data`` is the list of AD parts."""
-    c = AES.new(key, AES.MODE_SIV)
-    for ad in associated_data:
-        c.update(ad)
-    ct, tag = c.encrypt_and_digest(plaintext)
-    return tag + ct
+    return AESSIV(key).encrypt(plaintext, associated_data)
 
 
 def siv_decrypt(key: bytes, data: bytes, associated_data: list[bytes]) -> bytes:
     """Inverse of :func:`siv_encrypt`; raises ``ValueError`` when authentication fails."""
-    if len(data) < 16:
-        raise ValueError("SIV ciphertext shorter than its 16-byte tag")
-    c = AES.new(key, AES.MODE_SIV)
-    for ad in associated_data:
-        c.update(ad)
-    return c.decrypt_and_verify(data[16:], data[:16])
+    try:
+        return AESSIV(key).decrypt(data, associated_data)
+    except InvalidTag:
+        raise ValueError("SIV authentication failed") from None
 
 
 @dataclass
@@ -77,6 +73,8 @@ class EntityCipher:
         self.mode = km.kind
         self._key = km.secret
         self.key_id = km.key_id
+        if self.mode == "aes-siv":
+            self._siv = AESSIV(self._key)  # OpenSSL's AES-SIV: one key schedule for every token
         if self.mode == "aes-ecb":
             warnings.warn(ECB_WARNING, UserWarning, stacklevel=2)
             self._ecb = AES.new(self._key, AES.MODE_ECB)
@@ -98,7 +96,7 @@ class EntityCipher:
     def _token_uncached(self, entity: str, entity_type: str) -> str:
         pt = entity.encode("utf-8")
         if self.mode == "aes-siv":
-            raw = siv_encrypt(self._key, pt, [entity_type.encode("utf-8")])
+            raw = self._siv.encrypt(pt, [entity_type.encode("utf-8")])
         else:
             raw = self._ecb.encrypt(pad(pt, 16))
         return f"{entity_prefix(entity_type)}_[{base64.b64encode(raw).decode('ascii')}]"
@@ -131,13 +129,15 @@ class EntityCipher:
             return None, "invalid"
         try:
             if self.mode == "aes-siv":
-                pt = siv_decrypt(self._key, raw, [entity_type.encode("utf-8")])
+                if len(raw) < 16:
+                    return None, "invalid"
+                pt = self._siv.decrypt(raw, [entity_type.encode("utf-8")])
             else:
                 if not raw or len(raw) % 16:
                     return None, "invalid"
                 pt = unpad(self._ecb.decrypt(raw), 16)
             return pt.decode("utf-8"), status
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, InvalidTag):
             return None, "invalid"
 
     def decrypt_text(self, text: str) -> tuple[str, DecryptReport]:

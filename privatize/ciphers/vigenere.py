@@ -133,7 +133,7 @@ class Vigenere:
             lead = b[keep]
             out = b.copy()
             out[keep] = table.take(tile[:len(lead)] + lead)
-        if b"<" in raw or b"_[" in raw:
+        if b"<" in raw or (b"[" in raw and b"_[" in raw):
             for s, e in reserved_spans(text):
                 bs, be = (s, e) if ascii_text else (len(text[:s].encode()), len(text[:e].encode()))
                 out[bs:be] = b[bs:be]
@@ -186,7 +186,7 @@ class Vigenere:
         else:
             out = enc
         raw = data.tobytes()
-        if b"<" in raw or b"_[" in raw:  # reserved tokens are copied unchanged
+        if b"<" in raw or (b"[" in raw and b"_[" in raw):  # reserved tokens are copied unchanged
             for i in range(n_rec):
                 s_, e_ = int(rel[i]), int(rel[i + 1])
                 if raw.find(b"<", s_, e_) < 0 and raw.find(b"_[", s_, e_) < 0:

@@ -68,3 +68,14 @@ def test_unique_ids_quarantines_later_duplicates_in_global_order_any_batching():
         got = {(r["doc_id"], r["_src"], r["_line"]) for r in out.to_pylist() if r.get("_quarantine")}
         assert got == expected, size
         assert out.num_rows == 5 and DSTAGE not in out.column_names
+
+
+def test_partition_of_digest_keys_uses_their_first_bytes():
+    import hashlib
+
+    digests = [hashlib.sha1(str(i).encode()).digest() for i in range(50)]
+    keys = pa.array(digests + [None], pa.binary(20))
+    p = partition_of(keys)
+    assert p[-1] == -1
+    assert list(p[:-1]) == [int.from_bytes(d[:8], "little") % NUM_PARTITIONS for d in digests]
+    assert list(partition_of(keys.slice(10, 5))) == list(p[10:15])

@@ -1,0 +1,50 @@
+"""Shared helpers for the benchmarks: data location, timing, results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = (ROOT / ".." / "shared" / "data").resolve()
+sys.path.insert(0, str(ROOT))
+
+
+def need_data() -> Path:
+    if not DATA.is_dir():
+        sys.exit(f"benchmark needs {DATA} (the shared data folder beside the project)")
+    return DATA
+
+
+def gutenberg_texts() -> list[str]:
+    d = need_data() / "squality_gutenberg"
+    return [json.loads(line)["document"] for f in ("train", "dev", "test")
+            for line in open(d / f"{f}.jsonl", encoding="utf-8")]
+
+
+def median_time(fn, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def machine() -> str:
+    return f"{os.cpu_count()}-core {platform.machine()} {platform.system()}, Python {platform.python_version()}"
+
+
+def one_core() -> None:
+    """Pin the process to one core where the OS allows it."""
+    try:
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    except (AttributeError, OSError):
+        pass
+    for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(v, "1")
