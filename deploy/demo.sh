@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# `make demo`: generate a corpus with fake PII, make keys, run the CRT recipe with entity
-# encryption on the embedded default (in-process), verify, and say where everything is.
+# `make demo`: generate a corpus with fake PII, make keys, run the CRT preprocessing recipe
+# (split, dedup, split_private, whole-text cipher) on the embedded default (in-process),
+# verify, and say where everything is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=demo-out
 rm -rf "$OUT"
 mkdir -p "$OUT/keys"
 privatize make-corpus --out "$OUT/corpus.jsonl" --docs 300 --seed 0
-privatize keys new --kind aes-siv --out "$OUT/keys/entities.key"
+privatize keys new --kind vigenere --length 100 --out "$OUT/keys/text.key"
 privatize keys new --kind hmac --out "$OUT/keys/pseudonym.key"
-cp privatize/specs/crt-encrypt.yaml "$OUT/spec.yaml"
+cp privatize/specs/crt.yaml "$OUT/spec.yaml"
 privatize run "$OUT/spec.yaml" --input "$OUT/corpus.jsonl" --output "$OUT/result" | tee "$OUT/summary.json"
 privatize verify "$OUT/result" >/dev/null
 python - "$OUT" <<'PY'

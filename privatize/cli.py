@@ -19,7 +19,7 @@ from privatize.errors import PrivatizeError
 
 log = logging.getLogger("privatize")
 
-BUILTIN_COMMANDS = ["privatize.commands.crypto", "privatize.commands.detect"]
+BUILTIN_COMMANDS = ["privatize.commands.crypto"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,16 +32,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from privatize.spec import load_spec
 
     spec = load_spec(args.spec)
-    if args.ray is not None:
-        from privatize.ray_runner import run_pipeline_ray  # the Ray Data runner
-
-        manifest = run_pipeline_ray(spec, args.input, args.output, spec_dir=str(Path(args.spec).parent),
-                                    address=args.ray or None, batch_size=args.batch_size,
-                                    strict=args.strict, overwrite=args.overwrite)
-    else:
-        manifest = run_pipeline(spec, args.input, args.output, spec_dir=str(Path(args.spec).parent),
-                                options=RunOptions(batch_size=args.batch_size, strict=args.strict,
-                                                   overwrite=args.overwrite, progress=sys.stderr.isatty()))
+    manifest = run_pipeline(spec, args.input, args.output, spec_dir=str(Path(args.spec).parent),
+                            options=RunOptions(batch_size=args.batch_size, strict=args.strict,
+                                               overwrite=args.overwrite, progress=sys.stderr.isatty()))
     summary = {"status": "ok", "output": str(Path(args.output).resolve()),
                "manifest": str((Path(args.output) / "manifest.json").resolve()),
                **manifest["counts"], "quarantine": manifest["quarantine"]["path"],
@@ -80,8 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--batch-size", type=int, default=1024)
     r.add_argument("--strict", action="store_true", help="record-level problems are errors, not quarantined")
     r.add_argument("--overwrite", action="store_true")
-    r.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run on Ray (no address: embedded local Ray, or RAY_ADDRESS)")
     r.set_defaults(func=_cmd_run)
 
     v = sub.add_parser("verify", help="check an output directory against its manifest")
@@ -97,13 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=_cmd_make_corpus)
 
     for modname in BUILTIN_COMMANDS:
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as exc:  # a component not built yet adds no commands
-            if exc.name != modname:
-                raise
-            continue
-        mod.register(sub)
+        importlib.import_module(modname).register(sub)
     for ep in entry_points(group="privatize.commands"):
         ep.load()(sub)
     return p

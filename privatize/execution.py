@@ -154,8 +154,12 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) ->
     decided = []
     if keyed is not None and keyed.num_rows:
         parts = keyed["_part"].to_numpy()
-        for p in np.unique(parts):
-            decided.append(decide_partition(stage, keyed.filter(pa.array(parts == p))))
+        order = np.argsort(parts, kind="stable")
+        keyed = keyed.take(pa.array(order))
+        bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
+        for p in range(NUM_PARTITIONS):
+            if bounds[p + 1] > bounds[p]:
+                decided.append(decide_partition(stage, keyed.slice(bounds[p], bounds[p + 1] - bounds[p])))
     if decided:
         index_ = DecisionIndex(concat(decided))
         return [apply_global_batch(stage, index, b, index_.for_batch(b)) for b in batches]

@@ -22,11 +22,11 @@ def _keys_new(args: argparse.Namespace) -> int:
     if args.kind == "aes-ecb":
         from privatize.ciphers.entity import ECB_WARNING
 
-        print(f"warning: {ECB_WARNING}", file=sys.stderr)
+        print(f"privatize: warning: {ECB_WARNING}", file=sys.stderr)
     if args.kind == "vigenere":
         from privatize.ciphers.vigenere import OBFUSCATION_WARNING
 
-        print(f"warning: {OBFUSCATION_WARNING}", file=sys.stderr)
+        print(f"privatize: warning: {OBFUSCATION_WARNING}", file=sys.stderr)
     print(json.dumps({"key_id": km.key_id, "kind": km.kind, "path": str(path)}))
     return 0
 

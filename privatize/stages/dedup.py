@@ -58,11 +58,18 @@ class Dedup(GlobalStage):
         return text.lower() if n == "whitespace_case" else text
 
     def keys(self, batch: pa.Table) -> pa.Array:
-        min_len, sha1, mask = self.settings.min_length, hashlib.sha1, MASK_TOKEN
-        texts = batch["text"].to_pylist()
+        text = batch["text"].combine_chunks().cast(pa.string())
         if self.settings.normalize != "none":
-            texts = [None if t is None else self._normal(t) for t in texts]
-        keys = [None if t is None or len(t) < min_len or t == mask else sha1(t.encode()).digest() for t in texts]
+            text = pa.array([None if t is None else self._normal(t) for t in text.to_pylist()], pa.string())
+        skip = pc.fill_null(pc.or_(pc.less(pc.utf8_length(text), self.settings.min_length),
+                                   pc.equal(text, MASK_TOKEN)), True).to_numpy(zero_copy_only=False)
+        if not len(text):
+            return pa.array([], pa.binary(20))
+        # hash straight from the Arrow buffer: no Python string per segment
+        offs = np.frombuffer(text.buffers()[1], dtype=np.int32)[text.offset:text.offset + len(text) + 1].tolist()
+        mv = memoryview(text.buffers()[2]) if text.buffers()[2] is not None else memoryview(b"")
+        sha1 = hashlib.sha1
+        keys = [None if sk else sha1(mv[a:b]).digest() for sk, a, b in zip(skip.tolist(), offs, offs[1:])]
         return pa.array(keys, pa.binary(20))
 
     def decide(self, partition: pa.Table) -> pa.Table:
