@@ -12,16 +12,23 @@ alphabet named and its SHA-256 recorded), ``aes-siv`` (64 bytes: AES-256-SIV),
 
 Specs hold key *references* (``file:<path>``, ``keystore:<id>``); a :class:`KeyResolver`
 turns one into :class:`KeyMaterial` inside a stage's ``setup()``, on the worker, so key
-bytes never travel as task arguments. ``KeyMaterial`` never prints its secret.
+bytes never travel as task arguments: a stage object holds only the reference until
+``setup()`` runs, and ``KeyMaterial`` (like the ciphers built from it) refuses to be
+pickled, so a mistake fails loudly instead of shipping a key. ``KeyMaterial`` never
+prints its secret; error messages name the file and the field, never the bytes.
+The ``keystore:`` backend is pluggable (:func:`register_keystore`): the service installs
+its own on workers.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
+import re
 import secrets
 import tempfile
 from collections.abc import Callable
@@ -30,11 +37,13 @@ from pathlib import Path
 from privatize.errors import KeyMaterialError
 
 FORMAT = "privatize-key/1"
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
 KINDS = ("vigenere", "aes-siv", "aes-ecb", "hmac")
 _BYTES = {"aes-siv": 64, "aes-ecb": 32, "hmac": 32}
 DEFAULT_VIGENERE_LENGTH = 100
 
 
+@functools.lru_cache(maxsize=None)
 def alphabet_chars(name: str) -> str:
     """The cipher alphabets: ``letters52`` (A..Z then a..z, the paper's) or ``latin``
     (every code point up to U+024F whose Unicode category is a letter, in code point
@@ -65,7 +74,7 @@ class KeyMaterial:
         self._secret = bytes(secret)
         self.key_id = key_id or secrets.token_hex(8)
         self.created = created or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.alphabet = alphabet
+        self.alphabet = (alphabet or "letters52") if kind == "vigenere" else None
         self._check()
 
     @property
@@ -127,7 +136,7 @@ def new_key(kind: str, *, length: int | None = None, alphabet: str = "letters52"
     return KeyMaterial(kind, secrets.token_bytes(_BYTES[kind]))
 
 
-def import_key(kind: str, value: str, *, alphabet: str = "letters52") -> KeyMaterial:
+def import_key(kind: str, value: str, alphabet: str = "letters52") -> KeyMaterial:
     """Key material from a value the user holds (vigenere: the key letters)."""
     if kind != "vigenere":
         raise KeyMaterialError("only vigenere keys can be imported (generate AES and HMAC keys with 'keys new')")
@@ -137,16 +146,30 @@ def import_key(kind: str, value: str, *, alphabet: str = "letters52") -> KeyMate
 def write_key_file(km: KeyMaterial, path: str | os.PathLike) -> Path:
     """Write atomically with mode 0600; refuses to replace an existing file."""
     p = Path(path)
-    if p.exists():
+    if p.exists() or p.is_symlink():
         raise KeyMaterialError(f"{p}: exists; refusing to overwrite a key file")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)  # mode 0600
+    except OSError as exc:
+        raise KeyMaterialError(f"{p}: cannot write key file ({exc.strerror or exc})") from None
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(km.to_json(), fh, indent=2)
             fh.write("\n")
-        os.link(tmp, p)  # fails if p appeared meanwhile: never overwrite
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, p)  # atomic, and fails if p appeared meanwhile: never overwrite
+        except FileExistsError:
+            raise KeyMaterialError(f"{p}: exists; refusing to overwrite a key file") from None
+        except OSError:  # a file system without hard links: rename (checked just above)
+            if p.exists():
+                raise KeyMaterialError(f"{p}: exists; refusing to overwrite a key file") from None
+            os.replace(tmp, p)
+    except OSError as exc:
+        raise KeyMaterialError(f"{p}: cannot write key file ({exc.strerror or exc})") from None
     finally:
         Path(tmp).unlink(missing_ok=True)
     return p
@@ -161,7 +184,15 @@ def key_from_json(data: dict, where: str) -> KeyMaterial:
     material = data.get("material")
     if not isinstance(material, str) or not material:
         raise KeyMaterialError(f"{where}: field 'material' is missing")
+    key_id = data.get("key_id")
+    if not isinstance(key_id, str) or not _KEY_ID.fullmatch(key_id):
+        raise KeyMaterialError(f"{where}: field 'key_id' must be 16 hex digits")
+    created = data.get("created")
+    if not isinstance(created, str) or not created:
+        raise KeyMaterialError(f"{where}: field 'created' is missing")
     alphabet = data.get("alphabet")
+    if kind != "vigenere" and alphabet is not None:
+        raise KeyMaterialError(f"{where}: field 'alphabet' applies to vigenere keys only")
     if kind == "vigenere":
         if alphabet not in ("letters52", "latin"):
             raise KeyMaterialError(f"{where}: field 'alphabet' must be letters52 or latin")
@@ -175,8 +206,7 @@ def key_from_json(data: dict, where: str) -> KeyMaterial:
         except ValueError:
             raise KeyMaterialError(f"{where}: field 'material' is not Base64") from None
     try:
-        return KeyMaterial(kind, secret, key_id=str(data.get("key_id") or ""), created=data.get("created"),
-                           alphabet=alphabet)
+        return KeyMaterial(kind, secret, key_id=key_id, created=created, alphabet=alphabet)
     except KeyMaterialError as exc:
         raise KeyMaterialError(f"{where}: {exc}") from None
 

@@ -22,7 +22,8 @@ ENTITY_PREFIX = {
     "ZIP_CODE": "ZipCode", "REFERENCE_NUMBER": "ReferenceNumber", "ORDER_NUMBER": "OrderNumber",
     "TRACKING_NUMBER": "TrackingNumber", "AGE": "Age", "TITLE": "Title", "NAME": "Name", "ADDRESS": "Address",
     "PHONE": "Phone", "CANARY_SECRET": "CanarySecret", "ID": "Id", "MEDICAL_LICENSE": "MedicalLicense",
-    "CRYPTO": "Crypto",
+    "CRYPTO": "Crypto", "MAC_ADDRESS": "MacAddress", "US_ITIN": "UsItin", "UUID": "Uuid", "FAC": "Fac",
+    "LOC": "Loc", "NORP": "Norp",
 }
 
 

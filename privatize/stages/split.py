@@ -1,26 +1,105 @@
 """``split``: documents into segment records, the data points of CRT (paper 004, A.6).
 
-Each segment becomes a record with ``doc_id = <parent>#<n>``, ``parent_id``, ``start``
-and ``end`` (code-point offsets into the parent text; ``parent[start:end]`` is the
-segment exactly) and ``_seg = n``. Whitespace between segments belongs to none.
+Each segment becomes a record with ``doc_id = <parent>#<n>`` (n from 0), ``parent_id``,
+``start`` and ``end`` (code-point offsets into the parent text: ``parent[start:end]`` is
+the segment exactly) and the order column ``_seg = n``; ``individual_id``, ``meta``,
+``_src``, ``_line`` and any other column are copied from the parent.
 
-Units: ``sentence`` (default; the rules are in ``privatize.sentences``), ``paragraph``
-(text between blank lines), ``line`` (every line; dialogue turns such as
-``SYS: ...`` / ``USR: ...``). A document with no non-blank segment is dropped
-(``_drop``: "empty after split").
+Segmentation rules (rule-based, ASCII whitespace ``[ \\t\\n\\r\\v\\f]`` only). A *gap* is
+a maximal run of whitespace inside a document, with text on both sides; segments are
+the text between gaps, so a segment never starts or ends with whitespace and empty
+segments do not exist. Which gaps cut depends on ``unit``:
+
+* ``line``: every gap holding a newline (dialogue turns ``SYS: ...`` / ``USR: ...``).
+* ``paragraph``: every gap holding two or more newlines (a blank line).
+* ``sentence`` (default): paragraph cuts, plus a gap after sentence-final punctuation:
+  ``.``, ``!`` or ``?``, then any further ``.!?``, closing quotes or brackets
+  (``" ' ) ]`` and the curly ``’ ”``), then the gap, then a capital letter (ASCII or
+  Latin-1 ``À-Þ``), a digit, or an opening quote or bracket (``" ' ( [ “ ‘``). A period
+  does not end a sentence after a single capital letter (an initial: "J. R. R.
+  Tolkien") or after a word in :data:`ABBREVIATIONS` ("Mr.", "e.g.", "U.S.", "St.",
+  "etc."), nor after a word in :data:`NUMBER_ABBREVIATIONS` when a digit follows
+  ("No. 5", "Vol. 2", "Sept. 3"). A single newline does *not* cut a sentence (prose is
+  often hard-wrapped); use ``unit: line`` where each line is a data point.
+
+A document with no segment (empty or whitespace only) is dropped with ``_drop`` =
+"empty after split": there is nothing in it to train on or to leak.
+
+Statistics: ``_stat.segments`` (1 per segment row) and ``_stat.expanded`` (segments - 1,
+on the first segment row of each document), so the manifest reconciles records in and
+out. Per-row statistics of earlier stages (``_stat.*`` columns) stay on the first
+segment row only, so they are not counted once per segment.
+
+The work is vectorised over the UTF-8 buffer of the whole batch (NumPy passes over the
+bytes, then over the few candidate positions); no Python runs per segment.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from privatize.sentences import segment_sentences
 from privatize.settings import StageSettings
-from privatize.stage import DROP, Stage, register_stage
+from privatize.stage import DROP, STAT_PREFIX, Stage, register_stage
+
+log = logging.getLogger(__name__)
+
+ABBREVIATIONS = frozenset("""
+mr mrs ms mx dr prof sr jr st mt ft vs etc e.g i.e cf u.s u.k inc ltd co corp gen col lt sgt capt cmdr
+rev hon gov sen rep dept est approx
+""".split())
+"""Words (lower case, without the final period) after which a period never ends a sentence."""
+
+NUMBER_ABBREVIATIONS = frozenset("no nos vol vols fig figs pp art ch sec jan feb mar apr jun jul aug sep sept oct nov dec"
+                                 .split())
+"""Words after which a period ends no sentence when a digit follows ("No. 5"), but may
+end one otherwise ("No. He left.")."""
+
+DROP_EMPTY = "empty after split"
+ASCII_WS = " \t\n\r\x0b\x0c"
+_MAX_WORD = max(map(len, ABBREVIATIONS | NUMBER_ABBREVIATIONS))
+_WINDOW = 8  # bytes looked at before a period: a leading quote, the word, the byte before
+if _MAX_WORD > _WINDOW - 2:  # pragma: no cover - a guard for whoever edits the lists
+    raise ImportError("abbreviations longer than 6 letters do not fit the 8-byte window")
+
+
+def _table(chars: str | bytes) -> np.ndarray:
+    t = np.zeros(256, bool)
+    t[list(chars.encode() if isinstance(chars, str) else chars)] = True
+    return t
+
+
+_WS = _table(ASCII_WS)
+_HWS = _table(ASCII_WS.replace("\n", ""))  # whitespace other than a newline
+_NONWS = ~_WS
+_CLOSE1 = _table(".!?\"')]")  # single-byte closers (and more punctuation)
+_OPEN1 = _table("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789\"'([")
+_LEADERS = _table("\"'([")  # stripped from the front of the word before a period
+_UPPER = _table("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_DIGIT = _table("0123456789")
+_LOWER = np.arange(256, dtype=np.uint8)
+_LOWER[ord("A"):ord("Z") + 1] += 32
+
+
+def _pack(word: str) -> int:
+    """A word right-aligned in 8 bytes, zero-padded on the left, read as little-endian
+    uint64: how :func:`_sentence_gaps` packs the word before a period."""
+    raw = word.encode("ascii").rjust(_WINDOW, b"\0")
+    return int.from_bytes(raw, "little")
+
+
+_ABBR = np.array(sorted(_pack(w) for w in ABBREVIATIONS), np.uint64)
+_NUM_ABBR = np.array(sorted(_pack(w) for w in NUMBER_ABBREVIATIONS), np.uint64)
+# run of word bytes at the end of an 8-byte window, from the bit mask of its whitespace
+_RUN_LEN = np.array([_WINDOW if v == 0 else _WINDOW - 1 - (v.bit_length() - 1) for v in range(256)], np.int64)
+# the top L bytes of a little-endian uint64 (where a right-aligned word of L bytes lies)
+_HIGH_BYTES = np.array([((1 << (8 * k)) - 1) << (8 * (_WINDOW - k)) for k in range(_WINDOW + 1)], np.uint64)
+_CLOSER_RUN = re.compile(rb"(?:[.!?\"')\]]|\xe2\x80[\x99\x9d])*")
 
 
 class SplitSettings(StageSettings):
@@ -28,68 +107,335 @@ class SplitSettings(StageSettings):
     unit: Literal["sentence", "line", "paragraph"] = "sentence"
 
 
-def _spans_one(text: str, unit: str) -> list[tuple[int, int]]:
-    _, s, e, _ = segment_sentences(pa.array([text], pa.string()), unit)
-    return list(zip(s.tolist(), e.tolist()))
+# ---- scanning helpers: vectorised over many positions at once ---------------------------
+
+def _skip_fwd(b: np.ndarray, pos: np.ndarray, stop: np.ndarray, table: np.ndarray, steps: int = 16) -> np.ndarray:
+    """For each i, the first ``q >= pos[i]`` with ``q == stop[i]`` or ``not table[b[q]]``."""
+    pos = pos.astype(np.int64, copy=True)
+    act = np.flatnonzero(pos < stop)
+    for _ in range(steps):
+        if not len(act):
+            return pos
+        act = act[table[b[pos[act]]]]
+        pos[act] += 1
+        act = act[pos[act] < stop[act]]
+    for i in act.tolist():  # long runs (rare): scan in growing windows
+        q, s, w = int(pos[i]), int(stop[i]), 256
+        while q < s:
+            hit = np.flatnonzero(~table[b[q:min(q + w, s)]])
+            if len(hit):
+                q += int(hit[0])
+                break
+            q, w = min(q + w, s), w * 4
+        pos[i] = q
+    return pos
+
+
+def _skip_bwd(b: np.ndarray, pos: np.ndarray, start: np.ndarray, table: np.ndarray, steps: int = 16) -> np.ndarray:
+    """For each i, the least ``q <= pos[i]`` such that ``q >= start[i]`` and every byte of
+    ``b[q:pos[i]]`` is in ``table``."""
+    pos = pos.astype(np.int64, copy=True)
+    act = np.flatnonzero(pos > start)
+    for _ in range(steps):
+        if not len(act):
+            return pos
+        act = act[table[b[pos[act] - 1]]]
+        pos[act] -= 1
+        act = act[pos[act] > start[act]]
+    for i in act.tolist():
+        q, s, w = int(pos[i]), int(start[i]), 256
+        while q > s:
+            lo = max(q - w, s)
+            miss = np.flatnonzero(~table[b[lo:q]])
+            if len(miss):
+                q = lo + int(miss[-1]) + 1
+                break
+            q, w = lo, w * 4
+        pos[i] = q
+    return pos
+
+
+def _closer_run_end(b: np.ndarray, p: np.ndarray, stop: np.ndarray, steps: int = 16) -> np.ndarray:
+    """End of the run of closers (``.!?"')]`` and ``’ ”``) that starts right after each
+    punctuation mark ``p`` (sorted). Candidates whose runs meet are merged as they go, so
+    a long run of punctuation is walked once."""
+    e = p + 1
+    act = np.flatnonzero(e < stop)
+    n = len(b)
+    for _ in range(steps):
+        if not len(act):
+            return e
+        # a later candidate that an earlier one has reached ends where the earlier one does
+        if len(act) > 1:
+            reached = np.zeros(len(act), bool)
+            reached[1:] = p[act[1:]] < e[act[:-1]]
+            if reached.any():
+                e[act[reached]] = -1  # settled below, from the earlier candidate
+                act = act[~reached]
+        x = e[act]
+        one = _CLOSE1[b[x]]
+        three = ~one & (b[x] == 0xE2) & (x + 2 < stop[act])
+        if three.any():
+            y = x[three]
+            three[three] = (b[y + 1] == 0x80) & ((b[np.minimum(y + 2, n - 1)] == 0x99) | (b[np.minimum(y + 2, n - 1)] == 0x9D))
+        e[act[one]] += 1
+        e[act[three]] += 3
+        act = act[one | three]
+        act = act[e[act] < stop[act]]
+    if len(act):
+        buf = memoryview(b)
+        for i in act.tolist():
+            m = _CLOSER_RUN.match(buf, int(e[i]), int(stop[i]))
+            e[i] = m.end()
+    # merged candidates take the end of the candidate before them
+    unset = e < 0
+    if unset.any():
+        idx = np.where(unset, 0, np.arange(len(e)))
+        np.maximum.accumulate(idx, out=idx)
+        e = e[idx]
+    return e
+
+
+def _record_of(rec_start: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    # the last record starting at or before pos: empty records share a start with the next
+    return np.searchsorted(rec_start, pos, side="right") - 1
+
+
+def _bytes_before(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``b[pos-8:pos]`` for each position as a (n, 8) uint8 matrix (zeros before the
+    buffer start), gathered 8 bytes at a time through an unaligned uint64 view."""
+    out = np.zeros((len(pos), _WINDOW), np.uint8)
+    ok = pos >= _WINDOW
+    if len(b) >= _WINDOW and ok.any():
+        u64 = np.ndarray(shape=(len(b) - _WINDOW + 1,), dtype="<u8", buffer=b, strides=(1,))
+        out.view("<u8")[ok, 0] = u64[pos[ok] - _WINDOW]
+    for i in np.flatnonzero(~ok).tolist():  # at most the first few bytes of a batch
+        q = int(pos[i])
+        out[i, _WINDOW - q:] = b[:q]
+    return out
+
+
+def _sentence_gaps(b, rec_start, rec_end):
+    """(start, end) of the gaps that end a sentence."""
+    n = len(b)
+    p = np.flatnonzero((b == 46) | (b == 33) | (b == 63))
+    if not len(p):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    r = _record_of(rec_start, p)
+    stop = rec_end[r]
+    # the end of the closing run: most marks are followed by a space, a letter or the end
+    e = p + 1
+    nb = b[np.minimum(e, n - 1)]
+    run = (e < stop) & (_CLOSE1[nb] | (nb == 0xE2))
+    if run.any():
+        e[run] = _closer_run_end(b, p[run], stop[run])
+    # one candidate per run: the first mark (the marks of a run share their end)
+    first = np.ones(len(p), bool)
+    first[1:] = e[1:] != e[:-1]
+    ok = first & (e < stop)
+    ok[ok] = _WS[b[e[ok]]]
+    p, e, r, stop = p[ok], e[ok], r[ok], stop[ok]
+    nxt = _skip_fwd(b, e + 1, stop, _WS)
+    ok = nxt < stop
+    x = nxt[ok]
+    bx = b[x]
+    opener = _OPEN1[bx]
+    hi = np.flatnonzero(bx >= 0xC3)
+    if len(hi):  # “ ‘ (E2 80 9C / 98) and Latin-1 capitals À-Þ but not × (C3 80-9E, not 97)
+        y, s = x[hi], stop[ok][hi]
+        y1, y2 = b[np.minimum(y + 1, n - 1)], b[np.minimum(y + 2, n - 1)]
+        curly = (bx[hi] == 0xE2) & (y + 2 < s) & (y1 == 0x80) & ((y2 == 0x9C) | (y2 == 0x98))
+        latin = (bx[hi] == 0xC3) & (y + 1 < s) & (y1 >= 0x80) & (y1 <= 0x9E) & (y1 != 0x97)
+        opener[hi] = curly | latin
+    ok[ok] = opener
+    p, e, r, nxt = p[ok], e[ok], r[ok], nxt[ok]
+    # abbreviations and initials: the word before a period, from the last whitespace (or
+    # the record start) within the window; a leading quote or bracket is not part of it
+    dot = np.flatnonzero(b[p] == 46)
+    if len(dot):
+        pd = p[dot]
+        rs = rec_start[r[dot]]
+        w = _bytes_before(b, pd)
+        near = np.flatnonzero(pd - rs < _WINDOW)
+        if len(near):  # bytes before the record start count as whitespace
+            sub = w[near]
+            sub[(pd[near, None] + np.arange(-_WINDOW, 0)) < rs[near, None]] = 32
+            w[near] = sub
+        run_len = _RUN_LEN[np.packbits(_WS[w], axis=1, bitorder="little").ravel()]  # word bytes before pd
+        lead = (run_len > 1) & (run_len < _WINDOW) & \
+            _LEADERS[w[np.arange(len(pd)), np.clip(_WINDOW - run_len, 0, _WINDOW - 1)]]
+        wl = run_len - lead
+        short = (run_len < _WINDOW) & (wl >= 1) & (wl <= _MAX_WORD)
+        code = _LOWER[w].view("<u8").ravel() & _HIGH_BYTES[wl]
+        initial = (wl == 1) & _UPPER[w[:, -1]]
+        abbr = initial | (short & np.isin(code, _ABBR))
+        abbr |= short & np.isin(code, _NUM_ABBR) & _DIGIT[b[nxt[dot]]]
+        keep = np.ones(len(p), bool)
+        keep[dot[abbr]] = False
+        e, nxt = e[keep], nxt[keep]
+    return e, nxt
+
+
+def _newline_gaps(b, rec_start, rec_end, min_newlines: int):
+    """(start, end) of whitespace runs holding at least ``min_newlines`` newlines."""
+    nl = np.flatnonzero(b == 10)
+    if not len(nl):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    r = _record_of(rec_start, nl)
+    stop = rec_end[r]
+    after = _skip_fwd(b, nl + 1, stop, _HWS)
+    cont = after < stop
+    cont[cont] = b[after[cont]] == 10  # the run goes on to the next newline
+    last = np.flatnonzero(~cont)  # last newline of each run
+    first = np.r_[0, last[:-1] + 1]
+    many = (last - first + 1) >= min_newlines
+    first, last = first[many], last[many]
+    start = _skip_bwd(b, nl[first], rec_start[r[first]], _HWS)
+    end = _skip_fwd(b, after[last], stop[last], _WS)
+    return start, end
+
+
+def segment_bytes(arr: pa.Array, unit: str = "sentence"):
+    """Segments of every string of ``arr`` (no nulls; ``string`` type).
+
+    Returns ``(record, start, end, byte_start, byte_end)``: the index of each segment's
+    record, its code-point offsets into the record, and its byte offsets into the data
+    buffer of ``arr``; segments come in record order, then position."""
+    if unit not in ("line", "paragraph", "sentence"):
+        raise ValueError(f"unknown split unit {unit!r}")
+    n_rec = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + n_rec + 1].astype(np.int64)
+    data = arr.buffers()[2]
+    base = int(offsets[0]) if n_rec else 0
+    b = np.frombuffer(data, np.uint8)[base:int(offsets[-1])] if data is not None and n_rec else np.zeros(0, np.uint8)
+    rec_start, rec_end = offsets[:-1] - base, offsets[1:] - base
+    # the content of each record: without leading and trailing whitespace
+    cs = _skip_fwd(b, rec_start, rec_end, _WS)
+    ce = _skip_bwd(b, rec_end, cs, _WS)
+    s, e = _newline_gaps(b, rec_start, rec_end, 1 if unit == "line" else 2)
+    gap_s, gap_e = [s], [e]
+    if unit == "sentence":
+        s, e = _sentence_gaps(b, rec_start, rec_end)
+        gap_s.append(s)
+        gap_e.append(e)
+    gs, ge = np.concatenate(gap_s), np.concatenate(gap_e)
+    # only inner gaps (text on both sides) cut; every gap is a maximal whitespace run, so
+    # two gaps are equal or disjoint: keep one of each
+    r = _record_of(rec_start, gs)
+    inner = (gs > cs[r]) & (ge < ce[r]) if len(gs) else np.zeros(0, bool)
+    gs, idx = np.unique(gs[inner], return_index=True)
+    ge = ge[inner][idx]
+    nonempty = cs < ce
+    seg_s = np.sort(np.concatenate([cs[nonempty], ge]))
+    seg_e = np.sort(np.concatenate([ce[nonempty], gs]))
+    rec = _record_of(rec_start, seg_s)
+    start, end = seg_s - rec_start[rec], seg_e - rec_start[rec]
+    if len(seg_s) and not pc.all(pc.string_is_ascii(arr)).as_py():
+        start, end = _code_points(arr, base, rec, rec_start, seg_s, seg_e)
+    return rec, start, end, seg_s + base, seg_e + base
+
+
+def _code_points(arr, base, rec, rec_start, seg_s, seg_e):
+    """Code-point offsets of segments within their records, from Arrow's UTF-8 length of
+    a view that alternates (gap before a segment, the segment, what follows it)."""
+    n = len(seg_s)
+    new_rec = np.ones(n, bool)
+    new_rec[1:] = rec[1:] != rec[:-1]
+    prev = np.where(new_rec, rec_start[rec], np.r_[0, seg_e[:-1]])
+    offs = np.empty(3 * n, np.int64)
+    offs[0::3], offs[1::3], offs[2::3] = prev, seg_s, seg_e
+    view = pa.StringArray.from_buffers(3 * n - 1, pa.py_buffer((offs + base).astype(np.int32)), arr.buffers()[2])
+    lengths = pc.utf8_length(view).to_numpy(zero_copy_only=False).astype(np.int64)
+    gap, seg = lengths[0::3], lengths[1::3]
+    through = np.cumsum(gap + seg)  # code points from the record start to each segment end
+    record_base = through - (gap + seg)  # ... to the start of the gap before the segment
+    first_idx = np.flatnonzero(new_rec)
+    record_base = record_base[first_idx][np.cumsum(new_rec) - 1]
+    end = through - record_base
+    return end - seg, end
+
+
+def _texts(arr: pa.Array, byte_start: np.ndarray, byte_end: np.ndarray) -> pa.Array:
+    """The segment strings: a zero-copy view of the buffer that alternates segments and
+    the gaps between them, of which the segments are taken."""
+    if not len(byte_start):
+        return pa.array([], pa.string())
+    offs = np.empty(2 * len(byte_start), np.int64)
+    offs[0::2], offs[1::2] = byte_start, byte_end
+    view = pa.StringArray.from_buffers(len(offs) - 1, pa.py_buffer(offs.astype(np.int32)), arr.buffers()[2])
+    return view.take(pa.array(np.arange(0, len(offs), 2, dtype=np.int64)))
+
+
+def segment_spans(text: str, unit: str = "sentence") -> list[tuple[int, int]]:
+    """Code-point spans of the segments of one text (the rules of this module)."""
+    _, start, end, _, _ = segment_bytes(pa.array([text], pa.string()), unit)
+    return list(zip(start.tolist(), end.tolist()))
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
-    return _spans_one(text, "sentence")
-
-
-def paragraph_spans(text: str) -> list[tuple[int, int]]:
-    return _spans_one(text, "paragraph")
+    return segment_spans(text, "sentence")
 
 
 def line_spans(text: str) -> list[tuple[int, int]]:
-    spans: list[tuple[int, int]] = []
-    pos = 0
-    for line in text.split("\n"):
-        seg = line.strip()
-        if seg:
-            lead = len(line) - len(line.lstrip())
-            spans.append((pos + lead, pos + lead + len(seg)))
-        pos += len(line) + 1
-    return spans
+    return segment_spans(text, "line")
 
 
-def _line_segments(arr: pa.Array):
-    rec, starts, ends, texts = [], [], [], []
-    for r, text in enumerate(arr.to_pylist()):
-        for a, b in line_spans(text):
-            rec.append(r)
-            starts.append(a)
-            ends.append(b)
-            texts.append(text[a:b])
-    return (np.asarray(rec, np.int64), np.asarray(starts, np.int64), np.asarray(ends, np.int64),
-            pa.array(texts, pa.string()))
+def paragraph_spans(text: str) -> list[tuple[int, int]]:
+    return segment_spans(text, "paragraph")
+
+
+_DIGITS = pa.array([str(i) for i in range(1024)], pa.string())
+
+
+def _numbers(count: int) -> pa.Array:
+    """The decimal strings "0".."count-1" (segment numbers of doc ids)."""
+    if count <= len(_DIGITS):
+        return _DIGITS
+    return pc.cast(pa.array(np.arange(count, dtype=np.int64)), pa.string())
 
 
 @register_stage("split", SplitSettings)
 class Split(Stage):
     def process_batch(self, batch: pa.Table) -> pa.Table:
         text = batch["text"].combine_chunks()
-        if self.settings.unit == "line":
-            rec, starts, ends, seg_text = _line_segments(text)
-        else:
-            rec, starts, ends, seg_text = segment_sentences(pc.fill_null(text, ""), self.settings.unit)
+        if not pa.types.is_string(text.type):
+            text = text.cast(pa.string())
+        if text.null_count:
+            text = pc.fill_null(text, "")
+        rec, starts, ends, bs, be = segment_bytes(text, self.settings.unit)
+        n_seg = len(rec)
         counts = np.bincount(rec, minlength=batch.num_rows)
         empty = np.flatnonzero(counts == 0)
-        n_seg, n_empty = len(rec), len(empty)
-        # segment number within its document (rec is sorted)
-        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        seg_no = (np.arange(n_seg) - first[rec]).astype(np.int32)
-        expanded = np.where(seg_no == 0, counts[rec] - 1, 0).astype(np.int64)
+        n_empty = len(empty)
+        first_row = np.cumsum(counts) - counts
+        seg_no = np.arange(n_seg, dtype=np.int64) - first_row[rec]
+        is_first = np.r_[seg_no == 0, np.ones(n_empty, bool)]
         idx = pa.array(np.concatenate([rec, empty]).astype(np.int64))
-        parents = batch["doc_id"].combine_chunks().take(idx)
+
+        parents = batch["doc_id"].combine_chunks().cast(pa.string()).take(idx)
+        seg_str = _numbers(int(seg_no.max()) + 1 if n_seg else 0).take(pa.array(seg_no))
+        seg_ids = pc.binary_join_element_wise(parents.slice(0, n_seg), seg_str, "#")
         rows = batch.drop_columns(["doc_id", "text", "_seg"]).take(idx)
-        seg_ids = pc.binary_join_element_wise(parents.slice(0, n_seg), pc.cast(pa.array(seg_no), pa.string()), "#")
-        rows = rows.append_column("doc_id", pa.concat_arrays([seg_ids, parents.slice(n_seg)]))
-        rows = rows.append_column("text", pa.concat_arrays([seg_text.cast(pa.string()), text.take(pa.array(empty))]))
-        rows = rows.append_column("_seg", pa.array(np.r_[seg_no, np.zeros(n_empty, np.int32)], pa.int32()))
-        rows = rows.append_column("parent_id", parents)
-        rows = rows.append_column("start", pa.array(np.r_[starts, np.zeros(n_empty, np.int64)]))
-        rows = rows.append_column("end", pa.array(np.r_[ends, np.zeros(n_empty, np.int64)]))
-        rows = rows.append_column(DROP, pa.array([None] * n_seg + ["empty after split"] * n_empty, pa.string()))
-        rows = rows.append_column("_stat.segments", pa.array(np.r_[np.ones(n_seg, np.int64), np.zeros(n_empty, np.int64)]))
-        return rows.append_column("_stat.expanded", pa.array(np.r_[expanded, np.zeros(n_empty, np.int64)]))
+        # statistics of earlier stages stay on one row per document
+        for i, name in enumerate(rows.column_names):
+            if name.startswith(STAT_PREFIX):
+                rows = rows.set_column(i, name, pc.if_else(pa.array(is_first), rows[name],
+                                                           pa.scalar(0, rows.schema.field(i).type)))
+        zeros64 = np.zeros(n_empty, np.int64)
+        cols = {
+            "doc_id": pa.concat_arrays([seg_ids, parents.slice(n_seg)]),
+            "text": pa.concat_arrays([_texts(text, bs, be), text.take(pa.array(empty, pa.int64()))]),
+            "_seg": pa.array(np.r_[seg_no, zeros64].astype(np.int32)),
+            "parent_id": parents,
+            "start": pa.array(np.r_[starts, zeros64]),
+            "end": pa.array(np.r_[ends, zeros64]),
+            DROP: pc.if_else(pa.array(np.r_[np.zeros(n_seg, bool), np.ones(n_empty, bool)]), DROP_EMPTY,
+                             pa.scalar(None, pa.string())),
+            "_stat.segments": pa.array(np.r_[np.ones(n_seg, np.int64), zeros64]),
+            "_stat.expanded": pa.array(np.r_[np.where(seg_no == 0, counts[rec] - 1, 0), zeros64]),
+        }
+        for name, values in cols.items():
+            rows = rows.append_column(name, values)
+        if n_empty:
+            log.debug("split: %d segments from %d documents, %d empty", n_seg, batch.num_rows, n_empty)
+        return rows
