@@ -19,7 +19,7 @@ from privatize.errors import PrivatizeError
 
 log = logging.getLogger("privatize")
 
-BUILTIN_COMMANDS = ["privatize.commands.crypto"]
+BUILTIN_COMMANDS = ["privatize.commands.crypto", "privatize.commands.detect"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,9 +32,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from privatize.spec import load_spec
 
     spec = load_spec(args.spec)
-    manifest = run_pipeline(spec, args.input, args.output, spec_dir=str(Path(args.spec).parent),
-                            options=RunOptions(batch_size=args.batch_size, strict=args.strict,
-                                               overwrite=args.overwrite, progress=sys.stderr.isatty()))
+    spec_dir = str(Path(args.spec).parent)
+    progress = sys.stderr.isatty()
+    if args.ray is not None:
+        from privatize.ray_runner import RayRunOptions, run_pipeline_ray
+
+        manifest = run_pipeline_ray(spec, args.input, args.output, spec_dir=spec_dir, address=args.ray or None,
+                                    options=RayRunOptions(batch_size=args.batch_size, strict=args.strict,
+                                                          overwrite=args.overwrite, progress=progress))
+    else:
+        manifest = run_pipeline(spec, args.input, args.output, spec_dir=spec_dir,
+                                options=RunOptions(batch_size=args.batch_size, strict=args.strict,
+                                                   overwrite=args.overwrite, progress=progress))
     summary = {"status": "ok", "output": str(Path(args.output).resolve()),
                "manifest": str((Path(args.output) / "manifest.json").resolve()),
                **manifest["counts"], "quarantine": manifest["quarantine"]["path"],
@@ -73,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--batch-size", type=int, default=1024)
     r.add_argument("--strict", action="store_true", help="record-level problems are errors, not quarantined")
     r.add_argument("--overwrite", action="store_true")
+    r.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run on Ray Data: a cluster address, or none for RAY_ADDRESS or an embedded local Ray")
     r.set_defaults(func=_cmd_run)
 
     v = sub.add_parser("verify", help="check an output directory against its manifest")

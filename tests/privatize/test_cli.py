@@ -110,11 +110,3 @@ def test_no_key_bytes_in_logs_manifest_or_outputs(tmp_path):
     e = load_key_file(tmp_path / "keys" / "e.key").secret
     r2 = cli("decrypt", "--key", tmp_path / "keys" / "e.key", stdin=b"Person_[AAAA]")
     assert not leaks(r1.stdout + r1.stderr + r2.stdout + r2.stderr, e)
-
-
-def test_aes_encrypt_without_spans_refuses_clearly_until_redaction_lands(tmp_path):
-    k = tmp_path / "e.key"
-    assert cli("keys", "new", "--kind", "aes-siv", "--out", k).returncode == 0
-    r = cli("encrypt", "--key", k, stdin=b"Call Ann on 555 0101")
-    assert r.returncode == 2 and r.stdout == b""
-    assert b"needs the redaction component" in r.stderr and len(r.stderr.decode().strip().splitlines()) == 1

@@ -1,0 +1,124 @@
+"""Redaction speed: documents per second of the ``redact`` stage (batch detection with
+spaCy ``nlp.pipe`` restricted to NER, compiled pattern recognizers, replacement) against
+Presidio's ``AnalyzerEngine.analyze`` called one document at a time with the same spaCy
+model, on the same documents of about 500 words, in one run, on one core.
+
+Documents: presidio-research ``synth_dataset_v2.json`` sentences (PII-dense)
+concatenated to 500 words each; ``--gutenberg`` uses the Gutenberg stories cut into
+500-word pieces instead (little PII). Median of ``--repeats`` runs each. Target: 1.5x
+Presidio (ENVIRONMENT.md puts the ceiling with zero Presidio overhead, tok2vec+ner, at
+about 1.75x; this model's NER carries its own tok2vec, so NER alone runs).
+
+Usage: ``python benchmarks/redaction_speed.py [--docs N] [--model NAME] [--repeats R]
+[--gutenberg] [--append]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+from _common import ROOT, gutenberg_texts, machine, need_data, one_core
+
+one_core()  # before numpy / spaCy start any thread pool
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pyarrow as pa  # noqa: E402
+
+from privatize.redaction.engine import DEFAULT_MODEL, presidio_analyzer_engine  # noqa: E402
+
+WORDS = 500
+
+
+def synth_documents(n: int) -> list[str]:
+    items = json.loads((need_data() / "presidio_research" / "synth_dataset_v2.json").read_text(encoding="utf-8"))
+    docs, cur, count, i = [], [], 0, 0
+    while len(docs) < n:
+        sent = items[i % len(items)]["full_text"]
+        i += 1
+        cur.append(sent)
+        count += len(sent.split())
+        if count >= WORDS:
+            docs.append(" ".join(cur))
+            cur, count = [], 0
+    return docs
+
+
+def gutenberg_documents(n: int) -> list[str]:
+    docs = []
+    for story in gutenberg_texts():
+        words = story.split(" ")
+        for k in range(0, len(words) - WORDS, WORDS):
+            docs.append(" ".join(words[k:k + WORDS]))
+            if len(docs) == n:
+                return docs
+    return docs
+
+
+def as_batch(texts: list[str]) -> pa.Table:
+    n = len(texts)
+    return pa.table({"doc_id": [f"d{i}" for i in range(n)], "text": texts, "individual_id": [None] * n,
+                     "meta": [None] * n, "_src": pa.array([0] * n, pa.int32()),
+                     "_line": pa.array(range(n), pa.int64()), "_seg": pa.array([0] * n, pa.int32())})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--docs", type=int, default=100)
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--gutenberg", action="store_true")
+    ap.add_argument("--append", action="store_true", help="append a row to benchmarks/RESULTS.md")
+    args = ap.parse_args()
+
+    from privatize.stages.redact import Redact, RedactSettings
+
+    texts = gutenberg_documents(args.docs) if args.gutenberg else synth_documents(args.docs)
+    words = statistics.mean(len(t.split()) for t in texts)
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    batch = as_batch(texts)
+
+    stage = Redact(RedactSettings(model=args.model))
+    stage.setup()
+    engine = presidio_analyzer_engine(args.model)
+    stage.process_batch(as_batch(texts[:8]))  # warm-up: first calls allocate
+    for t in texts[:8]:
+        engine.analyze(t, language="en")
+
+    ours, base = [], []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        out = stage.process_batch(batch)
+        ours.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for t in texts:
+            engine.analyze(t, language="en")
+        base.append(time.perf_counter() - t0)
+    o, b = statistics.median(ours), statistics.median(base)
+    n = len(texts)
+    ratio = b / o
+    kind = "Gutenberg" if args.gutenberg else "presidio-research sentences"
+    spans = sum(len(s) for s in out["spans"].to_pylist() if s)
+    print(f"{n} documents of {words:.0f} words ({kind}, {mb:.2f} MB), model {args.model}, one core, "
+          f"median of {args.repeats}")
+    print(f"redact stage:           {n / o:6.2f} docs/s  ({mb / o:.3f} MB/s, {spans} spans)")
+    print(f"Presidio analyze (1x1): {n / b:6.2f} docs/s  ({mb / b:.3f} MB/s)")
+    print(f"ratio: {ratio:.2f}x (target 1.5x: {'met' if ratio >= 1.5 else 'NOT met'})")
+    result = {"docs": n, "words": words, "corpus": kind, "model": args.model, "machine": machine(),
+              "stage_docs_per_s": n / o, "presidio_docs_per_s": n / b, "ratio": ratio,
+              "stage_runs_s": ours, "presidio_runs_s": base}
+    out_dir = ROOT / "benchmarks" / "results"
+    out_dir.mkdir(exist_ok=True)
+    name = f"redaction_speed{'-gutenberg' if args.gutenberg else ''}.json"
+    (out_dir / name).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if args.append:
+        with open(ROOT / "benchmarks" / "RESULTS.md", "a", encoding="utf-8") as fh:
+            fh.write(f"| {kind}, {n} docs x {words:.0f} words | `{args.model}` | {n / o:.2f} | {n / b:.2f} | "
+                     f"{ratio:.2f}x |\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,645 @@
+"""The batch PII detector and the two policies of confidentially redacted training.
+
+:class:`Detector` runs, over a list of texts:
+
+1. spaCy NER through ``nlp.pipe`` with only the ``ner`` component loaded (the
+   ``en_core_web_*`` NER has its own ``tok2vec``); spaCy labels map to Presidio entity
+   types with Presidio's own table (``conf/default.yaml``), except that ORGANIZATION is
+   kept (Presidio ignores it) at a lower score. Lines written in upper case go through
+   NER a second time in title case (names in ``JOHN SMITH`` text).
+2. the pattern recognizers (Presidio's predefined ones and
+   :mod:`privatize.redaction.recognizers`), compiled once, run directly (no per-document
+   ``AnalyzerEngine.analyze`` overhead), with Presidio's ``validate_result`` /
+   ``invalidate_result`` semantics and a cheap context enhancement: a context word among
+   the few words around a hit raises its score by 0.35 to at least 0.4, as Presidio's
+   ``LemmaContextAwareEnhancer`` does (whole words, plural ``s`` ignored, instead of
+   lemmas).
+3. names in coordinated lists: when one item of ``A, B and C`` is a PERSON, the other
+   single capitalised items are too.
+
+**pi** (the redaction policy) keeps the hits whose type is among ``entities`` and whose
+score reaches ``score_threshold``; overlapping hits merge into one span (type and score
+of the strongest); with ``propagate="document"`` every other occurrence of a detected
+string in the same text is added (and, for PERSON, every capitalised part of a detected
+name).
+
+**pi_c** (the conservative policy, near-perfect recall) flags what pi flags and, from
+different signals: every entity spaCy emits (any label, ``CARDINAL`` and ``PRODUCT``
+included), every recognizer hit at any score, digit runs, capitalised words that do not
+start a sentence, and sentence-initial capitalised words that are not common function
+words. Presidio gives every spaCy entity the same score (0.85), so a score threshold
+cannot separate the two policies.
+
+Reserved tokens (``<MASK>`` from dedup, tags, entity tokens) are never searched: any
+hit or signal is cut back to the text outside them.
+
+``detect_spans(texts)`` is the module-level entry point ``privatize encrypt`` calls,
+with a cached default detector.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import regex as re
+
+from privatize.ciphers.tokens import reserved_spans
+from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENTITIES: tuple[str, ...] = (
+    "PERSON", "LOCATION", "ORGANIZATION", "NRP", "DATE_TIME", "AGE",
+    "PHONE_NUMBER", "EMAIL_ADDRESS", "URL", "IP_ADDRESS", "MAC_ADDRESS",
+    "CREDIT_CARD", "IBAN_CODE", "US_BANK_NUMBER", "CRYPTO",
+    "US_SSN", "US_ITIN", "US_PASSPORT", "US_DRIVER_LICENSE", "UK_NHS", "MEDICAL_LICENSE",
+    "STREET_ADDRESS", "ZIP_CODE", "POSTCODE", "REFERENCE_NUMBER", "UUID",
+)
+"""The entity types the redact stage removes by default."""
+
+KNOWN_ENTITIES: frozenset[str] = frozenset(DEFAULT_ENTITIES) | {"TITLE"}
+"""Every type the detector can report (TITLE, job titles, is off by default: weak)."""
+
+DEFAULT_SCORE_THRESHOLD = 0.3
+NER_SCORE = 0.85  # Presidio's SpacyRecognizer score for every entity
+CONFIDENT_SCORE = 0.7  # a pattern hit this strong (validated or with context) names a merged span's type
+ORG_SCORE = 0.5  # Presidio ignores ORGANIZATION (false positives); we keep it, lower
+CONTEXT_FACTOR = 0.35  # Presidio's LemmaContextAwareEnhancer defaults
+CONTEXT_MIN_SCORE = 0.4
+CONTEXT_PREFIX_WORDS = 6
+CONTEXT_SUFFIX_WORDS = 2
+MAX_CHUNK = 100_000  # characters per spaCy call; longer texts are cut at whitespace
+CASELESS_LABELS = frozenset({"PERSON", "GPE", "LOC", "FAC", "NORP"})  # re-cased NER: ORG is mostly noise there
+
+Span = tuple[int, int, str, float, str, bool]  # start, end, entity_type, score, source, context word seen
+
+
+@dataclass(frozen=True)
+class PiCOptions:
+    """Signals of the conservative policy (all on by default)."""
+
+    all_ner_labels: bool = True
+    recognizer_hits: bool = True
+    digits: bool = True
+    capitalized: bool = True
+    min_score: float = 0.0
+    """Recognizer hits at or above this score count (0: every hit)."""
+
+
+@dataclass
+class Detection:
+    spans: list[dict] = field(default_factory=list)
+    """pi: merged, non-overlapping, sorted ``{start, end, entity_type, score, source}``."""
+    pi_c_hit: bool = False
+    pi_c_intervals: list[tuple[int, int]] = field(default_factory=list)
+    """Merged character intervals the conservative policy flags (pi's spans included)."""
+
+
+# ---------------------------------------------------------------------------------------
+# recognizers
+
+def default_pattern_recognizers() -> list:
+    """Presidio's predefined pattern recognizers for English (as its default registry
+    loads them, minus the phone and card recognizers, which ours supersede) plus the
+    recognizers of :mod:`privatize.redaction.recognizers`."""
+    patch_tldextract()
+    import tldextract
+
+    tldextract.extract("example.com")  # load the bundled suffix list now, not inside the first batch
+    from presidio_analyzer.predefined_recognizers import (
+        CryptoRecognizer, DateRecognizer, EmailRecognizer, IbanRecognizer, IpRecognizer, MacAddressRecognizer,
+        MedicalLicenseRecognizer, NhsRecognizer, UrlRecognizer, UsBankRecognizer, UsItinRecognizer,
+        UsLicenseRecognizer, UsPassportRecognizer, UsSsnRecognizer, UuidRecognizer)
+
+    from privatize.redaction.recognizers import better_recognizers
+
+    presidio = [CryptoRecognizer(), DateRecognizer(), EmailRecognizer(), IbanRecognizer(), IpRecognizer(),
+                MacAddressRecognizer(), MedicalLicenseRecognizer(), NhsRecognizer(), UrlRecognizer(),
+                UsBankRecognizer(), UsItinRecognizer(), UsLicenseRecognizer(), UsPassportRecognizer(),
+                UsSsnRecognizer(), UuidRecognizer()]
+    return presidio + better_recognizers()
+
+
+_WORD_RE = re.compile(r"[^\W_]+")
+
+
+def _context_words(words: Iterable[str]) -> frozenset[str]:
+    out = set()
+    for w in words:
+        for part in w.lower().split():
+            out.add(part.strip())
+    return frozenset(x for x in out if x)
+
+
+# every pattern of the recognizers for these types needs a decimal digit
+_DIGIT_ENTITIES = frozenset({"PHONE_NUMBER", "CREDIT_CARD", "US_SSN", "US_ITIN", "US_BANK_NUMBER", "ZIP_CODE", "AGE",
+                             "DATE_TIME", "STREET_ADDRESS"})
+
+
+class _CompiledRecognizer:
+    """One Presidio PatternRecognizer, its patterns compiled with its own flags."""
+
+    __slots__ = ("rec", "entity", "name", "patterns", "context", "has_validate", "has_invalidate", "needs_digit",
+                 "needs", "min_newlines", "finder")
+
+    def __init__(self, rec):
+        from presidio_analyzer import PatternRecognizer
+
+        self.rec = rec
+        self.entity = rec.supported_entities[0]
+        self.name = rec.name
+        flags = rec.global_regex_flags if rec.global_regex_flags is not None else 0
+        self.patterns = [(re.compile(p.regex, flags), p.score, p.name) for p in rec.patterns]
+        self.context = _context_words(rec.context or ())
+        self.has_validate = type(rec).validate_result is not PatternRecognizer.validate_result
+        self.has_invalidate = type(rec).invalidate_result is not PatternRecognizer.invalidate_result
+        # every pattern of these recognizers needs a digit / an '@' / a '.' somewhere: skip texts without
+        self.needs = {"EMAIL_ADDRESS": "@", "URL": "."}.get(self.entity)
+        self.needs_digit = self.entity in _DIGIT_ENTITIES
+        self.min_newlines = int(getattr(rec, "min_newlines", 0))
+        self.finder = getattr(rec, "find_candidates", None)
+
+    def run(self, text: str) -> list[tuple[int, int, str, float, str]]:
+        out: list[tuple[int, int, str, float, str]] = []
+        rec = self.rec
+        if self.finder is not None:  # a recognizer with a faster equivalent of its patterns
+            return [(s, e, self.entity, sc, self.name) for s, e, sc, _ in self.finder(text) if sc > 0]
+        for rx, base, _pname in self.patterns:
+            for m in rx.finditer(text):
+                s, e = m.span()
+                if s == e:
+                    continue
+                piece = text[s:e]
+                score = base
+                if self.has_validate:
+                    v = rec.validate_result(piece)
+                    if v is True:
+                        score = 1.0
+                    elif v is False:
+                        continue
+                if self.has_invalidate and rec.invalidate_result(piece):
+                    continue
+                if score <= 0:
+                    continue
+                out.append((s, e, self.entity, score, self.name))
+        return out
+
+
+def _has_context(text: str, s: int, e: int, words: frozenset[str]) -> bool:
+    if not words:
+        return False
+    before = _WORD_RE.findall(text[max(0, s - 80):s])[-CONTEXT_PREFIX_WORDS:]
+    after = _WORD_RE.findall(text[e:e + 40])[:CONTEXT_SUFFIX_WORDS]
+    for w in before + after:
+        w = w.lower()
+        if w in words or (w.endswith("s") and w[:-1] in words):
+            return True
+    return False
+
+
+# NER DATE/TIME entities that name no date: relative expressions without digits,
+# month or day names
+_RELATIVE_DATE = re.compile(
+    r"(?i)(?:(?:a|an|the|this|that|these|those|last|next|past|previous|coming|following|few|several|some|many|"
+    r"couple|of|one|two|three|four|five|six|seven|eight|nine|ten|a\s+few|recent|recently|ago|later|earlier|"
+    r"now|today|tonight|tomorrow|yesterday|day|days|daily|week|weeks|weekly|weekend|weekends|month|months|"
+    r"monthly|year|years|yearly|annual|annually|hour|hours|minute|minutes|second|seconds|moment|morning|"
+    r"mornings|afternoon|evening|evenings|night|nights|noon|midnight|time|times|decade|decades|century|"
+    r"season|quarter|half|long|short|same|other|each|every|all|before|after|ahead|within|about|around|"
+    r"almost|nearly|over|under|just|soon|once|twice|dawn|dusk|overnight|currently|present|future|"
+    r"and|or|to|in|on|at|for)[\s,'’-]*)+")
+_SPEAKER_LABEL = re.compile(r"(?<=^|\n)[ \t]*[A-Z]{2,5}(?=:)")
+
+
+# ---------------------------------------------------------------------------------------
+# span arithmetic
+
+def _cut_reserved(spans: list[Span], reserved: list[tuple[int, int]], text: str) -> list[Span]:
+    """Remove the parts of spans that overlap reserved tokens; keep pieces with a letter
+    or digit."""
+    if not reserved:
+        return spans
+    out = []
+    for s, e, t, sc, src, ctx in spans:
+        pieces = [(s, e)]
+        for rs, re_ in reserved:
+            nxt = []
+            for a, b in pieces:
+                if re_ <= a or rs >= b:
+                    nxt.append((a, b))
+                    continue
+                if a < rs:
+                    nxt.append((a, rs))
+                if re_ < b:
+                    nxt.append((re_, b))
+            pieces = nxt
+        for a, b in pieces:
+            seg = text[a:b]
+            stripped = seg.strip()
+            if stripped and any(c.isalnum() for c in stripped):
+                lead = len(seg) - len(seg.lstrip())
+                a2 = a + lead
+                out.append((a2, a2 + len(stripped), t, sc, src, ctx))
+    return out
+
+
+_NER_SOURCES = frozenset({"spacy", "spacy_case"})
+
+
+def _is_word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def _best(members: list[Span], start: int, end: int) -> Span:
+    """The member whose type describes a merged span: a confident pattern hit (score
+    at least 0.7: validated, or raised by context) first; then, among members covering
+    at least half of the merged span, the highest score; then a hit with context words
+    around it; then the longest."""
+    length = end - start
+
+    def rank(sp: Span):
+        confident = sp[4] not in _NER_SOURCES and sp[3] >= CONFIDENT_SCORE
+        return (confident, 2 * (sp[1] - sp[0]) >= length, sp[3], sp[5], sp[1] - sp[0])
+
+    return max(members, key=rank)
+
+
+def merge_spans(spans: list[Span]) -> list[Span]:
+    """Overlapping spans (sharing at least one character) become one span covering
+    them all; its type, score and source are those of the member :func:`_best` picks
+    (``12 Main Street, Springfield`` stays a street address though NER found
+    ``Springfield``; a validated phone number beats an NER date)."""
+    if not spans:
+        return []
+    spans = sorted(spans, key=lambda x: (x[0], -x[1]))
+    out: list[Span] = []
+    cs, ce, members = spans[0][0], spans[0][1], [spans[0]]
+    for sp in spans[1:]:
+        if sp[0] < ce:
+            ce = max(ce, sp[1])
+            members.append(sp)
+        else:
+            b = _best(members, cs, ce)
+            out.append((cs, ce, b[2], b[3], b[4], b[5]))
+            cs, ce, members = sp[0], sp[1], [sp]
+    b = _best(members, cs, ce)
+    out.append((cs, ce, b[2], b[3], b[4], b[5]))
+    return out
+
+
+def merge_intervals(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    if not iv:
+        return []
+    iv = sorted(iv)
+    out = [list(iv[0])]
+    for s, e in iv[1:]:
+        if s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(a, b) for a, b in out]
+
+
+# ---------------------------------------------------------------------------------------
+# names: upper-case lines, coordinated lists, name parts
+
+_SEGMENT = re.compile(r"[^\n.!?]+[.!?]*")
+_NAME_ITEM = r"\p{Lu}[\p{Ll}'’-]+(?:[ \t]\p{Lu}[\p{Ll}'’-]+)?"
+_NAME_LIST = re.compile(rf"{_NAME_ITEM}(?:[ \t]*,[ \t]*{_NAME_ITEM})*(?:[ \t]*,?[ \t]+(?:and|or|&)[ \t]+{_NAME_ITEM})"
+                        rf"|{_NAME_ITEM}(?:[ \t]*,[ \t]*{_NAME_ITEM}){{2,}}")
+_ITEM_RE = re.compile(_NAME_ITEM)
+_LETTER_WORD = re.compile(r"[^\W\d_][\w'’]*")
+
+
+def caseless_regions(text: str) -> list[tuple[int, int]]:
+    """Sentences or lines written without case information: all lower case (three words
+    or more), or mostly upper case (two upper-case words or more). Capital letters are
+    the strongest name signal NER has; here it has none."""
+    out = []
+    for m in _SEGMENT.finditer(text):
+        seg = m.group(0)
+        words = _LETTER_WORD.findall(seg)
+        if len(words) < 2:
+            continue
+        letters = sum(len(w) for w in words)
+        upper = sum(1 for w in words for c in w if c.isupper())
+        if upper == 0 and len(words) >= 3:
+            out.append(m.span())
+        elif upper / max(letters, 1) >= 0.8 and sum(1 for w in words if len(w) >= 2 and w.isupper()) >= 2:
+            out.append(m.span())
+    return out
+
+
+def recase(text: str, regions: list[tuple[int, int]]) -> str:
+    """``text`` with each caseless region re-cased for NER: words lower case, with the
+    first letter of every word that is not a common function word in upper case. The
+    length never changes (characters whose case mapping changes length stay as they
+    are)."""
+    stops = _stop_words()
+    chars = list(text)
+    for s, e in regions:
+        for m in _LETTER_WORD.finditer(text, s, e):
+            w = m.group(0)
+            cap = w.lower() not in stops
+            for k, c in enumerate(w):
+                c2 = c.upper() if (k == 0 and cap) else c.lower()
+                if len(c2) == 1:
+                    chars[m.start() + k] = c2
+    return "".join(chars)
+
+
+# ---------------------------------------------------------------------------------------
+# pi_c signals
+
+_DIGITS = re.compile(r"\d+")
+# a capitalised word (or all-caps token) with the character before it
+_CAP_WORD = re.compile(r"(?<![\w])\p{Lu}[\w'’.-]*")
+_SENT_END = re.compile(r"[.!?:;\n\"“”()\[\]>*-]\s*$|^\s*$")
+_PRONOUN_I = frozenset({"I", "I'm", "I’m", "I'll", "I've", "I'd", "I’ll", "I’ve", "I’d"})
+
+
+@functools.lru_cache(maxsize=1)
+def _stop_words() -> frozenset[str]:
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    extra = {"hello", "hi", "hey", "thanks", "thank", "please", "sure", "yes", "ok", "okay", "good", "great",
+             "sorry", "dear", "regards", "bye", "goodbye", "welcome", "well", "oh", "no", "yeah", "yep"}
+    return frozenset(STOP_WORDS) | frozenset(extra)
+
+
+def _pi_c_word_signals(text: str) -> list[tuple[int, int]]:
+    out = []
+    stops = _stop_words()
+    for m in _CAP_WORD.finditer(text):
+        w = m.group(0).rstrip(".-'’")
+        if not w or w in _PRONOUN_I:
+            continue
+        s = m.start()
+        initial = _SENT_END.search(text, max(0, s - 4), s) is not None or s == 0
+        if initial and w.lower() in stops:
+            continue
+        out.append((s, s + len(w)))
+    for m in _DIGITS.finditer(text):
+        out.append(m.span())
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# the detector
+
+class Detector:
+    """Detects PII spans in batches of texts; build once per process (loads spaCy)."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, *, entities: Iterable[str] | None = None,
+                 score_threshold: float = DEFAULT_SCORE_THRESHOLD, propagate: str = "document",
+                 pi_c: PiCOptions | None = None, batch_size: int = 32, upper_case_names: bool = True):
+        if propagate not in ("document", "none"):
+            raise ValueError("propagate must be 'document' or 'none'")
+        if not 0.0 <= float(score_threshold) <= 1.0:
+            raise ValueError(f"score_threshold must be between 0 and 1 (got {score_threshold})")
+        unknown = set(entities or ()) - KNOWN_ENTITIES
+        if unknown:
+            raise ValueError(f"unknown entity type(s) {sorted(unknown)}")
+        self.model = model
+        self.entities = frozenset(entities if entities is not None else DEFAULT_ENTITIES)
+        self.score_threshold = float(score_threshold)
+        self.propagate = propagate
+        self.pi_c = pi_c or PiCOptions()
+        self.batch_size = batch_size
+        self.upper_case_names = upper_case_names
+        self.nlp = load_spacy(model, ("ner",))
+        mapping, ignored = ner_mapping(model)
+        self.ner_map = {k: v for k, v in mapping.items()}
+        self.ner_ignored = frozenset(ignored) - {"ORGANIZATION"}
+        self.recognizers = [_CompiledRecognizer(r) for r in default_pattern_recognizers()]
+
+    # ---- NER ----------------------------------------------------------------------
+    def _chunks(self, text: str) -> list[tuple[int, str]]:
+        if len(text) <= MAX_CHUNK:
+            return [(0, text)]
+        out, pos = [], 0
+        while pos < len(text):
+            end = min(len(text), pos + MAX_CHUNK)
+            if end < len(text):
+                cut = max(text.rfind("\n", pos, end), text.rfind(" ", pos, end))
+                if cut > pos:
+                    end = cut + 1
+            out.append((pos, text[pos:end]))
+            pos = end
+        return out
+
+    def _ner(self, texts: list[str]) -> list[list[tuple[int, int, str]]]:
+        """(start, end, spaCy label) per text."""
+        jobs: list[tuple[int, int, str]] = []  # text index, offset, chunk
+        for i, t in enumerate(texts):
+            for off, chunk in self._chunks(t):
+                jobs.append((i, off, chunk))
+        out: list[list[tuple[int, int, str]]] = [[] for _ in texts]
+        docs = self.nlp.pipe((c for _, _, c in jobs), batch_size=self.batch_size)
+        for (i, off, _), doc in zip(jobs, docs):
+            out[i].extend((off + e.start_char, off + e.end_char, e.label_) for e in doc.ents)
+        return out
+
+    def _map_ner(self, ents: list[tuple[int, int, str]], source: str, text: str) -> list[Span]:
+        out = []
+        for s, e, label in ents:
+            etype = self.ner_map.get(label)
+            if etype is None or etype in self.ner_ignored:
+                continue
+            if etype == "DATE_TIME" and _RELATIVE_DATE.fullmatch(text[s:e]):
+                continue  # "several days ago", "this morning": no date in it
+            if e - s <= 6 and _SPEAKER_LABEL.match(text, s) and text.startswith(":", e):
+                continue  # "USR:", "SYS:" starting a dialogue turn
+            out.append((s, e, etype, ORG_SCORE if etype == "ORGANIZATION" else NER_SCORE, source, False))
+        return out
+
+    def _caseless_ner(self, texts: list[str], regions: list[list[tuple[int, int]]]) -> dict[int, list]:
+        """NER over the re-cased caseless regions only (neighbouring regions joined),
+        entities of :data:`CASELESS_LABELS` with offsets into the original texts."""
+        blocks: list[tuple[int, int, int]] = []  # text index, start, end
+        for i, regs in enumerate(regions):
+            for a, b in regs:
+                if blocks and blocks[-1][0] == i and not texts[i][blocks[-1][2]:a].strip():
+                    blocks[-1] = (i, blocks[-1][1], b)
+                else:
+                    blocks.append((i, a, b))
+        out: dict[int, list] = {}
+        if not blocks:
+            return out
+        pieces = [recase(texts[i][a:b], [(0, b - a)]) for i, a, b in blocks]
+        for (i, a, _b), ents in zip(blocks, self._ner(pieces)):
+            out.setdefault(i, []).extend((a + s, a + e, lab) for s, e, lab in ents if lab in CASELESS_LABELS)
+        return out
+
+    # ---- patterns -----------------------------------------------------------------
+    def _patterns(self, text: str, wanted: frozenset[str] | None) -> list[Span]:
+        has_digit = _DIGITS.search(text) is not None
+        out: list[Span] = []
+        for cr in self.recognizers:
+            if wanted is not None and cr.entity not in wanted:
+                continue
+            if cr.needs_digit and not has_digit:
+                continue
+            if cr.needs is not None and cr.needs not in text:
+                continue
+            if cr.min_newlines and text.count("\n") < cr.min_newlines:
+                continue
+            for s, e, t, sc, src in cr.run(text):
+                ctx = bool(cr.context) and _has_context(text, s, e, cr.context)
+                if ctx and sc < 1.0:
+                    sc = max(min(1.0, sc + CONTEXT_FACTOR), CONTEXT_MIN_SCORE)
+                out.append((s, e, t, sc, src, ctx))
+        return out
+
+    @staticmethod
+    def _name_lists(text: str, persons: list[Span]) -> list[Span]:
+        if not persons or ("," not in text and " and " not in text):
+            return []
+        out = []
+        for m in _NAME_LIST.finditer(text):
+            ls, le = m.span()
+            if not any(p[0] < le and ls < p[1] for p in persons):
+                continue
+            for it in _ITEM_RE.finditer(text, ls, le):
+                if it.group(0) in ("And", "Or"):
+                    continue
+                out.append((it.start(), it.end(), "PERSON", 0.6, "name_list", False))
+        return out
+
+    # ---- propagation --------------------------------------------------------------
+    @staticmethod
+    def _propagate(text: str, spans: list[Span]) -> list[Span]:
+        """Every other occurrence of a detected string (and of each capitalised part of
+        a detected name) in ``text``, as new spans of the same type and score."""
+        if not spans:
+            return spans
+        targets: dict[str, tuple[str, float]] = {}
+        stops = _stop_words()
+        for s, e, t, sc, _src, _ctx in spans:
+            piece = text[s:e].strip()
+            if len(piece) >= 2 and any(c.isalnum() for c in piece):
+                targets.setdefault(piece, (t, sc))
+            if t == "PERSON":
+                for w in re.findall(r"\p{Lu}[\p{Ll}'’-]{2,}", piece):
+                    if w.lower() not in stops:
+                        targets.setdefault(w, (t, sc))
+        if not targets:
+            return spans
+        covered = sorted((s, e) for s, e, *_ in spans)
+        extra = []
+        n = len(text)
+        for key in sorted(targets, key=len, reverse=True):
+            t, sc = targets[key]
+            pos = text.find(key)
+            while pos >= 0:
+                a, b = pos, pos + len(key)
+                pos = text.find(key, pos + 1)
+                if (a > 0 and _is_word_char(text[a - 1])) or (b < n and _is_word_char(text[b])):
+                    continue
+                if any(s <= a and b <= e for s, e in covered):
+                    continue  # already inside a detected (or longer propagated) span
+                extra.append((a, b, t, sc, "propagation", False))
+                covered.append((a, b))
+        return spans + extra
+
+    # ---- the batch ----------------------------------------------------------------
+    def detect(self, texts: list[str], *, want_intervals: bool = False) -> list[Detection]:
+        """One :class:`Detection` per text (``None`` texts are not allowed)."""
+        texts = list(texts)
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError("detect needs str texts (quarantine null records before)")
+        ner = self._ner(texts)
+        upper_regions = [caseless_regions(t) if self.upper_case_names else [] for t in texts]
+        case_ner = self._caseless_ner(texts, upper_regions)
+        results = []
+        pi_c = self.pi_c
+        for i, text in enumerate(texts):
+            reserved = reserved_spans(text)
+            cands = self._map_ner(ner[i], "spacy", text)
+            if i in case_ner:
+                cands += self._map_ner(case_ner[i], "spacy_case", text)
+            cands += self._patterns(text, None if pi_c.recognizer_hits else self.entities)
+            cands += self._name_lists(text, [c for c in cands if c[2] == "PERSON" and c[3] >= self.score_threshold])
+            cands = _cut_reserved(cands, reserved, text)
+            pi = [c for c in cands if c[2] in self.entities and c[3] >= self.score_threshold]
+            pi = merge_spans(pi)
+            if self.propagate == "document" and pi:
+                pi = merge_spans(_cut_reserved(self._propagate(text, pi), reserved, text))
+            # pi_c
+            iv = [(sp[0], sp[1]) for sp in pi]
+            if pi_c.recognizer_hits:
+                iv += [(c[0], c[1]) for c in cands if c[3] >= pi_c.min_score]
+            if pi_c.all_ner_labels:
+                iv += [(s, e) for s, e, _ in ner[i]] + [(s, e) for s, e, _ in case_ner.get(i, ())]
+            if pi_c.digits or pi_c.capitalized:
+                sig = _pi_c_word_signals(text)
+                if not pi_c.capitalized:
+                    sig = [x for x in sig if text[x[0]].isdigit()]
+                if not pi_c.digits:
+                    sig = [x for x in sig if not text[x[0]].isdigit()]
+                iv += sig
+            if pi_c.capitalized:
+                # text without case information: every word that is not a function word
+                stops = _stop_words()
+                for a, b in upper_regions[i]:
+                    iv += [m.span() for m in _LETTER_WORD.finditer(text, a, b) if m.group(0).lower() not in stops]
+            if reserved and iv:
+                iv = [(x[0], x[1]) for x in _cut_reserved([(a, b, "", 0.0, "", False) for a, b in iv], reserved, text)]
+            det = Detection(
+                spans=[{"start": s, "end": e, "entity_type": t, "score": float(sc), "source": src}
+                       for s, e, t, sc, src, _ctx in pi],
+                pi_c_hit=bool(iv),
+                pi_c_intervals=merge_intervals(iv) if want_intervals else [],
+            )
+            results.append(det)
+        return results
+
+
+# ---------------------------------------------------------------------------------------
+# module-level default (``privatize encrypt`` with an AES key calls detect_spans)
+
+_default_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_detector(model: str) -> Detector:
+    return Detector(model)
+
+
+def default_detector(model: str = DEFAULT_MODEL) -> Detector:
+    with _default_lock:
+        return _cached_detector(model)
+
+
+def detect_spans(texts: list[str], settings=None) -> list[list[dict]]:
+    """pi spans per text: ``{start, end, entity_type, score, source}``, sorted,
+    non-overlapping, offsets into each text. ``settings`` may be a ``RedactSettings``
+    (model, entities, threshold, propagation) or ``None`` for the defaults."""
+    if settings is None:
+        det = default_detector()
+    else:
+        det = detector_for(settings)
+    return [d.spans for d in det.detect(list(texts))]
+
+
+def detector_for(settings) -> Detector:
+    """A detector configured like a ``RedactSettings`` (cached per distinct settings)."""
+    pic = settings.pi_c
+    if hasattr(pic, "model_dump"):
+        pic = PiCOptions(**pic.model_dump())
+    key = (settings.model, tuple(settings.entities), float(settings.score_threshold), settings.propagate, pic,
+           int(getattr(settings, "batch_size", 32)))
+    with _default_lock:
+        return _detector_by_key(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _detector_by_key(key) -> Detector:
+    model, entities, threshold, propagate, pic, batch_size = key
+    return Detector(model, entities=entities, score_threshold=threshold, propagate=propagate, pi_c=pic,
+                    batch_size=batch_size)

