@@ -119,10 +119,24 @@ def prepare_output(rows: pa.Table, *, meta_keys: list[str], pseudonym_key: bytes
     return canonicalize(rows)
 
 
-def write_shard(table: pa.Table, path: Path) -> None:
-    pq.write_table(table, path, compression="zstd", compression_level=3, row_group_size=_ROW_GROUP,
-                   use_dictionary=False, write_statistics=False, version="2.6",
+def _write_parquet(table: pa.Table, where) -> None:
+    # one chunk per column: page boundaries then depend on the rows alone, never on how
+    # a runner happened to chunk the table
+    pq.write_table(table.combine_chunks(), where, compression="zstd", compression_level=3,
+                   row_group_size=_ROW_GROUP, use_dictionary=False, write_statistics=False, version="2.6",
                    data_page_version="1.0", store_schema=True)
+
+
+def write_shard(table: pa.Table, path: Path) -> None:
+    _write_parquet(table, path)
+
+
+def shard_bytes(table: pa.Table) -> bytes:
+    """The bytes :func:`write_shard` writes for ``table`` (a worker builds a shard in
+    memory; the driver stores it with :meth:`OutputWriter.put_shard`)."""
+    sink = pa.BufferOutputStream()
+    _write_parquet(table, sink)
+    return sink.getvalue().to_pybytes()
 
 
 def sha256_file(path: Path) -> str:
@@ -215,6 +229,14 @@ class OutputWriter:
             entries.append({"file": f"{SHARD_DIR}/{name}", "rows": part.num_rows,
                             "bytes": path.stat().st_size, "sha256": sha256_file(path)})
         return entries
+
+    def put_shard(self, i: int, data: bytes, rows: int) -> dict:
+        """Store shard ``i`` built elsewhere (:func:`shard_bytes`); returns its manifest entry."""
+        name = shard_name(i, self.num_shards)
+        path = self.tmp_dir / SHARD_DIR / name
+        path.write_bytes(data)
+        return {"file": f"{SHARD_DIR}/{name}", "rows": rows, "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest()}
 
     def commit(self, manifest: dict) -> None:
         body = json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"

@@ -135,11 +135,19 @@ def _read_bytes(f: InputFile) -> bytes:
 
 
 def read_jsonl(f: InputFile, batch_size: int) -> Iterator[pa.Table]:
-    data = _read_bytes(f)
+    yield from parse_jsonl(f, _read_bytes(f), batch_size)
+
+
+def parse_jsonl(f: InputFile, data: bytes, batch_size: int, first_line: int = 1, *,
+                whole_file: bool = True) -> Iterator[pa.Table]:
+    """Records of JSONL ``data``, whose first line is line ``first_line`` of ``f``. With
+    ``whole_file``, a file where no line is a JSON object is an :class:`InputError`; a
+    runner that reads a file in byte ranges checks that over the whole file itself
+    (:func:`jsonl_has_record`)."""
     b = _Builder(f.index, batch_size)
     parsed_any = False
     first_bad: tuple[int, str] | None = None
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+    for lineno, raw in enumerate(data.split(b"\n"), start=first_line):
         if not raw.strip():
             continue
         default_id = f"{f.name}:{lineno}"
@@ -164,12 +172,36 @@ def read_jsonl(f: InputFile, batch_size: int) -> Iterator[pa.Table]:
                     _add_object(b, lineno, default_id, obj, line)
         if len(b) >= batch_size:
             yield b.flush()
-    if not parsed_any:
-        where, why = first_bad or (1, "no records")
-        raise InputError(f"{f.path}:{where}: not a JSONL file ({why})")
+    if whole_file and not parsed_any:
+        raise not_jsonl_error(f, first_bad)
     t = b.flush()
     if t is not None:
         yield t
+
+
+def not_jsonl_error(f: InputFile, first_bad: tuple[int, str] | None) -> InputError:
+    where, why = first_bad or (1, "no records")
+    return InputError(f"{f.path}:{where}: not a JSONL file ({why})")
+
+
+def jsonl_has_record(data: bytes, first_line: int = 1) -> tuple[bool, tuple[int, str] | None]:
+    """(whether some line of ``data`` is a JSON object, the first bad line before it):
+    the file-level check of :func:`parse_jsonl`, for one byte range of a file."""
+    first_bad: tuple[int, str] | None = None
+    for lineno, raw in enumerate(data.split(b"\n"), start=first_line):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            first_bad = first_bad or (lineno, "not UTF-8")
+        except json.JSONDecodeError as exc:
+            first_bad = first_bad or (lineno, f"invalid JSON: {exc.msg}")
+        else:
+            if isinstance(obj, dict):
+                return True, first_bad
+            first_bad = first_bad or (lineno, "not a JSON object")
+    return False, first_bad
 
 
 def _add_object(b: _Builder, lineno: int, default_id: str, obj: dict, raw_line: str) -> None:
@@ -206,7 +238,14 @@ def read_text(f: InputFile, batch_size: int, per_line: bool) -> Iterator[pa.Tabl
         b.add(1, f.name, text)
         yield b.flush()
         return
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+    yield from parse_text_lines(f, data, batch_size)
+
+
+def parse_text_lines(f: InputFile, data: bytes, batch_size: int, first_line: int = 1) -> Iterator[pa.Table]:
+    """Records of plain text ``data``, one per non-blank line; the first line of ``data``
+    is line ``first_line`` of ``f``."""
+    b = _Builder(f.index, batch_size)
+    for lineno, raw in enumerate(data.split(b"\n"), start=first_line):
         raw = raw.rstrip(b"\r")
         if not raw.strip():
             continue  # blank lines separate nothing and are not records

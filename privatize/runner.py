@@ -122,30 +122,42 @@ def finish_output(spec: PipelineSpec, writer: OutputWriter, rows: pa.Table, stag
     qpath = quarantine_path(writer.output_dir)
     nq = write_quarantine(quarantined, qpath, stage_names)
     per_stage = stage_stats(rows, len(stages))
-    stage_entries = []
-    for i, s in enumerate(stages):
-        st = per_stage[i]
-        entry = {"index": i, "kind": s.kind, **timings[i], "quarantined": st["quarantined"],
-                 "dropped": st["dropped"], "stats": st["stats"]}
-        expanded = entry["stats"].get("expanded", 0)
-        entry["reconciled"] = entry["records_in"] + expanded == entry["records_out"] + st["quarantined"] + st["dropped"]
-        stage_entries.append(entry)
     key_ids = {}
     for i, s in enumerate(stages):
         for name, kid in s.key_ids().items():
             key_ids[f"stages.{i}.{name}"] = kid
     if pseudonym_key_id:
         key_ids["output.pseudonym_key"] = pseudonym_key_id
+    return build_manifest(spec, [s.kind for s in stages], per_stage, timings, key_ids,
+                          input_records=input_records, output_records=table.num_rows,
+                          quarantined=quarantined.num_rows, dropped=dropped.num_rows, shards=shards,
+                          quarantine=str(qpath) if nq else None, quarantine_records=nq, files=files,
+                          runner=runner)
+
+
+def build_manifest(spec: PipelineSpec, kinds: list[str], per_stage: dict[int, dict], timings: list[dict],
+                   key_ids: dict[str, str], *, input_records: int, output_records: int, quarantined: int,
+                   dropped: int, shards: list[dict], quarantine: str | None, quarantine_records: int,
+                   files: list[str], runner: str) -> dict:
+    """The manifest (without ``seconds``) from what a runner counted; every runner builds
+    it here, so the fields agree."""
+    stage_entries = []
+    for i, kind in enumerate(kinds):
+        st = per_stage[i]
+        entry = {"index": i, "kind": kind, **timings[i], "quarantined": st["quarantined"],
+                 "dropped": st["dropped"], "stats": st["stats"]}
+        expanded = entry["stats"].get("expanded", 0)
+        entry["reconciled"] = entry["records_in"] + expanded == entry["records_out"] + st["quarantined"] + st["dropped"]
+        stage_entries.append(entry)
     manifest = manifest_skeleton(spec.to_dict(), spec.sha256())
     manifest.update({
         "runner": runner,
         "inputs": files,
         "counts": {"input_records": input_records, "read_quarantined": per_stage[READ_STAGE]["quarantined"],
-                   "output_records": table.num_rows, "quarantined": quarantined.num_rows,
-                   "dropped": dropped.num_rows},
+                   "output_records": output_records, "quarantined": quarantined, "dropped": dropped},
         "stages": stage_entries,
         "key_ids": key_ids,
         "shards": shards,
-        "quarantine": {"path": str(qpath) if nq else None, "records": nq},
+        "quarantine": {"path": quarantine, "records": quarantine_records},
     })
     return manifest

@@ -1,0 +1,196 @@
+"""The Ray Jobs entrypoint of a privatization run::
+
+    python -m privatize.job SPEC_URI INPUT_URI OUTPUT_URI [--batch-size N] [--strict] [--overwrite]
+
+Each location is a local path or a URI that ``pyarrow.fs`` opens (``s3://bucket/key``,
+``file:///...``). Remote inputs are copied to a local temporary folder first and the
+output is written locally, then uploaded: shards, then the quarantine (beside the
+output, ``<OUTPUT_URI>.quarantine.jsonl``), then ``manifest.json`` last, so a reader that
+finds a manifest finds every shard it lists.
+
+Inside a Ray job (``RAY_ADDRESS`` is set by the job supervisor) the run joins that
+cluster; otherwise it starts an embedded local one. No key material is an argument:
+the spec names keys by reference and stages resolve them on the workers.
+
+The last line of stdout is a one-line JSON summary. Exit codes: 0 success, 2 bad input
+(spec, input, output location, keys; one line on stderr), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path, PurePosixPath
+
+from privatize.errors import InputError, OutputError, PrivatizeError, SpecError
+
+log = logging.getLogger(__name__)
+
+
+def _is_uri(location: str) -> bool:
+    return "://" in location
+
+
+def _fs(location: str):
+    """(filesystem, path) for a URI; raises the given error kind with one line."""
+    import pyarrow.fs as pafs
+
+    try:
+        return pafs.FileSystem.from_uri(location)
+    except (OSError, ValueError, TypeError) as exc:  # pyarrow raises ArrowInvalid (a ValueError)
+        raise InputError(f"{location}: cannot open ({str(exc).splitlines()[0]})") from None
+
+
+def load_spec_any(location: str):
+    """The spec at a path or URI, and the folder its ``file:`` key paths resolve against
+    (a local spec's folder; none for a remote one)."""
+    from privatize.spec import load_spec, parse_spec
+
+    if not _is_uri(location) or location.startswith("file://"):
+        path = location[len("file://"):] if location.startswith("file://") else location
+        return load_spec(path), str(Path(path).resolve().parent)
+    import yaml
+
+    fs, path = _fs(location)
+    try:
+        with fs.open_input_stream(path) as fh:
+            text = fh.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{location}: cannot read spec ({str(exc).splitlines()[0]})") from None
+    try:
+        data = json.loads(text) if path.lower().endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError):
+        raise SpecError(f"{location}: not valid {'JSON' if path.lower().endswith('.json') else 'YAML'}") from None
+    try:
+        return parse_spec(data), None
+    except SpecError as exc:
+        raise SpecError(f"{location}: {exc}") from None
+
+
+def localize_input(location: str, tmp: Path) -> str:
+    """A local path holding the input: the path itself, or a copy of a remote file or
+    folder (file names, and so default document ids, are kept)."""
+    if not _is_uri(location):
+        return location
+    if location.startswith("file://"):
+        return location[len("file://"):]
+    import pyarrow.fs as pafs
+
+    fs, path = _fs(location)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise InputError(f"{location}: no such file or directory")
+    dest = tmp / "input"
+    dest.mkdir(parents=True)
+    try:
+        if info.type == pafs.FileType.Directory:
+            pafs.copy_files(path, str(dest), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+            return str(dest)
+        target = dest / PurePosixPath(path).name
+        pafs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+        return str(target)
+    except OSError as exc:
+        raise InputError(f"{location}: cannot read: {str(exc).splitlines()[0]}") from None
+
+
+def upload_output(local: Path, location: str, *, overwrite: bool) -> str | None:
+    """Upload a finished output folder (and its quarantine) to ``location``; returns the
+    quarantine's URI when there is one."""
+    import pyarrow.fs as pafs
+
+    from privatize.output import MANIFEST, SHARD_DIR, quarantine_path
+
+    fs, path = _fs(location)
+    local_fs = pafs.LocalFileSystem()
+    if overwrite:
+        if fs.get_file_info(path).type == pafs.FileType.Directory:
+            fs.delete_dir(path)
+    fs.create_dir(path, recursive=True)
+    pafs.copy_files(str(local / SHARD_DIR), f"{path}/{SHARD_DIR}", source_filesystem=local_fs,
+                    destination_filesystem=fs)
+    q = quarantine_path(local)
+    q_uri = None
+    if q.exists():
+        pafs.copy_files(str(q), f"{path}.quarantine.jsonl", source_filesystem=local_fs, destination_filesystem=fs)
+        q_uri = f"{location}.quarantine.jsonl"
+    pafs.copy_files(str(local / MANIFEST), f"{path}/{MANIFEST}", source_filesystem=local_fs,
+                    destination_filesystem=fs)
+    return q_uri
+
+
+def _check_remote_output(location: str, overwrite: bool) -> None:
+    import pyarrow.fs as pafs
+
+    fs, path = _fs(location)
+    if fs.get_file_info(path).type != pafs.FileType.NotFound and not overwrite:
+        raise OutputError(f"{location}: output exists (use --overwrite to replace it)")
+
+
+def run_job(spec_location: str, input_location: str, output_location: str, *, batch_size: int = 1024,
+            strict: bool = False, overwrite: bool = False) -> dict:
+    """Run the job; returns the summary that ``main`` prints."""
+    from privatize.ray_runner import run_pipeline_ray
+
+    address = "auto" if os.environ.get("RAY_ADDRESS") else None
+    remote_out = _is_uri(output_location) and not output_location.startswith("file://")
+    with tempfile.TemporaryDirectory(prefix="privatize-job-") as tmpname:
+        tmp = Path(tmpname)
+        spec, spec_dir = load_spec_any(spec_location)
+        if remote_out:
+            _check_remote_output(output_location, overwrite)
+        input_path = localize_input(input_location, tmp)
+        if remote_out:
+            out = tmp / "output"
+        else:
+            out = Path(output_location[len("file://"):] if output_location.startswith("file://") else output_location)
+        manifest = run_pipeline_ray(spec, input_path, out, spec_dir=spec_dir, address=address,
+                                    batch_size=batch_size, strict=strict, overwrite=overwrite,
+                                    progress=sys.stderr.isatty())
+        if remote_out:
+            quarantine = upload_output(out, output_location, overwrite=overwrite)
+            where, manifest_at = output_location, f"{output_location.rstrip('/')}/manifest.json"
+        else:
+            quarantine = manifest["quarantine"]["path"]
+            where, manifest_at = str(out.resolve()), str((out / "manifest.json").resolve())
+    return {"status": "ok", "runner": "ray", "output": where, "manifest": manifest_at, **manifest["counts"],
+            "quarantine": quarantine, "seconds": manifest.get("seconds")}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors exit 2 with one line, like bad input
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="python -m privatize.job", description="Run a pipeline spec on the current Ray cluster.")
+    p.add_argument("spec", help="pipeline spec (YAML or JSON): a path or a URI")
+    p.add_argument("input", help="input file or folder: a path or a URI")
+    p.add_argument("output", help="output folder: a path or a URI (must not exist, unless --overwrite)")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--strict", action="store_true", help="record-level problems are errors, not quarantined")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    warnings.showwarning = lambda message, *a, **k: print(f"privatize: warning: {message}", file=sys.stderr)
+    try:
+        summary = run_job(args.spec, args.input, args.output, batch_size=args.batch_size, strict=args.strict,
+                          overwrite=args.overwrite)
+    except PrivatizeError as exc:
+        print(f"privatize: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("privatize: interrupted", file=sys.stderr)
+        return 130
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,912 @@
+"""The Ray Data runner: the same stages, the same output, on a Ray cluster.
+
+A :class:`~privatize.spec.PipelineSpec` becomes a Ray Data plan::
+
+    read (one task per file, or per byte range of a large JSONL / text file)
+      -> UniqueIds (built in, as in-process)          } a GlobalStage: keys -> group by
+      -> stage 0 -> stage 1 -> ...                     } ``_part`` -> decide -> apply
+      -> final rows -> hash-partition by shard -> one task writes each shard
+
+Every stage runs through :mod:`privatize.execution` (``run_stage_batch``, ``key_rows``,
+``decide_partition``, ``apply_global_batch``), so the rows are the in-process runner's
+rows; each shard is written by :func:`privatize.output.shard_bytes` from the rows that
+belong to it, sorted, so the shards are byte-identical to the in-process runner's.
+
+* A stage with ``setup()`` runs in an actor pool (set up once per actor), any other as
+  tasks. Workers receive stage *settings* (key references), never key bytes: keys are
+  resolved in ``setup()`` on the worker, the pseudonym key in the task that writes a
+  shard.
+* CPUs are budgeted so that reads, tasks and writes run beside the actors even on a
+  one-CPU cluster (fractional ``num_cpus``, bounded actor pools).
+* Counts, timings and key ids travel *with the rows*: each stage task appends one
+  marked "info" row per batch (``_drop`` = :data:`INFO`), so a retried task never
+  counts twice and nothing is gathered on the side. The final pass turns them into the
+  manifest's per-stage ``records_in`` / ``records_out`` / ``seconds``; they are never
+  written anywhere.
+* A GlobalStage's decisions are gathered on the driver (sparse by contract) and
+  ``ray.put`` once; each worker indexes them once (:class:`DecisionLookup`).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from privatize.errors import InputError, PrivatizeError
+from privatize.execution import (DSTAGE, QSTAGE, READ_STAGE, UniqueIds, apply_global_batch, concat,
+                                 decide_partition, finish_stage_output, key_rows, run_stage_batch)
+from privatize.keys import KeyResolver
+from privatize.output import (OutputWriter, prepare_output, quarantine_path, shard_bytes, shard_of,
+                              split_final_rows, stage_stats, write_quarantine)
+from privatize.records import (InputFile, jsonl_has_record, list_inputs, not_jsonl_error, parse_jsonl,
+                               parse_text_lines, read_jsonl, read_parquet, read_text)
+from privatize.runner import build_manifest, check_strict
+from privatize.spec import OutputSettings, PipelineSpec
+from privatize.stage import DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, GlobalStage, Stage, StageContext, build_stage
+
+log = logging.getLogger(__name__)
+
+INFO = "\x00privatize-info"
+"""The ``_drop`` reason of an info row (counts and timings of one batch of one stage)."""
+INFO_STAGE = -1000
+"""The ``_dstage`` of an info row: no stage dropped it, and ``stage_stats`` never sees it."""
+SHARD = "_shard"
+DECIDED = "_decided_part"
+SUMMARY_SHARD = -1
+DEFAULT_RANGE_BYTES = 64 << 20
+
+
+@dataclass
+class RayRunOptions:
+    batch_size: int = 1024
+    strict: bool = False
+    overwrite: bool = False
+    read_range_bytes: int = DEFAULT_RANGE_BYTES
+    """JSONL and line-per-record text files larger than this are read in byte ranges."""
+    num_cpus: float | None = None
+    """CPUs of an embedded local cluster (default: all)."""
+    object_store_memory: int | None = None
+    """Object store of an embedded local cluster, in bytes (Ray's minimum is 75 MiB)."""
+    reads_on_driver_node: bool = True
+    """Input paths are the driver's: read them on its node (turn off for shared storage)."""
+    progress: bool = True
+
+
+# ---- worker side ---------------------------------------------------------------------
+# Everything below up to the driver section runs in Ray workers. Objects shipped there
+# hold settings and key *references* only.
+
+_LOCAL: dict[Any, Any] = {}  # per worker process: set-up stages, resolved pseudonym key
+_LOOKUPS: collections.OrderedDict = collections.OrderedDict()  # decisions, by object id
+_MAX_LOOKUPS = 2
+
+
+@dataclass(frozen=True)
+class StageRef:
+    """What a worker needs to build stage ``index``: its settings (``None``: the built-in
+    :class:`~privatize.execution.UniqueIds`) and the folder key paths resolve against."""
+
+    settings: Any
+    base_dir: str | None
+    index: int
+
+    @property
+    def kind(self) -> str:
+        return UniqueIds.kind if self.settings is None else self.settings.kind
+
+    def build(self) -> Stage:
+        if self.settings is None:
+            return UniqueIds()
+        return build_stage(self.settings, StageContext(base_dir=self.base_dir))
+
+    def _cache_key(self) -> tuple:
+        body = None if self.settings is None else self.settings.model_dump_json()
+        return ("stage", self.index, body, self.base_dir)
+
+
+def ready_stage(ref: StageRef) -> Stage:
+    """The stage of ``ref``, set up once in this process."""
+    key = ref._cache_key()
+    stage = _LOCAL.get(key)
+    if stage is None:
+        stage = ref.build()
+        stage.setup()
+        _LOCAL[key] = stage
+    return stage
+
+
+def _marked_count(batch: pa.Table) -> int:
+    masks = [pc.is_valid(batch[c]) for c in (QUARANTINE, DROP) if c in batch.column_names]
+    if not masks:
+        return 0
+    m = masks[0]
+    for other in masks[1:]:
+        m = pc.or_(m, other)
+    return int(pc.sum(pc.cast(m, pa.int64())).as_py() or 0)
+
+
+def _info_table(data: dict) -> pa.Table:
+    return pa.table({"doc_id": pa.array([""], pa.string()),
+                     "text": pa.array([json.dumps(data, sort_keys=True)], pa.string()),
+                     "_src": pa.array([-1], pa.int32()), "_line": pa.array([-1], pa.int64()),
+                     "_seg": pa.array([-1], pa.int32()), DROP: pa.array([INFO], pa.string()),
+                     DSTAGE: pa.array([INFO_STAGE], pa.int32())})
+
+
+def _with_info(out: pa.Table, data: dict) -> pa.Table:
+    return concat([out, _info_table(data)])
+
+
+def _is_info(batch: pa.Table) -> np.ndarray:
+    if DROP not in batch.column_names:
+        return np.zeros(batch.num_rows, dtype=bool)
+    return np.asarray(pc.fill_null(pc.equal(batch[DROP], INFO), False))
+
+
+class StageUDF:
+    """``run_stage_batch`` over one batch, plus its info row. As an actor class the stage
+    is set up in the constructor; as a task callable, on first use in each process."""
+
+    def __init__(self, ref: StageRef, eager: bool = False):
+        self.ref = ref
+        self.__name__ = type(self).__name__
+        if eager:
+            ready_stage(ref)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        stage = ready_stage(self.ref)
+        t0 = time.perf_counter()
+        live_in = batch.num_rows - _marked_count(batch)
+        if not live_in:
+            return batch  # nothing for this stage: no info row, or batches of one row multiply
+        out = run_stage_batch(stage, self.ref.index, batch)
+        info = {"stage": self.ref.index, "in": live_in, "out": out.num_rows - _marked_count(out),
+                "seconds": time.perf_counter() - t0, "key_ids": stage.key_ids()}
+        return _with_info(out, info)
+
+
+class KeysUDF:
+    """The keyed rows of a GlobalStage (``doc_id``, ``key``, order columns, ``_part``)."""
+
+    def __init__(self, ref: StageRef, eager: bool = False):
+        self.ref = ref
+        self.__name__ = type(self).__name__
+        if eager:
+            ready_stage(ref)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return key_rows(ready_stage(self.ref), batch)
+
+
+class DecideUDF:
+    """``decide`` over all keyed rows of one hash partition."""
+
+    def __init__(self, ref: StageRef, eager: bool = False):
+        self.ref = ref
+        self.__name__ = type(self).__name__
+        if eager:
+            ready_stage(ref)
+
+    def __call__(self, group: pa.Table) -> pa.Table:
+        # one marker row per partition, so the driver can check that every partition
+        # was decided exactly once (a group split across blocks would miss duplicates)
+        part = pa.table({DECIDED: pa.array([group["_part"][0].as_py()], pa.int64())})
+        return concat([decide_partition(ready_stage(self.ref), group), part])
+
+
+class DecisionLookup:
+    """A run's decisions, indexed once per process: a batch's decisions are found by a
+    binary search over hashes of ``doc_id`` (then checked exactly), instead of scanning
+    every decision for every batch."""
+
+    _CHUNK = 1 << 16
+
+    def __init__(self, decisions: pa.Table):
+        self.table = decisions
+        ids = decisions["doc_id"]
+        h = np.concatenate([self._hash(ids.slice(i, self._CHUNK)) for i in range(0, len(ids), self._CHUNK)]) \
+            if len(ids) else np.zeros(0, np.int64)
+        self.order = np.argsort(h, kind="stable")
+        self.sorted = h[self.order]
+
+    @staticmethod
+    def _hash(ids) -> np.ndarray:
+        # Python's str hash: stable within this process, which is all an index needs
+        return np.fromiter((hash(s) for s in ids.to_pylist()), dtype=np.int64, count=len(ids))
+
+    def for_batch(self, batch: pa.Table) -> pa.Table:
+        if not self.table.num_rows or not batch.num_rows:
+            return self.table.slice(0, 0)
+        ids = batch["doc_id"]
+        if isinstance(ids, pa.ChunkedArray):
+            ids = ids.combine_chunks()
+        q = self._hash(ids)
+        lo = np.searchsorted(self.sorted, q, "left")
+        hi = np.searchsorted(self.sorted, q, "right")
+        n = hi - lo
+        if not n.any():
+            return self.table.slice(0, 0)
+        start = np.repeat(lo, n)
+        step = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        rows = np.unique(self.order[start + step])
+        cand = self.table.take(pa.array(rows))
+        return cand.filter(pc.is_in(cand["doc_id"], value_set=ids.cast(cand["doc_id"].type)))
+
+
+def _lookup(ref) -> DecisionLookup:
+    import ray
+
+    key = ref.hex()
+    lk = _LOOKUPS.get(key)
+    if lk is None:
+        lk = DecisionLookup(ray.get(ref))
+        _LOOKUPS[key] = lk
+        while len(_LOOKUPS) > _MAX_LOOKUPS:
+            _LOOKUPS.popitem(last=False)
+    else:
+        _LOOKUPS.move_to_end(key)
+    return lk
+
+
+class ApplyUDF:
+    """``apply`` with the decisions for one batch, plus its info row. ``decisions`` is a
+    one-element list holding the ObjectRef of the whole run's decisions."""
+
+    def __init__(self, ref: StageRef, decisions: list, eager: bool = False):
+        self.ref = ref
+        self.decisions = decisions
+        self.__name__ = type(self).__name__
+        if eager:
+            ready_stage(ref)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        stage = ready_stage(self.ref)
+        t0 = time.perf_counter()
+        live_in = batch.num_rows - _marked_count(batch)
+        if not live_in:
+            return batch
+        lookup = _lookup(self.decisions[0])
+        out = apply_global_batch(stage, self.ref.index, batch, lookup.for_batch(batch))
+        if self.ref.index == READ_STAGE:
+            return out  # UniqueIds: part of reading, no manifest entry of its own
+        info = {"stage": self.ref.index, "in": live_in, "out": out.num_rows - _marked_count(out),
+                "seconds": time.perf_counter() - t0, "key_ids": stage.key_ids()}
+        return _with_info(out, info)
+
+
+def _empty_decisions(ref: StageRef) -> pa.Table:
+    empty = pa.table({"doc_id": pa.array([], pa.string()), "key": pa.array([], pa.binary()),
+                      **{c: pa.array([], pa.int64()) for c in ORDER_COLUMNS}})
+    return ready_stage(ref).decide(empty)
+
+
+def _stage_key_ids(ref: StageRef) -> dict:
+    return ready_stage(ref).key_ids()
+
+
+def _pseudonym_key(ref: str | None, base_dir: str | None) -> tuple[bytes | None, str | None]:
+    if not ref:
+        return None, None
+    key = ("pseudonym", ref, base_dir)
+    km = _LOCAL.get(key)
+    if km is None:
+        km = KeyResolver(base_dir=base_dir).resolve(ref)
+        _LOCAL[key] = km
+    return km.secret, km.key_id
+
+
+def _pseudonym_key_id(ref: str, base_dir: str | None) -> str | None:
+    return _pseudonym_key(ref, base_dir)[1]
+
+
+# ---- reading ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReadPiece:
+    """One read task: a whole file (``end is None``: read by :mod:`privatize.records`),
+    or the lines that start in bytes ``[start, end)`` of a file, the first of them being
+    line ``first_line``."""
+
+    file: InputFile
+    start: int = 0
+    end: int | None = None
+    first_line: int = 1
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def _line_start(fh, p: int, size: int) -> int:
+    """The first position >= ``p`` where a line starts."""
+    if p <= 0:
+        return 0
+    if p >= size:
+        return size
+    fh.seek(p - 1)
+    pos = p - 1
+    while True:
+        chunk = fh.read(1 << 16)
+        if not chunk:
+            return size
+        i = chunk.find(b"\n")
+        if i >= 0:
+            return pos + i + 1
+        pos += len(chunk)
+
+
+def _read_range(path: str, start: int, end: int) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            return fh.read(end - start)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def scan_range(path: str, fmt: str, nominal_start: int, nominal_end: int, size: int) -> dict:
+    """Cut ``[nominal_start, nominal_end)`` at line starts; count its lines and check it
+    as :func:`privatize.records.parse_jsonl` checks a whole file."""
+    try:
+        with open(path, "rb") as fh:
+            start = _line_start(fh, nominal_start, size)
+            end = _line_start(fh, nominal_end, size) if nominal_end < size else size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if end <= start:
+        return {"start": start, "end": start, "newlines": 0, "nonblank": False, "record": False, "bad": None}
+    data = _read_range(path, start, end)
+    out = {"start": start, "end": end, "newlines": data.count(b"\n"), "nonblank": bool(data.strip()),
+           "record": True, "bad": None}
+    if fmt == "jsonl":
+        out["record"], out["bad"] = jsonl_has_record(data, first_line=1)
+    return out
+
+
+def read_piece(piece: ReadPiece, batch_size: int, text_per_line: bool):
+    """Blocks of the internal schema for one piece, then one info row (rows read)."""
+    t0 = time.perf_counter()
+    f = piece.file
+    if piece.end is None:
+        if f.format == "jsonl":
+            tables = read_jsonl(f, batch_size)
+        elif f.format == "text":
+            tables = read_text(f, batch_size, text_per_line)
+        else:
+            tables = read_parquet(f, batch_size)
+    else:
+        data = _read_range(f.path, piece.start, piece.end)
+        if f.format == "jsonl":
+            tables = parse_jsonl(f, data, batch_size, piece.first_line, whole_file=False)
+        else:
+            tables = parse_text_lines(f, data, batch_size, piece.first_line)
+    rows = 0
+    pending = None
+    for t in tables:
+        if pending is not None:
+            yield pending
+        pending = finish_stage_output(t, READ_STAGE)
+        rows += t.num_rows
+    info = {"stage": READ_STAGE, "rows": rows, "seconds": time.perf_counter() - t0}
+    yield _with_info(pending, info) if pending is not None else _info_table(info)
+
+
+def _input_datasource(pieces: list[ReadPiece], batch_size: int, text_per_line: bool, *, on_driver_node: bool):
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    class PrivatizeInputDatasource(Datasource):
+        def get_name(self) -> str:
+            return "ReadInputs"
+
+        @property
+        def supports_distributed_reads(self) -> bool:
+            return not on_driver_node  # Ray then reads on the driver's node
+
+        def estimate_inmemory_data_size(self):
+            return None
+
+        def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
+            return [ReadTask(partial(read_piece, p, batch_size, text_per_line),
+                             BlockMetadata(num_rows=None, size_bytes=None, input_files=[p.file.path],
+                                           exec_stats=None))
+                    for p in pieces]
+
+    return PrivatizeInputDatasource()
+
+
+# ---- the final pass: summaries and shards -------------------------------------------
+
+class FinalUDF:
+    """A block of final rows -> one summary row (shard -1: info rows, statistics, schema,
+    quarantined rows) and one row per shard holding that shard's output rows (Arrow IPC,
+    their own schema: the write task concatenates them as the in-process runner does)."""
+
+    def __init__(self, num_stages: int, num_shards: int):
+        self.num_stages = num_stages
+        self.num_shards = num_shards
+        self.__name__ = type(self).__name__
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        info_mask = _is_info(batch)
+        infos = batch.filter(pa.array(info_mask))["text"].to_pylist() if info_mask.any() else []
+        rows = batch.filter(pa.array(~info_mask)) if info_mask.any() else batch
+        shards, payloads = [], []
+        summary = {"info": infos, "stats": None, "schema": None, "output": 0, "dropped": 0}
+        quarantined = None
+        if rows.num_rows:
+            summary["stats"] = {str(k): v for k, v in stage_stats(rows, self.num_stages).items()}
+            summary["schema"] = rows.schema.serialize().to_pybytes().hex()
+            out, q, d = split_final_rows(rows)
+            summary["output"], summary["dropped"] = out.num_rows, d.num_rows
+            if q.num_rows:
+                cols = [c for c in ("doc_id", QUARANTINE, QSTAGE, "text", *ORDER_COLUMNS) if c in q.column_names]
+                quarantined = q.select(cols)
+            if out.num_rows:
+                out = out.select([c for c in out.column_names if not c.startswith("_") or c in ORDER_COLUMNS])
+                shard = shard_of(out["doc_id"].to_pylist(), self.num_shards)
+                for i in np.unique(shard):
+                    shards.append(int(i))
+                    payloads.append(_ipc(out.filter(pa.array(shard == i))))
+        summary_table = pa.table({"summary": [json.dumps(summary)],
+                                  "quarantine": pa.array([_ipc(quarantined) if quarantined is not None else None],
+                                                         pa.large_binary())})
+        shards.append(SUMMARY_SHARD)
+        payloads.append(_ipc(summary_table))
+        return pa.table({SHARD: pa.array(shards, pa.int64()), "payload": pa.array(payloads, pa.large_binary())})
+
+
+def sort_shard_rows(rows: pa.Table) -> pa.Table:
+    """Rows of one shard in the output order: by ``doc_id`` (ties, which only a corpus
+    with clashing ids can have, in the global order)."""
+    keys = [("doc_id", "ascending")] + [(c, "ascending") for c in ORDER_COLUMNS if c in rows.column_names]
+    return rows.take(pc.sort_indices(rows, sort_keys=keys))
+
+
+class WriteUDF:
+    """All rows of one shard -> the shard's Parquet bytes (the summary group passes
+    through). The pseudonym key is resolved here, on the worker."""
+
+    def __init__(self, output: OutputSettings, base_dir: str | None):
+        self.output = output
+        self.base_dir = base_dir
+        self.__name__ = type(self).__name__
+
+    def __call__(self, group: pa.Table) -> pa.Table:
+        shard = group[SHARD][0].as_py()
+        if shard == SUMMARY_SHARD:
+            n = group.num_rows
+            return pa.table({"shard": pa.array([shard] * n, pa.int64()), "rows": pa.array([0] * n, pa.int64()),
+                             "data": group["payload"].combine_chunks(), "schema": pa.nulls(n, pa.large_binary()),
+                             "key_id": pa.nulls(n, pa.string())})
+        rows = concat([_from_ipc(p) for p in group["payload"].to_pylist()])
+        key, key_id = _pseudonym_key(self.output.pseudonym_key, self.base_dir)
+        table = prepare_output(sort_shard_rows(rows), meta_keys=self.output.meta_keys, pseudonym_key=key)
+        return pa.table({"shard": pa.array([shard], pa.int64()), "rows": pa.array([table.num_rows], pa.int64()),
+                         "data": pa.array([shard_bytes(table)], pa.large_binary()),
+                         "schema": pa.array([table.schema.serialize().to_pybytes()], pa.large_binary()),
+                         "key_id": pa.array([key_id], pa.string())})
+
+
+# ---- driver ---------------------------------------------------------------------------
+
+def _named(cls: type, name: str) -> type:
+    """A subclass named after the stage, so Ray's progress bars say which stage runs."""
+    safe = "".join(c if c.isalnum() else "_" for c in name)
+    return type(safe, (cls,), {"__qualname__": safe, "__module__": cls.__module__})
+
+
+def _map_batches(ds, fn, **kwargs):
+    """Every ``map_batches`` of the plan goes through here (one place to audit what is
+    shipped to workers: settings and key references, never key bytes)."""
+    return ds.map_batches(fn, **kwargs)
+
+
+def _map_groups(grouped, fn, **kwargs):
+    return grouped.map_groups(fn, **kwargs)
+
+
+@dataclass
+class _Budget:
+    cpus: float
+    task_cpus: float
+    actor_cpus: float
+    max_actors: int
+
+    @classmethod
+    def for_cluster(cls, cpus: float, pools: int) -> "_Budget":
+        cpus = max(cpus, 0.1)
+        max_actors = max(1, int(cpus))
+        # every pool's actors plus one task slot fit at once, so reads and writes never
+        # wait behind actors (on one CPU a plan with a 1-CPU read and any actor hangs)
+        actor_cpus = min(1.0, cpus / (max(1, pools) * max_actors + 1))
+        return cls(cpus, min(1.0, cpus / 4), round(actor_cpus, 4), max_actors)
+
+    def map_args(self, actor: bool) -> dict:
+        if actor:
+            import ray.data
+
+            return {"compute": ray.data.ActorPoolStrategy(min_size=1, max_size=self.max_actors),
+                    "num_cpus": self.actor_cpus}
+        return {"num_cpus": self.task_cpus}
+
+
+class _Plan:
+    def __init__(self, budget: _Budget, batch_size: int):
+        self.budget = budget
+        self.batch_size = batch_size
+        self.keep: list = []  # object refs the plan needs until the end
+
+    def _udf(self, cls: type, ref: StageRef, actor: bool, **kw):
+        named = _named(cls, f"{ref.index}_{ref.kind}" if ref.index >= 0 else ref.kind)
+        if actor:
+            return named, {"fn_constructor_kwargs": {"ref": ref, "eager": True, **kw}}
+        return named(ref, **kw), {}
+
+    def stage(self, ds, ref: StageRef, actor: bool):
+        fn, extra = self._udf(StageUDF, ref, actor)
+        return _map_batches(ds, fn, batch_size=self.batch_size, batch_format="pyarrow",
+                            **extra, **self.budget.map_args(actor))
+
+    def global_stage(self, ds, ref: StageRef, actor: bool) -> tuple[Any, float]:
+        """Materialize the rows, decide, and return (the applying dataset, seconds spent
+        on keys and decisions)."""
+        import ray
+
+        ds = ds.materialize()
+        t0 = time.perf_counter()
+        fn, extra = self._udf(KeysUDF, ref, actor)
+        keyed = _map_batches(ds, fn, batch_size=self.batch_size, batch_format="pyarrow",
+                             **extra, **self.budget.map_args(actor))
+        parts = min(NUM_PARTITIONS, max(2, int(2 * self.budget.cpus)))
+        fn, extra = self._udf(DecideUDF, ref, actor)
+        # the sort-based group-by shuffles blocks x blocks pieces: few blocks of key rows
+        decided = _map_groups(keyed.repartition(parts).groupby("_part"), fn, batch_format="pyarrow",
+                              **extra, **self.budget.map_args(actor))
+        tables = [t for t in (ray.get(r) for r in decided.to_arrow_refs()) if t.num_rows]
+        decisions = concat(tables) if tables else None
+        if decisions is not None:
+            marker = pc.is_valid(decisions[DECIDED])
+            parts_done = decisions[DECIDED].drop_null().to_numpy()
+            if len(np.unique(parts_done)) != len(parts_done):
+                raise RuntimeError(f"stage {ref.kind}: a hash partition was decided in pieces")
+            decisions = decisions.filter(pc.invert(marker)).drop_columns([DECIDED])
+            if not decisions.num_columns or "doc_id" not in decisions.column_names:
+                decisions = None
+        if decisions is None:
+            decisions = ray.get(ray.remote(_empty_decisions).options(num_cpus=self.budget.task_cpus).remote(ref))
+        dref = ray.put(decisions)
+        self.keep.append(dref)
+        seconds = time.perf_counter() - t0
+        log.info("stage %s: %d decision(s) in %.2fs", ref.kind, decisions.num_rows, seconds)
+        fn, extra = self._udf(ApplyUDF, ref, actor, decisions=[dref])
+        return _map_batches(ds, fn, batch_size=self.batch_size, batch_format="pyarrow",
+                            **extra, **self.budget.map_args(actor)), seconds
+
+
+def plan_reads(files: list[InputFile], *, text_per_line: bool, range_bytes: int, task_cpus: float,
+               scheduling: dict) -> list[ReadPiece]:
+    """One piece per file; large JSONL and line-per-record text files in byte ranges cut
+    at line starts, their first line numbers found by counting newlines in parallel."""
+    import ray
+
+    pieces: list[ReadPiece] = []
+    scans = []
+    scan = ray.remote(scan_range).options(num_cpus=task_cpus, **scheduling)
+    for f in files:
+        splittable = f.format == "jsonl" or (f.format == "text" and text_per_line)
+        try:
+            size = os.path.getsize(f.path)
+        except OSError as exc:
+            raise InputError(f"{f.path}: cannot read: {exc.strerror or exc}") from None
+        if not splittable or size <= range_bytes:
+            pieces.append(ReadPiece(f))
+            continue
+        bounds = list(range(0, size, range_bytes)) + [size]
+        refs = [scan.remote(f.path, f.format, a, b, size) for a, b in zip(bounds, bounds[1:])]
+        scans.append((f, len(pieces), refs))
+        pieces.append(None)  # placeholder, filled in below
+    out: list[ReadPiece] = []
+    filled: dict[int, list[ReadPiece]] = {}
+    for f, slot, refs in scans:
+        results = _get(refs)
+        if not any(r["nonblank"] for r in results):
+            raise InputError(f"{f.path}: file is empty")
+        line = 1
+        ranges = []
+        first_bad = None
+        for r in results:
+            if r["bad"] is not None and first_bad is None:
+                first_bad = (line + r["bad"][0] - 1, r["bad"][1])
+            if r["end"] > r["start"]:
+                ranges.append(ReadPiece(f, r["start"], r["end"], line))
+            line += r["newlines"]
+        if f.format == "jsonl" and not any(r["record"] for r in results):
+            raise not_jsonl_error(f, first_bad)
+        filled[slot] = ranges
+    for i, p in enumerate(pieces):
+        out.extend(filled[i] if p is None else [p])
+    return out
+
+
+def _find_privatize_error(exc: BaseException) -> PrivatizeError | None:
+    seen = set()
+    todo = [exc]
+    found = None
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, PrivatizeError) and type(e).__module__.startswith("privatize"):
+            found = e
+        todo.extend([getattr(e, "cause", None), e.__cause__, e.__context__])
+    return found
+
+
+def _message(err: BaseException) -> str:
+    # the error's own one line (Ray Data appends its retry advice to the message)
+    return (str(err).splitlines() or [""])[0]
+
+
+def _get(refs):
+    import ray
+
+    try:
+        return ray.get(refs)
+    except Exception as exc:
+        err = _find_privatize_error(exc)
+        if err is not None:
+            raise type(err)(_message(err)) from None
+        raise
+
+
+def _runtime_env() -> dict | None:
+    """Workers of an embedded cluster import ``privatize`` from where this process did."""
+    import privatize
+
+    root = str(Path(privatize.__file__).resolve().parents[1])
+    if "site-packages" in root or "dist-packages" in root:
+        return None
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return {"env_vars": {"PYTHONPATH": path}}
+
+
+def connect(address: str | None = None, *, num_cpus: float | None = None,
+            object_store_memory: int | None = None) -> bool:
+    """Join the current Ray session, or the cluster at ``address`` (or ``RAY_ADDRESS``),
+    or start an embedded local one. Returns whether this call connected (and so should
+    disconnect)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None:
+        ray.init(num_cpus=num_cpus, object_store_memory=object_store_memory, include_dashboard=False,
+                 runtime_env=_runtime_env())
+    else:
+        ray.init(address=address)
+    return True
+
+
+def run_pipeline_ray(spec: PipelineSpec, input_path: str | Path, output_dir: str | Path, *,
+                     spec_dir: str | None = None, address: str | None = None,
+                     options: RayRunOptions | None = None, **kw) -> dict:
+    """Run ``spec`` on ``input_path`` into ``output_dir`` with Ray Data; returns the
+    manifest. The shards are byte-identical to :func:`privatize.runner.run_pipeline`'s."""
+    import ray
+
+    opts = options or RayRunOptions(**kw)
+    t_start = time.perf_counter()
+    files = list_inputs(input_path, spec.input.format)
+    refs = [StageRef(s, spec_dir, i) for i, s in enumerate(spec.stages)]
+    protos = [r.build() for r in refs]  # settings only: never set up on the driver
+    stage_names = {READ_STAGE: "read", **{i: s.kind for i, s in enumerate(protos)}}
+    writer = OutputWriter(Path(output_dir), spec.output.num_shards, overwrite=opts.overwrite)
+    connected = False
+    ctx = None
+    saved_progress = None
+    try:
+        connected = connect(address, num_cpus=opts.num_cpus, object_store_memory=opts.object_store_memory)
+        import ray.data
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ctx = ray.data.DataContext.get_current()
+        saved_progress = ctx.enable_progress_bars, ctx.shuffle_strategy
+        ctx.enable_progress_bars = opts.progress
+        # The sort-based shuffle runs plain tasks: Ray 2.60's default hash shuffle starts
+        # aggregator actors for every group-by, seconds of fixed cost each
+        ctx.shuffle_strategy = "sort_shuffle_pull_based"
+        pools = sum(1 for s in protos if s.needs_setup) or 1
+        budget = _Budget.for_cluster(ray.cluster_resources().get("CPU", 1.0), pools)
+        scheduling = {}
+        if opts.reads_on_driver_node:
+            scheduling = {"scheduling_strategy": NodeAffinitySchedulingStrategy(
+                ray.get_runtime_context().get_node_id(), soft=False)}
+        log.info("ray runner: %d input file(s), %.1f CPU(s), tasks %.2f CPU, actors %.2f CPU (max %d per stage)",
+                 len(files), budget.cpus, budget.task_cpus, budget.actor_cpus, budget.max_actors)
+        text_per_line = spec.input.text_unit == "line"
+        pieces = plan_reads(files, text_per_line=text_per_line, range_bytes=opts.read_range_bytes,
+                            task_cpus=budget.task_cpus, scheduling=scheduling)
+        plan = _Plan(budget, opts.batch_size)
+        ds = ray.data.read_datasource(_input_datasource(pieces, opts.batch_size, text_per_line,
+                                                        on_driver_node=opts.reads_on_driver_node),
+                                      num_cpus=budget.task_cpus, override_num_blocks=len(pieces))
+        ds, _ = plan.global_stage(ds, StageRef(None, spec_dir, READ_STAGE), actor=False)
+        driver_seconds = [0.0] * len(protos)
+        for ref, proto in zip(refs, protos):
+            if isinstance(proto, GlobalStage):
+                ds, driver_seconds[ref.index] = plan.global_stage(ds, ref, actor=proto.needs_setup)
+            else:
+                ds = plan.stage(ds, ref, actor=proto.needs_setup)
+        final = _map_batches(ds, FinalUDF(len(protos), spec.output.num_shards), batch_size=None,
+                             batch_format="pyarrow", num_cpus=budget.task_cpus)
+        parts = min(spec.output.num_shards + 1, max(2, int(2 * budget.cpus)))
+        written = _map_groups(final.repartition(parts).groupby(SHARD),
+                              WriteUDF(spec.output, spec_dir), batch_format="pyarrow", num_cpus=budget.task_cpus)
+        manifest = _finish(spec, writer, written, refs, protos, stage_names, driver_seconds, files, opts,
+                           budget, spec_dir)
+        manifest["seconds"] = round(time.perf_counter() - t_start, 3)
+        writer.commit(manifest)
+    except BaseException as exc:
+        writer.abort()
+        err = _find_privatize_error(exc)
+        if err is not None and err is not exc:
+            # a stage's or reader's error, as raised in the worker: one line, exit code 2
+            raise type(err)(_message(err)) from None
+        raise
+    finally:
+        if ctx is not None and saved_progress is not None:
+            ctx.enable_progress_bars, ctx.shuffle_strategy = saved_progress
+        if connected:
+            ray.shutdown()
+    return manifest
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    cols = [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+            for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageRef], protos: list[Stage],
+            stage_names: dict[int, str], driver_seconds: list[float], files: list[InputFile],
+            opts: RayRunOptions, budget: _Budget, spec_dir: str | None) -> dict:
+    """Store the shards as they arrive, then merge the summaries into the manifest."""
+    import ray
+
+    n_stages = len(protos)
+    infos: list[dict] = []
+    per_stage = {i: {"quarantined": 0, "dropped": 0, "stats": {}} for i in range(READ_STAGE, n_stages)}
+    schemas: dict[bytes, pa.Schema] = {}
+    quarantined: list[pa.Table] = []
+    output_rows = dropped = 0
+    shard_data: dict[int, tuple[bytes, int, bytes]] = {}
+    pseudonym_key_id = None
+    try:
+        for batch in written.iter_batches(batch_size=None, batch_format="pyarrow"):
+            for row in batch.to_pylist():
+                if row["shard"] == SUMMARY_SHARD:
+                    summary = _from_ipc(row["data"])
+                    s = json.loads(summary["summary"][0].as_py())
+                    infos.extend(json.loads(t) for t in s["info"])
+                    output_rows += s["output"]
+                    dropped += s["dropped"]
+                    if s["schema"]:
+                        raw = bytes.fromhex(s["schema"])
+                        if raw not in schemas:
+                            schemas[raw] = pa.ipc.read_schema(pa.py_buffer(raw))
+                    for idx, st in (s["stats"] or {}).items():
+                        acc = per_stage[int(idx)]
+                        acc["quarantined"] += st["quarantined"]
+                        acc["dropped"] += st["dropped"]
+                        for name, v in st["stats"].items():
+                            acc["stats"][name] = acc["stats"].get(name, 0) + v
+                    q = summary["quarantine"][0].as_py()
+                    if q is not None:
+                        quarantined.append(_from_ipc(q))
+                else:
+                    if row["shard"] in shard_data:
+                        raise RuntimeError(f"shard {row['shard']} was written in pieces")
+                    shard_data[row["shard"]] = (row["data"], row["rows"], row["schema"])
+                    pseudonym_key_id = pseudonym_key_id or row["key_id"]
+    except Exception as exc:
+        err = _find_privatize_error(exc)
+        if err is not None:
+            raise type(err)(_message(err)) from None
+        raise
+
+    qrows = concat(quarantined) if quarantined else None
+    if qrows is not None:
+        qrows = qrows.sort_by([(c, "ascending") for c in ORDER_COLUMNS])
+    if opts.strict and qrows is not None and qrows.num_rows:
+        check_strict(qrows, stage_names, [f.name for f in files])
+
+    # the output schema: the in-process runner concatenates every final batch
+    # (permissive promotion) before it splits off the output rows
+    unified = pa.unify_schemas(list(schemas.values()), promote_options="permissive") if schemas else None
+    target = None
+    if unified is not None:
+        target = prepare_output(unified.empty_table(), meta_keys=spec.output.meta_keys, pseudonym_key=None).schema
+    entries = []
+    for i in range(spec.output.num_shards):
+        if i in shard_data:
+            data, rows, schema_raw = shard_data.pop(i)
+            if target is not None and pa.ipc.read_schema(pa.py_buffer(schema_raw)) != target:
+                # a shard whose rows lacked a column other batches have: same rows, the
+                # run's schema (rare; written here rather than in the task)
+                import pyarrow.parquet as pq
+
+                data = shard_bytes(_conform(pq.read_table(pa.BufferReader(data)), target))
+        else:
+            empty = target.empty_table() if target is not None else pa.table({"doc_id": pa.array([], pa.string())})
+            data, rows = shard_bytes(empty), 0
+        entries.append(writer.put_shard(i, data, rows))
+
+    nq = write_quarantine(qrows if qrows is not None else _no_rows(), quarantine_path(writer.output_dir),
+                          stage_names)
+
+    # per-stage counts and timings from the info rows
+    timings = [{"records_in": 0, "records_out": 0, "seconds": driver_seconds[i]} for i in range(n_stages)]
+    key_ids: dict[str, str] = {}
+    input_records = 0
+    seen_stage = set()
+    for info in infos:
+        i = info["stage"]
+        if i == READ_STAGE:
+            input_records += info["rows"]
+            continue
+        seen_stage.add(i)
+        timings[i]["records_in"] += info["in"]
+        timings[i]["records_out"] += info["out"]
+        timings[i]["seconds"] += info["seconds"]
+        for name, kid in (info.get("key_ids") or {}).items():
+            key_ids[f"stages.{i}.{name}"] = kid
+    for t in timings:
+        t["seconds"] = round(t["seconds"], 4)
+    for ref, proto in zip(refs, protos):
+        if ref.index not in seen_stage and proto.needs_setup:
+            # no live row reached this stage: ask a worker which keys it would use
+            task = ray.remote(_stage_key_ids).options(num_cpus=budget.task_cpus)
+            for name, kid in _get(task.remote(ref)).items():
+                key_ids[f"stages.{ref.index}.{name}"] = kid
+    key_ids = {k: key_ids[k] for k in sorted(key_ids, key=lambda k: (int(k.split(".")[1]), k))}
+    if spec.output.pseudonym_key:
+        if pseudonym_key_id is None:
+            task = ray.remote(_pseudonym_key_id).options(num_cpus=budget.task_cpus)
+            pseudonym_key_id = _get(task.remote(spec.output.pseudonym_key, spec_dir))
+        key_ids["output.pseudonym_key"] = pseudonym_key_id
+    for i, t in enumerate(timings):
+        log.info("stage %d %s: %d -> %d records, %.2fs in workers", i, protos[i].kind, t["records_in"],
+                 t["records_out"], t["seconds"])
+    return build_manifest(spec, [p.kind for p in protos], per_stage, timings, key_ids,
+                          input_records=input_records, output_records=output_rows,
+                          quarantined=qrows.num_rows if qrows is not None else 0, dropped=dropped,
+                          shards=entries, quarantine=str(quarantine_path(writer.output_dir)) if nq else None,
+                          quarantine_records=nq, files=[f.path for f in files], runner="ray")
+
+
+def _no_rows() -> pa.Table:
+    return pa.table({"doc_id": pa.array([], pa.string()), QUARANTINE: pa.array([], pa.string()),
+                     "text": pa.array([], pa.string()), "_src": pa.array([], pa.int32()),
+                     "_line": pa.array([], pa.int64())})
