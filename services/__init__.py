@@ -1,3 +1,21 @@
-"""The FastAPI control plane (tenants, uploads, keys, jobs). Not built yet (a later
-issue); the package exists so the distribution's layout is fixed. It submits the
-entrypoints of ``privatize``, ``train`` and ``attacks``; nothing imports it."""
+"""The control plane: a multi-tenant FastAPI service for corpus uploads, keys and
+privatization jobs on Ray. It holds no privatization logic of its own: it validates,
+stores, records and submits the entrypoints of ``privatize`` as Ray Jobs.
+
+Where things live:
+
+* ``app`` – the app factory, error-to-status mapping, startup and the reconciler task;
+* ``api`` – the ``/v1`` routes and their schemas (adding an endpoint: see its docstring);
+* ``settings`` – pydantic-settings, the one place that reads the environment;
+* ``models``, ``db``, ``migrations/`` – SQLAlchemy 2 models, engine, Alembic revisions;
+* ``storage`` – ``pyarrow.fs`` storage (local directory or ``s3://``) and its layout;
+* ``tenants`` – tenants and API tokens (hash-only);
+* ``corpora``, ``validation`` – streamed uploads and their validation;
+* ``keys``, ``envelope``, ``keystore`` – tenants' keys sealed under the master key, and
+  the ``keystore:`` backend that Ray workers install;
+* ``specs``, ``jobs``, ``raycluster``, ``jobrun`` – spec checks, job submission and
+  reconciliation, the embedded Ray head, the Ray Jobs entrypoint;
+* ``cli``, ``admin``, ``client`` – ``privatize serve|submit|admin`` and an HTTP client.
+
+Nothing in ``privatize``, ``train`` or ``attacks`` imports this package.
+"""

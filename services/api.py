@@ -1,0 +1,368 @@
+"""The REST API (``/v1``). Every route but ``/healthz`` needs ``Authorization: Bearer
+<token>`` and sees only its tenant's resources: another tenant's id answers 404, the
+same as an id that does not exist.
+
+Adding an endpoint: a function here with ``tenant: TenantRef = Depends(current_tenant)``
+and ``ctx: ServiceContext = Depends(get_ctx)``, domain logic in its module (``corpora``,
+``keys``, ``jobs``), domain errors from ``services.errors`` (``services.app`` turns them
+into status codes), and a test in ``tests/services``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Literal
+
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
+from fastapi.responses import PlainTextResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import func, select
+from starlette.requests import ClientDisconnect
+
+from services import corpora as corpora_mod
+from services import jobs as jobs_mod
+from services import keys as keys_mod
+from services.context import ServiceContext
+from services.db import checkpoint_sqlite, session_scope
+from services.errors import Conflict, InvalidRequest
+from services.models import ACTIVE_JOB_STATES, Corpus, Job, Key
+from services.tenants import authenticate, storage_used
+
+router = APIRouter()
+
+
+def get_ctx(request: Request) -> ServiceContext:
+    return request.app.state.ctx
+
+
+@dataclass(frozen=True)
+class TenantRef:
+    id: str
+    name: str
+
+
+def current_tenant(authorization: str | None = Header(None), ctx: ServiceContext = Depends(get_ctx)) -> TenantRef:
+    token = None
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer":
+            token = value.strip()
+    with session_scope(ctx.sessions) as s:
+        t = authenticate(s, token)
+        return TenantRef(t.id, t.name)
+
+
+# ---- schemas --------------------------------------------------------------------------
+
+class Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class CorpusOut(Out):
+    id: str
+    name: str
+    format: str
+    bytes: int
+    records: int
+    sha256: str
+    created_at: dt.datetime
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["vigenere", "aes-siv", "hmac", "aes-ecb"]
+    length: int | None = None
+    alphabet: Literal["letters52", "latin"] | None = None
+    label: str | None = Field(None, max_length=256)
+
+
+class KeyOut(Out):
+    id: str
+    ref: str
+    kind: str
+    alphabet: str | None
+    length: int | None
+    label: str | None
+    status: str
+    created_at: dt.datetime
+    disabled_at: dt.datetime | None
+    destroyed_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, k: Key) -> "KeyOut":
+        return cls(id=k.id, ref=f"keystore:{k.id}", kind=k.kind, alphabet=k.alphabet, length=k.length,
+                   label=k.label, status=k.status, created_at=k.created_at, disabled_at=k.disabled_at,
+                   destroyed_at=k.destroyed_at)
+
+
+class JobCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    corpus_id: str
+    spec: dict
+    """A pipeline spec (``privatize.spec.PipelineSpec``) as JSON."""
+
+
+class JobOut(Out):
+    id: str
+    corpus_id: str | None
+    status: str
+    ray_status: str | None
+    message: str | None
+    spec: dict
+    spec_sha256: str
+    key_ids: list[str]
+    submit_attempts: int
+    progress: dict
+    output_bytes: int
+    created_at: dt.datetime
+    submitted_at: dt.datetime | None
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, j: Job, corpus_records: int | None) -> "JobOut":
+        progress: dict = {"corpus_records": corpus_records}
+        if j.counts:
+            progress.update(j.counts)
+        return cls(id=j.id, corpus_id=j.corpus_id, status=j.status, ray_status=j.ray_status, message=j.message,
+                   spec=j.spec, spec_sha256=j.spec_sha256, key_ids=j.key_ids or [],
+                   submit_attempts=j.submit_attempts, progress=progress, output_bytes=j.output_bytes,
+                   created_at=j.created_at, submitted_at=j.submitted_at, started_at=j.started_at,
+                   finished_at=j.finished_at)
+
+
+class DecryptIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(description="keystore:<id> or the bare key id")
+    text: str | None = None
+    texts: list[str] | None = None
+
+
+# ---- health and tenant ----------------------------------------------------------------
+
+@router.get("/healthz")
+def healthz(request: Request):
+    return {"status": "ok", "ray": getattr(request.app.state, "ray_state", "unknown")}
+
+
+@router.get("/v1/tenant")
+def tenant_info(tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    from services.models import Tenant
+
+    with session_scope(ctx.sessions) as s:
+        t = s.get(Tenant, tenant.id)
+        active = s.scalar(select(func.count()).select_from(Job).where(Job.tenant_id == t.id,
+                                                                      Job.status.in_(ACTIVE_JOB_STATES)))
+        return {"id": t.id, "name": t.name, "storage_used_bytes": storage_used(s, t.id),
+                "storage_limit_bytes": t.storage_limit_bytes, "active_jobs": active,
+                "max_concurrent_jobs": t.max_concurrent_jobs}
+
+
+# ---- corpora --------------------------------------------------------------------------
+
+@router.post("/v1/corpora", status_code=201, response_model=CorpusOut)
+async def upload_corpus(request: Request, name: str | None = Query(None, max_length=256),
+                        format: Literal["jsonl", "text", "parquet"] | None = Query(None),  # noqa: A002
+                        filename: str | None = Query(None, max_length=256),
+                        tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    """Upload a corpus as the raw request body (``application/octet-stream``), streamed.
+    ``format`` or a ``filename`` ending in .jsonl/.txt/.parquet says what it is."""
+    try:
+        corpus = await corpora_mod.receive_upload(ctx, tenant.id, request, name=name, fmt=format,
+                                                  filename=filename)
+    except ClientDisconnect:
+        return Response(status_code=400)  # nobody is listening; the upload was discarded
+    return CorpusOut.model_validate(corpus)
+
+
+@router.get("/v1/corpora", response_model=list[CorpusOut])
+def list_corpora(tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    with session_scope(ctx.sessions) as s:
+        return [CorpusOut.model_validate(c) for c in corpora_mod.list_corpora(s, tenant.id)]
+
+
+@router.get("/v1/corpora/{corpus_id}")
+def get_corpus(corpus_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    with session_scope(ctx.sessions) as s:
+        c = corpora_mod.get_corpus(s, tenant.id, corpus_id)
+        jobs = jobs_mod.list_jobs(s, tenant.id, corpus_id)
+        return {**CorpusOut.model_validate(c).model_dump(mode="json"),
+                "jobs": [{"id": j.id, "status": j.status} for j in jobs]}
+
+
+@router.delete("/v1/corpora/{corpus_id}", status_code=204)
+def delete_corpus(corpus_id: str, tenant: TenantRef = Depends(current_tenant),
+                  ctx: ServiceContext = Depends(get_ctx)):
+    corpora_mod.delete_corpus(ctx, tenant.id, corpus_id)
+    return Response(status_code=204)
+
+
+# ---- keys -----------------------------------------------------------------------------
+
+@router.post("/v1/keys", status_code=201, response_model=KeyOut)
+def create_key(body: KeyCreate, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    with session_scope(ctx.sessions) as s:
+        k = keys_mod.create_key(s, ctx.master, tenant.id, kind=body.kind, length=body.length,
+                                alphabet=body.alphabet, label=body.label)
+        return KeyOut.of(k)
+
+
+@router.get("/v1/keys", response_model=list[KeyOut])
+def list_keys(tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    with session_scope(ctx.sessions) as s:
+        return [KeyOut.of(k) for k in keys_mod.list_keys(s, tenant.id)]
+
+
+@router.get("/v1/keys/{key_id}", response_model=KeyOut)
+def get_key(key_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    with session_scope(ctx.sessions) as s:
+        return KeyOut.of(keys_mod.get_key(s, tenant.id, key_id))
+
+
+@router.post("/v1/keys/{key_id}/disable", response_model=KeyOut)
+def disable_key(key_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    with session_scope(ctx.sessions) as s:
+        return KeyOut.of(keys_mod.set_enabled(s, tenant.id, key_id, False))
+
+
+@router.post("/v1/keys/{key_id}/enable", response_model=KeyOut)
+def enable_key(key_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    with session_scope(ctx.sessions) as s:
+        return KeyOut.of(keys_mod.set_enabled(s, tenant.id, key_id, True))
+
+
+@router.delete("/v1/keys/{key_id}", response_model=KeyOut)
+def destroy_key(key_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    """Destroy the key (crypto-shredding): its material is deleted for good; the record
+    stays, with status ``destroyed``, so manifests naming it stay explainable."""
+    with ctx.admission, session_scope(ctx.sessions) as s:
+        out = KeyOut.of(keys_mod.destroy_key(s, ctx.storage, tenant.id, key_id))
+    checkpoint_sqlite(ctx.engine)
+    return out
+
+
+@router.post("/v1/keys/{key_id}/export")
+def export_key(key_id: str, response: Response, tenant: TenantRef = Depends(current_tenant),
+               ctx: ServiceContext = Depends(get_ctx)):
+    """The key file (``privatize-key/1`` JSON, as ``privatize keys new`` writes) for its
+    owner: the only response that ever carries key material."""
+    with session_scope(ctx.sessions) as s:
+        row = keys_mod.get_key(s, tenant.id, key_id)
+        km = keys_mod.material(ctx.master, row)
+    response.headers["Cache-Control"] = "no-store"
+    return km.to_json()
+
+
+@router.post("/v1/decrypt")
+def decrypt(body: DecryptIn = Body(...), tenant: TenantRef = Depends(current_tenant),
+            ctx: ServiceContext = Depends(get_ctx)):
+    """Decrypt text (``vigenere``: the whole-text cipher) or entity tokens (``aes-siv``:
+    each token reported ``ok``, ``revised`` or ``invalid``) with one of the tenant's
+    own keys."""
+    if (body.text is None) == (body.texts is None):
+        raise InvalidRequest("give exactly one of text or texts")
+    texts = [body.text] if body.text is not None else list(body.texts or [])
+    size = sum(len(t) for t in texts)
+    if size > ctx.settings.max_decrypt_bytes:
+        raise InvalidRequest(f"at most {ctx.settings.max_decrypt_bytes} characters per request")
+    key_id = body.key.removeprefix("keystore:")
+    with session_scope(ctx.sessions) as s:
+        row = keys_mod.get_key(s, tenant.id, key_id)
+        km = keys_mod.usable_material(ctx.master, row)
+    report = None
+    if km.kind == "vigenere":
+        from privatize.ciphers.vigenere import Vigenere
+
+        outs = Vigenere.from_key(km).decrypt_many(texts)
+    elif km.kind in ("aes-siv", "aes-ecb"):
+        from privatize.ciphers.entity import DecryptReport, EntityCipher
+
+        cipher, report, outs = EntityCipher(km), DecryptReport(), []
+        for t in texts:
+            plain, rep = cipher.decrypt_text(t)
+            report.add(rep)
+            outs.append(plain)
+    else:
+        raise Conflict(f"key {key_id} is a {km.kind} key; it does not decrypt text")
+    out: dict = {"key_id": key_id, "kind": km.kind}
+    if body.text is not None:
+        out["text"] = outs[0]
+    else:
+        out["texts"] = outs
+    if report is not None:
+        out["report"] = {"ok": report.ok, "revised": report.revised, "invalid": report.invalid,
+                         "tokens": report.tokens}
+    return out
+
+
+# ---- jobs -----------------------------------------------------------------------------
+
+def _corpus_records(ctx: ServiceContext, job: Job) -> int | None:
+    if not job.corpus_id:
+        return None
+    with session_scope(ctx.sessions) as s:
+        c = s.get(Corpus, job.corpus_id)
+        return c.records if c else None
+
+
+@router.post("/v1/jobs", status_code=201, response_model=JobOut)
+def create_job(body: JobCreate, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    job = jobs_mod.create_job(ctx, tenant.id, body.corpus_id, body.spec)
+    return JobOut.of(job, _corpus_records(ctx, job))
+
+
+@router.get("/v1/jobs", response_model=list[JobOut])
+def list_jobs(corpus_id: str | None = None, tenant: TenantRef = Depends(current_tenant),
+              ctx: ServiceContext = Depends(get_ctx)):
+    with session_scope(ctx.sessions) as s:
+        jobs = jobs_mod.list_jobs(s, tenant.id, corpus_id)
+        records = {c.id: c.records for c in corpora_mod.list_corpora(s, tenant.id)}
+    return [JobOut.of(j, records.get(j.corpus_id)) for j in jobs]
+
+
+@router.get("/v1/jobs/{job_id}", response_model=JobOut)
+def get_job(job_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    job = jobs_mod.fresh_job(ctx, tenant.id, job_id)
+    return JobOut.of(job, _corpus_records(ctx, job))
+
+
+@router.post("/v1/jobs/{job_id}/cancel", response_model=JobOut)
+def cancel_job(job_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    job = jobs_mod.cancel(ctx, tenant.id, job_id)
+    return JobOut.of(job, _corpus_records(ctx, job))
+
+
+@router.delete("/v1/jobs/{job_id}", status_code=204)
+def delete_job(job_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    jobs_mod.delete_job(ctx, tenant.id, job_id)
+    return Response(status_code=204)
+
+
+@router.get("/v1/jobs/{job_id}/logs", response_class=PlainTextResponse)
+def job_logs(job_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    return PlainTextResponse(jobs_mod.logs(ctx, tenant.id, job_id))
+
+
+@router.get("/v1/jobs/{job_id}/results")
+def job_results(job_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    job, manifest = jobs_mod.results(ctx, tenant.id, job_id)
+    size = ctx.storage.size(f"{job.output_path}/{jobs_mod.MANIFEST}")
+    return {"job_id": job.id, "counts": manifest.get("counts", {}), "spec_sha256": manifest.get("spec_sha256"),
+            "files": jobs_mod.result_files(manifest, size)}
+
+
+@router.get("/v1/jobs/{job_id}/results/{name:path}")
+def download_result(job_id: str, name: str, tenant: TenantRef = Depends(current_tenant),
+                    ctx: ServiceContext = Depends(get_ctx)):
+    """The manifest or one shard it lists, streamed. The quarantine is never served."""
+    rel = jobs_mod.result_path(ctx, tenant.id, job_id, name)
+    size = ctx.storage.size(rel)
+    media = "application/json" if name.endswith(".json") else "application/vnd.apache.parquet"
+    headers = {"Content-Disposition": f'attachment; filename="{name.rsplit("/", 1)[-1]}"'}
+    if size is not None:
+        headers["Content-Length"] = str(size)
+    return StreamingResponse(ctx.storage.open_chunks(rel), media_type=media, headers=headers)

@@ -1,0 +1,173 @@
+"""The service's ``privatize`` subcommands, registered through the ``privatize.commands``
+entry point (``services = "services.cli:register"``):
+
+* ``privatize serve`` runs the API under uvicorn;
+* ``privatize submit SPEC --corpus FILE [--wait]`` uploads a corpus, submits a job and
+  (with ``--wait``) waits for it: exit 0 when it succeeded, 1 when it failed or was
+  cancelled, 2 for bad input (an invalid spec or corpus, a refused request). The
+  service URL and token come from ``--url``/``--token`` or ``PRIVATIZE_URL`` /
+  ``PRIVATIZE_TOKEN``. The last line of output is a one-line JSON summary;
+* ``privatize admin ...`` (see ``services.admin``).
+
+``python -m services.cli ...`` runs the same commands without the entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from privatize.errors import PrivatizeError, SpecError
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from services.app import create_app
+    from services.errors import ConfigError
+    from services.settings import Settings, get_settings
+
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    if args.dev:
+        overrides["env"] = "development"
+    settings = Settings(**overrides) if overrides else get_settings()
+    level = getattr(logging, settings.log_level.upper(), logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr,
+                        force=True)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        from services.settings import check_secrets
+
+        check_secrets(settings)  # refuse to start before binding the port
+    except ConfigError as exc:
+        raise PrivatizeError(exc.message) from None
+    if settings.dev:
+        logging.getLogger("services").warning("development mode: the master key is generated under %s; never use "
+                                              "it for real data", settings.data_path)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+                timeout_graceful_shutdown=10)
+    return 0
+
+
+def _load_spec_file(path: str) -> dict:
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{p}: cannot read spec ({exc})") from None
+    try:
+        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError):
+        raise SpecError(f"{p}: not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{p}: the top level must be a mapping with 'stages'")
+    return data
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from services.client import ApiError, ServiceClient
+    from services.settings import get_client_settings
+
+    cs = get_client_settings()
+    url = args.url or cs.url
+    token = args.token or (cs.token.get_secret_value() if cs.token else None)
+    spec = _load_spec_file(args.spec)
+    if not args.corpus and not args.corpus_id:
+        raise PrivatizeError("give --corpus FILE (uploaded first) or --corpus-id ID (already uploaded)")
+    say = (lambda m: print(f"privatize: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None)
+    with ServiceClient(url, token) as c:
+        try:
+            if args.corpus:
+                corpus = c.upload_corpus(args.corpus, name=args.name, fmt=args.format)
+                say(f"uploaded corpus {corpus['id']} ({corpus['bytes']} bytes, {corpus['records']} records)")
+                corpus_id = corpus["id"]
+            else:
+                corpus_id = args.corpus_id
+            job = c.create_job(corpus_id, spec)
+            say(f"submitted job {job['id']}")
+            if args.wait:
+                job = c.wait(job["id"], timeout=args.timeout, poll=args.poll,
+                             on_change=lambda j: say(f"job {j['id']}: {j['status']}"))
+            downloaded = None
+            if args.download and job["status"] == "succeeded":
+                downloaded = c.download_all(job["id"], args.download)
+                say(f"downloaded {len(downloaded)} file(s) to {args.download}")
+        except ApiError as exc:
+            if exc.status >= 500:
+                print(f"privatize: error: {exc}", file=sys.stderr)
+                return 1
+            errors = exc.body.get("errors") if exc.body else None
+            if errors:
+                for e in errors:
+                    print(f"privatize: {e.get('path') or 'spec'}: {e.get('message')}", file=sys.stderr)
+            raise PrivatizeError(str(exc)) from None
+    summary = {"job_id": job["id"], "corpus_id": corpus_id, "status": job["status"],
+               "message": job.get("message"), "progress": job.get("progress")}
+    if downloaded is not None:
+        summary["downloaded"] = str(Path(args.download).resolve())
+    print(json.dumps(summary))
+    if not args.wait:
+        return 0
+    return 0 if job["status"] == "succeeded" else 1
+
+
+def register(sub) -> None:
+    s = sub.add_parser("serve", help="run the control-plane API (uvicorn)")
+    s.add_argument("--host", default=None, help="default PRIVATIZE_HOST or 127.0.0.1")
+    s.add_argument("--port", type=int, default=None, help="default PRIVATIZE_PORT or 8000")
+    s.add_argument("--dev", action="store_true", help="development mode (generated master key; not for real data)")
+    s.set_defaults(func=_serve)
+
+    j = sub.add_parser("submit", help="upload a corpus and run a pipeline spec on the service")
+    j.add_argument("spec", help="pipeline spec (YAML or JSON); keys as keystore:<id>")
+    j.add_argument("--corpus", help="corpus file to upload (JSONL, text or Parquet)")
+    j.add_argument("--corpus-id", help="an uploaded corpus instead of --corpus")
+    j.add_argument("--name", help="corpus name (default: the file name)")
+    j.add_argument("--format", choices=["jsonl", "text", "parquet"], help="default: from the file name")
+    j.add_argument("--url", help="service URL (default PRIVATIZE_URL)")
+    j.add_argument("--token", help="API token (default PRIVATIZE_TOKEN; prefer the variable)")
+    j.add_argument("--wait", action="store_true", help="wait for the job; exit 1 if it fails")
+    j.add_argument("--timeout", type=float, default=24 * 3600, help="seconds to wait (default a day)")
+    j.add_argument("--poll", type=float, default=2.0, help="seconds between status checks")
+    j.add_argument("--download", metavar="DIR", help="with --wait: download the manifest and shards to DIR")
+    j.add_argument("-q", "--quiet", action="store_true")
+    j.set_defaults(func=_submit)
+
+    from services.admin import register_admin
+
+    register_admin(sub)
+
+
+def run_standalone(register_fn, argv: list[str] | None, prefix: list[str] | None = None) -> int:
+    """Run commands registered by ``register_fn`` the way ``privatize.cli.main`` does
+    (one-line errors, exit 2 for bad input)."""
+    p = argparse.ArgumentParser(prog="privatize")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+    register_fn(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = p.parse_args([*(prefix or []), *argv])
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return int(args.func(args) or 0)
+    except PrivatizeError as exc:
+        msg = str(exc).replace("\n", " ")
+        print(f"privatize: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("privatize: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_standalone(register, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""A small HTTP client for the service (``privatize submit``, the demo, tests and the
+upload benchmark use it). Uploads stream the file from disk in chunks."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+from privatize.errors import PrivatizeError
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+UPLOAD_CHUNK = 1 << 20
+
+
+class ApiError(PrivatizeError, RuntimeError):
+    """The service answered with an error status; the message is its ``detail``."""
+
+    def __init__(self, status: int, detail: str, body: dict | None = None):
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+        self.body = body or {}
+
+
+def _file_chunks(path: Path, chunk: int = UPLOAD_CHUNK) -> Iterator[bytes]:
+    with open(path, "rb") as fh:
+        while True:
+            b = fh.read(chunk)
+            if not b:
+                return
+            yield b
+
+
+class ServiceClient:
+    def __init__(self, url: str, token: str, *, timeout: float = 600.0):
+        if not url:
+            raise PrivatizeError("no service URL: pass --url or set PRIVATIZE_URL")
+        if not token:
+            raise PrivatizeError("no API token: pass --token or set PRIVATIZE_TOKEN")
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
+                                  timeout=httpx.Timeout(timeout, connect=10.0))
+
+    def __repr__(self) -> str:  # never the token
+        return f"ServiceClient({self.url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- plumbing ---------------------------------------------------------------------
+    def _check(self, r: httpx.Response) -> httpx.Response:
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+                detail = body.get("detail") if isinstance(body, dict) else None
+                if not isinstance(detail, str):
+                    detail = json.dumps(detail)
+            except ValueError:
+                body, detail = None, r.text[:500]
+            raise ApiError(r.status_code, detail or r.reason_phrase, body if isinstance(body, dict) else None)
+        return r
+
+    def request(self, method: str, path: str, **kw) -> httpx.Response:
+        try:
+            return self._check(self._http.request(method, path, **kw))
+        except httpx.TransportError as exc:
+            raise PrivatizeError(f"cannot reach the service at {self.url}: {type(exc).__name__}") from None
+
+    # ---- corpora ----------------------------------------------------------------------
+    def upload_corpus(self, path: str | os.PathLike, *, name: str | None = None, fmt: str | None = None) -> dict:
+        p = Path(path)
+        params = {"name": name or p.name, "filename": p.name}
+        if fmt:
+            params["format"] = fmt
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(p.stat().st_size)}
+        return self.request("POST", "/v1/corpora", params=params, headers=headers,
+                            content=_file_chunks(p)).json()
+
+    def corpora(self) -> list[dict]:
+        return self.request("GET", "/v1/corpora").json()
+
+    def delete_corpus(self, corpus_id: str) -> None:
+        self.request("DELETE", f"/v1/corpora/{corpus_id}")
+
+    # ---- keys -------------------------------------------------------------------------
+    def create_key(self, kind: str, **kw) -> dict:
+        return self.request("POST", "/v1/keys", json={"kind": kind, **kw}).json()
+
+    def export_key(self, key_id: str) -> dict:
+        return self.request("POST", f"/v1/keys/{key_id}/export").json()
+
+    def decrypt(self, key: str, text: str) -> dict:
+        return self.request("POST", "/v1/decrypt", json={"key": key, "text": text}).json()
+
+    # ---- jobs -------------------------------------------------------------------------
+    def create_job(self, corpus_id: str, spec: dict) -> dict:
+        return self.request("POST", "/v1/jobs", json={"corpus_id": corpus_id, "spec": spec}).json()
+
+    def job(self, job_id: str) -> dict:
+        return self.request("GET", f"/v1/jobs/{job_id}").json()
+
+    def wait(self, job_id: str, *, timeout: float = 3600.0, poll: float = 1.0, on_change=None) -> dict:
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            j = self.job(job_id)
+            if j["status"] != last and on_change is not None:
+                on_change(j)
+            last = j["status"]
+            if j["status"] in TERMINAL:
+                return j
+            if time.monotonic() > deadline:
+                raise PrivatizeError(f"job {job_id} still {j['status']} after {timeout:.0f}s")
+            time.sleep(poll)
+
+    def cancel(self, job_id: str) -> dict:
+        return self.request("POST", f"/v1/jobs/{job_id}/cancel").json()
+
+    def logs(self, job_id: str) -> str:
+        return self.request("GET", f"/v1/jobs/{job_id}/logs").text
+
+    def results(self, job_id: str) -> dict:
+        return self.request("GET", f"/v1/jobs/{job_id}/results").json()
+
+    def download(self, job_id: str, name: str, dest: str | os.PathLike) -> Path:
+        """Stream one result file to ``dest`` (written under a temporary name, then renamed)."""
+        d = Path(dest)
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = d.with_name(f".{d.name}.part")
+        try:
+            with self._http.stream("GET", f"/v1/jobs/{job_id}/results/{name}") as r:
+                if r.status_code >= 400:
+                    r.read()
+                    self._check(r)
+                with open(tmp, "wb") as fh:
+                    for chunk in r.iter_bytes(UPLOAD_CHUNK):
+                        fh.write(chunk)
+            os.replace(tmp, d)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return d
+
+    def download_all(self, job_id: str, dest_dir: str | os.PathLike) -> list[Path]:
+        out = []
+        for f in self.results(job_id)["files"]:
+            out.append(self.download(job_id, f["name"], Path(dest_dir) / f["name"]))
+        return out

@@ -1,0 +1,156 @@
+"""What every request handler and the reconciler share: settings, database, storage,
+the master key and the Ray Jobs client. Built once by ``build_context`` (at startup, or
+by an admin command)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from services import raycluster
+from services.db import make_engine, migrate, session_factory
+from services.errors import ClusterUnavailable
+from services.settings import Settings, check_secrets
+from services.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+class Cluster:
+    """The Ray Jobs API, through ``ray.job_submission.JobSubmissionClient``. Every call
+    maps connection failures to ``ClusterUnavailable`` and drops the cached client so
+    the next call reconnects (and restarts the embedded head if it died)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._client = None
+        self._lock = threading.Lock()
+
+    def _get(self):
+        with self._lock:
+            if self._client is None:
+                from ray.job_submission import JobSubmissionClient
+
+                url = raycluster.dashboard_url(self.settings, start=True)
+                try:
+                    self._client = JobSubmissionClient(url)
+                except (ConnectionError, RuntimeError, OSError) as exc:
+                    raise ClusterUnavailable(f"cannot reach the Ray Jobs API at {url}: "
+                                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") \
+                        from None
+            return self._client
+
+    def reset(self) -> None:
+        with self._lock:
+            self._client = None
+
+    def _call(self, fn, *a, **kw):
+        import requests
+
+        client = self._get()
+        try:
+            return fn(client, *a, **kw)
+        except (requests.RequestException, ConnectionError) as exc:
+            self.reset()
+            raise ClusterUnavailable(f"the Ray Jobs API did not answer ({type(exc).__name__})") from None
+
+    def connect(self) -> str:
+        self._get()
+        return raycluster.dashboard_url(self.settings, start=False)
+
+    def submit(self, *, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict) -> bool:
+        """True when submitted now; False when Ray already has this submission id (a
+        re-submission after a crash: the job is not started twice)."""
+
+        def go(c):
+            try:
+                c.submit_job(entrypoint=entrypoint, submission_id=submission_id, runtime_env=runtime_env,
+                             metadata=metadata, entrypoint_num_cpus=0)
+                return True
+            except RuntimeError as exc:
+                if "already exists" in str(exc):
+                    return False
+                raise ClusterUnavailable(f"Ray refused the job: {_first_line(exc)}") from None
+
+        return self._call(go)
+
+    def info(self, submission_id: str):
+        """The job's ``JobDetails``, or None when Ray does not know it."""
+
+        def go(c):
+            try:
+                return c.get_job_info(submission_id)
+            except RuntimeError as exc:
+                if "404" in str(exc) or "does not exist" in str(exc):
+                    return None
+                raise ClusterUnavailable(f"Ray Jobs API error: {_first_line(exc)}") from None
+
+        return self._call(go)
+
+    def stop(self, submission_id: str) -> bool:
+        def go(c):
+            try:
+                return c.stop_job(submission_id)
+            except RuntimeError as exc:
+                if "404" in str(exc) or "does not exist" in str(exc):
+                    return False
+                raise ClusterUnavailable(f"Ray Jobs API error: {_first_line(exc)}") from None
+
+        return self._call(go)
+
+    def logs(self, submission_id: str) -> str:
+        def go(c):
+            try:
+                return c.get_job_logs(submission_id)
+            except RuntimeError as exc:
+                if "404" in str(exc) or "does not exist" in str(exc):
+                    return ""
+                raise ClusterUnavailable(f"Ray Jobs API error: {_first_line(exc)}") from None
+
+        return self._call(go)
+
+
+def _first_line(exc: BaseException) -> str:
+    s = str(exc).strip()
+    for line in reversed(s.splitlines()):
+        if line.strip(" .") and ("Error" in line or "error" in line):
+            return line.strip()[:300]
+    return (s.splitlines()[0] if s else type(exc).__name__)[:300]
+
+
+class ServiceContext:
+    def __init__(self, settings: Settings, *, engine: Engine, storage: Storage, master: bytes):
+        self.settings = settings
+        self.engine = engine
+        self.sessions: sessionmaker[Session] = session_factory(engine)
+        self.storage = storage
+        self._master = master
+        self.cluster = Cluster(settings)
+        self.spool: Path = storage.spool_dir(settings.data_path / "spool")
+        self.admission = threading.Lock()
+        """Serialises limit checks with the inserts they admit (one service process)."""
+        self.reserved: dict[str, int] = {}
+        """Bytes of uploads in flight, per tenant."""
+        self.submitting: set[str] = set()
+        """Jobs being submitted to Ray right now (by a request or the reconciler)."""
+
+    @property
+    def master(self) -> bytes:
+        return self._master
+
+    def __repr__(self) -> str:  # never the master key
+        return f"ServiceContext(db={self.engine.url!r}, storage={self.storage.uri!r})"
+
+
+def build_context(settings: Settings, *, run_migrations: bool | None = None) -> ServiceContext:
+    master = check_secrets(settings)
+    settings.data_path.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.effective_database_url)
+    if settings.auto_migrate if run_migrations is None else run_migrations:
+        migrate(engine)
+    storage = Storage(settings.effective_storage_uri)
+    return ServiceContext(settings, engine=engine, storage=storage, master=master)

@@ -1,0 +1,342 @@
+"""Privatization jobs: admission, submission to Ray Jobs, reconciliation, cancel, logs
+and results.
+
+A job's id is its Ray ``submission_id``: submitting it again (after a crash between
+recording and submitting, say) is refused by Ray, never run twice. The database is
+the service's memory, Ray the truth about execution: ``reconcile`` reads Ray's status
+into the row, on every read of an active job and from a background task, so a service
+that was killed and started again picks up its running jobs where Ray has them.
+
+The service chooses every location (a tenant never supplies a path) and hands them to
+``python -m services.jobrun SPEC INPUT OUTPUT`` (which runs ``privatize.job``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import shlex
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from services.context import ServiceContext
+from services.db import session_scope
+from services.errors import ClusterUnavailable, Conflict, LimitExceeded, NotFound, StorageLimitExceeded
+from services.keystore import bundle_json
+from services.keys import sealed_of
+from services.models import ACTIVE_JOB_STATES, TERMINAL_JOB_STATES, Corpus, Job, Key, Tenant, new_id, utcnow
+from services.specs import check_key_references, validate_spec, with_input_format
+from services.storage import job_dir
+from services.tenants import storage_used
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+SETUP_HOOK = "services.keystore.install_worker_keystore"
+_RAY_STATUS = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "succeeded", "FAILED": "failed",
+               "STOPPED": "cancelled"}
+
+
+def spec_rel(job: Job) -> str:
+    return f"{job_dir(job.tenant_id, job.id)}/spec.json"
+
+
+def bundle_rel(job: Job) -> str:
+    return f"{job_dir(job.tenant_id, job.id)}/keys.json"
+
+
+def quarantine_rel(job: Job) -> str:
+    return f"{job.output_path}.quarantine.jsonl"
+
+
+def get_job(s: Session, tenant_id: str, job_id: str) -> Job:
+    j = s.get(Job, job_id)
+    if j is None or j.tenant_id != tenant_id:
+        raise NotFound(f"no job {job_id!r}")
+    return j
+
+
+def list_jobs(s: Session, tenant_id: str, corpus_id: str | None = None) -> list[Job]:
+    q = select(Job).where(Job.tenant_id == tenant_id)
+    if corpus_id is not None:
+        q = q.where(Job.corpus_id == corpus_id)
+    return list(s.scalars(q.order_by(Job.created_at, Job.id)))
+
+
+# ---- admission and submission ---------------------------------------------------------
+
+def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str, spec_data) -> Job:
+    """Validate, admit against the tenant's limits, record, write the spec and key
+    bundle, and submit. A cluster that cannot be reached leaves the job ``queued``; the
+    reconciler submits it later."""
+    spec = validate_spec(spec_data)
+    with ctx.admission, session_scope(ctx.sessions) as s:
+        tenant = s.get(Tenant, tenant_id)
+        corpus = s.get(Corpus, corpus_id)
+        if corpus is None or corpus.tenant_id != tenant_id:
+            raise NotFound(f"no corpus {corpus_id!r}")
+        key_ids = check_key_references(s, tenant_id, spec)
+        spec = with_input_format(spec, corpus.format)
+        active = s.scalar(select(func.count()).select_from(Job).where(
+            Job.tenant_id == tenant_id, Job.status.in_(ACTIVE_JOB_STATES)))
+        if active >= tenant.max_concurrent_jobs:
+            raise LimitExceeded(f"tenant has {active} active job(s), its limit is {tenant.max_concurrent_jobs}; "
+                                "wait for one to finish or cancel one", retry_after=30)
+        used = storage_used(s, tenant_id) + ctx.reserved.get(tenant_id, 0)
+        if used >= tenant.storage_limit_bytes:
+            raise StorageLimitExceeded(f"storage limit reached ({used} of {tenant.storage_limit_bytes} bytes "
+                                       "used); delete corpora or job outputs first")
+        jid = new_id()
+        job = Job(id=jid, tenant_id=tenant_id, corpus_id=corpus_id, status="queued", spec=spec.to_dict(),
+                  spec_sha256=spec.sha256(), key_ids=key_ids, output_path=f"{job_dir(tenant_id, jid)}/output")
+        keys = [s.get(Key, k) for k in key_ids]
+        ctx.storage.write_bytes(spec_rel(job), json.dumps(spec.to_dict(), indent=2).encode("utf-8"))
+        if keys:
+            bundle = bundle_json(tenant_id, [{"id": k.id, "kind": k.kind, **_sealed_dict(k)} for k in keys])
+            ctx.storage.write_bytes(bundle_rel(job), bundle, private=True)
+        s.add(job)
+    log.info("tenant %s: job %s created on corpus %s (%d stage(s), %d key(s))", tenant_id, job.id, corpus_id,
+             len(spec.stages), len(key_ids))
+    submit(ctx, job.id)
+    with session_scope(ctx.sessions) as s:
+        return s.get(Job, job.id)
+
+
+def _sealed_dict(k: Key) -> dict:
+    sealed = sealed_of(k)
+    return {"master_key_id": sealed.master_key_id, "wrapped_dek": sealed.wrapped_dek,
+            "material_ct": sealed.material_ct}
+
+
+def entrypoint_for(ctx: ServiceContext, job: Job, corpus: Corpus) -> str:
+    st = ctx.storage
+    args = [st.location(spec_rel(job)), st.location(corpus.storage_path), st.location(job.output_path)]
+    return "python -m services.jobrun " + " ".join(shlex.quote(a) for a in args)
+
+
+def runtime_env_for(ctx: ServiceContext, job: Job) -> dict:
+    env = {"RAY_USAGE_STATS_ENABLED": "0"}
+    if job.key_ids:
+        env["PRIVATIZE_KEY_BUNDLE"] = ctx.storage.location(bundle_rel(job))
+    return {"env_vars": env, "worker_process_setup_hook": SETUP_HOOK}
+
+
+def submit(ctx: ServiceContext, job_id: str) -> None:
+    """Submit a queued job to Ray (idempotent: the submission id is the job id; within
+    this process, one submission of a job at a time)."""
+    with ctx.admission:
+        if job_id in ctx.submitting:
+            return
+        ctx.submitting.add(job_id)
+    try:
+        _submit(ctx, job_id)
+    finally:
+        with ctx.admission:
+            ctx.submitting.discard(job_id)
+
+
+def _submit(ctx: ServiceContext, job_id: str) -> None:
+    with session_scope(ctx.sessions) as s:
+        job = s.get(Job, job_id)
+        if job is None or job.status != "queued":
+            return
+        corpus = s.get(Corpus, job.corpus_id) if job.corpus_id else None
+        if corpus is None:
+            _finish(ctx, job, "failed", "the corpus was deleted before the job started")
+            return
+        entrypoint = entrypoint_for(ctx, job, corpus)
+        runtime_env = runtime_env_for(ctx, job)
+        metadata = {"privatize_tenant": job.tenant_id, "privatize_job": job.id,
+                    "privatize_corpus": corpus.id, "privatize_spec_sha256": job.spec_sha256}
+        job.submit_attempts += 1
+    try:
+        fresh = ctx.cluster.submit(submission_id=job_id, entrypoint=entrypoint, runtime_env=runtime_env,
+                                   metadata=metadata)
+    except ClusterUnavailable as exc:
+        with session_scope(ctx.sessions) as s:
+            job = s.get(Job, job_id)
+            if job is not None and job.status == "queued":
+                job.message = f"waiting for the Ray cluster: {exc.message}"
+        log.warning("job %s: not submitted yet (%s)", job_id, exc.message)
+        return
+    with session_scope(ctx.sessions) as s:
+        job = s.get(Job, job_id)
+        if job is not None and job.status == "queued":
+            job.status = "pending"
+            job.message = None
+            job.submitted_at = utcnow()
+    log.info("job %s: %s to Ray", job_id, "submitted" if fresh else "already known")
+
+
+# ---- reconciliation -------------------------------------------------------------------
+
+def _ms(ts) -> dt.datetime | None:
+    return dt.datetime.fromtimestamp(ts / 1000, dt.UTC) if ts else None
+
+
+def reconcile(ctx: ServiceContext, job_id: str) -> None:
+    """Bring one active job's row up to date with Ray."""
+    with session_scope(ctx.sessions) as s:
+        job = s.get(Job, job_id)
+        if job is None or job.status not in ACTIVE_JOB_STATES:
+            return
+        queued = job.status == "queued"
+    if queued:
+        submit(ctx, job_id)
+        return
+    info = ctx.cluster.info(job_id)
+    with session_scope(ctx.sessions) as s:
+        job = s.get(Job, job_id)
+        if job is None or job.status not in ACTIVE_JOB_STATES:
+            return
+        if info is None:
+            _finish(ctx, job, "failed", "the Ray cluster no longer knows this job (was the cluster restarted?)")
+            return
+        ray_status = str(getattr(info.status, "value", info.status))
+        job.ray_status = ray_status
+        status = _RAY_STATUS.get(ray_status, job.status)
+        if info.start_time and job.started_at is None and status != "pending":
+            job.started_at = _ms(info.start_time)
+        if status in ("pending", "running"):
+            if status != job.status:
+                log.info("job %s: %s", job.id, status)
+            job.status = status
+            return
+        message = (info.message or "").strip()[:2000] or None
+        if status == "succeeded":
+            manifest = _read_manifest(ctx, job)
+            if manifest is None:
+                _finish(ctx, job, "failed", "the job exited 0 but wrote no manifest.json", _ms(info.end_time))
+                return
+            job.counts = _counts(manifest)
+        _finish(ctx, job, status, message, _ms(info.end_time))
+
+
+def _read_manifest(ctx: ServiceContext, job: Job) -> dict | None:
+    try:
+        return json.loads(ctx.storage.read_bytes(f"{job.output_path}/{MANIFEST}"))
+    except (OSError, ValueError):
+        return None
+
+
+def _counts(manifest: dict) -> dict:
+    c = dict(manifest.get("counts", {}))
+    c["shards"] = len(manifest.get("shards", []))
+    c["stages"] = [{k: st.get(k) for k in ("index", "kind", "records_in", "records_out", "quarantined", "dropped")}
+                   for st in manifest.get("stages", [])]
+    return c
+
+
+def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
+            finished_at: dt.datetime | None = None) -> None:
+    """Terminal state: record it, count the output against the tenant's storage, and
+    remove the job's key bundle (the job no longer needs it)."""
+    job.status = status
+    job.message = message
+    job.finished_at = finished_at or utcnow()
+    ctx.storage.delete_file(bundle_rel(job))
+    # what an interrupted output writer left (privatize.output writes into a temporary
+    # sibling directory and renames it into place)
+    out_name = job.output_path.rsplit("/", 1)[-1]
+    ctx.storage.delete_children(job_dir(job.tenant_id, job.id), f".{out_name}.")
+    job.output_bytes = ctx.storage.tree_bytes(job_dir(job.tenant_id, job.id))
+    log.info("job %s: %s", job.id, status)
+
+
+def reconcile_active(ctx: ServiceContext) -> int:
+    """One pass of the background reconciler over every active job; returns how many."""
+    with session_scope(ctx.sessions) as s:
+        ids = list(s.scalars(select(Job.id).where(Job.status.in_(ACTIVE_JOB_STATES)).order_by(Job.created_at)))
+    for jid in ids:
+        try:
+            reconcile(ctx, jid)
+        except ClusterUnavailable as exc:
+            log.warning("reconcile: Ray unavailable (%s)", exc.message)
+            break
+    return len(ids)
+
+
+# ---- tenant operations ----------------------------------------------------------------
+
+def cancel(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
+    with session_scope(ctx.sessions) as s:
+        job = get_job(s, tenant_id, job_id)
+        if job.status in TERMINAL_JOB_STATES:
+            raise Conflict(f"job {job_id} already {job.status}")
+        if job.status == "queued":
+            _finish(ctx, job, "cancelled", "cancelled before it was submitted")
+            return job
+    ctx.cluster.stop(job_id)
+    reconcile(ctx, job_id)
+    with session_scope(ctx.sessions) as s:
+        job = s.get(Job, job_id)
+        if job.status in ACTIVE_JOB_STATES:
+            job.message = "cancel requested"
+        return job
+
+
+def fresh_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
+    """The job, reconciled with Ray first when it is still active."""
+    with session_scope(ctx.sessions) as s:
+        job = get_job(s, tenant_id, job_id)
+        active = job.status in ACTIVE_JOB_STATES
+    if active:
+        try:
+            reconcile(ctx, job_id)
+        except ClusterUnavailable as exc:
+            log.warning("job %s: not reconciled (%s)", job_id, exc.message)
+    with session_scope(ctx.sessions) as s:
+        return get_job(s, tenant_id, job_id)
+
+
+def logs(ctx: ServiceContext, tenant_id: str, job_id: str) -> str:
+    with session_scope(ctx.sessions) as s:
+        job = get_job(s, tenant_id, job_id)
+        if job.status == "queued" or job.submit_attempts == 0:
+            return ""
+    return ctx.cluster.logs(job_id)
+
+
+def results(ctx: ServiceContext, tenant_id: str, job_id: str) -> tuple[Job, dict]:
+    """The job and its manifest; Conflict while the job has no output."""
+    job = fresh_job(ctx, tenant_id, job_id)
+    if job.status != "succeeded":
+        raise Conflict(f"job {job_id} is {job.status}; results exist once it has succeeded")
+    manifest = _read_manifest(ctx, job)
+    if manifest is None:
+        raise NotFound(f"job {job_id} has no output (deleted?)")
+    return job, manifest
+
+
+def result_files(manifest: dict, manifest_bytes: int | None) -> list[dict]:
+    files = [{"name": MANIFEST, "bytes": manifest_bytes}]
+    for sh in manifest.get("shards", []):
+        files.append({"name": sh["file"], "bytes": sh.get("bytes"), "rows": sh.get("rows"),
+                      "sha256": sh.get("sha256")})
+    return files
+
+
+def result_path(ctx: ServiceContext, tenant_id: str, job_id: str, name: str) -> str:
+    """Storage path of a downloadable result: the manifest or a shard it lists. Nothing
+    else (the quarantine least of all) is ever served."""
+    job, manifest = results(ctx, tenant_id, job_id)
+    if name == MANIFEST or name in {sh["file"] for sh in manifest.get("shards", [])}:
+        return f"{job.output_path}/{name}"
+    raise NotFound(f"job {job_id} has no result {name!r}")
+
+
+def delete_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> None:
+    with session_scope(ctx.sessions) as s:
+        job = get_job(s, tenant_id, job_id)
+        if job.status in ACTIVE_JOB_STATES:
+            raise Conflict(f"job {job_id} is {job.status}; cancel it first")
+        delete_job_data(ctx, job)
+        s.delete(job)
+    log.info("tenant %s: job %s deleted", tenant_id, job_id)
+
+
+def delete_job_data(ctx: ServiceContext, job: Job) -> None:
+    ctx.storage.delete_file(quarantine_rel(job))
+    ctx.storage.delete_tree(job_dir(job.tenant_id, job.id))

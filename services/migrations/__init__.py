@@ -1,0 +1,1 @@
+"""Alembic migrations of the service database (``privatize admin migrate`` or startup)."""

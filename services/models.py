@@ -1,0 +1,145 @@
+"""SQLAlchemy 2 models. Every corpus, key and job row carries its ``tenant_id``; every
+query the API makes filters on it. Schema changes go through Alembic
+(``services/migrations``); keep this file and the latest revision in step."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import secrets
+
+from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, LargeBinary, String, Text, TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def new_id() -> str:
+    """16 hex characters from the CSPRNG (the same shape as a key file's ``key_id``)."""
+    return secrets.token_hex(8)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC datetimes on every backend (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return value
+
+    def process_result_value(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    storage_limit_bytes: Mapped[int] = mapped_column(BigInteger)
+    max_concurrent_jobs: Mapped[int] = mapped_column(Integer)
+    disabled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class ApiToken(Base):
+    """Only the SHA-256 of a token is stored; the token is shown once, at creation."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Corpus(Base):
+    __tablename__ = "corpora"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(256))
+    format: Mapped[str] = mapped_column(String(16))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    records: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    storage_path: Mapped[str] = mapped_column(String(1024))
+    """Relative to the storage root."""
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Key(Base):
+    """A tenant's key. The material is enveloped: ``material_ct`` is AES-256-GCM under a
+    per-key data key, ``wrapped_dek`` that data key under the master key. Destroying a
+    key deletes both (crypto-shredding); the row stays as a tombstone."""
+
+    __tablename__ = "keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    alphabet: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    length: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    label: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    status: Mapped[str] = mapped_column(String(16), default="enabled")  # enabled | disabled | destroyed
+    master_key_id: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    wrapped_dek: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    material_ct: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    disabled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    destroyed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class JSONText(TypeDecorator):
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return None if value is None else json.dumps(value, sort_keys=True)
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else json.loads(value)
+
+
+ACTIVE_JOB_STATES = ("queued", "pending", "running")
+TERMINAL_JOB_STATES = ("succeeded", "failed", "cancelled")
+
+
+class Job(Base):
+    """A privatization job. ``id`` is also the Ray Jobs ``submission_id``, so a
+    re-submission of the same job is refused by Ray instead of running twice."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    corpus_id: Mapped[str | None] = mapped_column(ForeignKey("corpora.id", ondelete="SET NULL"), index=True,
+                                                  nullable=True)
+    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    ray_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    spec: Mapped[dict] = mapped_column(JSONText)
+    spec_sha256: Mapped[str] = mapped_column(String(64))
+    key_ids: Mapped[list] = mapped_column(JSONText, default=list)
+    """``keystore:`` key ids the spec references."""
+    output_path: Mapped[str] = mapped_column(String(1024))
+    """Relative to the storage root; ``manifest.json`` and ``shards/`` live under it."""
+    submit_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    counts: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
+    output_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    submitted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -1,0 +1,226 @@
+"""The service's settings: the one place that reads the environment.
+
+Every setting is an environment variable with the ``PRIVATIZE_`` prefix (or a field of
+a ``.env`` file named by ``PRIVATIZE_ENV_FILE``). The defaults give the embedded
+deployment: SQLite and local files under ``PRIVATIZE_DATA_DIR``, and a local Ray head
+the service starts and supervises itself.
+
+``get_settings()`` is cached; FastAPI injects it with ``Depends`` and tests build their
+own ``Settings`` and hand it to ``create_app``.
+
+Outside development mode (``PRIVATIZE_ENV=production``, the default), ``check_secrets``
+refuses to start without a master key, with a master key that is a well-known default,
+or with a database URL whose password is one (the FastAPI full-stack template's rule).
+In development mode a master key is generated once under the data directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from services.errors import ConfigError
+
+MASTER_KEY_BYTES = 32
+_DEFAULT_SECRETS = {"changethis", "changeme", "change-me", "secret", "password", "postgres", "admin", "default",
+                    "privatize", "test", ""}
+GiB = 1 << 30
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PRIVATIZE_", extra="ignore", frozen=True)
+
+    env: Literal["production", "development"] = "production"
+    """``development`` generates a master key under the data directory and relaxes the
+    secret checks; never use it for real data."""
+
+    data_dir: Path = Path("privatize-data")
+    database_url: str | None = None
+    """SQLAlchemy URL; default ``sqlite:///<data_dir>/privatize.db``. PostgreSQL:
+    ``postgresql+psycopg://user:password@host/db``."""
+    storage_uri: str | None = None
+    """A local directory or a ``pyarrow.fs`` URI (``s3://bucket/prefix``); default
+    ``<data_dir>/storage``."""
+    master_key: SecretStr | None = None
+    """32 bytes, Base64 or hex. Prefer ``master_key_file``."""
+    master_key_file: Path | None = None
+
+    ray_address: str | None = None
+    """Ray dashboard (Jobs API) URL of an existing cluster, e.g. ``http://ray-head:8265``.
+    Unset: the service starts and supervises an embedded local head."""
+    ray_num_cpus: int | None = Field(None, ge=1)
+    ray_temp_dir: Path | None = None
+    """Ray's session directory root for the embedded head (kept short: Ray puts Unix
+    sockets under it). Default ``/tmp/privatize-ray-<hash of data_dir>``."""
+    ray_start_timeout_s: float = 90.0
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    poll_interval_s: float = Field(2.0, gt=0)
+    """How often the reconciler asks Ray about active jobs."""
+    auto_migrate: bool = True
+    """Run the Alembic migrations at startup (else: ``privatize admin migrate``)."""
+
+    default_storage_limit_bytes: int = Field(10 * GiB, ge=0)
+    default_max_concurrent_jobs: int = Field(2, ge=0)
+    max_upload_bytes: int = Field(100 * GiB, ge=1)
+    upload_chunk_bytes: int = Field(4 << 20, ge=1 << 16)
+    max_decrypt_bytes: int = Field(16 << 20, ge=1)
+    log_level: str = "INFO"
+
+    # ---- derived ------------------------------------------------------------------
+    @property
+    def dev(self) -> bool:
+        return self.env == "development"
+
+    @property
+    def data_path(self) -> Path:
+        return self.data_dir.expanduser().resolve()
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_path / 'privatize.db'}"
+
+    @property
+    def effective_storage_uri(self) -> str:
+        return self.storage_uri or str(self.data_path / "storage")
+
+    @property
+    def dev_master_key_path(self) -> Path:
+        return self.data_path / "master.key"
+
+    @property
+    def effective_master_key_file(self) -> Path | None:
+        """The file workers read the master key from (``PRIVATIZE_MASTER_KEY_FILE``)."""
+        if self.master_key_file is not None:
+            return self.master_key_file.expanduser().resolve()
+        if self.master_key is None and self.dev:
+            return self.dev_master_key_path
+        return None
+
+
+class WorkerSettings(BaseSettings):
+    """What a Ray worker needs to resolve ``keystore:`` references: the master key (a
+    deployment secret set on the node) and the job's key bundle (set by the service in
+    the job's runtime environment; a location, not a secret)."""
+
+    model_config = SettingsConfigDict(env_prefix="PRIVATIZE_", extra="ignore", frozen=True)
+
+    master_key: SecretStr | None = None
+    master_key_file: Path | None = None
+    key_bundle: str | None = None
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
+
+
+def get_worker_settings() -> WorkerSettings:
+    return WorkerSettings()
+
+
+def decode_master_key(text: str, where: str) -> bytes:
+    """32 bytes from Base64 (standard or URL-safe) or hex text."""
+    s = text.strip()
+    raw: bytes | None = None
+    if len(s) == 2 * MASTER_KEY_BYTES:
+        try:
+            raw = bytes.fromhex(s)
+        except ValueError:
+            raw = None
+    if raw is None:
+        try:
+            raw = base64.b64decode(s.replace("-", "+").replace("_", "/") + "=" * (-len(s) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            raw = None
+    if raw is None or len(raw) != MASTER_KEY_BYTES:
+        raise ConfigError(f"{where}: the master key must be {MASTER_KEY_BYTES} bytes, Base64 or hex")
+    if len(set(raw)) < 8:
+        raise ConfigError(f"{where}: the master key looks like a default or test value (too few distinct bytes)")
+    return raw
+
+
+def read_master_key_file(path: Path) -> bytes:
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the master key file ({getattr(exc, 'strerror', None) or exc})") \
+            from None
+    return decode_master_key(text, str(path))
+
+
+def new_master_key_text() -> str:
+    return base64.b64encode(secrets.token_bytes(MASTER_KEY_BYTES)).decode("ascii")
+
+
+def write_master_key_file(path: Path) -> Path:
+    """A fresh master key, Base64, mode 0600; refuses to overwrite."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(new_master_key_text() + "\n")
+    return path
+
+
+def load_master_key(settings: Settings) -> bytes:
+    """The master key the settings name; in development mode one is generated once."""
+    if settings.master_key is not None and settings.master_key_file is not None:
+        raise ConfigError("set PRIVATIZE_MASTER_KEY or PRIVATIZE_MASTER_KEY_FILE, not both")
+    if settings.master_key is not None:
+        return decode_master_key(settings.master_key.get_secret_value(), "PRIVATIZE_MASTER_KEY")
+    if settings.master_key_file is not None:
+        return read_master_key_file(settings.master_key_file.expanduser())
+    if settings.dev:
+        p = settings.dev_master_key_path
+        if not p.exists():
+            try:
+                write_master_key_file(p)
+            except FileExistsError:
+                pass  # another process made it first
+        return read_master_key_file(p)
+    raise ConfigError("no master key: set PRIVATIZE_MASTER_KEY_FILE (a file holding 32 random bytes, Base64; "
+                      "`privatize admin master-key new --out FILE` makes one), or PRIVATIZE_ENV=development")
+
+
+def check_secrets(settings: Settings) -> bytes:
+    """Refuse to start with missing or default secrets outside development mode.
+    Returns the master key."""
+    from sqlalchemy.engine import make_url
+
+    key = load_master_key(settings)
+    if not settings.dev:
+        url = make_url(settings.effective_database_url)
+        if url.password is not None and url.password.lower() in _DEFAULT_SECRETS:
+            raise ConfigError("PRIVATIZE_DATABASE_URL: the database password is a well-known default; "
+                              "set a real one (or PRIVATIZE_ENV=development)")
+    return key
+
+
+def load_worker_master_key(ws: WorkerSettings) -> bytes:
+    if ws.master_key is not None:
+        return decode_master_key(ws.master_key.get_secret_value(), "PRIVATIZE_MASTER_KEY")
+    if ws.master_key_file is not None:
+        return read_master_key_file(ws.master_key_file.expanduser())
+    raise ConfigError("no master key on this node: set PRIVATIZE_MASTER_KEY_FILE in the Ray node's environment")
+
+
+class ClientSettings(BaseSettings):
+    """``privatize submit``'s defaults: ``PRIVATIZE_URL`` and ``PRIVATIZE_TOKEN``."""
+
+    model_config = SettingsConfigDict(env_prefix="PRIVATIZE_", extra="ignore", frozen=True)
+
+    url: str | None = None
+    token: SecretStr | None = None
+
+
+def get_client_settings() -> ClientSettings:
+    return ClientSettings()

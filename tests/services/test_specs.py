@@ -1,0 +1,81 @@
+"""Spec checks: field paths, and which key references a tenant may use."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from services.db import make_engine, migrate, session_factory, session_scope
+from services.errors import SpecInvalid
+from services.keys import create_key, destroy_key, set_enabled
+from services.specs import check_key_references, key_references, validate_spec, with_input_format
+from services.storage import Storage
+from services.tenants import create_tenant
+
+
+@pytest.fixture
+def db(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path / 's.db'}")
+    migrate(engine)
+    return session_factory(engine)
+
+
+def spec(key: str = "keystore:k", pseudo: str | None = None) -> dict:
+    d = {"stages": [{"kind": "split"}, {"kind": "dedup"}, {"kind": "split_private"},
+                    {"kind": "encrypt_text", "key": key}]}
+    if pseudo:
+        d["output"] = {"pseudonym_key": pseudo}
+    return d
+
+
+def test_errors_carry_field_paths():
+    with pytest.raises(SpecInvalid) as ei:
+        validate_spec({"stages": [{"kind": "split", "unit": "word"}], "output": {"num_shards": -1}})
+    paths = {e["path"] for e in ei.value.extra["errors"]}
+    assert paths == {"stages.0.split.unit", "output.num_shards"}
+    assert ei.value.message.startswith("stages.0.split.unit: ") or ei.value.message.startswith("output")
+    with pytest.raises(SpecInvalid) as ei:  # an order error is reported at the stage that breaks it
+        validate_spec({"stages": [{"kind": "split"}, {"kind": "encrypt_text", "key": "keystore:k"},
+                                  {"kind": "dedup"}]})
+    assert ei.value.extra["errors"][0]["path"] == "stages.2"
+    assert "dedup after encrypt_text" in ei.value.extra["errors"][0]["message"]
+    with pytest.raises(SpecInvalid):
+        validate_spec(["not", "a", "mapping"])
+
+
+def test_key_references_are_found_with_their_paths():
+    s = validate_spec(spec("keystore:a", "file:p.key"))
+    assert key_references(s) == [("output.pseudonym_key", "file:p.key"), ("stages.3.key", "keystore:a")]
+
+
+def test_only_the_tenants_enabled_keys(db, tmp_path):
+    master = secrets.token_bytes(32)
+    with session_scope(db) as s:
+        a, _, _ = create_tenant(s, "a", storage_limit_bytes=10, max_concurrent_jobs=1)
+        b, _, _ = create_tenant(s, "b", storage_limit_bytes=10, max_concurrent_jobs=1)
+        ka = create_key(s, master, a.id, kind="vigenere", length=10)
+        kb = create_key(s, master, b.id, kind="vigenere")
+        ha = create_key(s, master, a.id, kind="hmac")
+    with session_scope(db) as s:
+        assert check_key_references(s, a.id, validate_spec(spec(f"keystore:{ka.id}", f"keystore:{ha.id}"))) == \
+            [ha.id, ka.id]
+        for bad, path, msg in ((f"keystore:{kb.id}", "stages.3.key", f"no key '{kb.id}'"),
+                               ("file:/etc/key", "stages.3.key", "file: key references are not accepted")):
+            with pytest.raises(SpecInvalid) as ei:
+                check_key_references(s, a.id, validate_spec(spec(bad)))
+            assert ei.value.extra["errors"][0]["path"] == path and msg in ei.value.message
+        set_enabled(s, a.id, ka.id, False)
+    with session_scope(db) as s, pytest.raises(SpecInvalid, match="is disabled"):
+        check_key_references(s, a.id, validate_spec(spec(f"keystore:{ka.id}")))
+    with session_scope(db) as s:
+        destroy_key(s, Storage(str(tmp_path / "st")), a.id, ka.id)
+    with session_scope(db) as s, pytest.raises(SpecInvalid, match="is destroyed"):
+        check_key_references(s, a.id, validate_spec(spec(f"keystore:{ka.id}")))
+
+
+def test_input_format_follows_the_corpus():
+    s = validate_spec(spec())
+    assert with_input_format(s, "parquet").input.format == "parquet"
+    with pytest.raises(SpecInvalid, match="input.format"):
+        with_input_format(validate_spec({**spec(), "input": {"format": "text"}}), "jsonl")
