@@ -149,23 +149,51 @@ def apply_global_batch(stage: GlobalStage, index: int, batch: pa.Table, decision
 
 
 def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) -> list[pa.Table]:
-    """In-process execution of a GlobalStage over all batches of the corpus."""
-    keyed = concat([key_rows(stage, b) for b in batches]) if batches else None
-    decided = []
-    if keyed is not None and keyed.num_rows:
-        parts = keyed["_part"].to_numpy()
-        order = np.argsort(parts, kind="stable")
-        keyed = keyed.take(pa.array(order))
-        bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
-        for p in range(NUM_PARTITIONS):
-            if bounds[p + 1] > bounds[p]:
-                decided.append(decide_partition(stage, keyed.slice(bounds[p], bounds[p + 1] - bounds[p])))
-    if decided:
-        index_ = DecisionIndex(concat(decided))
+    """In-process execution of a GlobalStage over all batches of the corpus.
+
+    After the built-in :class:`UniqueIds` (``index >= 0``) a live ``doc_id`` names one
+    row, so each decision is routed to its batch by position: looked up among the keyed
+    rows of its own partition (a small hash table), not probed against every batch."""
+    keyed_list = [key_rows(stage, b) for b in batches]
+    keyed = concat(keyed_list) if keyed_list else None
+    if keyed is None or not keyed.num_rows:
+        empty = stage.decide(pa.table({"doc_id": pa.array([], pa.string()), "key": pa.array([], pa.binary()),
+                                       **{c: pa.array([], pa.int64()) for c in ORDER_COLUMNS}}))
+        return [apply_global_batch(stage, index, b, empty) for b in batches]
+    batch_of = np.repeat(np.arange(len(batches), dtype=np.int64), [k.num_rows for k in keyed_list])
+    parts = keyed["_part"].to_numpy()
+    order = np.argsort(parts, kind="stable")
+    keyed = keyed.take(pa.array(order))
+    batch_of = batch_of[order]
+    bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
+    decided, routed = [], []
+    for p in range(NUM_PARTITIONS):
+        lo, hi = int(bounds[p]), int(bounds[p + 1])
+        if hi <= lo:
+            continue
+        part = keyed.slice(lo, hi - lo)
+        d = decide_partition(stage, part)
+        if not d.num_rows:
+            continue
+        decided.append(d)
+        if index >= 0:
+            pos = pc.index_in(d["doc_id"], value_set=part["doc_id"].combine_chunks())
+            if pos.null_count:
+                raise ValueError(f"stage {index} ({stage.kind}): decide() returned a doc_id not in its partition")
+            routed.append(batch_of[lo:hi][pos.to_numpy(zero_copy_only=False)])
+    if not decided:
+        empty = stage.decide(keyed.slice(0, 0).select(["doc_id", "key", *ORDER_COLUMNS]))
+        return [apply_global_batch(stage, index, b, empty) for b in batches]
+    decisions = concat(decided)
+    if index < 0:  # UniqueIds: one doc_id may sit in several batches
+        index_ = DecisionIndex(decisions)
         return [apply_global_batch(stage, index, b, index_.for_batch(b)) for b in batches]
-    empty = stage.decide(pa.table({"doc_id": pa.array([], pa.string()), "key": pa.array([], pa.binary()),
-                                   **{c: pa.array([], pa.int64()) for c in ORDER_COLUMNS}}))
-    return [apply_global_batch(stage, index, b, empty) for b in batches]
+    which = np.concatenate(routed)
+    by_batch = np.argsort(which, kind="stable")
+    decisions = decisions.take(pa.array(by_batch))
+    cuts = np.searchsorted(which[by_batch], np.arange(len(batches) + 1))
+    return [apply_global_batch(stage, index, b, decisions.slice(int(cuts[i]), int(cuts[i + 1] - cuts[i])))
+            for i, b in enumerate(batches)]
 
 
 class UniqueIds(GlobalStage):
