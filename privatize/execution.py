@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from privatize.stage import (DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX, GlobalStage, Stage,
+from privatize.stage import (DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, ROW, STAT_PREFIX, GlobalStage, Stage,
                              set_column)
 
 QSTAGE = "_qstage"  # which stage quarantined a row (-1: reading)
@@ -117,7 +117,8 @@ def key_rows(stage: GlobalStage, batch: pa.Table) -> pa.Table:
         keys = keys.combine_chunks()
     part = partition_of(keys)
     t = pa.table({"doc_id": live["doc_id"], "key": keys,
-                  **{c: live[c] for c in ORDER_COLUMNS}, "_part": pa.array(part)})
+                  **{c: live[c] for c in ORDER_COLUMNS}, "_part": pa.array(part),
+                  ROW: pa.array(np.arange(live.num_rows, dtype=np.int64))})
     return t.filter(pc.greater_equal(t["_part"], 0))
 
 
@@ -160,13 +161,16 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) ->
         empty = stage.decide(pa.table({"doc_id": pa.array([], pa.string()), "key": pa.array([], pa.binary()),
                                        **{c: pa.array([], pa.int64()) for c in ORDER_COLUMNS}}))
         return [apply_global_batch(stage, index, b, empty) for b in batches]
-    batch_of = np.repeat(np.arange(len(batches), dtype=np.int64), [k.num_rows for k in keyed_list])
-    parts = keyed["_part"].to_numpy()
+    # small integer types: NumPy's stable argsort is then a radix sort
+    batch_of = np.repeat(np.arange(len(batches), dtype=np.uint16 if len(batches) < 65536 else np.int64),
+                         [k.num_rows for k in keyed_list])
+    parts = keyed["_part"].to_numpy().astype(np.uint8)
     order = np.argsort(parts, kind="stable")
-    keyed = keyed.take(pa.array(order))
+    row_of = keyed[ROW].to_numpy()[order]
+    keyed = keyed.select(["doc_id", "key", *ORDER_COLUMNS]).take(pa.array(order))
     batch_of = batch_of[order]
     bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
-    decided, routed = [], []
+    decided, routed, rows = [], [], []
     for p in range(NUM_PARTITIONS):
         lo, hi = int(bounds[p]), int(bounds[p + 1])
         if hi <= lo:
@@ -180,7 +184,9 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) ->
             pos = pc.index_in(d["doc_id"], value_set=part["doc_id"].combine_chunks())
             if pos.null_count:
                 raise ValueError(f"stage {index} ({stage.kind}): decide() returned a doc_id not in its partition")
-            routed.append(batch_of[lo:hi][pos.to_numpy(zero_copy_only=False)])
+            at = pos.to_numpy(zero_copy_only=False)
+            routed.append(batch_of[lo:hi][at])
+            rows.append(row_of[lo:hi][at])
     if not decided:
         empty = stage.decide(keyed.slice(0, 0).select(["doc_id", "key", *ORDER_COLUMNS]))
         return [apply_global_batch(stage, index, b, empty) for b in batches]
@@ -190,7 +196,7 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) ->
         return [apply_global_batch(stage, index, b, index_.for_batch(b)) for b in batches]
     which = np.concatenate(routed)
     by_batch = np.argsort(which, kind="stable")
-    decisions = decisions.take(pa.array(by_batch))
+    decisions = decisions.append_column(ROW, pa.array(np.concatenate(rows))).take(pa.array(by_batch))
     cuts = np.searchsorted(which[by_batch], np.arange(len(batches) + 1))
     return [apply_global_batch(stage, index, b, decisions.slice(int(cuts[i]), int(cuts[i + 1] - cuts[i])))
             for i, b in enumerate(batches)]

@@ -41,6 +41,10 @@ DROP = "_drop"
 STAT_PREFIX = "_stat."
 ORDER_COLUMNS = ("_src", "_line", "_seg")
 NUM_PARTITIONS = 64
+ROW = "_row"
+"""A column a runner may add to the decisions it hands ``apply``: the position of each
+decision's row among the batch's live rows (the in-process runner knows it; a stage may
+use it instead of looking ``doc_id`` up, and must work without it)."""
 
 
 class Stage:

@@ -45,7 +45,7 @@ from pydantic import Field
 
 from privatize.bloom import BloomFilter
 from privatize.settings import StageSettings
-from privatize.stage import DROP, NUM_PARTITIONS, GlobalStage, register_stage, set_column
+from privatize.stage import DROP, NUM_PARTITIONS, ROW, GlobalStage, register_stage, set_column
 from privatize.ciphers.tokens import MASK_TOKEN
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,14 @@ class Dedup(GlobalStage):
         return pa.table({"doc_id": hits, "dedup_hit": pa.array(np.ones(len(hits), dtype=bool))})
 
     def apply(self, batch: pa.Table, decisions: pa.Table) -> pa.Table:
-        if decisions.num_rows:
+        if decisions.num_rows and ROW in decisions.column_names:  # positions given by the runner
+            flags = np.zeros(batch.num_rows, dtype=bool)
+            rows = decisions[ROW].to_numpy()
+            if "dedup_hit" in decisions.column_names:
+                rows = rows[decisions["dedup_hit"].to_numpy(zero_copy_only=False)]
+            flags[rows] = True
+            hit = pa.array(flags)
+        elif decisions.num_rows:
             hit_ids = decisions["doc_id"].filter(decisions["dedup_hit"]) if "dedup_hit" in decisions.column_names \
                 else decisions["doc_id"]
             hit = pc.is_in(batch["doc_id"], value_set=hit_ids.combine_chunks())
