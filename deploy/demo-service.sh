@@ -125,6 +125,7 @@ print(f"  shards:     {(out / 'result' / 'shards')}  ({len(m['shards'])} files, 
       f"{m['counts']['output_records']} records)")
 print(f"  service:    data {out / 'data'}, log {out / 'service.log'}")
 for st in m["stages"]:
-    print(f"  stage {st['index']} {st['kind']:<14} {st['records_in']:>6} -> {st['records_out']:<6} {st['stats']}")
+    stats = {k: v for k, v in st["stats"].items() if v and not k.startswith("entities.")}
+    print(f"  stage {st['index']} {st['kind']:<14} {st['records_in']:>6} -> {st['records_out']:<6} {stats}")
 PY
 echo "== stopping the service and its Ray head"

@@ -1,0 +1,300 @@
+"""The Ray Data runner against the in-process runner, on the same specs and files.
+
+Modes (each prints its figures, the ratio to its baseline, and the targets):
+
+``cipher`` / ``dedup``
+    Steady-state throughput at 1 CPU: a ``ray.init(num_cpus=1)`` session is started
+    first (excluded from the time), then ``run_pipeline_ray`` runs the spec on the
+    Gutenberg stories repeated to ``--mb`` MB (default 1024) in 8 JSONL files; the
+    baseline is ``run_pipeline`` (in-process) on the same files in the same run, pinned
+    to one core. Both write the same shards (checked). Target: Ray >= 0.8x in-process.
+``redact``
+    The redaction-bound recipe (split by line, redact) on 500-word PII-dense documents
+    (presidio-research sentences) with 1 and then 2 CPUs. Target: >= 1.7x from 1 to 2.
+``stream``
+    ``--mb`` MB (default 1100) of JSONL through the CRT preprocessing recipe
+    (split, dedup, split_private, whole-text cipher) with the object store at Ray's
+    75 MiB minimum, in a fresh Ray session; completes, shards verified; peak resident
+    memory of the driver and of all Ray processes together, sampled every 0.25 s.
+
+Records/s and MB/s per stage come from the manifest (``seconds`` per stage).
+
+    python benchmarks/ray_throughput.py cipher|dedup|redact|stream [--mb N] [--docs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from _common import ROOT, gutenberg_texts, machine, need_data
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+FILES = 8
+
+
+def write_corpus(folder: Path, mb: float) -> tuple[list[Path], float]:
+    """Gutenberg stories, each copy with a distinct first sentence, as FILES JSONL files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    docs = gutenberg_texts()
+    lines = []
+    size = 0
+    k = 0
+    while size < mb * 1e6:
+        for i, d in enumerate(docs):
+            line = json.dumps({"doc_id": f"c{k}-s{i}", "text": f"Copy {k} of story {i}. " + d}) + "\n"
+            lines.append(line)
+            size += len(line.encode())
+        k += 1
+    paths = []
+    per = (len(lines) + FILES - 1) // FILES
+    for f in range(FILES):
+        p = folder / f"part-{f}.jsonl"
+        with open(p, "w", encoding="utf-8") as fh:
+            fh.writelines(lines[f * per:(f + 1) * per])
+        paths.append(p)
+    return paths, sum(p.stat().st_size for p in paths) / 1e6
+
+
+def write_keys(folder: Path) -> None:
+    from privatize.keys import new_key, write_key_file
+
+    (folder / "keys").mkdir(parents=True, exist_ok=True)
+    write_key_file(new_key("vigenere", length=100), folder / "keys" / "text.key")
+
+
+SPECS = {
+    "cipher": {"version": 1, "stages": [{"kind": "encrypt_text", "key": "file:keys/text.key"}],
+               "output": {"num_shards": 8}},
+    "dedup": {"version": 1, "stages": [{"kind": "split", "unit": "sentence"},
+                                        {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask"}],
+              "output": {"num_shards": 8}},
+    "stream": {"version": 1, "stages": [{"kind": "split", "unit": "sentence"},
+                                         {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask",
+                                          "min_length": 20},
+                                         {"kind": "split_private"},
+                                         {"kind": "encrypt_text", "key": "file:keys/text.key"}],
+               "output": {"num_shards": 16}},
+    "redact": {"version": 1, "stages": [{"kind": "split", "unit": "line"}, {"kind": "redact"}],
+               "output": {"num_shards": 2}},
+}
+
+
+def per_stage(manifest: dict, mb: float) -> list[str]:
+    out = []
+    for s in manifest["stages"]:
+        secs = s.get("seconds") or 0.0
+        rate = f"{s['records_in'] / secs:10.0f} rec/s {mb / secs:8.1f} MB/s" if secs else "(no time recorded)"
+        out.append(f"    stage {s['index']} {s['kind']:<14} {s['records_in']:>9} in, {secs:7.2f} s  {rate}")
+    return out
+
+
+def shard_hashes(out: Path) -> list[str]:
+    m = json.loads((out / "manifest.json").read_text())
+    return [s["sha256"] for s in m["shards"]]
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _ray_pids(me: int) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                cmd = fh.read()
+        except OSError:
+            continue
+        if b"ray::" in cmd or b"/ray/" in cmd or b"raylet" in cmd or b"gcs_server" in cmd:
+            pids.append(int(d))
+    return pids
+
+
+class PeakRSS:
+    """Peak resident memory (from /proc): of this process, and of this process plus every
+    Ray process (raylet, GCS, workers)."""
+
+    def __init__(self):
+        self.me = os.getpid()
+        self.peak_driver = 0
+        self.peak_total = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(0.25):
+            drv = _rss(self.me)
+            total = drv + sum(_rss(p) for p in _ray_pids(self.me))
+            self.peak_driver = max(self.peak_driver, drv)
+            self.peak_total = max(self.peak_total, total)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+def run_throughput(mode: str, mb_target: float, work: Path) -> None:
+    import ray
+
+    from privatize.ray_runner import RayRunOptions, run_pipeline_ray
+    from privatize.runner import RunOptions, run_pipeline
+    from privatize.spec import parse_spec
+
+    files, mb = write_corpus(work / "in", mb_target)
+    write_keys(work)
+    spec = parse_spec(SPECS[mode])
+    # the baseline: in-process, pinned to one core
+    aff = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {sorted(aff)[0]})
+    t = time.perf_counter()
+    m_local = run_pipeline(spec, work / "in", work / "out-local", spec_dir=str(work),
+                           options=RunOptions(progress=False))
+    t_local = time.perf_counter() - t
+    os.sched_setaffinity(0, aff)
+    ray.init(num_cpus=1, include_dashboard=False)
+    try:
+        t = time.perf_counter()
+        m_ray = run_pipeline_ray(spec, work / "in", work / "out-ray", spec_dir=str(work),
+                                 options=RayRunOptions(progress=False))
+        t_ray = time.perf_counter() - t
+    finally:
+        ray.shutdown()
+    same = shard_hashes(work / "out-local") == shard_hashes(work / "out-ray")
+    ratio = (mb / t_ray) / (mb / t_local)
+    print(f"{mode}: {mb:.0f} MB in {FILES} JSONL files, {m_local['counts']['input_records']} documents, "
+          f"{m_local['counts']['output_records']} output records; {machine()}")
+    print(f"  in-process (one core):        {t_local:7.1f} s  {mb / t_local:7.1f} MB/s")
+    for line in per_stage(m_local, mb):
+        print(line)
+    print(f"  Ray Data, ray.init(num_cpus=1) excluded: {t_ray:7.1f} s  {mb / t_ray:7.1f} MB/s")
+    for line in per_stage(m_ray, mb):
+        print(line)
+    print(f"  ratio Ray / in-process: {ratio:.2f}x (target >= 0.8x: {'met' if ratio >= 0.8 else 'NOT met'}); "
+          f"shards byte-identical: {same}")
+
+
+def redaction_docs(n: int) -> list[str]:
+    items = json.loads((need_data() / "presidio_research" / "synth_dataset_v2.json").read_text(encoding="utf-8"))
+    docs, cur, count, i = [], [], 0, 0
+    while len(docs) < n:
+        sent = items[i % len(items)]["full_text"].replace("\n", " ")
+        i += 1
+        cur.append(sent)
+        count += len(sent.split())
+        if count >= 500:
+            docs.append(" ".join(cur))
+            cur, count = [], 0
+    return docs
+
+
+def run_redact(n_docs: int, work: Path) -> None:
+    import ray
+
+    from privatize.ray_runner import RayRunOptions, run_pipeline_ray
+    from privatize.spec import parse_spec
+
+    (work / "in").mkdir(parents=True, exist_ok=True)
+    docs = redaction_docs(n_docs)
+    per = (len(docs) + FILES - 1) // FILES
+    for f in range(FILES):
+        with open(work / "in" / f"part-{f}.jsonl", "w", encoding="utf-8") as fh:
+            for j, d in enumerate(docs[f * per:(f + 1) * per]):
+                fh.write(json.dumps({"doc_id": f"f{f}-{j}", "text": d}) + "\n")
+    mb = sum(len(d.encode()) for d in docs) / 1e6
+    spec = parse_spec(SPECS["redact"])
+    rates, hashes = {}, {}
+    for cpus in (1, 2):
+        ray.init(num_cpus=cpus, include_dashboard=False)
+        try:
+            t = time.perf_counter()
+            m = run_pipeline_ray(spec, work / "in", work / f"out-{cpus}", spec_dir=str(work),
+                                 options=RayRunOptions(progress=False, batch_size=16))
+            secs = time.perf_counter() - t
+        finally:
+            ray.shutdown()
+        rates[cpus] = len(docs) / secs
+        hashes[cpus] = shard_hashes(work / f"out-{cpus}")
+        print(f"  {cpus} CPU(s): {secs:6.1f} s  {rates[cpus]:6.2f} docs/s  {mb / secs:6.3f} MB/s")
+        for line in per_stage(m, mb):
+            print(line)
+    scale = rates[2] / rates[1]
+    print(f"redact recipe: {len(docs)} documents of ~500 words ({mb:.1f} MB); {machine()}")
+    print(f"  scaling 1 -> 2 CPUs: {scale:.2f}x (target >= 1.7x: {'met' if scale >= 1.7 else 'NOT met'}); "
+          f"shards identical: {hashes[1] == hashes[2]}")
+
+
+def run_stream(mb_target: float, work: Path) -> None:
+    import ray
+
+    from privatize.output import verify
+    from privatize.ray_runner import RayRunOptions, run_pipeline_ray
+    from privatize.spec import parse_spec
+
+    files, mb = write_corpus(work / "in", mb_target)
+    write_keys(work)
+    spec = parse_spec(SPECS["stream"])
+    store = 75 * 1024 * 1024
+    ray.init(num_cpus=2, object_store_memory=store, include_dashboard=False)
+    try:
+        with PeakRSS() as peak:
+            t = time.perf_counter()
+            m = run_pipeline_ray(spec, work / "in", work / "out", spec_dir=str(work),
+                                 options=RayRunOptions(progress=False))
+            secs = time.perf_counter() - t
+    finally:
+        ray.shutdown()
+    problems = verify(work / "out")
+    print(f"stream: {mb:.0f} MB of JSONL, object store {store >> 20} MiB, 2 CPUs; {machine()}")
+    print(f"  completed in {secs:.1f} s ({mb / secs:.1f} MB/s); {m['counts']['output_records']} output records; "
+          f"verify: {'ok' if not problems else problems}")
+    print(f"  peak resident memory: driver {peak.peak_driver / 2**30:.2f} GiB, "
+          f"driver + Ray processes {peak.peak_total / 2**30:.2f} GiB (input {mb / 1024:.2f} GB)")
+    for line in per_stage(m, mb):
+        print(line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=["cipher", "dedup", "redact", "stream"])
+    ap.add_argument("--mb", type=float, default=None)
+    ap.add_argument("--docs", type=int, default=240, help="documents for the redact mode")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix=f"privatize-bench-{args.mode}-"))
+    try:
+        if args.mode in ("cipher", "dedup"):
+            run_throughput(args.mode, args.mb or 1024, work)
+        elif args.mode == "redact":
+            run_redact(args.docs, work)
+        else:
+            run_stream(args.mb or 1100, work)
+    finally:
+        if args.keep:
+            print(f"work folder kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
