@@ -382,3 +382,22 @@ def test_job_entrypoint_on_the_running_cluster_with_s3(ray_session, workdir, tmp
     finally:
         moto.terminate()
         moto.wait(timeout=10)
+
+
+def test_cli_run_with_ray_address_matches_in_process(ray_session, workdir, tmp_path):
+    """``privatize run SPEC --ray ADDRESS`` joins the running cluster and writes the
+    in-process runner's shards; its summary line says where they are."""
+    import ray
+
+    base_out, base_m = in_process(workdir, CRT, "crt")
+    (workdir / "crt-cli.json").write_text(json.dumps(CRT))
+    out = tmp_path / "cli-ray"
+    proc = subprocess.run([sys.executable, "-m", "privatize.cli", "run", str(workdir / "crt-cli.json"),
+                           "--input", str(workdir / "corpus"), "--output", str(out),
+                           "--ray", ray.get_runtime_context().gcs_address],
+                          cwd=ROOT, env=ray_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "ok" and summary["output_records"] == base_m["counts"]["output_records"]
+    assert json.loads((out / "manifest.json").read_text())["runner"] == "ray"
+    assert shard_hashes(out) == shard_hashes(base_out)
