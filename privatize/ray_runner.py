@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 
 from privatize.errors import InputError, PrivatizeError
 from privatize.execution import (DSTAGE, QSTAGE, READ_STAGE, UniqueIds, apply_global_batch, concat,
-                                 decide_partition, finish_stage_output, key_rows, run_stage_batch)
+                                 decide_partition, finish_stage_output, key_rows, run_stage_batch, split_marked)
 from privatize.keys import KeyResolver
 from privatize.output import (OutputWriter, prepare_output, quarantine_path, shard_bytes, shard_of,
                               split_final_rows, stage_stats, write_quarantine)
@@ -53,7 +53,8 @@ from privatize.records import (InputFile, jsonl_has_record, list_inputs, not_jso
                                parse_text_lines, read_jsonl, read_parquet, read_text)
 from privatize.runner import build_manifest, check_strict
 from privatize.spec import OutputSettings, PipelineSpec
-from privatize.stage import DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, GlobalStage, Stage, StageContext, build_stage
+from privatize.stage import (DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, ROW, GlobalStage, Stage, StageContext,
+                             build_stage)
 
 log = logging.getLogger(__name__)
 
@@ -202,18 +203,65 @@ class DecideUDF:
         # one marker row per partition, so the driver can check that every partition
         # was decided exactly once (a group split across blocks would miss duplicates)
         part = pa.table({DECIDED: pa.array([group["_part"][0].as_py()], pa.int64())})
-        return concat([decide_partition(ready_stage(self.ref), group), part])
+        decided = decide_partition(ready_stage(self.ref), group)
+        if self.ref.index >= 0 and decided.num_rows and "doc_id" in decided.column_names:
+            # after UniqueIds a live doc_id names one row: record where it sits in the
+            # global order, so apply finds its rows by number, not by string
+            pos = pc.index_in(decided["doc_id"], value_set=group["doc_id"].combine_chunks())
+            if pos.null_count == 0:
+                for c, k in zip(ORDER_COLUMNS, ORDER_KEYS):
+                    decided = decided.append_column(k, pc.cast(group[c].combine_chunks().take(pos), pa.int64()))
+        return concat([decided, part])
+
+
+ORDER_KEYS = ("_k_src", "_k_line", "_k_seg")
+"""Columns the driver adds to decisions: the order columns of the row each decided."""
+ORDER_HASH = "_k"
+"""A 64-bit mix of the order columns; the driver sorts decisions by it."""
+
+
+def order_hash(src: np.ndarray, line: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """A 64-bit mix of (``_src``, ``_line``, ``_seg``) (collisions only cost a check)."""
+    with np.errstate(over="ignore"):
+        h = (src.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ \
+            (line.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)) ^ \
+            (seg.astype(np.uint64) * np.uint64(0x165667B19E3779F9))
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+def index_by_order(decisions: pa.Table) -> pa.Table:
+    """On the driver: decisions that carry their rows' order columns, sorted by
+    :func:`order_hash` (a column the workers binary-search, zero-copy)."""
+    if not all(k in decisions.column_names for k in ORDER_KEYS) or \
+            any(decisions[k].null_count for k in ORDER_KEYS):
+        return decisions.drop_columns([k for k in ORDER_KEYS if k in decisions.column_names])
+    h = order_hash(*(decisions[k].to_numpy() for k in ORDER_KEYS))
+    order = np.argsort(h, kind="stable")
+    out = decisions.take(pa.array(order)).append_column(ORDER_HASH, pa.array(h[order]))
+    return out.combine_chunks()
 
 
 class DecisionLookup:
-    """A run's decisions, indexed once per process: a batch's decisions are found by a
-    binary search over hashes of ``doc_id`` (then checked exactly), instead of scanning
-    every decision for every batch."""
+    """A run's decisions, indexed once per process. After UniqueIds the driver has sorted
+    them by a hash of their rows' order columns (:func:`index_by_order`): a batch's rows
+    find theirs by binary search over that column (checked exactly against the order
+    columns and ``doc_id``), and ``apply`` gets each decision's row position (``ROW``).
+    Otherwise (UniqueIds itself: one id may sit on several rows) a binary search over
+    Python hashes of ``doc_id``, checked exactly."""
 
     _CHUNK = 1 << 16
 
     def __init__(self, decisions: pa.Table):
         self.table = decisions
+        self.by_order = ORDER_HASH in decisions.column_names
+        if self.by_order:
+            self.sorted = decisions[ORDER_HASH].to_numpy()
+            self.cols = [decisions[k].to_numpy() for k in ORDER_KEYS]
+            self.public = decisions.drop_columns([ORDER_HASH, *ORDER_KEYS])
+            return
         ids = decisions["doc_id"]
         h = np.concatenate([self._hash(ids.slice(i, self._CHUNK)) for i in range(0, len(ids), self._CHUNK)]) \
             if len(ids) else np.zeros(0, np.int64)
@@ -226,6 +274,8 @@ class DecisionLookup:
         return np.fromiter((hash(s) for s in ids.to_pylist()), dtype=np.int64, count=len(ids))
 
     def for_batch(self, batch: pa.Table) -> pa.Table:
+        if self.by_order:
+            return self._for_batch_by_order(batch)
         if not self.table.num_rows or not batch.num_rows:
             return self.table.slice(0, 0)
         ids = batch["doc_id"]
@@ -242,6 +292,30 @@ class DecisionLookup:
         rows = np.unique(self.order[start + step])
         cand = self.table.take(pa.array(rows))
         return cand.filter(pc.is_in(cand["doc_id"], value_set=ids.cast(cand["doc_id"].type)))
+
+
+    def _for_batch_by_order(self, batch: pa.Table) -> pa.Table:
+        live, _ = split_marked(batch)
+        empty = self.public.slice(0, 0).append_column(ROW, pa.array([], pa.int64()))
+        if not self.public.num_rows or not live.num_rows:
+            return empty
+        cols = [pc.fill_null(live[c], 0).to_numpy() for c in ORDER_COLUMNS]
+        q = order_hash(*cols)
+        lo = np.searchsorted(self.sorted, q, "left")
+        n = np.searchsorted(self.sorted, q, "right") - lo
+        if not n.any():
+            return empty
+        row = np.repeat(np.arange(len(q), dtype=np.int64), n)
+        cand = np.repeat(lo, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+        ok = np.ones(len(row), bool)
+        for mine, theirs in zip(cols, self.cols):
+            ok &= mine[row] == theirs[cand]
+        row, cand = row[ok], cand[ok]
+        out = self.public.take(pa.array(cand))
+        same = pc.equal(out["doc_id"], live["doc_id"].take(pa.array(row))).to_numpy(zero_copy_only=False)
+        if not same.all():
+            out, row = out.filter(pa.array(same)), row[same]
+        return out.append_column(ROW, pa.array(row))
 
 
 def _lookup(ref) -> DecisionLookup:
@@ -606,6 +680,8 @@ class _Plan:
             decisions = decisions.filter(pc.invert(marker)).drop_columns([DECIDED])
             if not decisions.num_columns or "doc_id" not in decisions.column_names:
                 decisions = None
+            else:
+                decisions = index_by_order(decisions)
         if decisions is None:
             decisions = ray.get(ray.remote(_empty_decisions).options(num_cpus=self.budget.task_cpus).remote(ref))
         dref = ray.put(decisions)
