@@ -642,6 +642,11 @@ class _Plan:
     def __init__(self, budget: _Budget, batch_size: int):
         self.budget = budget
         self.batch_size = batch_size
+        # Stages see whole blocks: the reader already cut them at ``batch_size`` records,
+        # so a stage sees the batches the in-process runner's would, and an expanding
+        # stage (split: a document -> hundreds of segments) does not multiply the number
+        # of calls after it (1024-row batches after split: 0.36x in-process on dedup)
+        self.map_batch_size = None
         self.keep: list = []  # object refs the plan needs until the end
 
     def _udf(self, cls: type, ref: StageRef, actor: bool, **kw):
@@ -652,7 +657,7 @@ class _Plan:
 
     def stage(self, ds, ref: StageRef, actor: bool):
         fn, extra = self._udf(StageUDF, ref, actor)
-        return _map_batches(ds, fn, batch_size=self.batch_size, batch_format="pyarrow",
+        return _map_batches(ds, fn, batch_size=self.map_batch_size, batch_format="pyarrow",
                             **extra, **self.budget.map_args(actor))
 
     def global_stage(self, ds, ref: StageRef, actor: bool) -> tuple[Any, float]:
@@ -663,7 +668,7 @@ class _Plan:
         ds = ds.materialize()
         t0 = time.perf_counter()
         fn, extra = self._udf(KeysUDF, ref, actor)
-        keyed = _map_batches(ds, fn, batch_size=self.batch_size, batch_format="pyarrow",
+        keyed = _map_batches(ds, fn, batch_size=self.map_batch_size, batch_format="pyarrow",
                              **extra, **self.budget.map_args(actor))
         parts = min(NUM_PARTITIONS, max(2, int(2 * self.budget.cpus)))
         fn, extra = self._udf(DecideUDF, ref, actor)
@@ -689,7 +694,7 @@ class _Plan:
         seconds = time.perf_counter() - t0
         log.info("stage %s: %d decision(s) in %.2fs", ref.kind, decisions.num_rows, seconds)
         fn, extra = self._udf(ApplyUDF, ref, actor, decisions=[dref])
-        return _map_batches(ds, fn, batch_size=self.batch_size, batch_format="pyarrow",
+        return _map_batches(ds, fn, batch_size=self.map_batch_size, batch_format="pyarrow",
                             **extra, **self.budget.map_args(actor)), seconds
 
 
