@@ -217,38 +217,48 @@ class DecideUDF:
 ORDER_KEYS = ("_k_src", "_k_line", "_k_seg")
 """Columns the driver adds to decisions: the order columns of the row each decided."""
 ORDER_HASH = "_k"
-"""A 64-bit mix of the order columns; the driver sorts decisions by it."""
+"""The order columns packed into one uint64 (:func:`pack_order`); decisions sorted by it."""
 
 
-def order_hash(src: np.ndarray, line: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    """A 64-bit mix of (``_src``, ``_line``, ``_seg``) (collisions only cost a check)."""
-    with np.errstate(over="ignore"):
-        h = (src.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ \
-            (line.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)) ^ \
-            (seg.astype(np.uint64) * np.uint64(0x165667B19E3779F9))
-        h ^= h >> np.uint64(31)
-        h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(29)
-    return h
+_PACK = ((0, 16), (16, 32), (48, 16))  # (shift, bits) of _seg, _line, _src in the packed key
+
+
+def pack_order(src: np.ndarray, line: np.ndarray, seg: np.ndarray) -> np.ndarray | None:
+    """(``_src``, ``_line``, ``_seg``) packed into one uint64 that sorts in the global
+    order (16, 32 and 16 bits), or None where some value does not fit."""
+    out = np.zeros(len(src), np.uint64)
+    for values, (shift, bits) in zip((seg, line, src), _PACK):
+        v = values.astype(np.int64, copy=False)
+        if len(v) and (v.min() < 0 or v.max() >= (1 << bits)):
+            return None
+        out |= v.astype(np.uint64) << np.uint64(shift)
+    return out
 
 
 def index_by_order(decisions: pa.Table) -> pa.Table:
-    """On the driver: decisions that carry their rows' order columns, sorted by
-    :func:`order_hash` (a column the workers binary-search, zero-copy)."""
-    if not all(k in decisions.column_names for k in ORDER_KEYS) or \
-            any(decisions[k].null_count for k in ORDER_KEYS):
-        return decisions.drop_columns([k for k in ORDER_KEYS if k in decisions.column_names])
-    h = order_hash(*(decisions[k].to_numpy() for k in ORDER_KEYS))
-    order = np.argsort(h, kind="stable")
-    out = decisions.take(pa.array(order)).append_column(ORDER_HASH, pa.array(h[order]))
+    """On the driver: decisions that carry their rows' order columns, sorted in the
+    global order with the packed key as a column (the workers binary-search it,
+    zero-copy). Decisions that cannot be packed keep the doc_id lookup."""
+    names = [k for k in ORDER_KEYS if k in decisions.column_names]
+    if len(names) != len(ORDER_KEYS) or any(decisions[k].null_count for k in ORDER_KEYS):
+        return decisions.drop_columns(names)
+    key = pack_order(*(decisions[k].to_numpy() for k in ORDER_KEYS))
+    if key is None:
+        return decisions.drop_columns(names)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    if len(key) > 1 and (key[1:] == key[:-1]).any():  # two decisions for one row: not after UniqueIds
+        return decisions.drop_columns(names)
+    out = decisions.drop_columns(names).take(pa.array(order)).append_column(ORDER_HASH, pa.array(key))
     return out.combine_chunks()
 
 
 class DecisionLookup:
     """A run's decisions, indexed once per process. After UniqueIds the driver has sorted
-    them by a hash of their rows' order columns (:func:`index_by_order`): a batch's rows
-    find theirs by binary search over that column (checked exactly against the order
-    columns and ``doc_id``), and ``apply`` gets each decision's row position (``ROW``).
+    them in the global order by their rows' packed order columns (:func:`index_by_order`):
+    a batch's rows find theirs by binary search within the stretch of the order the batch
+    covers (checked against ``doc_id``), and ``apply`` gets each decision's row position
+    (``ROW``).
     Otherwise (UniqueIds itself: one id may sit on several rows) a binary search over
     Python hashes of ``doc_id``, checked exactly."""
 
@@ -259,8 +269,7 @@ class DecisionLookup:
         self.by_order = ORDER_HASH in decisions.column_names
         if self.by_order:
             self.sorted = decisions[ORDER_HASH].to_numpy()
-            self.cols = [decisions[k].to_numpy() for k in ORDER_KEYS]
-            self.public = decisions.drop_columns([ORDER_HASH, *ORDER_KEYS])
+            self.public = decisions.drop_columns([ORDER_HASH])
             return
         ids = decisions["doc_id"]
         h = np.concatenate([self._hash(ids.slice(i, self._CHUNK)) for i in range(0, len(ids), self._CHUNK)]) \
@@ -299,23 +308,24 @@ class DecisionLookup:
         empty = self.public.slice(0, 0).append_column(ROW, pa.array([], pa.int64()))
         if not self.public.num_rows or not live.num_rows:
             return empty
-        cols = [pc.fill_null(live[c], 0).to_numpy() for c in ORDER_COLUMNS]
-        q = order_hash(*cols)
-        lo = np.searchsorted(self.sorted, q, "left")
-        n = np.searchsorted(self.sorted, q, "right") - lo
-        if not n.any():
+        q = pack_order(*(pc.fill_null(live[c], 0).to_numpy() for c in ORDER_COLUMNS))
+        if q is None:
+            return empty  # rows whose order columns do not pack had no packable decision
+        # a batch covers a short stretch of the global order: search that stretch only
+        lo = int(np.searchsorted(self.sorted, q.min(), "left"))
+        hi = int(np.searchsorted(self.sorted, q.max(), "right"))
+        if hi <= lo:
             return empty
-        row = np.repeat(np.arange(len(q), dtype=np.int64), n)
-        cand = np.repeat(lo, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
-        ok = np.ones(len(row), bool)
-        for mine, theirs in zip(cols, self.cols):
-            ok &= mine[row] == theirs[cand]
-        row, cand = row[ok], cand[ok]
-        out = self.public.take(pa.array(cand))
+        near = self.sorted[lo:hi]
+        at = np.minimum(np.searchsorted(near, q), len(near) - 1)
+        row = np.flatnonzero(near[at] == q)
+        if not len(row):
+            return empty
+        out = self.public.take(pa.array(at[row] + lo))
         same = pc.equal(out["doc_id"], live["doc_id"].take(pa.array(row))).to_numpy(zero_copy_only=False)
         if not same.all():
             out, row = out.filter(pa.array(same)), row[same]
-        return out.append_column(ROW, pa.array(row))
+        return out.append_column(ROW, pa.array(row.astype(np.int64)))
 
 
 def _lookup(ref) -> DecisionLookup:
