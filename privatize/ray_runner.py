@@ -605,6 +605,31 @@ def write_shard_task(udf: "WriteUDF", *pieces: pa.Table) -> pa.Table | None:
     return udf(group) if group is not None else None
 
 
+def split_by_group(block: pa.Table, groups: int, bounds: tuple[int, int] | None):
+    """Keyed rows of one block -> ``groups`` tables (hash partition ``p`` goes to group
+    ``p % groups``)."""
+    if bounds is not None:
+        block = block.slice(bounds[0], bounds[1] - bounds[0])
+    g = block["_part"].to_numpy() % groups if block.num_rows else np.zeros(0, np.int64)
+    return tuple(block.filter(pa.array(g == i)) for i in range(groups))
+
+
+def decide_group(ref: StageRef, *pieces: pa.Table) -> pa.Table:
+    """Every keyed row of the hash partitions of one group -> ``decide`` per partition
+    (:class:`DecideUDF`: decisions plus one marker row per partition)."""
+    rows = [p for p in pieces if p.num_rows]
+    if not rows:
+        return pa.table({DECIDED: pa.array([], pa.int64())})
+    keyed = concat(rows)
+    part = keyed["_part"].to_numpy()
+    order = np.argsort(part, kind="stable")  # keeps each partition's rows in arrival order
+    keyed, part = keyed.take(pa.array(order)), part[order]
+    cuts = np.flatnonzero(np.diff(part)) + 1
+    udf = DecideUDF(ref)
+    out = [udf(keyed.slice(a, b - a)) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)])]
+    return concat(out)
+
+
 # ---- driver ---------------------------------------------------------------------------
 
 def _named(cls: type, name: str) -> type:
@@ -617,10 +642,6 @@ def _map_batches(ds, fn, **kwargs):
     """Every ``map_batches`` of the plan goes through here (one place to audit what is
     shipped to workers: settings and key references, never key bytes)."""
     return ds.map_batches(fn, **kwargs)
-
-
-def _map_groups(grouped, fn, **kwargs):
-    return grouped.map_groups(fn, **kwargs)
 
 
 @dataclass
@@ -680,12 +701,8 @@ class _Plan:
         fn, extra = self._udf(KeysUDF, ref, actor)
         keyed = _map_batches(ds, fn, batch_size=self.map_batch_size, batch_format="pyarrow",
                              **extra, **self.budget.map_args(actor))
-        parts = min(NUM_PARTITIONS, max(2, int(2 * self.budget.cpus)))
-        fn, extra = self._udf(DecideUDF, ref, actor)
-        # the sort-based group-by shuffles blocks x blocks pieces: few blocks of key rows
-        decided = _map_groups(keyed.repartition(parts).groupby("_part"), fn, batch_format="pyarrow",
-                              **extra, **self.budget.map_args(actor))
-        tables = [t for t in (ray.get(r) for r in decided.to_arrow_refs()) if t.num_rows]
+        groups = min(NUM_PARTITIONS, max(2, int(2 * self.budget.cpus)))
+        tables = [t for t in _decide_groups(keyed, ref, groups, self.budget.task_cpus) if t.num_rows]
         decisions = concat(tables) if tables else None
         if decisions is not None:
             marker = pc.is_valid(decisions[DECIDED])
@@ -698,7 +715,7 @@ class _Plan:
             else:
                 decisions = index_by_order(decisions)
         if decisions is None:
-            decisions = ray.get(ray.remote(_empty_decisions).options(num_cpus=self.budget.task_cpus).remote(ref))
+            decisions = ray.get(_task(_empty_decisions, num_cpus=self.budget.task_cpus).remote(ref))
         dref = ray.put(decisions)
         self.keep.append(dref)
         seconds = time.perf_counter() - t0
@@ -716,7 +733,7 @@ def plan_reads(files: list[InputFile], *, text_per_line: bool, range_bytes: int,
 
     pieces: list[ReadPiece] = []
     scans = []
-    scan = ray.remote(scan_range).options(num_cpus=task_cpus, **scheduling)
+    scan = _task(scan_range, num_cpus=task_cpus, **scheduling)
     for f in files:
         splittable = f.format == "jsonl" or (f.format == "text" and text_per_line)
         try:
@@ -887,22 +904,44 @@ def run_pipeline_ray(spec: PipelineSpec, input_path: str | Path, output_dir: str
     return manifest
 
 
+def _task(fn, **options):
+    """Every Ray core task of the plan is made here (one place to audit what is shipped
+    to workers: settings and key references, never key bytes)."""
+    import ray
+
+    return ray.remote(fn).options(**options)
+
+
+def _block_pieces(ds, fn, n: int, task_cpus: float, *args) -> list:
+    """``fn(block, *args, bounds)`` -> ``n`` objects, for every block of ``ds`` as it is
+    produced: the map side of a one-pass shuffle in Ray core tasks."""
+    task = _task(fn, num_returns=n, num_cpus=task_cpus)
+    pieces = []
+    for bundle in ds.iter_internal_ref_bundles():
+        slices = bundle.slices or [None] * len(bundle.block_refs)
+        for ref, sl in zip(bundle.block_refs, slices):
+            pieces.append(task.remote(ref, *args, None if sl is None else (sl.start_offset, sl.end_offset)))
+    return pieces
+
+
+def _decide_groups(keyed, ref: StageRef, groups: int, task_cpus: float) -> list[pa.Table]:
+    """Keyed rows to ``groups`` decide tasks in one pass (Ray Data's repartition and
+    sort-based group-by moved every keyed row twice more)."""
+    pieces = _block_pieces(keyed, split_by_group, groups, task_cpus, groups)
+    decide = _task(decide_group, num_cpus=task_cpus)
+    refs = [decide.remote(ref, *[p[g] for p in pieces]) for g in range(groups)]
+    del pieces
+    return _get(refs)
+
+
 def _write_shards(final, udf: WriteUDF, num_shards: int, task_cpus: float):
     """The output shuffle in one pass: as blocks of final rows stream out of the plan,
     a task splits each by shard (``num_shards + 1`` objects); then one task per shard
     gathers its pieces and writes the shard's bytes. (Ray Data's sort-based group-by
     moved every byte twice more: 0.6x the in-process runner on the cipher-only spec.)
     Yields WriteUDF's rows: the summaries first, then the shards."""
-    import ray
-
-    split = ray.remote(split_by_shard).options(num_returns=num_shards + 1, num_cpus=task_cpus)
-    write = ray.remote(write_shard_task).options(num_cpus=task_cpus)
-    pieces = []
-    for bundle in final.iter_internal_ref_bundles():
-        slices = bundle.slices or [None] * len(bundle.block_refs)
-        for ref, sl in zip(bundle.block_refs, slices):
-            bounds = None if sl is None else (sl.start_offset, sl.end_offset)
-            pieces.append(split.remote(ref, num_shards, bounds))
+    write = _task(write_shard_task, num_cpus=task_cpus)
+    pieces = _block_pieces(final, split_by_shard, num_shards + 1, task_cpus, num_shards)
     summaries = [p[0] for p in pieces]
     shard_refs = [write.remote(udf, *[p[s + 1] for p in pieces]) for s in range(num_shards)]
     del pieces
@@ -1019,13 +1058,13 @@ def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageR
     for ref, proto in zip(refs, protos):
         if ref.index not in seen_stage and proto.needs_setup:
             # no live row reached this stage: ask a worker which keys it would use
-            task = ray.remote(_stage_key_ids).options(num_cpus=budget.task_cpus)
+            task = _task(_stage_key_ids, num_cpus=budget.task_cpus)
             for name, kid in _get(task.remote(ref)).items():
                 key_ids[f"stages.{ref.index}.{name}"] = kid
     key_ids = {k: key_ids[k] for k in sorted(key_ids, key=lambda k: (int(k.split(".")[1]), k))}
     if spec.output.pseudonym_key:
         if pseudonym_key_id is None:
-            task = ray.remote(_pseudonym_key_id).options(num_cpus=budget.task_cpus)
+            task = _task(_pseudonym_key_id, num_cpus=budget.task_cpus)
             pseudonym_key_id = _get(task.remote(spec.output.pseudonym_key, spec_dir))
         key_ids["output.pseudonym_key"] = pseudonym_key_id
     for i, t in enumerate(timings):

@@ -147,18 +147,24 @@ def test_crt_recipe_runs_in_workers_and_ships_no_key_bytes(probe, workdir, monke
 
     base = in_process(workdir, CRT, "crt")
     shipped = []
-    real_batches, real_groups = ray_runner._map_batches, ray_runner._map_groups
+    import ray
+
+    real_batches, real_task = ray_runner._map_batches, ray_runner._task
 
     def spy_batches(ds, fn, **kw):
         shipped.append((fn, kw))
         return real_batches(ds, fn, **kw)
 
-    def spy_groups(grouped, fn, **kw):
-        shipped.append((fn, kw))
-        return real_groups(grouped, fn, **kw)
+    class SpyTask:
+        def __init__(self, fn, **options):
+            self.fn, self.real = fn, real_task(fn, **options)
+
+        def remote(self, *args):  # the arguments shipped with the task, object refs aside
+            shipped.append((self.fn, [a for a in args if not isinstance(a, ray.ObjectRef)]))
+            return self.real.remote(*args)
 
     monkeypatch.setattr(ray_runner, "_map_batches", spy_batches)
-    monkeypatch.setattr(ray_runner, "_map_groups", spy_groups)
+    monkeypatch.setattr(ray_runner, "_task", SpyTask)
     got = run_ray(workdir, CRT, "crt-1000", batch_size=1000)
     assert_parity(base, got)
     check_crt_run(got[1])
