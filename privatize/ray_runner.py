@@ -530,10 +530,17 @@ class FinalUDF:
         self.__name__ = type(self).__name__
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        summary_table, per_shard = self.split(batch)
+        shards = [s for s in sorted(per_shard)] + [SUMMARY_SHARD]
+        payloads = [_ipc(per_shard[s]) for s in shards[:-1]] + [_ipc(summary_table)]
+        return pa.table({SHARD: pa.array(shards, pa.int64()), "payload": pa.array(payloads, pa.large_binary())})
+
+    def split(self, batch: pa.Table) -> tuple[pa.Table, dict[int, pa.Table]]:
+        """(the block's summary table, its output rows by shard)."""
         info_mask = _is_info(batch)
         infos = batch.filter(pa.array(info_mask))["text"].to_pylist() if info_mask.any() else []
         rows = batch.filter(pa.array(~info_mask)) if info_mask.any() else batch
-        shards, payloads = [], []
+        per_shard: dict[int, pa.Table] = {}
         summary = {"info": infos, "stats": None, "schema": None, "output": 0, "dropped": 0}
         quarantined = None
         if rows.num_rows:
@@ -548,14 +555,11 @@ class FinalUDF:
                 out = out.select([c for c in out.column_names if not c.startswith("_") or c in ORDER_COLUMNS])
                 shard = shard_of(out["doc_id"].to_pylist(), self.num_shards)
                 for i in np.unique(shard):
-                    shards.append(int(i))
-                    payloads.append(_ipc(out.filter(pa.array(shard == i))))
+                    per_shard[int(i)] = out.filter(pa.array(shard == i))
         summary_table = pa.table({"summary": [json.dumps(summary)],
                                   "quarantine": pa.array([_ipc(quarantined) if quarantined is not None else None],
                                                          pa.large_binary())})
-        shards.append(SUMMARY_SHARD)
-        payloads.append(_ipc(summary_table))
-        return pa.table({SHARD: pa.array(shards, pa.int64()), "payload": pa.array(payloads, pa.large_binary())})
+        return summary_table, per_shard
 
 
 def sort_shard_rows(rows: pa.Table) -> pa.Table:
@@ -581,7 +585,9 @@ class WriteUDF:
             return pa.table({"shard": pa.array([shard] * n, pa.int64()), "rows": pa.array([0] * n, pa.int64()),
                              "data": group["payload"].combine_chunks(), "schema": pa.nulls(n, pa.large_binary()),
                              "key_id": pa.nulls(n, pa.string())})
-        rows = concat([_from_ipc(p) for p in group["payload"].to_pylist()])
+        return self.write(shard, concat([_from_ipc(p) for p in group["payload"].to_pylist()]))
+
+    def write(self, shard: int, rows: pa.Table) -> pa.Table:
         key, key_id = _pseudonym_key(self.output.pseudonym_key, self.base_dir)
         table = prepare_output(sort_shard_rows(rows), meta_keys=self.output.meta_keys, pseudonym_key=key)
         return pa.table({"shard": pa.array([shard], pa.int64()), "rows": pa.array([table.num_rows], pa.int64()),
@@ -590,19 +596,22 @@ class WriteUDF:
                          "key_id": pa.array([key_id], pa.string())})
 
 
-def split_by_shard(block: pa.Table, num_shards: int, bounds: tuple[int, int] | None):
-    """One block of :class:`FinalUDF` output -> ``num_shards + 1`` tables: the summary
-    rows, then each shard's payload rows (empty where the block has none)."""
+def final_split(block: pa.Table, final: "FinalUDF", bounds: tuple[int, int] | None):
+    """One block of final rows -> ``num_shards + 1`` objects: the block's summary (the
+    :class:`FinalUDF` payload row of shard -1), then each shard's output rows (an empty
+    table where the block has none)."""
     if bounds is not None:
         block = block.slice(bounds[0], bounds[1] - bounds[0])
-    shard = block[SHARD].to_numpy() if block.num_rows else np.zeros(0, np.int64)
-    return tuple(block.filter(pa.array(shard == s)) for s in range(SUMMARY_SHARD, num_shards))
+    summary_table, per_shard = final.split(block)
+    summary = pa.table({SHARD: pa.array([SUMMARY_SHARD], pa.int64()),
+                        "payload": pa.array([_ipc(summary_table)], pa.large_binary())})
+    return (summary, *(per_shard.get(s, pa.table({})) for s in range(final.num_shards)))
 
 
-def write_shard_task(udf: "WriteUDF", *pieces: pa.Table) -> pa.Table | None:
+def write_shard_task(udf: "WriteUDF", shard: int, *pieces: pa.Table) -> pa.Table | None:
     """Every piece of one shard -> :class:`WriteUDF`'s row for it (None: no rows)."""
-    group = concat([p for p in pieces if p.num_rows]) if any(p.num_rows for p in pieces) else None
-    return udf(group) if group is not None else None
+    rows = [p for p in pieces if p.num_rows]
+    return udf.write(shard, concat(rows)) if rows else None
 
 
 def split_by_group(block: pa.Table, groups: int, bounds: tuple[int, int] | None):
@@ -882,9 +891,8 @@ def run_pipeline_ray(spec: PipelineSpec, input_path: str | Path, output_dir: str
                 ds, driver_seconds[ref.index] = plan.global_stage(ds, ref, actor=proto.needs_setup)
             else:
                 ds = plan.stage(ds, ref, actor=proto.needs_setup)
-        final = _map_batches(ds, FinalUDF(len(protos), spec.output.num_shards), batch_size=None,
-                             batch_format="pyarrow", num_cpus=budget.task_cpus)
-        written = _write_shards(final, WriteUDF(spec.output, spec_dir), spec.output.num_shards, budget.task_cpus)
+        written = _write_shards(ds, FinalUDF(len(protos), spec.output.num_shards), WriteUDF(spec.output, spec_dir),
+                                spec.output.num_shards, budget.task_cpus)
         manifest = _finish(spec, writer, written, refs, protos, stage_names, driver_seconds, files, opts,
                            budget, spec_dir)
         manifest["seconds"] = round(time.perf_counter() - t_start, 3)
@@ -934,16 +942,17 @@ def _decide_groups(keyed, ref: StageRef, groups: int, task_cpus: float) -> list[
     return _get(refs)
 
 
-def _write_shards(final, udf: WriteUDF, num_shards: int, task_cpus: float):
-    """The output shuffle in one pass: as blocks of final rows stream out of the plan,
-    a task splits each by shard (``num_shards + 1`` objects); then one task per shard
-    gathers its pieces and writes the shard's bytes. (Ray Data's sort-based group-by
-    moved every byte twice more: 0.6x the in-process runner on the cipher-only spec.)
+def _write_shards(ds, final: FinalUDF, udf: WriteUDF, num_shards: int, task_cpus: float):
+    """The final pass and the output shuffle in one: as blocks of final rows stream out
+    of the plan, a task summarizes each and splits its output rows by shard
+    (``num_shards + 1`` objects); then one task per shard gathers its pieces and writes
+    the shard's bytes. (Ray Data's sort-based group-by moved every byte twice more: 0.6x
+    the in-process runner on the cipher-only spec.)
     Yields WriteUDF's rows: the summaries first, then the shards."""
     write = _task(write_shard_task, num_cpus=task_cpus)
-    pieces = _block_pieces(final, split_by_shard, num_shards + 1, task_cpus, num_shards)
+    pieces = _block_pieces(ds, final_split, num_shards + 1, task_cpus, final)
     summaries = [p[0] for p in pieces]
-    shard_refs = [write.remote(udf, *[p[s + 1] for p in pieces]) for s in range(num_shards)]
+    shard_refs = [write.remote(udf, s, *[p[s + 1] for p in pieces]) for s in range(num_shards)]
     del pieces
     rows = [t for t in _get(summaries) if t.num_rows]
     if rows:
