@@ -673,7 +673,7 @@ class _Budget:
         if actor:
             import ray.data
 
-            return {"compute": ray.data.ActorPoolStrategy(min_size=1, max_size=self.max_actors),
+            return {"compute": ray.data.ActorPoolStrategy(min_size=self.max_actors, max_size=self.max_actors),
                     "num_cpus": self.actor_cpus}
         return {"num_cpus": self.task_cpus}
 
