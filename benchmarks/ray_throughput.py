@@ -43,6 +43,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 FILES = 8
+PIN_RAY = False
 
 
 _BOUNDARY = re.compile(r"([.!?][\"')\]]*)(\s+)")
@@ -179,7 +180,9 @@ def run_throughput(mode: str, mb_target: float, work: Path) -> None:
     m_local = run_pipeline(spec, work / "in", work / "out-local", spec_dir=str(work),
                            options=RunOptions(progress=False))
     t_local = time.perf_counter() - t
-    os.sched_setaffinity(0, aff)
+    if not PIN_RAY:
+        os.sched_setaffinity(0, aff)
+    # with --pin-ray the driver stays on one core and Ray's processes inherit it
     ray.init(num_cpus=1, include_dashboard=False)
     try:
         # warm-up on one small file: worker processes started, modules imported
@@ -203,7 +206,8 @@ def run_throughput(mode: str, mb_target: float, work: Path) -> None:
     print(f"  in-process (one core):        {t_local:7.1f} s  {mb / t_local:7.1f} MB/s")
     for line in per_stage(m_local, mb):
         print(line)
-    print(f"  Ray Data, ray.init(num_cpus=1) and a warm-up run ({t_warm:.1f} s, 50 documents) excluded: "
+    pinned = "pinned to the same one core" if PIN_RAY else "not pinned (Ray may use both cores)"
+    print(f"  Ray Data ({pinned}), ray.init(num_cpus=1) and a warm-up run ({t_warm:.1f} s, 50 documents) excluded: "
           f"{t_ray:7.1f} s  {mb / t_ray:7.1f} MB/s")
     for line in per_stage(m_ray, mb):
         print(line)
@@ -297,7 +301,11 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=None)
     ap.add_argument("--docs", type=int, default=240, help="documents for the redact mode")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--pin-ray", action="store_true",
+                    help="cipher/dedup: pin Ray (raylet, workers, driver) to the baseline's one core too")
     args = ap.parse_args()
+    global PIN_RAY
+    PIN_RAY = args.pin_ray
     work = Path(tempfile.mkdtemp(prefix=f"privatize-bench-{args.mode}-"))
     try:
         if args.mode in ("cipher", "dedup"):

@@ -33,6 +33,7 @@ import collections
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -834,10 +835,12 @@ def connect(address: str | None = None, *, num_cpus: float | None = None,
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None:
-        ray.init(num_cpus=num_cpus, object_store_memory=object_store_memory, include_dashboard=False,
-                 runtime_env=_runtime_env())
+        ctx = ray.init(num_cpus=num_cpus, object_store_memory=object_store_memory, runtime_env=_runtime_env())
     else:
-        ray.init(address=address)
+        ctx = ray.init(address=address)
+    url = getattr(ctx, "dashboard_url", None)
+    if url:  # operators watch the run there (jobs, Ray Data operators, workers)
+        print(f"privatize: Ray dashboard at http://{url}", file=sys.stderr)
     return True
 
 
