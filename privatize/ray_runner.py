@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -665,10 +666,13 @@ class _Budget:
     def for_cluster(cls, cpus: float, pools: int) -> "_Budget":
         cpus = max(cpus, 0.1)
         max_actors = max(1, int(cpus))
-        # every pool's actors plus one task slot fit at once, so reads and writes never
-        # wait behind actors (on one CPU a plan with a 1-CPU read and any actor hangs)
-        actor_cpus = min(1.0, cpus / (max(1, pools) * max_actors + 1))
-        return cls(cpus, min(1.0, cpus / 4), round(actor_cpus, 4), max_actors)
+        # every pool's actors (fixed-size pools: all of them start) plus one task slot
+        # fit at once, so reads and writes never wait behind actors (on one CPU a plan
+        # with a 1-CPU read and any actor hangs; so does one whose actors leave less than
+        # a task's share free)
+        task_cpus = min(1.0, cpus / 4)
+        actor_cpus = min(1.0, (cpus - task_cpus) / (max(1, pools) * max_actors))
+        return cls(cpus, task_cpus, math.floor(actor_cpus * 1e4) / 1e4, max_actors)
 
     def map_args(self, actor: bool) -> dict:
         if actor:

@@ -53,3 +53,15 @@ def test_unpackable_order_values_fall_back_to_doc_ids():
     assert not lk.by_order
     got = lk.for_batch(_batch([0, 0, 0], [big, 1, 2], [0, 0, 0], ["x", "y", "z"]))
     assert sorted(got["doc_id"].to_pylist()) == ["x", "y"]
+
+
+def test_cpu_budget_leaves_a_task_slot_beside_every_actor():
+    """Fixed-size actor pools all start: every pool's actors plus one task must fit the
+    cluster, or the plan deadlocks (a redact + encrypt_text recipe on 2 CPUs did)."""
+    from privatize.ray_runner import _Budget
+
+    for cpus in (0.5, 1, 1.5, 2, 3, 4, 8, 16, 64):
+        for pools in (1, 2, 3, 4):
+            b = _Budget.for_cluster(cpus, pools)
+            assert b.actor_cpus > 0 and b.task_cpus > 0
+            assert pools * b.max_actors * b.actor_cpus + b.task_cpus <= cpus + 1e-9, (cpus, pools, b)
