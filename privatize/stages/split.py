@@ -422,15 +422,19 @@ class Split(Stage):
                 rows = rows.set_column(i, name, pc.if_else(pa.array(is_first), rows[name],
                                                            pa.scalar(0, rows.schema.field(i).type)))
         zeros64 = np.zeros(n_empty, np.int64)
+        seg_texts = _texts(text, bs, be)
+        if n_empty:  # empty documents ride along (dropped), after the segments
+            seg_ids = pa.concat_arrays([seg_ids, parents.slice(n_seg)])
+            seg_texts = pa.concat_arrays([seg_texts, text.take(pa.array(empty, pa.int64()))])
         cols = {
-            "doc_id": pa.concat_arrays([seg_ids, parents.slice(n_seg)]),
-            "text": pa.concat_arrays([_texts(text, bs, be), text.take(pa.array(empty, pa.int64()))]),
+            "doc_id": seg_ids,
+            "text": seg_texts,
             "_seg": pa.array(np.r_[seg_no, zeros64].astype(np.int32)),
             "parent_id": parents,
             "start": pa.array(np.r_[starts, zeros64]),
             "end": pa.array(np.r_[ends, zeros64]),
             DROP: pc.if_else(pa.array(np.r_[np.zeros(n_seg, bool), np.ones(n_empty, bool)]), DROP_EMPTY,
-                             pa.scalar(None, pa.string())),
+                             pa.scalar(None, pa.string())) if n_empty else pa.nulls(n_seg, pa.string()),
             "_stat.segments": pa.array(np.r_[np.ones(n_seg, np.int64), zeros64]),
             "_stat.expanded": pa.array(np.r_[np.where(seg_no == 0, counts[rec] - 1, 0), zeros64]),
         }
