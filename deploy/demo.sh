@@ -40,7 +40,8 @@ sample = next((r for r in t if "_[" in r["text"]), t[0])
 print(f"  a record:   {sample['text'][:160]!r} (private={sample['private']})")
 (out / "sample.txt").write_text(sample["text"], encoding="utf-8")
 PY
-printf '  decrypted:  '; "${P[@]}" decrypt --key "$B/keys/entity.key" < "$B/sample.txt"; echo
+PLAIN=$("${P[@]}" decrypt --key "$B/keys/entity.key" < "$B/sample.txt" 2>"$B/decrypt-report.txt")
+echo "  decrypted:  '$PLAIN' ($(tr -d '\n' < "$B/decrypt-report.txt"))"
 
 echo
 echo "== 2. the service (FastAPI + embedded Ray head): upload, job, download"
