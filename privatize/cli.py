@@ -113,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     warnings.showwarning = _show_warning
+    return dispatch(args)
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run a parsed command (``args.func``) the one way every ``privatize`` entry point
+    does: logging by ``-v``, one-line errors, exit 2 for bad input, 130 on Ctrl-C."""
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:

@@ -138,6 +138,17 @@ def parse_spec(data: dict) -> PipelineSpec:
 
 def load_spec(path: str | Path) -> PipelineSpec:
     p = Path(path)
+    data = read_spec_file(p)
+    try:
+        return parse_spec(data)
+    except SpecError as exc:
+        raise SpecError(f"{p}: {exc}") from None
+
+
+def read_spec_file(path: str | Path) -> dict:
+    """The mapping in a YAML or JSON spec file, unvalidated (errors name the file, and the
+    line where the parser knows it)."""
+    p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -148,7 +159,6 @@ def load_spec(path: str | Path) -> PipelineSpec:
         where = getattr(exc, "problem_mark", None)
         line = f":{where.line + 1}" if where is not None else ""
         raise SpecError(f"{p}{line}: not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}") from None
-    try:
-        return parse_spec(data)
-    except SpecError as exc:
-        raise SpecError(f"{p}: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{p}: the top level must be a mapping with 'stages'")
+    return data

@@ -20,7 +20,7 @@ import logging
 import sys
 from pathlib import Path
 
-from privatize.errors import PrivatizeError, SpecError
+from privatize.errors import PrivatizeError
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -52,23 +52,6 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_spec_file(path: str) -> dict:
-    import yaml
-
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{p}: cannot read spec ({exc})") from None
-    try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError):
-        raise SpecError(f"{p}: not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{p}: the top level must be a mapping with 'stages'")
-    return data
-
-
 def _submit(args: argparse.Namespace) -> int:
     from services.client import ApiError, ServiceClient
     from services.settings import get_client_settings
@@ -76,7 +59,9 @@ def _submit(args: argparse.Namespace) -> int:
     cs = get_client_settings()
     url = args.url or cs.url
     token = args.token or (cs.token.get_secret_value() if cs.token else None)
-    spec = _load_spec_file(args.spec)
+    from privatize.spec import read_spec_file
+
+    spec = read_spec_file(args.spec)
     if not args.corpus and not args.corpus_id:
         raise PrivatizeError("give --corpus FILE (uploaded first) or --corpus-id ID (already uploaded)")
     say = (lambda m: print(f"privatize: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None)
@@ -152,17 +137,9 @@ def run_standalone(register_fn, argv: list[str] | None, prefix: list[str] | None
     register_fn(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args([*(prefix or []), *argv])
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        return int(args.func(args) or 0)
-    except PrivatizeError as exc:
-        msg = str(exc).replace("\n", " ")
-        print(f"privatize: error: {msg}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("privatize: interrupted", file=sys.stderr)
-        return 130
+    from privatize.cli import dispatch
+
+    return dispatch(args)
 
 
 def main(argv: list[str] | None = None) -> int:
