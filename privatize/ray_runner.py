@@ -64,7 +64,6 @@ INFO = "\x00privatize-info"
 """The ``_drop`` reason of an info row (counts and timings of one batch of one stage)."""
 INFO_STAGE = -1000
 """The ``_dstage`` of an info row: no stage dropped it, and ``stage_stats`` never sees it."""
-SHARD = "_shard"
 DECIDED = "_decided_part"
 SUMMARY_SHARD = -1
 DEFAULT_RANGE_BYTES = 64 << 20
@@ -157,15 +156,27 @@ def _is_info(batch: pa.Table) -> np.ndarray:
     return np.asarray(pc.fill_null(pc.equal(batch[DROP], INFO), False))
 
 
-class StageUDF:
-    """``run_stage_batch`` over one batch, plus its info row. As an actor class the stage
-    is set up in the constructor; as a task callable, on first use in each process."""
+class _StageCall:
+    """A callable Ray Data maps over blocks for one stage. As an actor class the stage is
+    set up in the constructor (``eager``); as a task callable, on first use in each
+    process."""
 
     def __init__(self, ref: StageRef, eager: bool = False):
         self.ref = ref
         self.__name__ = type(self).__name__
         if eager:
             ready_stage(ref)
+
+
+def _stage_info(ref: StageRef, stage: Stage, live_in: int, out: pa.Table, t0: float) -> pa.Table:
+    """``out`` with the info row of one batch of stage ``ref`` appended."""
+    info = {"stage": ref.index, "in": live_in, "out": out.num_rows - _marked_count(out),
+            "seconds": time.perf_counter() - t0, "key_ids": stage.key_ids()}
+    return _with_info(out, info)
+
+
+class StageUDF(_StageCall):
+    """``run_stage_batch`` over one batch, plus its info row."""
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         stage = ready_stage(self.ref)
@@ -173,47 +184,30 @@ class StageUDF:
         live_in = batch.num_rows - _marked_count(batch)
         if not live_in:
             return batch  # nothing for this stage: no info row, or batches of one row multiply
-        out = run_stage_batch(stage, self.ref.index, batch)
-        info = {"stage": self.ref.index, "in": live_in, "out": out.num_rows - _marked_count(out),
-                "seconds": time.perf_counter() - t0, "key_ids": stage.key_ids()}
-        return _with_info(out, info)
+        return _stage_info(self.ref, stage, live_in, run_stage_batch(stage, self.ref.index, batch), t0)
 
 
-class KeysUDF:
+class KeysUDF(_StageCall):
     """The keyed rows of a GlobalStage (``doc_id``, ``key``, order columns, ``_part``)."""
-
-    def __init__(self, ref: StageRef, eager: bool = False):
-        self.ref = ref
-        self.__name__ = type(self).__name__
-        if eager:
-            ready_stage(ref)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return key_rows(ready_stage(self.ref), batch)
 
 
-class DecideUDF:
-    """``decide`` over all keyed rows of one hash partition."""
-
-    def __init__(self, ref: StageRef, eager: bool = False):
-        self.ref = ref
-        self.__name__ = type(self).__name__
-        if eager:
-            ready_stage(ref)
-
-    def __call__(self, group: pa.Table) -> pa.Table:
-        # one marker row per partition, so the driver can check that every partition
-        # was decided exactly once (a group split across blocks would miss duplicates)
-        part = pa.table({DECIDED: pa.array([group["_part"][0].as_py()], pa.int64())})
-        decided = decide_partition(ready_stage(self.ref), group)
-        if self.ref.index >= 0 and decided.num_rows and "doc_id" in decided.column_names:
-            # after UniqueIds a live doc_id names one row: record where it sits in the
-            # global order, so apply finds its rows by number, not by string
-            pos = pc.index_in(decided["doc_id"], value_set=group["doc_id"].combine_chunks())
-            if pos.null_count == 0:
-                for c, k in zip(ORDER_COLUMNS, ORDER_KEYS):
-                    decided = decided.append_column(k, pc.cast(group[c].combine_chunks().take(pos), pa.int64()))
-        return concat([decided, part])
+def decide_one(ref: StageRef, group: pa.Table) -> pa.Table:
+    """``decide`` over all keyed rows of one hash partition, plus one marker row, so the
+    driver can check that every partition was decided exactly once (a partition split
+    across groups would miss duplicates)."""
+    part = pa.table({DECIDED: pa.array([group["_part"][0].as_py()], pa.int64())})
+    decided = decide_partition(ready_stage(ref), group)
+    if ref.index >= 0 and decided.num_rows and "doc_id" in decided.column_names:
+        # after UniqueIds a live doc_id names one row: record where it sits in the
+        # global order, so apply finds its rows by number, not by string
+        pos = pc.index_in(decided["doc_id"], value_set=group["doc_id"].combine_chunks())
+        if pos.null_count == 0:
+            for c, k in zip(ORDER_COLUMNS, ORDER_KEYS):
+                decided = decided.append_column(k, pc.cast(group[c].combine_chunks().take(pos), pa.int64()))
+    return concat([decided, part])
 
 
 ORDER_KEYS = ("_k_src", "_k_line", "_k_seg")
@@ -345,16 +339,13 @@ def _lookup(ref) -> DecisionLookup:
     return lk
 
 
-class ApplyUDF:
+class ApplyUDF(_StageCall):
     """``apply`` with the decisions for one batch, plus its info row. ``decisions`` is a
     one-element list holding the ObjectRef of the whole run's decisions."""
 
     def __init__(self, ref: StageRef, decisions: list, eager: bool = False):
-        self.ref = ref
         self.decisions = decisions
-        self.__name__ = type(self).__name__
-        if eager:
-            ready_stage(ref)
+        super().__init__(ref, eager)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         stage = ready_stage(self.ref)
@@ -366,9 +357,7 @@ class ApplyUDF:
         out = apply_global_batch(stage, self.ref.index, batch, lookup.for_batch(batch))
         if self.ref.index == READ_STAGE:
             return out  # UniqueIds: part of reading, no manifest entry of its own
-        info = {"stage": self.ref.index, "in": live_in, "out": out.num_rows - _marked_count(out),
-                "seconds": time.perf_counter() - t0, "key_ids": stage.key_ids()}
-        return _with_info(out, info)
+        return _stage_info(self.ref, stage, live_in, out, t0)
 
 
 def _empty_decisions(ref: StageRef) -> pa.Table:
@@ -521,21 +510,14 @@ def _input_datasource(pieces: list[ReadPiece], batch_size: int, text_per_line: b
 
 # ---- the final pass: summaries and shards -------------------------------------------
 
-class FinalUDF:
-    """A block of final rows -> one summary row (shard -1: info rows, statistics, schema,
-    quarantined rows) and one row per shard holding that shard's output rows (Arrow IPC,
-    their own schema: the write task concatenates them as the in-process runner does)."""
+class FinalPass:
+    """A block of final rows -> its summary (info rows, statistics, schema, quarantined
+    rows) and its output rows by shard (each block's own schema: the write task
+    concatenates them as the in-process runner does)."""
 
     def __init__(self, num_stages: int, num_shards: int):
         self.num_stages = num_stages
         self.num_shards = num_shards
-        self.__name__ = type(self).__name__
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        summary_table, per_shard = self.split(batch)
-        shards = [s for s in sorted(per_shard)] + [SUMMARY_SHARD]
-        payloads = [_ipc(per_shard[s]) for s in shards[:-1]] + [_ipc(summary_table)]
-        return pa.table({SHARD: pa.array(shards, pa.int64()), "payload": pa.array(payloads, pa.large_binary())})
 
     def split(self, batch: pa.Table) -> tuple[pa.Table, dict[int, pa.Table]]:
         """(the block's summary table, its output rows by shard)."""
@@ -571,47 +553,43 @@ def sort_shard_rows(rows: pa.Table) -> pa.Table:
     return rows.take(pc.sort_indices(rows, sort_keys=keys))
 
 
-class WriteUDF:
-    """All rows of one shard -> the shard's Parquet bytes (the summary group passes
-    through). The pseudonym key is resolved here, on the worker."""
+def _written_row(shard: int, rows: int, data: bytes, schema: bytes | None, key_id: str | None) -> pa.Table:
+    """One row of what the final tasks return to the driver: a shard's Parquet bytes, or
+    (shard -1) a block's summary as Arrow IPC."""
+    return pa.table({"shard": pa.array([shard], pa.int64()), "rows": pa.array([rows], pa.int64()),
+                     "data": pa.array([data], pa.large_binary()), "schema": pa.array([schema], pa.large_binary()),
+                     "key_id": pa.array([key_id], pa.string())})
+
+
+class ShardWriter:
+    """All rows of one shard -> the shard's Parquet bytes. The pseudonym key is resolved
+    here, on the worker."""
 
     def __init__(self, output: OutputSettings, base_dir: str | None):
         self.output = output
         self.base_dir = base_dir
-        self.__name__ = type(self).__name__
-
-    def __call__(self, group: pa.Table) -> pa.Table:
-        shard = group[SHARD][0].as_py()
-        if shard == SUMMARY_SHARD:
-            n = group.num_rows
-            return pa.table({"shard": pa.array([shard] * n, pa.int64()), "rows": pa.array([0] * n, pa.int64()),
-                             "data": group["payload"].combine_chunks(), "schema": pa.nulls(n, pa.large_binary()),
-                             "key_id": pa.nulls(n, pa.string())})
-        return self.write(shard, concat([_from_ipc(p) for p in group["payload"].to_pylist()]))
 
     def write(self, shard: int, rows: pa.Table) -> pa.Table:
         key, key_id = _pseudonym_key(self.output.pseudonym_key, self.base_dir)
         table = prepare_output(sort_shard_rows(rows), meta_keys=self.output.meta_keys, pseudonym_key=key)
-        return pa.table({"shard": pa.array([shard], pa.int64()), "rows": pa.array([table.num_rows], pa.int64()),
-                         "data": pa.array([shard_bytes(table)], pa.large_binary()),
-                         "schema": pa.array([table.schema.serialize().to_pybytes()], pa.large_binary()),
-                         "key_id": pa.array([key_id], pa.string())})
+        return _written_row(shard, table.num_rows, shard_bytes(table), table.schema.serialize().to_pybytes(), key_id)
 
 
-def final_split(block: pa.Table, final: "FinalUDF", bounds: tuple[int, int] | None):
-    """One block of final rows -> ``num_shards + 1`` objects: the block's summary (the
-    :class:`FinalUDF` payload row of shard -1), then each shard's output rows (an empty
-    table where the block has none)."""
-    if bounds is not None:
-        block = block.slice(bounds[0], bounds[1] - bounds[0])
-    summary_table, per_shard = final.split(block)
-    summary = pa.table({SHARD: pa.array([SUMMARY_SHARD], pa.int64()),
-                        "payload": pa.array([_ipc(summary_table)], pa.large_binary())})
+def _slice(block: pa.Table, bounds: tuple[int, int] | None) -> pa.Table:
+    return block if bounds is None else block.slice(bounds[0], bounds[1] - bounds[0])
+
+
+def final_split(block: pa.Table, final: FinalPass, bounds: tuple[int, int] | None):
+    """One block of final rows -> ``num_shards + 1`` objects: the block's summary (a
+    written row of shard -1), then each shard's output rows (an empty table where the
+    block has none)."""
+    summary_table, per_shard = final.split(_slice(block, bounds))
+    summary = _written_row(SUMMARY_SHARD, 0, _ipc(summary_table), None, None)
     return (summary, *(per_shard.get(s, pa.table({})) for s in range(final.num_shards)))
 
 
-def write_shard_task(udf: "WriteUDF", shard: int, *pieces: pa.Table) -> pa.Table | None:
-    """Every piece of one shard -> :class:`WriteUDF`'s row for it (None: no rows)."""
+def write_shard_task(udf: ShardWriter, shard: int, *pieces: pa.Table) -> pa.Table | None:
+    """Every piece of one shard -> its written row (None: no rows)."""
     rows = [p for p in pieces if p.num_rows]
     return udf.write(shard, concat(rows)) if rows else None
 
@@ -619,15 +597,14 @@ def write_shard_task(udf: "WriteUDF", shard: int, *pieces: pa.Table) -> pa.Table
 def split_by_group(block: pa.Table, groups: int, bounds: tuple[int, int] | None):
     """Keyed rows of one block -> ``groups`` tables (hash partition ``p`` goes to group
     ``p % groups``)."""
-    if bounds is not None:
-        block = block.slice(bounds[0], bounds[1] - bounds[0])
+    block = _slice(block, bounds)
     g = block["_part"].to_numpy() % groups if block.num_rows else np.zeros(0, np.int64)
     return tuple(block.filter(pa.array(g == i)) for i in range(groups))
 
 
 def decide_group(ref: StageRef, *pieces: pa.Table) -> pa.Table:
     """Every keyed row of the hash partitions of one group -> ``decide`` per partition
-    (:class:`DecideUDF`: decisions plus one marker row per partition)."""
+    (:func:`decide_one`: decisions plus one marker row per partition)."""
     rows = [p for p in pieces if p.num_rows]
     if not rows:
         return pa.table({DECIDED: pa.array([], pa.int64())})
@@ -636,8 +613,7 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> pa.Table:
     order = np.argsort(part, kind="stable")  # keeps each partition's rows in arrival order
     keyed, part = keyed.take(pa.array(order)), part[order]
     cuts = np.flatnonzero(np.diff(part)) + 1
-    udf = DecideUDF(ref)
-    out = [udf(keyed.slice(a, b - a)) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)])]
+    out = [decide_one(ref, keyed.slice(a, b - a)) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)])]
     return concat(out)
 
 
@@ -898,7 +874,7 @@ def run_pipeline_ray(spec: PipelineSpec, input_path: str | Path, output_dir: str
                 ds, driver_seconds[ref.index] = plan.global_stage(ds, ref, actor=proto.needs_setup)
             else:
                 ds = plan.stage(ds, ref, actor=proto.needs_setup)
-        written = _write_shards(ds, FinalUDF(len(protos), spec.output.num_shards), WriteUDF(spec.output, spec_dir),
+        written = _write_shards(ds, FinalPass(len(protos), spec.output.num_shards), ShardWriter(spec.output, spec_dir),
                                 spec.output.num_shards, budget.task_cpus)
         manifest = _finish(spec, writer, written, refs, protos, stage_names, driver_seconds, files, opts,
                            budget, spec_dir)
@@ -949,21 +925,19 @@ def _decide_groups(keyed, ref: StageRef, groups: int, task_cpus: float) -> list[
     return _get(refs)
 
 
-def _write_shards(ds, final: FinalUDF, udf: WriteUDF, num_shards: int, task_cpus: float):
+def _write_shards(ds, final: FinalPass, udf: ShardWriter, num_shards: int, task_cpus: float):
     """The final pass and the output shuffle in one: as blocks of final rows stream out
     of the plan, a task summarizes each and splits its output rows by shard
     (``num_shards + 1`` objects); then one task per shard gathers its pieces and writes
     the shard's bytes. (Ray Data's sort-based group-by moved every byte twice more: 0.6x
     the in-process runner on the cipher-only spec.)
-    Yields WriteUDF's rows: the summaries first, then the shards."""
+    Yields written rows (:func:`_written_row`): the summaries first, then the shards."""
     write = _task(write_shard_task, num_cpus=task_cpus)
     pieces = _block_pieces(ds, final_split, num_shards + 1, task_cpus, final)
     summaries = [p[0] for p in pieces]
     shard_refs = [write.remote(udf, s, *[p[s + 1] for p in pieces]) for s in range(num_shards)]
     del pieces
-    rows = [t for t in _get(summaries) if t.num_rows]
-    if rows:
-        yield udf(concat(rows))
+    yield from _get(summaries)
     for ref in shard_refs:
         t = _get(ref)
         if t is not None:
