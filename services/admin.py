@@ -64,6 +64,20 @@ def _migrate(args) -> int:
     return 0
 
 
+def _audit(s, action: str, tenant_id: str, *, resource_type: str, resource_id: str | None, **detail) -> None:
+    """An audit entry for an operator command (actor ``admin:<OS user>``)."""
+    import getpass
+
+    from services.audit import record
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    record(s, actor=f"admin:{user}"[:64], action=action, tenant_id=tenant_id, resource_type=resource_type,
+           resource_id=resource_id, detail=detail)
+
+
 def _tenant_create(args) -> int:
     from services.db import session_scope
     from services.tenants import create_tenant
@@ -74,6 +88,7 @@ def _tenant_create(args) -> int:
             s, args.name,
             storage_limit_bytes=st.default_storage_limit_bytes if args.storage_limit is None else args.storage_limit,
             max_concurrent_jobs=st.default_max_concurrent_jobs if args.max_jobs is None else args.max_jobs)
+        _audit(s, "tenant.create", t.id, resource_type="tenant", resource_id=t.id, token_id=tok_id)
         out = {"tenant_id": t.id, "name": t.name, "token_id": tok_id, "token": tok,
                "storage_limit_bytes": t.storage_limit_bytes, "max_concurrent_jobs": t.max_concurrent_jobs}
     _print(out)
@@ -102,6 +117,8 @@ def _tenant_limits(args) -> int:
 
     with session_scope(_sessions()) as s:
         t = set_limits(s, args.name, storage_limit_bytes=args.storage_limit, max_concurrent_jobs=args.max_jobs)
+        _audit(s, "tenant.limits", t.id, resource_type="tenant", resource_id=t.id,
+               storage_limit_bytes=t.storage_limit_bytes, max_concurrent_jobs=t.max_concurrent_jobs)
         _print({"tenant_id": t.id, "name": t.name, "storage_limit_bytes": t.storage_limit_bytes,
                 "max_concurrent_jobs": t.max_concurrent_jobs})
     return 0
@@ -109,10 +126,12 @@ def _tenant_limits(args) -> int:
 
 def _token_rotate(args) -> int:
     from services.db import session_scope
-    from services.tenants import rotate_token
+    from services.tenants import get_tenant, rotate_token
 
     with session_scope(_sessions()) as s:
         tok_id, tok, revoked = rotate_token(s, args.name, keep_old=args.keep_old)
+        _audit(s, "token.rotate", get_tenant(s, args.name).id, resource_type="token", resource_id=tok_id,
+               revoked=revoked)
     _print({"name": args.name, "token_id": tok_id, "token": tok, "revoked": revoked})
     print("privatize: the token is shown once; store it now", file=sys.stderr)
     return 0
@@ -120,10 +139,12 @@ def _token_rotate(args) -> int:
 
 def _token_revoke(args) -> int:
     from services.db import session_scope
-    from services.tenants import revoke_tokens
+    from services.tenants import get_tenant, revoke_tokens
 
     with session_scope(_sessions()) as s:
         n = revoke_tokens(s, args.name, args.token_id)
+        _audit(s, "token.revoke", get_tenant(s, args.name).id, resource_type="token", resource_id=args.token_id,
+               revoked=n)
     _print({"name": args.name, "revoked": n})
     return 0
 

@@ -5,7 +5,11 @@ same as an id that does not exist.
 Adding an endpoint: a function here with ``tenant: TenantRef = Depends(current_tenant)``
 and ``ctx: ServiceContext = Depends(get_ctx)``, domain logic in its module (``corpora``,
 ``keys``, ``jobs``), domain errors from ``services.errors`` (``services.app`` turns them
-into status codes), and a test in ``tests/services``.
+into status codes), an audit action in ``services.audit.ACTIONS`` if it changes state,
+and a test in ``tests/services``.
+
+Unauthenticated: ``/healthz`` (the process is up), ``/readyz`` (database, storage and Ray
+reachable) and ``/metrics`` (Prometheus; no tenant data).
 """
 
 from __future__ import annotations
@@ -14,18 +18,21 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Literal
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
-from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 from starlette.requests import ClientDisconnect
 
+from services import audit as audit_mod
 from services import corpora as corpora_mod
 from services import jobs as jobs_mod
 from services import keys as keys_mod
 from services.context import ServiceContext
 from services.db import checkpoint_sqlite, session_scope
 from services.errors import Conflict, InvalidRequest
+from services.metrics import CONTENT_TYPE
 from services.models import ACTIVE_JOB_STATES, Corpus, Job, Key
 from services.tenants import authenticate, storage_used
 
@@ -40,17 +47,20 @@ def get_ctx(request: Request) -> ServiceContext:
 class TenantRef:
     id: str
     name: str
+    token_id: str
 
 
-def current_tenant(authorization: str | None = Header(None), ctx: ServiceContext = Depends(get_ctx)) -> TenantRef:
-    token = None
-    if authorization:
-        scheme, _, value = authorization.partition(" ")
-        if scheme.lower() == "bearer":
-            token = value.strip()
+_bearer = HTTPBearer(auto_error=False, description="An API token (`pvt_...`) from `privatize admin tenant create`")
+
+
+def current_tenant(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
+                   ctx: ServiceContext = Depends(get_ctx)) -> TenantRef:
+    token = credentials.credentials.strip() if credentials is not None else None
     with session_scope(ctx.sessions) as s:
-        t = authenticate(s, token)
-        return TenantRef(t.id, t.name)
+        t, tok = authenticate(s, token)
+        ref = TenantRef(t.id, t.name, tok.id)
+    request.state.privatize_tenant = ref  # for the access log and the audit entry
+    return ref
 
 
 # ---- schemas --------------------------------------------------------------------------
@@ -146,7 +156,40 @@ class DecryptIn(BaseModel):
 
 @router.get("/healthz")
 def healthz(request: Request):
+    """The process is up (liveness)."""
     return {"status": "ok", "ray": getattr(request.app.state, "ray_state", "unknown")}
+
+
+def _check(fn) -> str:
+    try:
+        fn()
+        return "ok"
+    except Exception as exc:  # noqa: BLE001 - any failure means not ready; say which kind
+        return f"failing: {type(exc).__name__}"
+
+
+@router.get("/readyz")
+def readyz(request: Request, ctx: ServiceContext = Depends(get_ctx)):
+    """Ready for traffic (readiness): the database answers, the storage root is readable
+    and the Ray Jobs API is connected. 503 with the failing checks otherwise."""
+    from sqlalchemy import text
+
+    def db():
+        with ctx.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    ray_state = getattr(request.app.state, "ray_state", "unknown")
+    checks = {"database": _check(db), "storage": _check(lambda: ctx.storage.exists(".ready-probe")),
+              "ray": "ok" if ray_state == "connected" else f"failing: {ray_state.split(':')[0]}"}
+    ready = all(v == "ok" for v in checks.values())
+    return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
+                        status_code=200 if ready else 503)
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics(request: Request):
+    """Prometheus text exposition."""
+    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE)
 
 
 @router.get("/v1/tenant")
@@ -176,6 +219,8 @@ async def upload_corpus(request: Request, name: str | None = Query(None, max_len
                                                   filename=filename)
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is listening; the upload was discarded
+    audit_mod.note(request, corpus.id, bytes=corpus.bytes, records=corpus.records, format=corpus.format)
+    request.app.state.metrics.upload_bytes.inc(corpus.bytes)
     return CorpusOut.model_validate(corpus)
 
 
@@ -204,11 +249,14 @@ def delete_corpus(corpus_id: str, tenant: TenantRef = Depends(current_tenant),
 # ---- keys -----------------------------------------------------------------------------
 
 @router.post("/v1/keys", status_code=201, response_model=KeyOut)
-def create_key(body: KeyCreate, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+def create_key(body: KeyCreate, request: Request, tenant: TenantRef = Depends(current_tenant),
+               ctx: ServiceContext = Depends(get_ctx)):
     with session_scope(ctx.sessions) as s:
         k = keys_mod.create_key(s, ctx.master, tenant.id, kind=body.kind, length=body.length,
                                 alphabet=body.alphabet, label=body.label)
-        return KeyOut.of(k)
+        out = KeyOut.of(k)
+    audit_mod.note(request, out.id, kind=out.kind)
+    return out
 
 
 @router.get("/v1/keys", response_model=list[KeyOut])
@@ -310,8 +358,11 @@ def _corpus_records(ctx: ServiceContext, job: Job) -> int | None:
 
 
 @router.post("/v1/jobs", status_code=201, response_model=JobOut)
-def create_job(body: JobCreate, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+def create_job(body: JobCreate, request: Request, tenant: TenantRef = Depends(current_tenant),
+               ctx: ServiceContext = Depends(get_ctx)):
+    audit_mod.note(request, corpus_id=body.corpus_id[:64])
     job = jobs_mod.create_job(ctx, tenant.id, body.corpus_id, body.spec)
+    audit_mod.note(request, job.id, spec_sha256=job.spec_sha256)
     return JobOut.of(job, _corpus_records(ctx, job))
 
 
@@ -366,3 +417,29 @@ def download_result(job_id: str, name: str, tenant: TenantRef = Depends(current_
     if size is not None:
         headers["Content-Length"] = str(size)
     return StreamingResponse(ctx.storage.open_chunks(rel), media_type=media, headers=headers)
+
+
+# ---- audit ----------------------------------------------------------------------------
+
+class AuditOut(Out):
+    id: int
+    at: dt.datetime
+    actor: str
+    action: str
+    resource_type: str | None
+    resource_id: str | None
+    status: int | None
+    request_id: str | None
+    detail: dict | None
+
+
+@router.get("/v1/audit")
+def list_audit(limit: int = Query(100, ge=1, le=1000), before: int | None = Query(None, ge=1),
+               action: str | None = Query(None, max_length=64), resource_id: str | None = Query(None, max_length=64),
+               tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    """The tenant's own audit entries, newest first; page with ``before=<next_before>``."""
+    with session_scope(ctx.sessions) as s:
+        rows = audit_mod.list_events(s, tenant.id, limit=limit, before=before, action=action,
+                                     resource_id=resource_id)
+        events = [AuditOut.model_validate(r).model_dump(mode="json") for r in rows]
+    return {"events": events, "next_before": events[-1]["id"] if len(events) == limit else None}

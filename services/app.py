@@ -26,6 +26,8 @@ from services.api import router
 from services.context import ServiceContext, build_context
 from services.corpora import sweep_orphans
 from services.jobs import reconcile_active
+from services.metrics import Metrics
+from services.observability import RequestMiddleware
 from services.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,7 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     async def lifespan(app: FastAPI):
         c = ctx or await anyio.to_thread.run_sync(build_context, settings)
         app.state.ctx = c
+        metrics.ctx = c
         app.state.ray_state = "starting"
         left = await anyio.to_thread.run_sync(c.storage.clear_spool, settings.data_path / "spool")
         if left:
@@ -113,6 +116,9 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
             c.engine.dispose()
 
     app = FastAPI(title="privatize control plane", version="1", lifespan=lifespan)
+    metrics = Metrics(ray_state=lambda: getattr(app.state, "ray_state", "unknown"))
+    app.state.metrics = metrics
+    app.add_middleware(RequestMiddleware, metrics=metrics)
     app.add_exception_handler(E.ServiceError, _service_error)
     app.include_router(router)
     return app

@@ -34,10 +34,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.dev:
         overrides["env"] = "development"
     settings = Settings(**overrides) if overrides else get_settings()
-    level = getattr(logging, settings.log_level.upper(), logging.INFO)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr,
-                        force=True)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    from services.observability import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
     try:
         from services.settings import check_secrets
 
@@ -48,7 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger("services").warning("development mode: the master key is generated under %s; never use "
                                               "it for real data", settings.data_path)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                timeout_graceful_shutdown=10)
+                log_config=None, access_log=False, timeout_graceful_shutdown=10)
     return 0
 
 

@@ -137,6 +137,22 @@ class ServiceContext:
         """Bytes of uploads in flight, per tenant."""
         self.submitting: set[str] = set()
         """Jobs being submitted to Ray right now (by a request or the reconciler)."""
+        self.asked_ray_at: dict[str, float] = {}
+        """When a status request last asked Ray about an active job (monotonic seconds)."""
+
+    def should_ask_ray(self, job_id: str, every_s: float = 1.0) -> bool:
+        """At most one Ray Jobs API call per active job per ``every_s`` from status
+        requests: a hundred clients polling one job cost one call a second, not a hundred."""
+        import time
+
+        now = time.monotonic()
+        with self.admission:
+            if now - self.asked_ray_at.get(job_id, float("-inf")) < every_s:
+                return False
+            self.asked_ray_at[job_id] = now
+            if len(self.asked_ray_at) > 10000:  # forget finished jobs
+                self.asked_ray_at = {k: v for k, v in self.asked_ray_at.items() if now - v < every_s}
+            return True
 
     @property
     def master(self) -> bytes:

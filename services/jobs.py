@@ -19,8 +19,9 @@ import logging
 import shlex
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
+from services import audit
 from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import ClusterUnavailable, Conflict, LimitExceeded, NotFound, StorageLimitExceeded
@@ -90,7 +91,8 @@ def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str, spec_data) -
                                        "used); delete corpora or job outputs first")
         jid = new_id()
         job = Job(id=jid, tenant_id=tenant_id, corpus_id=corpus_id, status="queued", spec=spec.to_dict(),
-                  spec_sha256=spec.sha256(), key_ids=key_ids, output_path=f"{job_dir(tenant_id, jid)}/output")
+                  spec_sha256=spec.sha256(), key_ids=key_ids, output_path=f"{job_dir(tenant_id, jid)}/output",
+                  input_bytes=corpus.bytes)
         keys = [s.get(Key, k) for k in key_ids]
         ctx.storage.write_bytes(spec_rel(job), json.dumps(spec.to_dict(), indent=2).encode("utf-8"))
         if keys:
@@ -211,6 +213,7 @@ def reconcile(ctx: ServiceContext, job_id: str) -> None:
                 _finish(ctx, job, "failed", "the job exited 0 but wrote no manifest.json", _ms(info.end_time))
                 return
             job.counts = _counts(manifest)
+            job.quarantined_records = int(job.counts.get("quarantined") or 0)
         _finish(ctx, job, status, message, _ms(info.end_time))
 
 
@@ -242,7 +245,11 @@ def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
     out_name = job.output_path.rsplit("/", 1)[-1]
     ctx.storage.delete_children(job_dir(job.tenant_id, job.id), f".{out_name}.")
     job.output_bytes = ctx.storage.tree_bytes(job_dir(job.tenant_id, job.id))
-    log.info("job %s: %s", job.id, status)
+    s = object_session(job)
+    if s is not None:
+        audit.record(s, actor="system", action=f"job.{status}", tenant_id=job.tenant_id, resource_type="job",
+                     resource_id=job.id, detail={"output_bytes": job.output_bytes})
+    log.info("job %s: %s", job.id, status, extra={"job_id": job.id, "tenant_id": job.tenant_id})
 
 
 def reconcile_active(ctx: ServiceContext) -> int:
@@ -278,11 +285,12 @@ def cancel(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
 
 
 def fresh_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
-    """The job, reconciled with Ray first when it is still active."""
+    """The job, reconciled with Ray first when it is still active (at most once a second
+    per job; the background reconciler covers the rest)."""
     with session_scope(ctx.sessions) as s:
         job = get_job(s, tenant_id, job_id)
         active = job.status in ACTIVE_JOB_STATES
-    if active:
+    if active and ctx.should_ask_ray(job_id):
         try:
             reconcile(ctx, job_id)
         except ClusterUnavailable as exc:

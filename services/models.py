@@ -139,7 +139,34 @@ class Job(Base):
     submit_attempts: Mapped[int] = mapped_column(Integer, default=0)
     counts: Mapped[dict | None] = mapped_column(JSONText, nullable=True)
     output_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    input_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    """The corpus's size when the job was created (``privatize_processed_bytes_total``)."""
+    quarantined_records: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     submitted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class AuditEvent(Base):
+    """Who did what to which resource, and how it ended: one row per state-changing API
+    call (successful or refused), admin command and job outcome. Ids, action names and
+    status codes only: never document text, tokens or key material."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    tenant_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    """The tenant acting (API) or acted on (admin); none for unauthenticated calls."""
+    actor: Mapped[str] = mapped_column(String(64))
+    """``token:<token id>``, ``admin``, ``system`` or ``anonymous``."""
+    action: Mapped[str] = mapped_column(String(64))
+    resource_type: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    resource_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The HTTP status answered (API calls)."""
+    request_id: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    client: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    detail: Mapped[dict | None] = mapped_column(JSONText, nullable=True)

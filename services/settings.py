@@ -74,6 +74,8 @@ class Settings(BaseSettings):
     upload_chunk_bytes: int = Field(4 << 20, ge=1 << 16)
     max_decrypt_bytes: int = Field(16 << 20, ge=1)
     log_level: str = "INFO"
+    log_format: Literal["json", "text"] = "json"
+    """One JSON object per log line (with the request id), or plain text."""
 
     # ---- derived ------------------------------------------------------------------
     @property

@@ -90,7 +90,8 @@ def set_limits(s: Session, name_or_id: str, *, storage_limit_bytes: int | None =
     return t
 
 
-def authenticate(s: Session, token: str | None) -> Tenant:
+def authenticate(s: Session, token: str | None) -> tuple[Tenant, ApiToken]:
+    """The tenant a bearer token belongs to, and the token's row."""
     if not token or not token.startswith(TOKEN_PREFIX):
         raise Unauthorized("missing or malformed API token (Authorization: Bearer pvt_...)")
     h = token_hash(token)
@@ -101,7 +102,7 @@ def authenticate(s: Session, token: str | None) -> Tenant:
     t = s.get(Tenant, row.tenant_id)
     if t is None or t.disabled_at is not None:
         raise Unauthorized("tenant is disabled")
-    return t
+    return t, row
 
 
 def storage_used(s: Session, tenant_id: str) -> int:

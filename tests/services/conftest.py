@@ -1,7 +1,16 @@
 """A real service for the ``server`` tests: uvicorn on 127.0.0.1 on a free port, started
-as a subprocess (``python -m services.cli serve``), SQLite and local storage in a temp
-directory, and the embedded Ray head it starts itself. One service and one Ray head
-serve the whole session; ``Service.kill()`` / ``start()`` restart the service alone."""
+as a subprocess (``python -m services.cli serve``), and the embedded Ray head it starts
+itself. ``Service.kill()`` / ``start()`` restart the service alone.
+
+The ``service`` fixture runs every test that uses it on two back ends, one service and
+one Ray head each, one after the other:
+
+* ``sqlite-local``: SQLite and local files in a temp directory;
+* ``postgres-s3``: the PostgreSQL named by ``PRIVATIZE_TEST_DATABASE_URL`` and the
+  S3-protocol server at ``PRIVATIZE_TEST_S3_ENDPOINT`` (a fresh bucket per session).
+  ``.ci/run`` starts both on loopback; without them this back end skips on a user's
+  machine and fails under ``CI=true``.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +27,10 @@ import time
 from pathlib import Path
 
 import httpx
+import pyarrow.fs as pafs
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, need
 
 PY = sys.executable
 
@@ -31,9 +41,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+BACKENDS = ("sqlite-local", "postgres-s3")
+
+
+class Files:
+    """The service's storage as the tests see it: local files or an S3 bucket."""
+
+    def __init__(self, fs: pafs.FileSystem, root: str):
+        self.fs, self.root = fs, root.rstrip("/")
+
+    def list(self, rel: str = "") -> list[str]:
+        """Files under ``rel`` (recursive), relative to the storage root."""
+        base = f"{self.root}/{rel}".rstrip("/")
+        sel = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        return sorted(i.path[len(self.root) + 1:] for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File)
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.get_file_info(f"{self.root}/{rel}").type != pafs.FileType.NotFound
+
+    def read(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(f"{self.root}/{rel}") as f:
+            return f.read()
+
+
 class Service:
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, backend: str = "sqlite-local"):
         self.base = base
+        self.backend = backend
         self.data = base / "data"
         self.log_path = base / "service.log"
         self.port = free_port()
@@ -41,8 +75,29 @@ class Service:
         self.master_key_file = base / "master.key"
         self.ray_temp = Path(tempfile.mkdtemp(prefix="pvr-", dir="/tmp"))
         self.proc: subprocess.Popen | None = None
-        # PostgreSQL (or any URL) instead of SQLite when CI provides one
-        self.database_url = os.environ.get("PRIVATIZE_TEST_DATABASE_URL") or f"sqlite:///{self.data / 'privatize.db'}"
+        self.database_url = f"sqlite:///{self.data / 'privatize.db'}"
+        self.storage_uri: str | None = None
+        s3_env: dict[str, str] = {}
+        if backend == "postgres-s3":
+            self.database_url = os.environ["PRIVATIZE_TEST_DATABASE_URL"]
+            endpoint = os.environ["PRIVATIZE_TEST_S3_ENDPOINT"]
+            s3_env = {"AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION",
+                                                                                          "us-east-1"),
+                      "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
+                      "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
+                      "AWS_EC2_METADATA_DISABLED": "true"}
+            self.bucket = f"privatize-test-{secrets.token_hex(4)}"
+            self.storage_uri = f"s3://{self.bucket}/svc"
+            scheme, _, host = endpoint.partition("://")
+            s3 = pafs.S3FileSystem(access_key=s3_env["AWS_ACCESS_KEY_ID"], secret_key=s3_env["AWS_SECRET_ACCESS_KEY"],
+                                   region=s3_env["AWS_DEFAULT_REGION"], scheme=scheme, endpoint_override=host,
+                                   allow_bucket_creation=True)
+            s3.create_dir(self.bucket)
+            self.files = Files(s3, f"{self.bucket}/svc")
+            self.spool = self.data / "spool"
+        else:
+            self.files = Files(pafs.LocalFileSystem(), str(self.data / "storage"))
+            self.spool = self.data / "storage" / ".spool"
         self.env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
@@ -55,10 +110,17 @@ class Service:
             "PRIVATIZE_LOG_LEVEL": "INFO",
             "RAY_USAGE_STATS_ENABLED": "0",
             "PRIVATIZE_DATABASE_URL": self.database_url,
+            **s3_env,
         }
         for k in ("PRIVATIZE_MASTER_KEY", "PRIVATIZE_STORAGE_URI", "PRIVATIZE_RAY_ADDRESS",
                   "PRIVATIZE_URL", "PRIVATIZE_TOKEN"):
             self.env.pop(k, None)
+        if self.storage_uri:
+            self.env["PRIVATIZE_STORAGE_URI"] = self.storage_uri
+
+    def spooled(self) -> list[Path]:
+        """Uploads in flight (or left behind) in the service's spool."""
+        return list(self.spool.iterdir()) if self.spool.exists() else []
 
     def cli(self, *args: str, check: bool = True, env: dict | None = None, timeout: float = 120
             ) -> subprocess.CompletedProcess:
@@ -163,10 +225,14 @@ class Tenant:
         raise AssertionError(f"job {job_id} not finished in {timeout}s: {j}")
 
 
-@pytest.fixture(scope="session")
-def service():
+@pytest.fixture(scope="session", params=BACKENDS)
+def service(request):
+    if request.param == "postgres-s3":
+        need(bool(os.environ.get("PRIVATIZE_TEST_DATABASE_URL") and os.environ.get("PRIVATIZE_TEST_S3_ENDPOINT")),
+             "PostgreSQL + S3 back end: set PRIVATIZE_TEST_DATABASE_URL and PRIVATIZE_TEST_S3_ENDPOINT "
+             "(.ci/run starts both)")
     base = Path(tempfile.mkdtemp(prefix="pvs-"))
-    svc = Service(base)
+    svc = Service(base, request.param)
     svc.cli("admin", "master-key", "new", "--out", str(svc.master_key_file))
     try:
         svc.start()
@@ -187,3 +253,46 @@ def corpus_file(tmp_path_factory) -> Path:
     p = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
     make_corpus(p, n_docs=120, seed=7)
     return p
+
+
+def crt_spec(text_key: str, pseudonym_key: str | None = None, num_shards: int = 4) -> dict:
+    out = {"num_shards": num_shards}
+    if pseudonym_key:
+        out["pseudonym_key"] = pseudonym_key
+    return {"version": 1,
+            "stages": [{"kind": "split", "unit": "sentence"},
+                       {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "min_length": 20},
+                       {"kind": "split_private"},
+                       {"kind": "encrypt_text", "key": text_key}],
+            "output": out}
+
+
+@pytest.fixture(scope="session")
+def acme(service):
+    return service.new_tenant("acme")
+
+
+@pytest.fixture(scope="session")
+def crt_run(service, acme, corpus_file, tmp_path_factory):
+    """One CRT job run through the API, downloaded: shared by several tests."""
+    r = acme.upload(corpus_file)
+    assert r.status_code == 201, r.text
+    corpus = r.json()
+    text_key = acme.http.post("/v1/keys", json={"kind": "vigenere", "length": 3000}).json()
+    hmac_key = acme.http.post("/v1/keys", json={"kind": "hmac"}).json()
+    siv_key = acme.http.post("/v1/keys", json={"kind": "aes-siv", "label": "entities"}).json()
+    r = acme.http.post("/v1/jobs", json={"corpus_id": corpus["id"],
+                                         "spec": crt_spec(text_key["ref"], hmac_key["ref"])})
+    assert r.status_code == 201, r.text
+    job = acme.wait(r.json()["id"])
+    assert job["status"] == "succeeded", (job["message"], acme.http.get(f"/v1/jobs/{job['id']}/logs").text[-3000:])
+    dest = tmp_path_factory.mktemp("download")
+    listing = acme.http.get(f"/v1/jobs/{job['id']}/results").json()
+    for f in listing["files"]:
+        r = acme.http.get(f"/v1/jobs/{job['id']}/results/{f['name']}")
+        assert r.status_code == 200, (f, r.text)
+        p = dest / f["name"]
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(r.content)
+    return {"corpus": corpus, "job": job, "dest": dest, "listing": listing,
+            "keys": {"text": text_key, "hmac": hmac_key, "siv": siv_key}}

@@ -1,4 +1,5 @@
-"""The service end to end: a real uvicorn process, a real embedded Ray head, SQLite.
+"""The service end to end: a real uvicorn process, a real embedded Ray head, on both back
+ends (SQLite + local files, PostgreSQL + S3; see conftest).
 
 What must hold: upload -> job -> download; another tenant's ids answer 404 everywhere; a
 bad spec answers 422 with the field path; an upload cut off midway leaves nothing;
@@ -25,51 +26,9 @@ from privatize.ciphers.vigenere import Vigenere
 from privatize.keys import key_from_json
 from privatize.output import verify
 from tests.secrets_scan import leaks, scan_tree
+from tests.services.conftest import crt_spec
 
 pytestmark = [pytest.mark.server, pytest.mark.ray, pytest.mark.slow]
-
-
-def crt_spec(text_key: str, pseudonym_key: str | None = None, num_shards: int = 4) -> dict:
-    out = {"num_shards": num_shards}
-    if pseudonym_key:
-        out["pseudonym_key"] = pseudonym_key
-    return {"version": 1,
-            "stages": [{"kind": "split", "unit": "sentence"},
-                       {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "min_length": 20},
-                       {"kind": "split_private"},
-                       {"kind": "encrypt_text", "key": text_key}],
-            "output": out}
-
-
-@pytest.fixture(scope="module")
-def acme(service):
-    return service.new_tenant("acme")
-
-
-@pytest.fixture(scope="module")
-def crt_run(service, acme, corpus_file, tmp_path_factory):
-    """One CRT job run through the API, downloaded: shared by several tests."""
-    r = acme.upload(corpus_file)
-    assert r.status_code == 201, r.text
-    corpus = r.json()
-    text_key = acme.http.post("/v1/keys", json={"kind": "vigenere", "length": 3000}).json()
-    hmac_key = acme.http.post("/v1/keys", json={"kind": "hmac"}).json()
-    siv_key = acme.http.post("/v1/keys", json={"kind": "aes-siv", "label": "entities"}).json()
-    r = acme.http.post("/v1/jobs", json={"corpus_id": corpus["id"],
-                                         "spec": crt_spec(text_key["ref"], hmac_key["ref"])})
-    assert r.status_code == 201, r.text
-    job = acme.wait(r.json()["id"])
-    assert job["status"] == "succeeded", (job["message"], acme.http.get(f"/v1/jobs/{job['id']}/logs").text[-3000:])
-    dest = tmp_path_factory.mktemp("download")
-    listing = acme.http.get(f"/v1/jobs/{job['id']}/results").json()
-    for f in listing["files"]:
-        r = acme.http.get(f"/v1/jobs/{job['id']}/results/{f['name']}")
-        assert r.status_code == 200, (f, r.text)
-        p = dest / f["name"]
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(r.content)
-    return {"corpus": corpus, "job": job, "dest": dest, "listing": listing,
-            "keys": {"text": text_key, "hmac": hmac_key, "siv": siv_key}}
 
 
 def _corpus_docs(path: Path) -> dict[str, str]:
@@ -218,7 +177,7 @@ def test_limits(service, corpus_file):
     r = small.http.post("/v1/corpora", params={"format": "jsonl"}, content=chunks())
     assert r.status_code == 413
     assert small.http.get("/v1/corpora").json() == []
-    assert not list((service.data / "storage" / "tenants" / small.id).rglob("*.jsonl"))
+    assert not [p for p in service.files.list(f"tenants/{small.id}") if p.endswith(".jsonl")]
     assert small.http.get("/v1/tenant").json()["storage_used_bytes"] == 0
 
 
@@ -305,7 +264,7 @@ def test_upload_validation_names_problem_and_line(service, tmp_path):
         r = t.upload(tmp_path / name)
         assert r.status_code == 201, r.text
         assert (r.json()["format"], r.json()["records"]) == (fmt, records)
-    assert not list((service.data / "storage" / ".spool").iterdir())
+    assert not service.spooled()
 
 
 def test_interrupted_upload_leaves_nothing(service):
@@ -318,15 +277,13 @@ def test_interrupted_upload_leaves_nothing(service):
                    f"Content-Length: {declared}\r\n\r\n").encode())
         s.sendall(body)
         time.sleep(0.5)  # the server has the partial file in its spool now
-        spooled = list((service.data / "storage" / ".spool").iterdir())
-        assert spooled, "the upload never reached the spool"
+        assert service.spooled(), "the upload never reached the spool"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and list((service.data / "storage" / ".spool").iterdir()):
+    while time.monotonic() < deadline and service.spooled():
         time.sleep(0.1)
-    assert not list((service.data / "storage" / ".spool").iterdir())
+    assert not service.spooled()
     assert t.http.get("/v1/corpora").json() == []
-    assert not (service.data / "storage" / "tenants" / t.id / "corpora").exists() or \
-        not list((service.data / "storage" / "tenants" / t.id / "corpora").rglob("*"))
+    assert service.files.list(f"tenants/{t.id}/corpora") == []
     assert t.http.get("/v1/tenant").json()["storage_used_bytes"] == 0
 
 
@@ -338,18 +295,16 @@ def test_deleting_a_corpus_deletes_its_outputs(service, corpus_file):
     k = t.http.post("/v1/keys", json={"kind": "vigenere"}).json()
     job = t.wait(t.http.post("/v1/jobs", json={"corpus_id": c["id"], "spec": crt_spec(k["ref"])}).json()["id"])
     assert job["status"] == "succeeded", job["message"]
-    tdir = service.data / "storage" / "tenants" / t.id
-    out = tdir / "jobs" / job["id"] / "output"
-    assert (out / "manifest.json").is_file() and list((out / "shards").glob("*.parquet"))
+    tdir = f"tenants/{t.id}"
+    out = service.files.list(f"{tdir}/jobs/{job['id']}/output")
+    assert f"{tdir}/jobs/{job['id']}/output/manifest.json" in out and [p for p in out if p.endswith(".parquet")]
     used = t.http.get("/v1/tenant").json()["storage_used_bytes"]
     assert used > c["bytes"]  # the output counts against the tenant's storage
     assert t.http.delete(f"/v1/corpora/{c['id']}").status_code == 204
     assert t.http.get(f"/v1/corpora/{c['id']}").status_code == 404
     assert t.http.get(f"/v1/jobs/{job['id']}").status_code == 404
     assert t.http.get(f"/v1/jobs/{job['id']}/results/manifest.json").status_code == 404
-    assert not (tdir / "jobs" / job["id"]).exists()
-    assert not (tdir / "corpora" / c["id"]).exists()
-    assert not list(tdir.rglob("*.parquet")) and not list(tdir.rglob("*.jsonl"))
+    assert service.files.list(tdir) == []
     assert t.http.get("/v1/tenant").json()["storage_used_bytes"] == 0
 
 
@@ -420,7 +375,7 @@ def test_sigkill_while_running_then_restart(service, tmp_path):
     assert len(runs) == 1
     assert ray.get_job_logs(jid).count("Running entrypoint for job") == 1
     assert job["submit_attempts"] == 1
-    assert (service.data / "storage" / "tenants" / t.id / "jobs" / jid / "output" / "manifest.json").is_file()
+    assert service.files.exists(f"tenants/{t.id}/jobs/{jid}/output/manifest.json")
 
 
 # ---- key material appears nowhere but in the export ---------------------------------------------
@@ -462,7 +417,18 @@ def test_key_material_appears_nowhere_but_the_export(service, crt_run, acme):
             assert not leaks(blob, secret), where
         # nor anywhere in the service's files: database file, storage (specs, bundles, outputs), logs
         assert scan_tree(service.data, secret) == []
+        if service.storage_uri:  # the S3 bucket: every object
+            objects = service.files.list()
+            assert objects
+            assert [p for p in objects if leaks(_plain(p, service.files.read(p)), secret)] == []
     assert base64.b64encode(secrets[2])[:20] not in dump
+
+
+def _plain(name: str, blob: bytes) -> bytes:
+    """An object's bytes, and a Parquet object's values as text too."""
+    if name.endswith(".parquet"):
+        return blob + pq.read_table(pa.BufferReader(blob)).to_pandas().to_csv().encode("utf-8")
+    return blob
 
 
 def test_cancel_a_running_job(service, tmp_path):
@@ -483,8 +449,9 @@ def test_cancel_a_running_job(service, tmp_path):
     assert job["status"] == "cancelled", job
     assert t.http.get(f"/v1/jobs/{jid}/results").status_code == 409
     assert t.http.post(f"/v1/jobs/{jid}/cancel").status_code == 409
-    jdir = service.data / "storage" / "tenants" / t.id / "jobs" / jid
-    assert not (jdir / "output").exists() and not (jdir / "keys.json").exists()
-    assert not [p for p in jdir.iterdir() if p.name.startswith(".output")]
+    jdir = f"tenants/{t.id}/jobs/{jid}"
+    left = [p[len(jdir) + 1:] for p in service.files.list(jdir)]
+    assert "spec.json" in left, left
+    assert not [p for p in left if p.startswith(("output/", ".output", "keys.json"))], left
     assert t.http.delete(f"/v1/jobs/{jid}").status_code == 204
-    assert not jdir.exists()
+    assert service.files.list(jdir) == []
