@@ -119,7 +119,7 @@ def key_rows(stage: GlobalStage, batch: pa.Table) -> pa.Table:
     t = pa.table({"doc_id": live["doc_id"], "key": keys,
                   **{c: live[c] for c in ORDER_COLUMNS}, "_part": pa.array(part),
                   ROW: pa.array(np.arange(live.num_rows, dtype=np.int64))})
-    return t.filter(pc.greater_equal(t["_part"], 0))
+    return t.filter(pc.greater_equal(t["_part"], 0)) if keys.null_count else t  # -1: a null key
 
 
 def sort_partition(partition: pa.Table) -> pa.Table:
@@ -149,12 +149,35 @@ def apply_global_batch(stage: GlobalStage, index: int, batch: pa.Table, decision
     return concat([finish_stage_output(out, index), marked])
 
 
+def _in_global_order(keyed: pa.Table) -> bool:
+    """Whether the keyed rows already come in the global order, as the runner reads and
+    splits them: each partition, a stable subsequence, then needs no sort of its own."""
+    cols = [keyed[c] for c in ORDER_COLUMNS]
+    if keyed.num_rows < 2 or any(c.null_count for c in cols):
+        return keyed.num_rows < 2
+    ahead = np.zeros(keyed.num_rows - 1, bool)  # the row is after the one before it
+    tie = np.ones(keyed.num_rows - 1, bool)  # ... or equal to it so far
+    for c in cols:
+        v = c.to_numpy()
+        ahead |= tie & (v[1:] > v[:-1])
+        tie &= v[1:] == v[:-1]
+    return bool((ahead | tie).all())
+
+
+def _take(table: pa.Table, indices: np.ndarray) -> pa.Table:
+    """``table.take`` column by column (a table's take of chunked columns is slower)."""
+    idx = pa.array(indices)
+    return pa.table({name: table[name].take(idx) for name in table.column_names})
+
+
 def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) -> list[pa.Table]:
     """In-process execution of a GlobalStage over all batches of the corpus.
 
     After the built-in :class:`UniqueIds` (``index >= 0``) a live ``doc_id`` names one
-    row, so each decision is routed to its batch by position: looked up among the keyed
-    rows of its own partition (a small hash table), not probed against every batch."""
+    row, so each decision is routed to its batch by position: ``decide`` gets the
+    runner's number for each row (``ROW``) and may keep it on its decisions; otherwise
+    the decision's ``doc_id`` is looked up among the keyed rows of its own partition (a
+    small hash table), never probed against every batch."""
     keyed_list = [key_rows(stage, b) for b in batches]
     keyed = concat(keyed_list) if keyed_list else None
     if keyed is None or not keyed.num_rows:
@@ -167,8 +190,11 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) ->
     parts = keyed["_part"].to_numpy().astype(np.uint8)
     order = np.argsort(parts, kind="stable")
     row_of = keyed[ROW].to_numpy()[order]
-    keyed = keyed.select(["doc_id", "key", *ORDER_COLUMNS]).take(pa.array(order))
     batch_of = batch_of[order]
+    in_order = _in_global_order(keyed)
+    keyed = _take(keyed.select(["doc_id", "key", *ORDER_COLUMNS]), order)
+    if index >= 0:
+        keyed = keyed.append_column(ROW, pa.array(np.arange(keyed.num_rows, dtype=np.int64)))
     bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
     decided, routed, rows = [], [], []
     for p in range(NUM_PARTITIONS):
@@ -176,17 +202,16 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) ->
         if hi <= lo:
             continue
         part = keyed.slice(lo, hi - lo)
-        d = decide_partition(stage, part)
+        d = stage.decide(part if in_order else sort_partition(part))
         if not d.num_rows:
             continue
-        decided.append(d)
         if index >= 0:
-            pos = pc.index_in(d["doc_id"], value_set=part["doc_id"].combine_chunks())
-            if pos.null_count:
-                raise ValueError(f"stage {index} ({stage.kind}): decide() returned a doc_id not in its partition")
-            at = pos.to_numpy(zero_copy_only=False)
-            routed.append(batch_of[lo:hi][at])
-            rows.append(row_of[lo:hi][at])
+            at = _decided_rows(stage, index, d, part, lo)
+            routed.append(batch_of[at])
+            rows.append(row_of[at])
+            if ROW in d.column_names:
+                d = d.drop_columns([ROW])
+        decided.append(d)
     if not decided:
         empty = stage.decide(keyed.slice(0, 0).select(["doc_id", "key", *ORDER_COLUMNS]))
         return [apply_global_batch(stage, index, b, empty) for b in batches]
@@ -196,10 +221,24 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) ->
         return [apply_global_batch(stage, index, b, index_.for_batch(b)) for b in batches]
     which = np.concatenate(routed)
     by_batch = np.argsort(which, kind="stable")
-    decisions = decisions.append_column(ROW, pa.array(np.concatenate(rows))).take(pa.array(by_batch))
+    decisions = _take(decisions.append_column(ROW, pa.array(np.concatenate(rows))), by_batch)
     cuts = np.searchsorted(which[by_batch], np.arange(len(batches) + 1))
     return [apply_global_batch(stage, index, b, decisions.slice(int(cuts[i]), int(cuts[i + 1] - cuts[i])))
             for i, b in enumerate(batches)]
+
+
+def _decided_rows(stage: GlobalStage, index: int, decided: pa.Table, part: pa.Table, lo: int) -> np.ndarray:
+    """The runner's row number (``ROW``) of each decision of the partition ``part``, which
+    starts at row ``lo``: as ``decide`` kept it, or found by ``doc_id``."""
+    if ROW in decided.column_names:
+        kept = decided[ROW]
+        at = None if kept.null_count else kept.to_numpy()
+    else:
+        pos = pc.index_in(decided["doc_id"], value_set=part["doc_id"].combine_chunks())
+        at = None if pos.null_count else pos.to_numpy(zero_copy_only=False) + lo
+    if at is None or ((at < lo) | (at >= lo + part.num_rows)).any():
+        raise ValueError(f"stage {index} ({stage.kind}): decide() returned a decision for a row not in its partition")
+    return at
 
 
 class UniqueIds(GlobalStage):

@@ -44,7 +44,9 @@ NUM_PARTITIONS = 64
 ROW = "_row"
 """A column a runner may add to the decisions it hands ``apply``: the position of each
 decision's row among the batch's live rows (the in-process runner knows it; a stage may
-use it instead of looking ``doc_id`` up, and must work without it)."""
+use it instead of looking ``doc_id`` up, and must work without it). The in-process runner
+also gives ``decide`` its own number for each row in this column: decisions that keep
+it are routed by it, the others by ``doc_id``."""
 
 
 class Stage:

@@ -13,7 +13,8 @@ A :class:`~privatize.stage.GlobalStage`:
   ``bloom_fp_rate``); a row is a hit when the filter already holds its digest, then the
   digest is added. It never misses a duplicate, and flags a first occurrence (a false
   positive) at about ``bloom_fp_rate`` while the partition holds at most its share of
-  the capacity. Returns ``doc_id`` and ``dedup_hit`` for the hits only (sparse).
+  the capacity. Returns ``doc_id`` and ``dedup_hit`` for the hits only (sparse), and
+  the runner's row numbers (``ROW``) when the partition carries them.
 * ``apply``: column ``dedup_hit`` (bool, false for rows without a decision); with
   ``action: mask`` the text of a hit becomes exactly ``<MASK>`` (the token redaction
   uses), with ``action: drop`` the row gets ``_drop`` = "duplicate".
@@ -73,8 +74,15 @@ class DedupSettings(StageSettings):
     bloom_fp_rate: float = Field(1e-6, gt=0, lt=1)
 
 
+def _array(col) -> pa.Array:
+    """A column as one array; ``combine_chunks`` would copy even a single chunk."""
+    if not isinstance(col, pa.ChunkedArray):
+        return col
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
 def _string_array(col) -> pa.Array:
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    arr = _array(col)
     if not pa.types.is_string(arr.type):
         arr = arr.cast(pa.string())
     return arr
@@ -89,25 +97,17 @@ def _digest_matrix(keys: pa.Array) -> np.ndarray:
 
 def first_occurrences(digests: np.ndarray) -> np.ndarray:
     """Boolean mask: row ``i`` of a ``(n, width)`` uint8 matrix is the first row with its
-    digest. Exact: rows are grouped by their first 8 bytes and the smallest row of each
-    group is the first; should two different digests share those 8 bytes, the whole
-    digests are sorted instead."""
+    digest. Exact (Arrow's hash table compares whole digests), and no sort: the
+    dictionary numbers distinct digests in the order they first appear, so a row is
+    first when its number is above every number before it."""
     n = len(digests)
-    first = np.zeros(n, dtype=bool)
+    first = np.ones(n, dtype=bool)
     if n < 2:
-        first[:] = True
         return first
     d = np.ascontiguousarray(digests)
-    head = d[:, :8].copy().view("<u8").ravel()
-    order = np.argsort(head)
-    sorted_head = head[order]
-    same = sorted_head[1:] == sorted_head[:-1]
-    if same.any() and not (d[order[1:][same]] == d[order[:-1][same]]).all():
-        # a 64-bit prefix shared by different digests: sort by every byte (byte 0 first)
-        order = np.lexsort([d[:, j] for j in range(d.shape[1] - 1, -1, -1)])
-        same = (d[order[1:]] == d[order[:-1]]).all(axis=1)
-    starts = np.flatnonzero(np.r_[True, ~same])
-    first[np.minimum.reduceat(order, starts)] = True
+    keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(d.shape[1]), n, [None, pa.py_buffer(d)])
+    number = pc.dictionary_encode(keys).indices.to_numpy()
+    np.greater(number[1:], np.maximum.accumulate(number[:-1]), out=first[1:])
     return first
 
 
@@ -118,8 +118,9 @@ class Dedup(GlobalStage):
         n = len(text)
         if n == 0:
             return pa.array([], pa.binary(DIGEST_SIZE))
-        skip = pc.or_kleene(pc.less(pc.utf8_length(text), max(1, self.settings.min_length)),
-                           pc.equal(text, MASK_TOKEN))
+        # a text is empty exactly when it has no bytes: count code points only when needed
+        length = pc.binary_length(text) if self.settings.min_length <= 1 else pc.utf8_length(text)
+        skip = pc.or_kleene(pc.less(length, max(1, self.settings.min_length)), pc.equal(text, MASK_TOKEN))
         skip = pc.fill_null(skip, True).to_numpy(zero_copy_only=False)
         # texts repeated inside the batch are hashed once (a hash table in Arrow's C++
         # finds them); one hashlib call per distinct text is the floor, about 0.6 us
@@ -133,10 +134,9 @@ class Dedup(GlobalStage):
         joined = b"".join([sha1(buf[a:b]).digest() for a, b in zip(bounds, bounds[1:])])
         table = np.frombuffer(joined, dtype=np.uint8).reshape(-1, DIGEST_SIZE)
         index = pc.fill_null(encoded.indices, 0).to_numpy(zero_copy_only=False)
-        digests = table[index] if len(table) else np.zeros((n, DIGEST_SIZE), np.uint8)
+        digests = np.take(table, index, axis=0) if len(table) else np.zeros((n, DIGEST_SIZE), np.uint8)
         validity = pa.array(~skip).buffers()[1] if skip.any() else None
-        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(DIGEST_SIZE), n,
-                                                    [validity, pa.py_buffer(digests.tobytes())])
+        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(DIGEST_SIZE), n, [validity, pa.py_buffer(digests)])
 
     def _normalized(self, text: pa.Array) -> pa.Array:
         mode = self.settings.normalize
@@ -148,11 +148,13 @@ class Dedup(GlobalStage):
         return _string_array(out)
 
     def decide(self, partition: pa.Table) -> pa.Table:
-        keys = partition["key"].combine_chunks()
-        ids = partition["doc_id"].combine_chunks()
+        keys = _array(partition["key"])
+        ids = _array(partition["doc_id"])
+        rows = _array(partition[ROW]) if ROW in partition.column_names else None
         if keys.null_count:
             valid = pc.is_valid(keys)
             keys, ids = keys.filter(valid), ids.filter(valid)
+            rows = rows.filter(valid) if rows is not None else None
         if not pa.types.is_fixed_size_binary(keys.type) or keys.type.byte_width < 16:
             keys = keys.cast(pa.binary(DIGEST_SIZE))
         digests = _digest_matrix(keys)
@@ -164,8 +166,11 @@ class Dedup(GlobalStage):
             if bloom.count > bloom.capacity:
                 log.warning("dedup: a partition holds %d keys, over the Bloom capacity share %d: "
                             "false positives rise above bloom_fp_rate", bloom.count, bloom.capacity)
-        hits = ids.filter(pa.array(hit))
-        return pa.table({"doc_id": hits, "dedup_hit": pa.array(np.ones(len(hits), dtype=bool))})
+        hit = pa.array(hit)
+        hits = ids.filter(hit)
+        out = pa.table({"doc_id": hits, "dedup_hit": pa.array(np.ones(len(hits), dtype=bool))})
+        # the runner's row numbers, when it gave them: it then routes without doc_id lookups
+        return out.append_column(ROW, rows.filter(hit)) if rows is not None else out
 
     def apply(self, batch: pa.Table, decisions: pa.Table) -> pa.Table:
         if decisions.num_rows and ROW in decisions.column_names:  # positions given by the runner

@@ -76,14 +76,27 @@ def _table(chars: str | bytes) -> np.ndarray:
 
 _WS = _table(ASCII_WS)
 _HWS = _table(ASCII_WS.replace("\n", ""))  # whitespace other than a newline
-_NONWS = ~_WS
 _CLOSE1 = _table(".!?\"')]")  # single-byte closers (and more punctuation)
 _OPEN1 = _table("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789\"'([")
 _LEADERS = _table("\"'([")  # stripped from the front of the word before a period
 _UPPER = _table("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _DIGIT = _table("0123456789")
-_LOWER = np.arange(256, dtype=np.uint8)
-_LOWER[ord("A"):ord("Z") + 1] += 32
+
+
+def _is_ws(b: np.ndarray) -> np.ndarray:
+    """``_WS[b]`` by comparisons (space, or 9-13 through uint8 wrap-around): on many
+    bytes much faster than a table."""
+    return (b == 32) | (b - 9 < 5)
+
+
+def _lower(b: np.ndarray) -> np.ndarray:
+    """ASCII capitals to lower case (they differ in bit 5 only), other bytes as they are."""
+    return b | ((b - 65 < 26).view(np.uint8) << 5)
+
+
+_ALL_BYTES = np.arange(256, dtype=np.uint8)
+if (_is_ws(_ALL_BYTES) != _WS).any() or bytes(_lower(_ALL_BYTES)) != bytes(range(256)).lower():
+    raise ImportError("_is_ws / _lower disagree with their tables")  # pragma: no cover
 
 
 def _pack(word: str) -> int:
@@ -96,6 +109,9 @@ def _pack(word: str) -> int:
 _ABBR = np.array(sorted(_pack(w) for w in ABBREVIATIONS), np.uint64)
 _NUM_ABBR = np.array(sorted(_pack(w) for w in NUMBER_ABBREVIATIONS), np.uint64)
 # run of word bytes at the end of an 8-byte window, from the bit mask of its whitespace
+# (bit k: byte k is whitespace); _GATHER_BITS multiplies the 0/1 bytes of a window read
+# as uint64 into that mask in the top byte (every partial product at its own bit)
+_GATHER_BITS = np.uint64(0x0102040810204080)
 _RUN_LEN = np.array([_WINDOW if v == 0 else _WINDOW - 1 - (v.bit_length() - 1) for v in range(256)], np.int64)
 # the top L bytes of a little-endian uint64 (where a right-aligned word of L bytes lies)
 _HIGH_BYTES = np.array([((1 << (8 * k)) - 1) << (8 * (_WINDOW - k)) for k in range(_WINDOW + 1)], np.uint64)
@@ -109,49 +125,64 @@ class SplitSettings(StageSettings):
 
 # ---- scanning helpers: vectorised over many positions at once ---------------------------
 
+def _in(table: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``table[values]`` for a 256-entry table and bytes; ``np.take`` is the faster gather."""
+    return np.take(table, values)
+
+
 def _skip_fwd(b: np.ndarray, pos: np.ndarray, stop: np.ndarray, table: np.ndarray, steps: int = 16) -> np.ndarray:
-    """For each i, the first ``q >= pos[i]`` with ``q == stop[i]`` or ``not table[b[q]]``."""
+    """For each i, the first ``q >= pos[i]`` with ``q == stop[i]`` or ``not table[b[q]]``.
+    Most positions do not move: one pass over all of them, then the few that do move are
+    walked as short arrays of their own (index, position, stop)."""
     pos = pos.astype(np.int64, copy=True)
-    act = np.flatnonzero(pos < stop)
+    if not len(b):
+        return pos
+    act = np.flatnonzero((pos < stop) & _in(table, b[np.minimum(pos, len(b) - 1)]))
+    q, s = pos[act] + 1, stop[act]
     for _ in range(steps):
+        more = q < s
+        more[more] = _in(table, b[q[more]])
+        pos[act[~more]] = q[~more]
+        act, q, s = act[more], q[more] + 1, s[more]
         if not len(act):
             return pos
-        act = act[table[b[pos[act]]]]
-        pos[act] += 1
-        act = act[pos[act] < stop[act]]
-    for i in act.tolist():  # long runs (rare): scan in growing windows
-        q, s, w = int(pos[i]), int(stop[i]), 256
-        while q < s:
-            hit = np.flatnonzero(~table[b[q:min(q + w, s)]])
+    for i, at, end in zip(act.tolist(), q.tolist(), s.tolist()):  # long runs (rare): growing windows
+        w = 256
+        while at < end:
+            hit = np.flatnonzero(~table[b[at:min(at + w, end)]])
             if len(hit):
-                q += int(hit[0])
+                at += int(hit[0])
                 break
-            q, w = min(q + w, s), w * 4
-        pos[i] = q
+            at, w = min(at + w, end), w * 4
+        pos[i] = at
     return pos
 
 
 def _skip_bwd(b: np.ndarray, pos: np.ndarray, start: np.ndarray, table: np.ndarray, steps: int = 16) -> np.ndarray:
     """For each i, the least ``q <= pos[i]`` such that ``q >= start[i]`` and every byte of
-    ``b[q:pos[i]]`` is in ``table``."""
+    ``b[q:pos[i]]`` is in ``table`` (walked as :func:`_skip_fwd` walks)."""
     pos = pos.astype(np.int64, copy=True)
-    act = np.flatnonzero(pos > start)
+    if not len(b):
+        return pos
+    act = np.flatnonzero((pos > start) & _in(table, b[np.maximum(pos, 1) - 1]))
+    q, s = pos[act] - 1, start[act]
     for _ in range(steps):
+        more = q > s
+        more[more] = _in(table, b[q[more] - 1])
+        pos[act[~more]] = q[~more]
+        act, q, s = act[more], q[more] - 1, s[more]
         if not len(act):
             return pos
-        act = act[table[b[pos[act] - 1]]]
-        pos[act] -= 1
-        act = act[pos[act] > start[act]]
-    for i in act.tolist():
-        q, s, w = int(pos[i]), int(start[i]), 256
-        while q > s:
-            lo = max(q - w, s)
-            miss = np.flatnonzero(~table[b[lo:q]])
+    for i, at, begin in zip(act.tolist(), q.tolist(), s.tolist()):
+        w = 256
+        while at > begin:
+            lo = max(at - w, begin)
+            miss = np.flatnonzero(~table[b[lo:at]])
             if len(miss):
-                q = lo + int(miss[-1]) + 1
+                at = lo + int(miss[-1]) + 1
                 break
-            q, w = lo, w * 4
-        pos[i] = q
+            at, w = lo, w * 4
+        pos[i] = at
     return pos
 
 
@@ -164,7 +195,7 @@ def _closer_run_end(b: np.ndarray, p: np.ndarray, stop: np.ndarray, steps: int =
     n = len(b)
     for _ in range(steps):
         if not len(act):
-            return e
+            break  # (not return: merged candidates still take their ends below)
         # a later candidate that an earlier one has reached ends where the earlier one does
         if len(act) > 1:
             reached = np.zeros(len(act), bool)
@@ -173,7 +204,7 @@ def _closer_run_end(b: np.ndarray, p: np.ndarray, stop: np.ndarray, steps: int =
                 e[act[reached]] = -1  # settled below, from the earlier candidate
                 act = act[~reached]
         x = e[act]
-        one = _CLOSE1[b[x]]
+        one = _in(_CLOSE1, b[x])
         three = ~one & (b[x] == 0xE2) & (x + 2 < stop[act])
         if three.any():
             y = x[three]
@@ -197,20 +228,22 @@ def _closer_run_end(b: np.ndarray, p: np.ndarray, stop: np.ndarray, steps: int =
 
 
 def _record_of(rec_start: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    # the last record starting at or before pos: empty records share a start with the next
-    return np.searchsorted(rec_start, pos, side="right") - 1
+    """The record of each position of ``pos`` (sorted): the last record starting at or
+    before it (empty records share a start with the next). A search per record, not per
+    position."""
+    return np.repeat(np.arange(len(rec_start)), np.diff(np.searchsorted(pos, rec_start), append=len(pos)))
 
 
 def _bytes_before(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """``b[pos-8:pos]`` for each position as a (n, 8) uint8 matrix (zeros before the
     buffer start), gathered 8 bytes at a time through an unaligned uint64 view."""
     out = np.zeros((len(pos), _WINDOW), np.uint8)
-    ok = pos >= _WINDOW
-    if len(b) >= _WINDOW and ok.any():
+    if len(b) >= _WINDOW:
         u64 = np.ndarray(shape=(len(b) - _WINDOW + 1,), dtype="<u8", buffer=b, strides=(1,))
-        out.view("<u8")[ok, 0] = u64[pos[ok] - _WINDOW]
-    for i in np.flatnonzero(~ok).tolist():  # at most the first few bytes of a batch
+        out.view("<u8")[:, 0] = u64[np.maximum(pos - _WINDOW, 0)]
+    for i in np.flatnonzero(pos < _WINDOW).tolist():  # at most the first few bytes of a batch
         q = int(pos[i])
+        out[i] = 0
         out[i, _WINDOW - q:] = b[:q]
     return out
 
@@ -226,20 +259,20 @@ def _sentence_gaps(b, rec_start, rec_end):
     # the end of the closing run: most marks are followed by a space, a letter or the end
     e = p + 1
     nb = b[np.minimum(e, n - 1)]
-    run = (e < stop) & (_CLOSE1[nb] | (nb == 0xE2))
+    run = (e < stop) & (_in(_CLOSE1, nb) | (nb == 0xE2))
     if run.any():
         e[run] = _closer_run_end(b, p[run], stop[run])
     # one candidate per run: the first mark (the marks of a run share their end)
     first = np.ones(len(p), bool)
     first[1:] = e[1:] != e[:-1]
     ok = first & (e < stop)
-    ok[ok] = _WS[b[e[ok]]]
+    ok[ok] = _in(_WS, b[e[ok]])
     p, e, r, stop = p[ok], e[ok], r[ok], stop[ok]
     nxt = _skip_fwd(b, e + 1, stop, _WS)
     ok = nxt < stop
     x = nxt[ok]
     bx = b[x]
-    opener = _OPEN1[bx]
+    opener = _in(_OPEN1, bx)
     hi = np.flatnonzero(bx >= 0xC3)
     if len(hi):  # “ ‘ (E2 80 9C / 98) and Latin-1 capitals À-Þ but not × (C3 80-9E, not 97)
         y, s = x[hi], stop[ok][hi]
@@ -261,15 +294,16 @@ def _sentence_gaps(b, rec_start, rec_end):
             sub = w[near]
             sub[(pd[near, None] + np.arange(-_WINDOW, 0)) < rs[near, None]] = 32
             w[near] = sub
-        run_len = _RUN_LEN[np.packbits(_WS[w], axis=1, bitorder="little").ravel()]  # word bytes before pd
+        ws_mask = (_is_ws(w).view("<u8").ravel() * _GATHER_BITS) >> np.uint64(56)
+        run_len = _RUN_LEN[ws_mask]  # word bytes before pd
         lead = (run_len > 1) & (run_len < _WINDOW) & \
-            _LEADERS[w[np.arange(len(pd)), np.clip(_WINDOW - run_len, 0, _WINDOW - 1)]]
+            _in(_LEADERS, w[np.arange(len(pd)), np.clip(_WINDOW - run_len, 0, _WINDOW - 1)])
         wl = run_len - lead
         short = (run_len < _WINDOW) & (wl >= 1) & (wl <= _MAX_WORD)
-        code = _LOWER[w].view("<u8").ravel() & _HIGH_BYTES[wl]
-        initial = (wl == 1) & _UPPER[w[:, -1]]
+        code = _lower(w).view("<u8").ravel() & _HIGH_BYTES[wl]
+        initial = (wl == 1) & _in(_UPPER, w[:, -1])
         abbr = initial | (short & np.isin(code, _ABBR))
-        abbr |= short & np.isin(code, _NUM_ABBR) & _DIGIT[b[nxt[dot]]]
+        abbr |= short & np.isin(code, _NUM_ABBR) & _in(_DIGIT, b[nxt[dot]])
         keep = np.ones(len(p), bool)
         keep[dot[abbr]] = False
         e, nxt = e[keep], nxt[keep]
@@ -318,16 +352,21 @@ def segment_bytes(arr: pa.Array, unit: str = "sentence"):
         s, e = _sentence_gaps(b, rec_start, rec_end)
         gap_s.append(s)
         gap_e.append(e)
+    # every gap is a maximal whitespace run, so two gaps are equal or disjoint: keep one
+    # of each (each list is sorted, so the stable sort is a merge)
     gs, ge = np.concatenate(gap_s), np.concatenate(gap_e)
-    # only inner gaps (text on both sides) cut; every gap is a maximal whitespace run, so
-    # two gaps are equal or disjoint: keep one of each
+    order = np.argsort(gs, kind="stable")
+    gs, ge = gs[order], ge[order]
+    new = np.ones(len(gs), bool)
+    new[1:] = gs[1:] != gs[:-1]
+    gs, ge = gs[new], ge[new]
+    # only inner gaps (text on both sides) cut
     r = _record_of(rec_start, gs)
-    inner = (gs > cs[r]) & (ge < ce[r]) if len(gs) else np.zeros(0, bool)
-    gs, idx = np.unique(gs[inner], return_index=True)
-    ge = ge[inner][idx]
+    inner = (gs > cs[r]) & (ge < ce[r])
+    gs, ge = gs[inner], ge[inner]
     nonempty = cs < ce
-    seg_s = np.sort(np.concatenate([cs[nonempty], ge]))
-    seg_e = np.sort(np.concatenate([ce[nonempty], gs]))
+    seg_s = np.sort(np.concatenate([cs[nonempty], ge]), kind="stable")
+    seg_e = np.sort(np.concatenate([ce[nonempty], gs]), kind="stable")
     rec = _record_of(rec_start, seg_s)
     start, end = seg_s - rec_start[rec], seg_e - rec_start[rec]
     if len(seg_s) and not pc.all(pc.string_is_ascii(arr)).as_py():
@@ -336,23 +375,22 @@ def segment_bytes(arr: pa.Array, unit: str = "sentence"):
 
 
 def _code_points(arr, base, rec, rec_start, seg_s, seg_e):
-    """Code-point offsets of segments within their records, from Arrow's UTF-8 length of
-    a view that alternates (gap before a segment, the segment, what follows it)."""
+    """Code-point offsets of segments within their records. Only ASCII whitespace lies
+    between a record's segments, so a segment starts at its byte offset less the extra
+    bytes (UTF-8 bytes - code points) of the segments before it in its record; each
+    segment's code points come from Arrow's UTF-8 length of a view alternating segments
+    and gaps."""
     n = len(seg_s)
-    new_rec = np.ones(n, bool)
-    new_rec[1:] = rec[1:] != rec[:-1]
-    prev = np.where(new_rec, rec_start[rec], np.r_[0, seg_e[:-1]])
-    offs = np.empty(3 * n, np.int64)
-    offs[0::3], offs[1::3], offs[2::3] = prev, seg_s, seg_e
-    view = pa.StringArray.from_buffers(3 * n - 1, pa.py_buffer((offs + base).astype(np.int32)), arr.buffers()[2])
-    lengths = pc.utf8_length(view).to_numpy(zero_copy_only=False).astype(np.int64)
-    gap, seg = lengths[0::3], lengths[1::3]
-    through = np.cumsum(gap + seg)  # code points from the record start to each segment end
-    record_base = through - (gap + seg)  # ... to the start of the gap before the segment
-    first_idx = np.flatnonzero(new_rec)
-    record_base = record_base[first_idx][np.cumsum(new_rec) - 1]
-    end = through - record_base
-    return end - seg, end
+    offs = np.empty(2 * n, np.int64)
+    offs[0::2], offs[1::2] = seg_s, seg_e
+    view = pa.StringArray.from_buffers(2 * n - 1, pa.py_buffer((offs + base).astype(np.int32)), arr.buffers()[2])
+    length = pc.utf8_length(view).to_numpy(zero_copy_only=False)[0::2].astype(np.int64)
+    extra = seg_e - seg_s - length
+    before = np.cumsum(extra) - extra  # extra bytes before each segment, from the buffer start
+    first = np.flatnonzero(np.r_[True, rec[1:] != rec[:-1]])  # first segment of each record
+    before -= np.repeat(before[first], np.diff(first, append=n))
+    start = seg_s - rec_start[rec] - before
+    return start, start + length
 
 
 def _texts(arr: pa.Array, byte_start: np.ndarray, byte_end: np.ndarray) -> pa.Array:
@@ -394,10 +432,18 @@ def _numbers(count: int) -> pa.Array:
     return pc.cast(pa.array(np.arange(count, dtype=np.int64)), pa.string())
 
 
+def _take_rows(table: pa.Table, idx: pa.Array) -> pa.Table:
+    """``table.take(idx)``, but a column of nulls only (often ``individual_id`` or
+    ``meta``) is made anew: there is nothing in it to copy."""
+    cols = [pa.nulls(len(idx), c.type) if c.null_count == len(c) else c.take(idx) for c in table.columns]
+    return pa.Table.from_arrays(cols, schema=table.schema)
+
+
 @register_stage("split", SplitSettings)
 class Split(Stage):
     def process_batch(self, batch: pa.Table) -> pa.Table:
-        text = batch["text"].combine_chunks()
+        text = batch["text"]
+        text = text.chunk(0) if text.num_chunks == 1 else text.combine_chunks()  # (combine_chunks copies)
         if not pa.types.is_string(text.type):
             text = text.cast(pa.string())
         if text.null_count:
@@ -415,7 +461,7 @@ class Split(Stage):
         parents = batch["doc_id"].combine_chunks().cast(pa.string()).take(idx)
         seg_str = _numbers(int(seg_no.max()) + 1 if n_seg else 0).take(pa.array(seg_no))
         seg_ids = pc.binary_join_element_wise(parents.slice(0, n_seg), seg_str, "#")
-        rows = batch.drop_columns(["doc_id", "text", "_seg"]).take(idx)
+        rows = _take_rows(batch.drop_columns(["doc_id", "text", "_seg"]), idx)
         # statistics of earlier stages stay on one row per document
         for i, name in enumerate(rows.column_names):
             if name.startswith(STAT_PREFIX):

@@ -1,9 +1,11 @@
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from privatize.execution import (DSTAGE, QSTAGE, UniqueIds, concat, partition_of, run_global_stage,
                                  run_stage_batch)
-from privatize.stage import NUM_PARTITIONS, Stage
+from privatize.stage import NUM_PARTITIONS, ROW, Stage
+from privatize.stages.dedup import Dedup, DedupSettings
 
 
 class _Upper(Stage):
@@ -79,3 +81,39 @@ def test_partition_of_digest_keys_uses_their_first_bytes():
     assert p[-1] == -1
     assert list(p[:-1]) == [int.from_bytes(d[:8], "little") % NUM_PARTITIONS for d in digests]
     assert list(partition_of(keys.slice(10, 5))) == list(p[10:15])
+
+
+def _dedup_batches(texts, size):
+    rows = _rows([f"d{i}" for i in range(len(texts))], texts)
+    return [rows.slice(i, size) for i in range(0, rows.num_rows, size)]
+
+
+def _masked(batches):
+    return {r["doc_id"] for b in batches for r in b.to_pylist() if r["dedup_hit"]}
+
+
+def test_global_stage_routes_the_same_without_row_numbers_and_out_of_order():
+    class ByDocId(Dedup):
+        """Decisions keyed by doc_id only, as a stage that keeps no runner column gives them."""
+
+        def decide(self, partition):
+            return super().decide(partition.drop_columns([ROW])) if ROW in partition.column_names \
+                else super().decide(partition)
+
+    texts = ["a", "b", "a", "c", "b", "a", "d", "c"]
+    expected = {"d2", "d4", "d5", "d7"}
+    batches = _dedup_batches(texts, 3)
+    assert _masked(run_global_stage(Dedup(DedupSettings()), 1, batches)) == expected
+    assert _masked(run_global_stage(ByDocId(DedupSettings()), 1, batches)) == expected
+    # batches out of the global order: each partition is then sorted by the order columns
+    assert _masked(run_global_stage(Dedup(DedupSettings()), 1, batches[::-1])) == expected
+
+
+def test_global_stage_rejects_a_decision_for_a_row_outside_its_partition():
+    class Stray(Dedup):
+        def decide(self, partition):
+            out = super().decide(partition)
+            return out.set_column(out.schema.get_field_index(ROW), ROW, pc.add(out[ROW], 10_000))
+
+    with pytest.raises(ValueError, match="not in its partition"):
+        run_global_stage(Stray(DedupSettings()), 1, _dedup_batches(["a", "a"], 1))

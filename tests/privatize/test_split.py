@@ -222,3 +222,17 @@ def test_long_runs_take_the_slow_path_with_the_same_answer(unit):
     got = [[(a, b) for r, a, b in zip(rec, start, end) if r == i] for i in range(len(texts))]
     assert got == [reference_spans(t, unit) for t in texts]
     assert segment_spans(texts[0], unit) == reference_spans(texts[0], unit)
+
+
+def test_a_run_of_marks_gives_one_gap_inside_the_buffer():
+    # the later marks of "..." merge into the first; a merged mark once kept end -1, which
+    # looked like a gap before the buffer whenever the buffer ended in whitespace
+    import numpy as np
+
+    from privatize.stages.split import _sentence_gaps
+
+    for text in ["So... Yes\t", "So... Yes"]:
+        b = np.frombuffer(text.encode(), np.uint8)
+        start, end = _sentence_gaps(b, np.array([0]), np.array([len(b)]))
+        assert (start.tolist(), end.tolist()) == ([5], [6])
+    assert segment_bytes(pa.array(["x. Y", "So... Yes\t"]))[1].tolist() == [0, 3, 0, 6]
