@@ -15,7 +15,6 @@ new API token once, in a one-line JSON object; only its SHA-256 is stored.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 

@@ -88,6 +88,16 @@ async def _reconciler(app: FastAPI, ctx: ServiceContext) -> None:
         await asyncio.sleep(interval)
 
 
+def worker_app() -> FastAPI:
+    """The app of one uvicorn worker process (``privatize serve --workers N``): settings
+    from the environment, logging set up in this process."""
+    from services.observability import configure_logging
+
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    return create_app(settings)
+
+
 def create_app(settings: Settings | None = None, ctx: ServiceContext | None = None) -> FastAPI:
     settings = settings or (ctx.settings if ctx is not None else get_settings())
 
@@ -97,7 +107,7 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
         app.state.ctx = c
         metrics.ctx = c
         app.state.ray_state = "starting"
-        left = await anyio.to_thread.run_sync(c.storage.clear_spool, settings.data_path / "spool")
+        left = await anyio.to_thread.run_sync(c.storage.clear_spool, settings.data_path / "spool", c.spool)
         if left:
             log.info("removed %d interrupted upload(s) from the spool", left)
         await anyio.to_thread.run_sync(sweep_orphans, c)

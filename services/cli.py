@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -30,7 +31,8 @@ def _serve(args: argparse.Namespace) -> int:
     from services.errors import ConfigError
     from services.settings import Settings, get_settings
 
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port), ("workers", args.workers))
+                 if v is not None}
     if args.dev:
         overrides["env"] = "development"
     settings = Settings(**overrides) if overrides else get_settings()
@@ -46,8 +48,14 @@ def _serve(args: argparse.Namespace) -> int:
     if settings.dev:
         logging.getLogger("services").warning("development mode: the master key is generated under %s; never use "
                                               "it for real data", settings.data_path)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                log_config=None, access_log=False, timeout_graceful_shutdown=10)
+    common = {"host": settings.host, "port": settings.port, "log_level": settings.log_level.lower(),
+              "log_config": None, "access_log": False, "timeout_graceful_shutdown": 10}
+    if settings.workers == 1:
+        uvicorn.run(create_app(settings), **common)
+        return 0
+    # worker processes build their settings from the environment: pass the overrides on
+    os.environ.update({f"PRIVATIZE_{k.upper()}": str(v) for k, v in overrides.items()})
+    uvicorn.run("services.app:worker_app", factory=True, workers=settings.workers, **common)
     return 0
 
 
@@ -104,6 +112,7 @@ def register(sub) -> None:
     s = sub.add_parser("serve", help="run the control-plane API (uvicorn)")
     s.add_argument("--host", default=None, help="default PRIVATIZE_HOST or 127.0.0.1")
     s.add_argument("--port", type=int, default=None, help="default PRIVATIZE_PORT or 8000")
+    s.add_argument("--workers", type=int, default=None, help="API processes (default PRIVATIZE_WORKERS or 1)")
     s.add_argument("--dev", action="store_true", help="development mode (generated master key; not for real data)")
     s.set_defaults(func=_serve)
 

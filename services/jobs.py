@@ -18,7 +18,7 @@ import json
 import logging
 import shlex
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, Row, bindparam, func, select
 from sqlalchemy.orm import Session, object_session
 
 from services import audit
@@ -287,16 +287,41 @@ def cancel(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
 def fresh_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
     """The job, reconciled with Ray first when it is still active (at most once a second
     per job; the background reconciler covers the rest)."""
-    with session_scope(ctx.sessions) as s:
-        job = get_job(s, tenant_id, job_id)
-        active = job.status in ACTIVE_JOB_STATES
-    if active and ctx.should_ask_ray(job_id):
+    return job_status(ctx, tenant_id, job_id)[0]
+
+
+_JOB_ROW = (select(*Job.__table__.c, Corpus.records.label("corpus_records"))
+            .outerjoin(Corpus, Corpus.id == Job.corpus_id).where(Job.id == bindparam("job_id")))
+
+
+def job_row(conn: Connection, tenant_id: str, job_id: str) -> Row:
+    """The job as stored (not reconciled) with its corpus's record count
+    (``corpus_records``), as a plain row: one prepared Core query, for polling."""
+    row = conn.execute(_JOB_ROW, {"job_id": job_id}).first()
+    if row is None or row.tenant_id != tenant_id:
+        raise NotFound(f"no job {job_id!r}")
+    return row
+
+
+def job_status(ctx: ServiceContext, tenant_id: str, job_id: str) -> tuple[Job, int | None]:
+    """:func:`fresh_job` and its corpus's record count (None once the corpus is deleted),
+    in one query: this is what clients poll, so a finished job costs one round trip."""
+    def load() -> tuple[Job, int | None]:
+        with session_scope(ctx.sessions) as s:
+            row = s.execute(select(Job, Corpus.records).outerjoin(Corpus, Corpus.id == Job.corpus_id)
+                            .where(Job.id == job_id)).first()
+            if row is None or row[0].tenant_id != tenant_id:
+                raise NotFound(f"no job {job_id!r}")
+            return row[0], row[1]
+
+    job, records = load()
+    if job.status in ACTIVE_JOB_STATES and ctx.should_ask_ray(job_id):
         try:
             reconcile(ctx, job_id)
         except ClusterUnavailable as exc:
             log.warning("job %s: not reconciled (%s)", job_id, exc.message)
-    with session_scope(ctx.sessions) as s:
-        return get_job(s, tenant_id, job_id)
+        job, records = load()
+    return job, records
 
 
 def logs(ctx: ServiceContext, tenant_id: str, job_id: str) -> str:

@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     database_url: str | None = None
     """SQLAlchemy URL; default ``sqlite:///<data_dir>/privatize.db``. PostgreSQL:
     ``postgresql+psycopg://user:password@host/db``."""
+    database_pool_size: int = Field(40, ge=1, le=1000)
+    """Connections kept open per process (opened on demand). The API runs its handlers on
+    a pool of 40 threads; a smaller pool makes busy threads open and close a connection per
+    request (on PostgreSQL, a TCP connect and authentication each time)."""
     storage_uri: str | None = None
     """A local directory or a ``pyarrow.fs`` URI (``s3://bucket/prefix``); default
     ``<data_dir>/storage``."""
@@ -63,6 +67,11 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8000
+    workers: int = Field(1, ge=1, le=64)
+    """API processes on one host (uvicorn workers). The API is CPU-bound Python, one core
+    per process; on Kubernetes prefer more replicas of one worker each. Each worker keeps
+    its own HTTP request counters in ``/metrics`` (the job and byte gauges come from the
+    database and agree)."""
     poll_interval_s: float = Field(2.0, gt=0)
     """How often the reconciler asks Ray about active jobs."""
     auto_migrate: bool = True

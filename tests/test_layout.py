@@ -1,5 +1,6 @@
 """The repository's fixed layout and the files CI and users rely on, checked statically."""
 
+import re
 import tomllib
 
 import yaml
@@ -25,7 +26,7 @@ def test_every_direct_dependency_is_pinned_in_the_lock():
     pinned = {line.split("==")[0].lower().replace("_", "-")
               for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
     for d in deps:
-        name = d.split("[")[0].split(">")[0].split("=")[0].strip().lower().replace("_", "-")
+        name = re.split(r"[\[<>=;! ]", d, maxsplit=1)[0].strip().lower().replace("_", "-")
         assert name in pinned, name
 
 

@@ -120,7 +120,7 @@ class Service:
 
     def spooled(self) -> list[Path]:
         """Uploads in flight (or left behind) in the service's spool."""
-        return list(self.spool.iterdir()) if self.spool.exists() else []
+        return [p for p in self.spool.rglob("*") if p.is_file()] if self.spool.exists() else []
 
     def cli(self, *args: str, check: bool = True, env: dict | None = None, timeout: float = 120
             ) -> subprocess.CompletedProcess:
