@@ -383,20 +383,23 @@ def list_jobs(corpus_id: str | None = None, tenant: TenantRef = Depends(current_
 @router.get("/v1/jobs/{job_id}", response_model=JobOut)
 async def get_job(job_id: str, request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
                   ctx: ServiceContext = Depends(get_ctx)):
-    """What clients poll. The token check and the job's row share one worker-thread call
-    and one database session (elsewhere the token is a dependency of its own: a second
-    thread hop and session, which at hundreds of polls a second is most of the cost)."""
+    """What clients poll. The token check and the job's row share one connection and one
+    call of :meth:`ServiceContext.read` (elsewhere the token is a dependency of its own: a
+    thread hop and a session of its own, which at hundreds of polls a second is most of
+    the cost)."""
     def load():
         with ctx.engine.connect() as conn:
             ref = _tenant_of(conn, credentials)
             request.state.privatize_tenant = ref
             return ref, jobs_mod.job_row(conn, ref.id, job_id)
 
-    ref, row = await anyio.to_thread.run_sync(load)
+    ref, row = await ctx.read(load)
     if row.status not in ACTIVE_JOB_STATES:
-        return JobOut.of(row, row.corpus_records)
-    # reconciled with Ray first (at most once a second per job)
-    return JobOut.of(*await anyio.to_thread.run_sync(jobs_mod.job_status, ctx, ref.id, job_id))
+        out = JobOut.of(row, row.corpus_records)
+    else:  # reconciled with Ray first (at most once a second per job)
+        out = JobOut.of(*await anyio.to_thread.run_sync(jobs_mod.job_status, ctx, ref.id, job_id))
+    # already a validated JobOut: serialised once here, not validated again by FastAPI
+    return Response(out.model_dump_json(), media_type="application/json")
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=JobOut)

@@ -14,6 +14,7 @@ Domain errors (``services.errors``) become HTTP responses here, in one place::
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from contextlib import asynccontextmanager
 
@@ -112,6 +113,11 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
             log.info("removed %d interrupted upload(s) from the spool", left)
         await anyio.to_thread.run_sync(sweep_orphans, c)
         task = asyncio.create_task(_reconciler(app, c))
+        # Everything imported and built so far lives as long as the process: move it out of
+        # the collector's view, so a full collection walks request garbage only (tens of
+        # milliseconds less at the tail of request latency)
+        gc.collect()
+        gc.freeze()
         log.info("privatize service up (data %s, database %s, storage %s)", settings.data_path,
                  c.engine.url.get_backend_name(), c.storage.scheme)
         try:
