@@ -4,7 +4,7 @@ Modes (each prints its figures, the ratio to its baseline, and the targets):
 
 ``cipher`` / ``dedup``
     Steady-state throughput at 1 CPU: a ``ray.init(num_cpus=1)`` session is started
-    first and warmed up with a 50-document run (both excluded from the time: worker
+    first and warmed up with a run on the first 50 documents of each file (both excluded from the time: worker
     processes start and import once per session), then ``run_pipeline_ray`` runs the spec on the
     Gutenberg stories repeated to ``--mb`` MB (default 1024) in 8 JSONL files; the
     baseline is ``run_pipeline`` (in-process) on the same files in the same run, pinned
@@ -166,7 +166,7 @@ class PeakRSS:
 def run_throughput(mode: str, mb_target: float, work: Path) -> None:
     import ray
 
-    from privatize.ray_runner import RayRunOptions, run_pipeline_ray
+    from privatize.ray_runner import RayRunOptions, local_init_args, run_pipeline_ray
     from privatize.runner import RunOptions, run_pipeline
     from privatize.spec import parse_spec
 
@@ -183,13 +183,16 @@ def run_throughput(mode: str, mb_target: float, work: Path) -> None:
     if not PIN_RAY:
         os.sched_setaffinity(0, aff)
     # with --pin-ray the driver stays on one core and Ray's processes inherit it
-    ray.init(num_cpus=1, include_dashboard=False)
+    ray.init(num_cpus=1, include_dashboard=False, **local_init_args(1))
     try:
-        # warm-up on one small file: worker processes started, modules imported
+        # warm-up on the first 50 documents of every input file: as many read tasks at
+        # once as the timed run, so every worker process it needs is started and has
+        # imported its modules (local_init_args keeps them alive between runs)
         warm = work / "warm"
         warm.mkdir()
-        with open(files[0], encoding="utf-8") as src, open(warm / "w.jsonl", "w", encoding="utf-8") as dst:
-            dst.writelines(line for _, line in zip(range(50), src))
+        for i, f in enumerate(files):
+            with open(f, encoding="utf-8") as src, open(warm / f"w{i}.jsonl", "w", encoding="utf-8") as dst:
+                dst.writelines(line for _, line in zip(range(50), src))
         t = time.perf_counter()
         run_pipeline_ray(spec, warm, work / "out-warm", spec_dir=str(work), options=RayRunOptions(progress=False))
         t_warm = time.perf_counter() - t
@@ -207,7 +210,7 @@ def run_throughput(mode: str, mb_target: float, work: Path) -> None:
     for line in per_stage(m_local, mb):
         print(line)
     pinned = "pinned to the same one core" if PIN_RAY else "not pinned (Ray may use both cores)"
-    print(f"  Ray Data ({pinned}), ray.init(num_cpus=1) and a warm-up run ({t_warm:.1f} s, 50 documents) excluded: "
+    print(f"  Ray Data ({pinned}), ray.init(num_cpus=1) and a warm-up run ({t_warm:.1f} s, 50 documents per file) excluded: "
           f"{t_ray:7.1f} s  {mb / t_ray:7.1f} MB/s")
     for line in per_stage(m_ray, mb):
         print(line)
@@ -232,7 +235,7 @@ def redaction_docs(n: int) -> list[str]:
 def run_redact(n_docs: int, work: Path) -> None:
     import ray
 
-    from privatize.ray_runner import RayRunOptions, run_pipeline_ray
+    from privatize.ray_runner import RayRunOptions, local_init_args, run_pipeline_ray
     from privatize.spec import parse_spec
 
     (work / "in").mkdir(parents=True, exist_ok=True)
@@ -246,7 +249,7 @@ def run_redact(n_docs: int, work: Path) -> None:
     spec = parse_spec(SPECS["redact"])
     rates, hashes = {}, {}
     for cpus in (1, 2):
-        ray.init(num_cpus=cpus, include_dashboard=False)
+        ray.init(num_cpus=cpus, include_dashboard=False, **local_init_args(cpus))
         try:
             t = time.perf_counter()
             m = run_pipeline_ray(spec, work / "in", work / f"out-{cpus}", spec_dir=str(work),
@@ -269,14 +272,14 @@ def run_stream(mb_target: float, work: Path) -> None:
     import ray
 
     from privatize.output import verify
-    from privatize.ray_runner import RayRunOptions, run_pipeline_ray
+    from privatize.ray_runner import RayRunOptions, local_init_args, run_pipeline_ray
     from privatize.spec import parse_spec
 
     files, mb = write_corpus(work / "in", mb_target, distinct=True)
     write_keys(work)
     spec = parse_spec(SPECS["stream"])
     store = 75 * 1024 * 1024
-    ray.init(num_cpus=2, object_store_memory=store, include_dashboard=False)
+    ray.init(num_cpus=2, object_store_memory=store, include_dashboard=False, **local_init_args(2))
     try:
         with PeakRSS() as peak:
             t = time.perf_counter()

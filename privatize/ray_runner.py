@@ -803,6 +803,23 @@ def _runtime_env() -> dict | None:
     return {"env_vars": {"PYTHONPATH": path}}
 
 
+def local_init_args(num_cpus: float | None = None) -> dict:
+    """``ray.init`` arguments for an embedded local cluster, beyond its size.
+
+    Ray keeps idle worker processes only up to ``num_workers_soft_limit`` (default: the
+    node's CPU count) and kills the rest after a second of idleness. The plan runs
+    fractional-CPU tasks (four at once on one CPU, see :class:`_Budget`) beside its
+    actors, so on a small node the default limit kills and restarts workers all through a
+    run, each restart re-importing Ray, Arrow and the stages (about 1.5 s of CPU). The
+    limit here keeps one worker per concurrent task and actor. (Nodes of four or more CPUs
+    run whole-CPU tasks, for which Ray's default fits; a long-lived cluster of smaller
+    nodes sets ``RAY_num_workers_soft_limit`` on them likewise.)"""
+    cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
+    b = _Budget.for_cluster(cpus, 1)
+    # every task that can run at once, plus the actors of two actor-pool stages
+    return {"_system_config": {"num_workers_soft_limit": math.ceil(cpus / b.task_cpus) + 2 * b.max_actors}}
+
+
 def connect(address: str | None = None, *, num_cpus: float | None = None,
             object_store_memory: int | None = None) -> bool:
     """Join the current Ray session, or the cluster at ``address`` (or ``RAY_ADDRESS``),
@@ -815,7 +832,8 @@ def connect(address: str | None = None, *, num_cpus: float | None = None,
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None:
-        ctx = ray.init(num_cpus=num_cpus, object_store_memory=object_store_memory, runtime_env=_runtime_env())
+        ctx = ray.init(num_cpus=num_cpus, object_store_memory=object_store_memory, runtime_env=_runtime_env(),
+                       **local_init_args(num_cpus))
     else:
         ctx = ray.init(address=address)
     url = getattr(ctx, "dashboard_url", None)

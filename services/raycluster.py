@@ -192,6 +192,8 @@ def _start_head(settings: Settings) -> HeadState:
     temp.mkdir(parents=True, exist_ok=True)
     (data / "logs").mkdir(parents=True, exist_ok=True)
     gcs, dash, client, agent_listen, agent_grpc, rt_env, metrics, node_mgr, obj_mgr = _free_ports(9)
+    from privatize.ray_runner import local_init_args
+
     num_cpus = settings.ray_num_cpus or os.cpu_count() or 1
     cmd = _ray_cli() + [
         "start", "--head", "--block", f"--port={gcs}", "--node-ip-address=127.0.0.1",
@@ -200,6 +202,7 @@ def _start_head(settings: Settings) -> HeadState:
         f"--runtime-env-agent-port={rt_env}", f"--metrics-export-port={metrics}",
         f"--node-manager-port={node_mgr}", f"--object-manager-port={obj_mgr}",
         f"--num-cpus={num_cpus}", f"--temp-dir={temp}", "--disable-usage-stats",
+        f"--system-config={json.dumps(local_init_args(num_cpus)['_system_config'])}",
     ]
     log_path = data / "logs" / "ray-head.log"
     # Detach twice over: a new session (signals to the service's group do not reach it)

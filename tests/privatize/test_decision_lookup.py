@@ -65,3 +65,17 @@ def test_cpu_budget_leaves_a_task_slot_beside_every_actor():
             b = _Budget.for_cluster(cpus, pools)
             assert b.actor_cpus > 0 and b.task_cpus > 0
             assert pools * b.max_actors * b.actor_cpus + b.task_cpus <= cpus + 1e-9, (cpus, pools, b)
+
+
+def test_embedded_ray_keeps_a_worker_for_everything_that_runs_at_once():
+    """Ray kills idle workers above ``num_workers_soft_limit`` after a second; below the
+    plan's concurrency that restarts workers (1.5 s of imports each) all through a run."""
+    from privatize.ray_runner import _Budget, local_init_args
+
+    for cpus in (0.5, 1, 1.5, 2, 3, 4, 8, 16):
+        limit = local_init_args(cpus)["_system_config"]["num_workers_soft_limit"]
+        for pools in (0, 1, 2):
+            b = _Budget.for_cluster(cpus, max(pools, 1))
+            tasks_at_once = int(cpus / b.task_cpus + 1e-9)
+            assert limit >= pools * b.max_actors + tasks_at_once, (cpus, pools, limit)
+    assert local_init_args(1)["_system_config"]["num_workers_soft_limit"] == 6  # 4 quarter-CPU tasks + 2 actors
