@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import logging
 import threading
-
-import anyio
 from pathlib import Path
 
+import anyio
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -149,7 +148,9 @@ class ServiceContext:
         default) it runs inline: a WAL-mode read of a few indexed rows takes tens of
         microseconds, never waits for a writer, and the hop to a worker thread costs more
         than the read (0.3 ms of the ~1 ms a job poll costs). On a database across a
-        network it runs on a worker thread, so a slow round trip never stalls the loop."""
+        network it runs on a worker thread, so a slow round trip never stalls the loop.
+        An inline read never waits for a pooled connection: the pool (40 + 10 overflow by
+        default) outnumbers anyio's 40 worker threads."""
         if self.inline_reads:
             return fn(*args)
         return await anyio.to_thread.run_sync(fn, *args)
