@@ -34,8 +34,11 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -45,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from privatize import allocator
 from privatize.errors import InputError, PrivatizeError
 from privatize.execution import (DSTAGE, QSTAGE, READ_STAGE, UniqueIds, apply_global_batch, concat,
                                  decide_partition, finish_stage_output, key_rows, run_stage_batch, split_marked)
@@ -89,19 +93,42 @@ class RayRunOptions:
 # Everything below up to the driver section runs in Ray workers. Objects shipped there
 # hold settings and key *references* only.
 
-_LOCAL: dict[Any, Any] = {}  # per worker process: set-up stages, resolved pseudonym key
+_LOCAL: dict[Any, Any] = {}  # per worker process: set-up stages, resolved pseudonym key, by run
+_RUNS: collections.OrderedDict = collections.OrderedDict()  # the runs _LOCAL holds entries for
+_MAX_RUNS = 2
 _LOOKUPS: collections.OrderedDict = collections.OrderedDict()  # decisions, by object id
 _MAX_LOOKUPS = 2
+
+
+def _local(run: str, key: tuple, make):
+    """``make()``, once per process and run. A worker process keeps what it set up (stages
+    holding key-derived state, the pseudonym key) for the two runs it saw last, so a task
+    worker shared by the runs of one cluster does not keep a finished run's keys."""
+    allocator.tune()
+    _RUNS[run] = True
+    _RUNS.move_to_end(run)
+    if len(_RUNS) > _MAX_RUNS:
+        while len(_RUNS) > _MAX_RUNS:
+            _RUNS.popitem(last=False)
+        for k in [k for k in _LOCAL if k[0] not in _RUNS]:
+            del _LOCAL[k]
+    value = _LOCAL.get((run, *key))
+    if value is None:
+        value = make()
+        _LOCAL[(run, *key)] = value
+    return value
 
 
 @dataclass(frozen=True)
 class StageRef:
     """What a worker needs to build stage ``index``: its settings (``None``: the built-in
-    :class:`~privatize.execution.UniqueIds`) and the folder key paths resolve against."""
+    :class:`~privatize.execution.UniqueIds`), the folder key paths resolve against, and
+    the run's random id (set-up stages are cached per process and run)."""
 
     settings: Any
     base_dir: str | None
     index: int
+    run: str = ""
 
     @property
     def kind(self) -> str:
@@ -118,14 +145,14 @@ class StageRef:
 
 
 def ready_stage(ref: StageRef) -> Stage:
-    """The stage of ``ref``, set up once in this process."""
-    key = ref._cache_key()
-    stage = _LOCAL.get(key)
-    if stage is None:
+    """The stage of ``ref``, set up once in this process for its run."""
+
+    def make() -> Stage:
         stage = ref.build()
         stage.setup()
-        _LOCAL[key] = stage
-    return stage
+        return stage
+
+    return _local(ref.run, ref._cache_key(), make)
 
 
 def _marked_count(batch: pa.Table) -> int:
@@ -370,19 +397,15 @@ def _stage_key_ids(ref: StageRef) -> dict:
     return ready_stage(ref).key_ids()
 
 
-def _pseudonym_key(ref: str | None, base_dir: str | None) -> tuple[bytes | None, str | None]:
+def _pseudonym_key(ref: str | None, base_dir: str | None, run: str) -> tuple[bytes | None, str | None]:
     if not ref:
         return None, None
-    key = ("pseudonym", ref, base_dir)
-    km = _LOCAL.get(key)
-    if km is None:
-        km = KeyResolver(base_dir=base_dir).resolve(ref)
-        _LOCAL[key] = km
+    km = _local(run, ("pseudonym", ref, base_dir), lambda: KeyResolver(base_dir=base_dir).resolve(ref))
     return km.secret, km.key_id
 
 
-def _pseudonym_key_id(ref: str, base_dir: str | None) -> str | None:
-    return _pseudonym_key(ref, base_dir)[1]
+def _pseudonym_key_id(ref: str, base_dir: str | None, run: str) -> str | None:
+    return _pseudonym_key(ref, base_dir, run)[1]
 
 
 # ---- reading ---------------------------------------------------------------------------
@@ -437,27 +460,60 @@ def _read_range(path: str, start: int, end: int) -> bytes:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
+_NONBLANK = re.compile(rb"\S")
+_SCAN_CHUNK = 4 << 20
+
+
+def _range_lines(fh, start: int, end: int) -> Iterator[bytes]:
+    """The lines (without their newline) in bytes ``[start, end)`` of ``fh``, read lazily."""
+    fh.seek(start)
+    pos = start
+    while pos < end:
+        line = fh.readline(end - pos)
+        if not line:
+            return
+        pos += len(line)
+        yield line[:-1] if line.endswith(b"\n") else line
+
+
 def scan_range(path: str, fmt: str, nominal_start: int, nominal_end: int, size: int) -> dict:
     """Cut ``[nominal_start, nominal_end)`` at line starts; count its lines and check it
-    as :func:`privatize.records.parse_jsonl` checks a whole file."""
+    as :func:`privatize.records.parse_jsonl` checks a whole file. The range streams
+    through one small buffer (the read task reads it again; a 64 MB copy here cost as
+    much as the parsing it plans), and the JSONL check stops at the first record."""
+    allocator.tune()
     try:
         with open(path, "rb") as fh:
             start = _line_start(fh, nominal_start, size)
             end = _line_start(fh, nominal_end, size) if nominal_end < size else size
+            if end <= start:
+                return {"start": start, "end": start, "newlines": 0, "nonblank": False, "record": False,
+                        "bad": None}
+            newlines, nonblank = 0, False
+            buf = bytearray(min(_SCAN_CHUNK, end - start))
+            view = memoryview(buf)
+            fh.seek(start)
+            left = end - start
+            while left:
+                n = fh.readinto(view[:min(left, len(buf))])
+                if not n:
+                    break
+                newlines += buf.count(b"\n", 0, n)
+                nonblank = nonblank or _NONBLANK.search(buf, 0, n) is not None
+                left -= n
+            view.release()
+            out = {"start": start, "end": end, "newlines": newlines, "nonblank": nonblank, "record": True,
+                   "bad": None}
+            if fmt == "jsonl":
+                out["record"], out["bad"] = jsonl_has_record(_range_lines(fh, start, end), first_line=1)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if end <= start:
-        return {"start": start, "end": start, "newlines": 0, "nonblank": False, "record": False, "bad": None}
-    data = _read_range(path, start, end)
-    out = {"start": start, "end": end, "newlines": data.count(b"\n"), "nonblank": bool(data.strip()),
-           "record": True, "bad": None}
-    if fmt == "jsonl":
-        out["record"], out["bad"] = jsonl_has_record(data, first_line=1)
     return out
 
 
 def read_piece(piece: ReadPiece, batch_size: int, text_per_line: bool):
     """Blocks of the internal schema for one piece, then one info row (rows read)."""
+    allocator.tune()
     t0 = time.perf_counter()
     f = piece.file
     if piece.end is None:
@@ -565,12 +621,13 @@ class ShardWriter:
     """All rows of one shard -> the shard's Parquet bytes. The pseudonym key is resolved
     here, on the worker."""
 
-    def __init__(self, output: OutputSettings, base_dir: str | None):
+    def __init__(self, output: OutputSettings, base_dir: str | None, run: str = ""):
         self.output = output
         self.base_dir = base_dir
+        self.run = run
 
     def write(self, shard: int, rows: pa.Table) -> pa.Table:
-        key, key_id = _pseudonym_key(self.output.pseudonym_key, self.base_dir)
+        key, key_id = _pseudonym_key(self.output.pseudonym_key, self.base_dir, self.run)
         table = prepare_output(sort_shard_rows(rows), meta_keys=self.output.meta_keys, pseudonym_key=key)
         return _written_row(shard, table.num_rows, shard_bytes(table), table.schema.serialize().to_pybytes(), key_id)
 
@@ -583,6 +640,7 @@ def final_split(block: pa.Table, final: FinalPass, bounds: tuple[int, int] | Non
     """One block of final rows -> ``num_shards + 1`` objects: the block's summary (a
     written row of shard -1), then each shard's output rows (an empty table where the
     block has none)."""
+    allocator.tune()
     summary_table, per_shard = final.split(_slice(block, bounds))
     summary = _written_row(SUMMARY_SHARD, 0, _ipc(summary_table), None, None)
     return (summary, *(per_shard.get(s, pa.table({})) for s in range(final.num_shards)))
@@ -590,14 +648,18 @@ def final_split(block: pa.Table, final: FinalPass, bounds: tuple[int, int] | Non
 
 def write_shard_task(udf: ShardWriter, shard: int, *pieces: pa.Table) -> pa.Table | None:
     """Every piece of one shard -> its written row (None: no rows)."""
+    allocator.tune()
     rows = [p for p in pieces if p.num_rows]
     return udf.write(shard, concat(rows)) if rows else None
 
 
-def split_by_group(block: pa.Table, groups: int, bounds: tuple[int, int] | None):
-    """Keyed rows of one block -> ``groups`` tables (hash partition ``p`` goes to group
-    ``p % groups``)."""
+def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: tuple[int, int] | None):
+    """Keyed rows of one block (``ref``: rows of one block, keyed here by that stage) ->
+    ``groups`` tables (hash partition ``p`` goes to group ``p % groups``)."""
+    allocator.tune()
     block = _slice(block, bounds)
+    if ref is not None:
+        block = key_rows(ready_stage(ref), block)
     g = block["_part"].to_numpy() % groups if block.num_rows else np.zeros(0, np.int64)
     return tuple(block.filter(pa.array(g == i)) for i in range(groups))
 
@@ -688,11 +750,15 @@ class _Plan:
 
         ds = ds.materialize()
         t0 = time.perf_counter()
-        fn, extra = self._udf(KeysUDF, ref, actor)
-        keyed = _map_batches(ds, fn, batch_size=self.map_batch_size, batch_format="pyarrow",
-                             **extra, **self.budget.map_args(actor))
         groups = min(NUM_PARTITIONS, max(2, int(2 * self.budget.cpus)))
-        tables = [t for t in _decide_groups(keyed, ref, groups, self.budget.task_cpus) if t.num_rows]
+        if actor:  # keys from the stage's actors, then split
+            fn, extra = self._udf(KeysUDF, ref, actor)
+            keyed = _map_batches(ds, fn, batch_size=self.map_batch_size, batch_format="pyarrow",
+                                 **extra, **self.budget.map_args(actor))
+            tables = _decide_groups(keyed, ref, groups, self.budget.task_cpus, keyed_by=None)
+        else:  # each block keyed and split in one task: the keyed rows are stored once
+            tables = _decide_groups(ds, ref, groups, self.budget.task_cpus, keyed_by=ref)
+        tables = [t for t in tables if t.num_rows]
         decisions = concat(tables) if tables else None
         if decisions is not None:
             marker = pc.is_valid(decisions[DECIDED])
@@ -852,7 +918,8 @@ def run_pipeline_ray(spec: PipelineSpec, input_path: str | Path, output_dir: str
     opts = options or RayRunOptions(**kw)
     t_start = time.perf_counter()
     files = list_inputs(input_path, spec.input.format)
-    refs = [StageRef(s, spec_dir, i) for i, s in enumerate(spec.stages)]
+    run = uuid.uuid4().hex  # names this run's set-up stages in worker processes; not a secret
+    refs = [StageRef(s, spec_dir, i, run) for i, s in enumerate(spec.stages)]
     protos = [r.build() for r in refs]  # settings only: never set up on the driver
     stage_names = {READ_STAGE: "read", **{i: s.kind for i, s in enumerate(protos)}}
     writer = OutputWriter(Path(output_dir), spec.output.num_shards, overwrite=opts.overwrite)
@@ -870,7 +937,7 @@ def run_pipeline_ray(spec: PipelineSpec, input_path: str | Path, output_dir: str
         # The sort-based shuffle runs plain tasks: Ray 2.60's default hash shuffle starts
         # aggregator actors for every group-by, seconds of fixed cost each
         ctx.shuffle_strategy = "sort_shuffle_pull_based"
-        pools = sum(1 for s in protos if s.needs_setup) or 1
+        pools = sum(1 for s in protos if s.heavy_setup) or 1
         budget = _Budget.for_cluster(ray.cluster_resources().get("CPU", 1.0), pools)
         scheduling = {}
         if opts.reads_on_driver_node:
@@ -885,17 +952,17 @@ def run_pipeline_ray(spec: PipelineSpec, input_path: str | Path, output_dir: str
         ds = ray.data.read_datasource(_input_datasource(pieces, opts.batch_size, text_per_line,
                                                         on_driver_node=opts.reads_on_driver_node),
                                       num_cpus=budget.task_cpus, override_num_blocks=len(pieces))
-        ds, _ = plan.global_stage(ds, StageRef(None, spec_dir, READ_STAGE), actor=False)
+        ds, _ = plan.global_stage(ds, StageRef(None, spec_dir, READ_STAGE, run), actor=False)
         driver_seconds = [0.0] * len(protos)
         for ref, proto in zip(refs, protos):
             if isinstance(proto, GlobalStage):
-                ds, driver_seconds[ref.index] = plan.global_stage(ds, ref, actor=proto.needs_setup)
+                ds, driver_seconds[ref.index] = plan.global_stage(ds, ref, actor=proto.heavy_setup)
             else:
-                ds = plan.stage(ds, ref, actor=proto.needs_setup)
-        written = _write_shards(ds, FinalPass(len(protos), spec.output.num_shards), ShardWriter(spec.output, spec_dir),
+                ds = plan.stage(ds, ref, actor=proto.heavy_setup)
+        written = _write_shards(ds, FinalPass(len(protos), spec.output.num_shards), ShardWriter(spec.output, spec_dir, run),
                                 spec.output.num_shards, budget.task_cpus)
         manifest = _finish(spec, writer, written, refs, protos, stage_names, driver_seconds, files, opts,
-                           budget, spec_dir)
+                           budget, spec_dir, run)
         manifest["seconds"] = round(time.perf_counter() - t_start, 3)
         writer.commit(manifest)
     except BaseException as exc:
@@ -933,10 +1000,11 @@ def _block_pieces(ds, fn, n: int, task_cpus: float, *args) -> list:
     return pieces
 
 
-def _decide_groups(keyed, ref: StageRef, groups: int, task_cpus: float) -> list[pa.Table]:
+def _decide_groups(ds, ref: StageRef, groups: int, task_cpus: float, keyed_by: StageRef | None) -> list[pa.Table]:
     """Keyed rows to ``groups`` decide tasks in one pass (Ray Data's repartition and
-    sort-based group-by moved every keyed row twice more)."""
-    pieces = _block_pieces(keyed, split_by_group, groups, task_cpus, groups)
+    sort-based group-by moved every keyed row twice more). ``keyed_by``: ``ds`` holds
+    the rows, keyed by that stage in the split tasks; None: ``ds`` holds keyed rows."""
+    pieces = _block_pieces(ds, split_by_group, groups, task_cpus, groups, keyed_by)
     decide = _task(decide_group, num_cpus=task_cpus)
     refs = [decide.remote(ref, *[p[g] for p in pieces]) for g in range(groups)]
     del pieces
@@ -970,7 +1038,7 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageRef], protos: list[Stage],
             stage_names: dict[int, str], driver_seconds: list[float], files: list[InputFile],
-            opts: RayRunOptions, budget: _Budget, spec_dir: str | None) -> dict:
+            opts: RayRunOptions, budget: _Budget, spec_dir: str | None, run: str) -> dict:
     """Store the shards as they arrive, then merge the summaries into the manifest."""
     import ray
 
@@ -1073,7 +1141,7 @@ def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageR
     if spec.output.pseudonym_key:
         if pseudonym_key_id is None:
             task = _task(_pseudonym_key_id, num_cpus=budget.task_cpus)
-            pseudonym_key_id = _get(task.remote(spec.output.pseudonym_key, spec_dir))
+            pseudonym_key_id = _get(task.remote(spec.output.pseudonym_key, spec_dir, run))
         key_ids["output.pseudonym_key"] = pseudonym_key_id
     for i, t in enumerate(timings):
         log.info("stage %d %s: %d -> %d records, %.2fs in workers", i, protos[i].kind, t["records_in"],

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,11 +184,12 @@ def not_jsonl_error(f: InputFile, first_bad: tuple[int, str] | None) -> InputErr
     return InputError(f"{f.path}:{where}: not a JSONL file ({why})")
 
 
-def jsonl_has_record(data: bytes, first_line: int = 1) -> tuple[bool, tuple[int, str] | None]:
-    """(whether some line of ``data`` is a JSON object, the first bad line before it):
-    the file-level check of :func:`parse_jsonl`, for one byte range of a file."""
+def jsonl_has_record(lines: Iterable[bytes], first_line: int = 1) -> tuple[bool, tuple[int, str] | None]:
+    """(whether some line is a JSON object, the first bad line before it): the file-level
+    check of :func:`parse_jsonl`, for the lines (without their newline) of one byte range
+    of a file. Stops at the first record: pass an iterator to read no further."""
     first_bad: tuple[int, str] | None = None
-    for lineno, raw in enumerate(data.split(b"\n"), start=first_line):
+    for lineno, raw in enumerate(lines, start=first_line):
         if not raw.strip():
             continue
         try:

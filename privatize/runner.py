@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from privatize import allocator
 from privatize.errors import RecordError
 from privatize.execution import (READ_STAGE, UniqueIds, concat, finish_stage_output, run_global_stage,
                                  run_stage_batch, split_marked)
@@ -66,6 +67,7 @@ def run_pipeline(spec: PipelineSpec, input_path: str | Path, output_dir: str | P
                  spec_dir: str | None = None, options: RunOptions | None = None, **kw) -> dict:
     """Run ``spec`` on ``input_path`` into ``output_dir``; returns the manifest."""
     opts = options or RunOptions(**kw)
+    allocator.tune()
     t0 = time.perf_counter()
     files = list_inputs(input_path, spec.input.format)
     stages = build_stages(spec, spec_dir)

@@ -55,6 +55,11 @@ class Stage:
     process, and is where key references are resolved."""
 
     kind: ClassVar[str] = ""
+    heavy_setup: ClassVar[bool] = False
+    """Whether ``setup`` is costly (loading a model). A distributed runner keeps set-up
+    copies of such a stage in long-lived processes (an actor pool on Ray); a cheap setup
+    (resolving a key reference) runs in whichever worker takes a batch, once per process
+    and run, so the stage's work joins the tasks before and after it."""
 
     def __init__(self, settings: Any = None, *, context: "StageContext | None" = None):
         self.settings = settings

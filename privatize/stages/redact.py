@@ -122,6 +122,8 @@ def replace_spans(text: str, spans: list[dict], replacement) -> str:
 
 @register_stage("redact", RedactSettings)
 class Redact(Stage):
+    heavy_setup = True  # a spaCy pipeline: seconds and hundreds of MB per process
+
     def setup(self) -> None:
         from privatize.redaction.detect import detector_for
 

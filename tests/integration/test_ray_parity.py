@@ -22,7 +22,6 @@ from privatize.keys import load_key_file, new_key, write_key_file
 from privatize.output import verify
 from privatize.runner import run_pipeline
 from privatize.spec import parse_spec
-from privatize.stage import registered_kinds
 from tests.conftest import ROOT
 from tests.integration.conftest import probe_calls, ray_env
 
@@ -190,6 +189,8 @@ def test_crt_recipe_runs_in_workers_and_ships_no_key_bytes(probe, workdir, monke
             assert secret not in blob, f"key material shipped with {fn!r}"
     # what is shipped names the keys by reference
     assert any(b"file:keys/text.key" in cloudpickle.dumps((fn, kw)) for fn, kw in shipped)
+    # no stage of this recipe has a heavy setup: no actor pool, every map a plain task
+    assert not any(isinstance(kw, dict) and "compute" in kw for _, kw in shipped)
 
 
 def test_batch_size_one_and_tiny_blocks(ray_session, tmp_path, workdir):
@@ -214,13 +215,23 @@ def test_bloom_document_dedup_with_drop(ray_session, workdir):
 
 @pytest.mark.presidio
 @pytest.mark.slow
-def test_redact_recipe_when_the_stage_exists(ray_session, workdir):
-    if "redact" not in registered_kinds():
-        pytest.skip("the redact stage is not in this tree yet")
+def test_redact_recipe_in_an_actor_pool_beside_fused_tasks(ray_session, workdir, monkeypatch):
     spec = {"stages": [{"kind": "split"}, {"kind": "dedup", "min_length": 20}, {"kind": "redact"},
                        {"kind": "split_private"}, {"kind": "encrypt_text", "key": "file:keys/text.key"}],
             "output": {"num_shards": 2}}
+    pools = []
+    real = ray_runner._map_batches
+
+    def spy(ds, fn, **kw):
+        pools.append((getattr(fn, "__name__", type(fn).__name__), "compute" in kw))
+        return real(ds, fn, **kw)
+
+    monkeypatch.setattr(ray_runner, "_map_batches", spy)
     assert_parity(in_process(workdir, spec, "redact"), run_ray(workdir, spec, "redact", batch_size=16))
+    # the spaCy stage runs in an actor pool (set up once per actor); every other stage
+    # runs as tasks, which Ray Data fuses with their neighbours
+    assert {name for name, actor in pools if actor} == {"2_redact"}
+    assert any(not actor for _, actor in pools)
 
 
 def test_duplicates_across_files_blocks_and_formats(ray_session, tmp_path):

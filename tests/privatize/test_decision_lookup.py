@@ -79,3 +79,67 @@ def test_embedded_ray_keeps_a_worker_for_everything_that_runs_at_once():
             tasks_at_once = int(cpus / b.task_cpus + 1e-9)
             assert limit >= pools * b.max_actors + tasks_at_once, (cpus, pools, limit)
     assert local_init_args(1)["_system_config"]["num_workers_soft_limit"] == 6  # 4 quarter-CPU tasks + 2 actors
+
+
+def test_worker_cache_sets_a_stage_up_once_per_run_and_forgets_old_runs(monkeypatch):
+    """Cheap-setup stages run as plain tasks: a worker process sets each up once per run
+    and keeps what it set up (key-derived state) for its two latest runs only."""
+    from privatize import ray_runner
+    from privatize.spec import parse_spec
+
+    monkeypatch.setattr(ray_runner, "_LOCAL", {})
+    monkeypatch.setattr(ray_runner, "_RUNS", __import__("collections").OrderedDict())
+    setups = []
+
+    class Counting:
+        def setup(self):
+            setups.append(1)
+
+    settings = parse_spec({"stages": [{"kind": "split"}]}).stages[0]
+
+    def ref(run):
+        r = ray_runner.StageRef(settings, None, 0, run)
+        monkeypatch.setattr(ray_runner.StageRef, "build", lambda self: Counting())
+        return r
+
+    first = ray_runner.ready_stage(ref("run-a"))
+    assert ray_runner.ready_stage(ref("run-a")) is first and len(setups) == 1
+    other = ray_runner.ready_stage(ref("run-b"))
+    assert other is not first and len(setups) == 2
+    ray_runner.ready_stage(ref("run-c"))  # a third run: run-a's entries go
+    assert {k[0] for k in ray_runner._LOCAL} == {"run-b", "run-c"}
+    assert ray_runner.ready_stage(ref("run-a")) is not first and len(setups) == 4
+
+
+def test_only_stages_with_a_heavy_setup_get_actor_pools():
+    from privatize.stage import registered_kinds
+
+    heavy = {kind for kind, (_, cls) in registered_kinds().items() if cls.heavy_setup}
+    assert heavy == {"redact"}  # a spaCy model; encrypt_text only resolves a key
+
+
+def test_range_scan_streams_in_small_chunks_and_matches_the_whole_range(tmp_path, monkeypatch):
+    """``scan_range`` counts lines through a small buffer and stops the JSONL check at the
+    first record; its answers equal those computed on the whole range at once."""
+    from privatize import ray_runner
+
+    lines = [b"", b"  ", b"{not json", b"[1, 2]", b'{"id": "a", "text": "x"}', b"\xff\xfe", b'{"id": "b"}', b""]
+    data = b"\n".join(lines) + b"\n"
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(data)
+    monkeypatch.setattr(ray_runner, "_SCAN_CHUNK", 5)
+    size = len(data)
+    whole = ray_runner.scan_range(str(path), "jsonl", 0, size, size)
+    assert whole["start"] == 0 and whole["end"] == size
+    assert whole["newlines"] == data.count(b"\n") == 8
+    assert whole["nonblank"] and whole["record"]
+    assert whole["bad"] == (3, "invalid JSON: Expecting property name enclosed in double quotes")
+    # a range starting mid-line begins at the next line; one of blank lines only has no record
+    start = data.index(b"[1, 2]") - 2
+    part = ray_runner.scan_range(str(path), "jsonl", start, size, size)
+    assert part["start"] == data.index(b"[1, 2]") and part["newlines"] == 5
+    assert part["record"] and part["bad"] == (1, "not a JSON object")
+    blank = ray_runner.scan_range(str(path), "jsonl", 0, 3, size)
+    assert blank == {"start": 0, "end": 4, "newlines": 2, "nonblank": False, "record": False, "bad": None}
+    tail = ray_runner.scan_range(str(path), "jsonl", data.index(b"\xff"), size, size)
+    assert tail["record"] and tail["bad"] == (1, "not UTF-8")
