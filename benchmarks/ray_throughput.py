@@ -9,6 +9,9 @@ Modes (each prints its figures, the ratio to its baseline, and the targets):
     Gutenberg stories repeated to ``--mb`` MB (default 1024) in 8 JSONL files; the
     baseline is ``run_pipeline`` (in-process) on the same files in the same run, pinned
     to one core. Both write the same shards (checked). Target: Ray >= 0.8x in-process.
+    Also printed: the CPU seconds each run used (for Ray: the driver and every Ray
+    process, from /proc), since Ray's 1 logical CPU does not stop its processes from
+    using the machine's other core; ``--pin-ray`` confines them to the baseline's core.
 ``redact``
     The redaction-bound recipe (split by line, redact) on 500-word PII-dense documents
     (presidio-research sentences) with 1 and then 2 CPUs. Target: >= 1.7x from 1 to 2.
@@ -136,6 +139,26 @@ def _ray_pids(me: int) -> list[int]:
     return pids
 
 
+def cpu_seconds() -> dict[int, float]:
+    """CPU seconds (user + system) so far of this process and of every Ray process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in [os.getpid(), *_ray_pids(os.getpid())]:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                f = fh.read().rsplit(")", 1)[1].split()
+            out[pid] = (int(f[11]) + int(f[12])) / tick
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds between two :func:`cpu_seconds` (processes started in between count
+    from zero; ones that exited in between are missed: Ray keeps its workers)."""
+    return sum(v - before.get(pid, 0.0) for pid, v in after.items())
+
+
 class PeakRSS:
     """Peak resident memory (from /proc): of this process, and of this process plus every
     Ray process (raylet, GCS, workers)."""
@@ -176,10 +199,12 @@ def run_throughput(mode: str, mb_target: float, work: Path) -> None:
     # the baseline: in-process, pinned to one core
     aff = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {sorted(aff)[0]})
+    c = cpu_seconds()
     t = time.perf_counter()
     m_local = run_pipeline(spec, work / "in", work / "out-local", spec_dir=str(work),
                            options=RunOptions(progress=False))
     t_local = time.perf_counter() - t
+    cpu_local = cpu_used(c, cpu_seconds())
     if not PIN_RAY:
         os.sched_setaffinity(0, aff)
     # with --pin-ray the driver stays on one core and Ray's processes inherit it
@@ -196,22 +221,26 @@ def run_throughput(mode: str, mb_target: float, work: Path) -> None:
         t = time.perf_counter()
         run_pipeline_ray(spec, warm, work / "out-warm", spec_dir=str(work), options=RayRunOptions(progress=False))
         t_warm = time.perf_counter() - t
+        c = cpu_seconds()
         t = time.perf_counter()
         m_ray = run_pipeline_ray(spec, work / "in", work / "out-ray", spec_dir=str(work),
                                  options=RayRunOptions(progress=False))
         t_ray = time.perf_counter() - t
+        cpu_ray = cpu_used(c, cpu_seconds())
     finally:
         ray.shutdown()
     same = shard_hashes(work / "out-local") == shard_hashes(work / "out-ray")
     ratio = (mb / t_ray) / (mb / t_local)
     print(f"{mode}: {mb:.0f} MB in {FILES} JSONL files, {m_local['counts']['input_records']} documents, "
           f"{m_local['counts']['output_records']} output records; {machine()}")
-    print(f"  in-process (one core):        {t_local:7.1f} s  {mb / t_local:7.1f} MB/s")
+    print(f"  in-process (one core):        {t_local:7.1f} s  {mb / t_local:7.1f} MB/s  "
+          f"CPU {cpu_local:.1f} s")
     for line in per_stage(m_local, mb):
         print(line)
     pinned = "pinned to the same one core" if PIN_RAY else "not pinned (Ray may use both cores)"
     print(f"  Ray Data ({pinned}), ray.init(num_cpus=1) and a warm-up run ({t_warm:.1f} s, 50 documents per file) excluded: "
-          f"{t_ray:7.1f} s  {mb / t_ray:7.1f} MB/s")
+          f"{t_ray:7.1f} s  {mb / t_ray:7.1f} MB/s  CPU {cpu_ray:.1f} s (driver + every Ray process: "
+          f"{cpu_ray / cpu_local:.2f}x the in-process CPU)")
     for line in per_stage(m_ray, mb):
         print(line)
     print(f"  ratio Ray / in-process: {ratio:.2f}x (target >= 0.8x: {'met' if ratio >= 0.8 else 'NOT met'}); "

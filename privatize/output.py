@@ -230,6 +230,17 @@ class OutputWriter:
                             "bytes": path.stat().st_size, "sha256": sha256_file(path)})
         return entries
 
+    def shard_path(self, i: int) -> Path:
+        """Where shard ``i`` goes before the commit (a worker on this machine may write it)."""
+        return self.tmp_dir / SHARD_DIR / shard_name(i, self.num_shards)
+
+    def adopt_shard(self, i: int, rows: int, size: int, sha256: str) -> dict:
+        """The manifest entry of shard ``i``, written to :meth:`shard_path` by a worker."""
+        path = self.shard_path(i)
+        if not path.is_file() or path.stat().st_size != size:
+            raise OutputError(f"{path}: shard missing or truncated ({size} bytes expected)")
+        return {"file": f"{SHARD_DIR}/{path.name}", "rows": rows, "bytes": size, "sha256": sha256}
+
     def put_shard(self, i: int, data: bytes, rows: int) -> dict:
         """Store shard ``i`` built elsewhere (:func:`shard_bytes`); returns its manifest entry."""
         name = shard_name(i, self.num_shards)

@@ -65,6 +65,8 @@ def test_cpu_budget_leaves_a_task_slot_beside_every_actor():
             b = _Budget.for_cluster(cpus, pools)
             assert b.actor_cpus > 0 and b.task_cpus > 0
             assert pools * b.max_actors * b.actor_cpus + b.task_cpus <= cpus + 1e-9, (cpus, pools, b)
+        # no actors: a task takes a whole CPU (at most the cluster's)
+        assert _Budget.for_cluster(cpus, 0).task_cpus == min(1.0, cpus)
 
 
 def test_embedded_ray_keeps_a_worker_for_everything_that_runs_at_once():
@@ -75,7 +77,7 @@ def test_embedded_ray_keeps_a_worker_for_everything_that_runs_at_once():
     for cpus in (0.5, 1, 1.5, 2, 3, 4, 8, 16):
         limit = local_init_args(cpus)["_system_config"]["num_workers_soft_limit"]
         for pools in (0, 1, 2):
-            b = _Budget.for_cluster(cpus, max(pools, 1))
+            b = _Budget.for_cluster(cpus, pools)
             tasks_at_once = int(cpus / b.task_cpus + 1e-9)
             assert limit >= pools * b.max_actors + tasks_at_once, (cpus, pools, limit)
     assert local_init_args(1)["_system_config"]["num_workers_soft_limit"] == 6  # 4 quarter-CPU tasks + 2 actors
@@ -143,3 +145,32 @@ def test_range_scan_streams_in_small_chunks_and_matches_the_whole_range(tmp_path
     assert blank == {"start": 0, "end": 4, "newlines": 2, "nonblank": False, "record": False, "bad": None}
     tail = ray_runner.scan_range(str(path), "jsonl", data.index(b"\xff"), size, size)
     assert tail["record"] and tail["bad"] == (1, "not UTF-8")
+
+
+def test_shard_writer_in_place_and_by_bytes_give_the_same_shard(tmp_path, monkeypatch):
+    """A write task on the driver's node writes the shard file itself and returns its
+    size and SHA-256; elsewhere it returns the bytes. Same shard either way."""
+    import hashlib
+
+    from privatize.ray_runner import ShardWriter
+    from privatize.spec import parse_spec
+
+    rows = pa.table({"doc_id": ["b", "a", "c"], "text": ["two", "one", "three"],
+                     "_src": pa.array([0, 0, 0], pa.int32()), "_line": pa.array([2, 1, 3], pa.int64()),
+                     "_seg": pa.array([0, 0, 0], pa.int32())})
+    output = parse_spec({"stages": [{"kind": "split"}], "output": {"num_shards": 2}}).output
+    paths = [str(tmp_path / "s0.parquet"), str(tmp_path / "s1.parquet")]
+    w = ShardWriter(output, None, "run", driver_node="node", paths=paths)
+    monkeypatch.setattr(ShardWriter, "_on_driver_node", lambda self: False)
+    sent = w.write(1, rows).to_pylist()[0]
+    assert sent["data"] and sent["size"] is None and not (tmp_path / "s1.parquet").exists()
+    monkeypatch.setattr(ShardWriter, "_on_driver_node", lambda self: True)
+    placed = w.write(1, rows).to_pylist()[0]
+    assert placed["data"] is None
+    on_disk = (tmp_path / "s1.parquet").read_bytes()
+    assert on_disk == sent["data"]
+    assert placed["size"] == len(on_disk) and placed["sha256"] == hashlib.sha256(on_disk).hexdigest()
+    assert placed["rows"] == sent["rows"] == 3
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "s1.parquet")["doc_id"].to_pylist() == ["a", "b", "c"]
