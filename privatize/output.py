@@ -152,6 +152,8 @@ def split_final_rows(rows: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
     q = pc.is_valid(rows[QUARANTINE]) if QUARANTINE in rows.column_names else pa.array([False] * rows.num_rows)
     d = pc.is_valid(rows[DROP]) if DROP in rows.column_names else pa.array([False] * rows.num_rows)
     d = pc.and_(d, pc.invert(q))
+    if not pc.any(q).as_py() and not pc.any(d).as_py():  # the usual case: no copy of the rows
+        return rows, rows.slice(0, 0), rows.slice(0, 0)
     keep = pc.invert(pc.or_(q, d))
     return rows.filter(keep), rows.filter(q), rows.filter(d)
 
