@@ -20,7 +20,10 @@ belong to it, sorted, so the shards are byte-identical to the in-process runner'
   *settings* (key references), never key bytes: keys are resolved in ``setup()`` on the
   worker, the pseudonym key in the task that writes a shard.
 * CPUs are budgeted so that reads, tasks and writes run beside the actors even on a
-  one-CPU cluster (fractional ``num_cpus``, bounded actor pools).
+  one-CPU cluster (fractional ``num_cpus``, bounded actor pools); a plan without actors
+  gives each task a whole CPU.
+* Write tasks on the driver's node write their shard files in place (the run's
+  temporary directory); elsewhere they return the bytes for the driver to store.
 * Counts, timings and key ids travel *with the rows*: each stage task appends one
   marked "info" row per batch (``_drop`` = :data:`INFO`), so a retried task never
   counts twice and nothing is gathered on the side. The final pass turns them into the
