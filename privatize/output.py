@@ -225,31 +225,30 @@ class OutputWriter:
             part = table.filter(pa.array(shard == i)) if table.num_rows else table
             if part.num_rows:
                 part = part.take(pc.sort_indices(part, sort_keys=[("doc_id", "ascending")]))
-            name = shard_name(i, n)
-            path = self.tmp_dir / SHARD_DIR / name
+            path = self.shard_path(i)
             write_shard(part, path)
-            entries.append({"file": f"{SHARD_DIR}/{name}", "rows": part.num_rows,
-                            "bytes": path.stat().st_size, "sha256": sha256_file(path)})
+            entries.append(self._entry(i, part.num_rows, path.stat().st_size, sha256_file(path)))
         return entries
 
     def shard_path(self, i: int) -> Path:
         """Where shard ``i`` goes before the commit (a worker on this machine may write it)."""
         return self.tmp_dir / SHARD_DIR / shard_name(i, self.num_shards)
 
+    def _entry(self, i: int, rows: int, size: int, sha256: str) -> dict:
+        return {"file": f"{SHARD_DIR}/{shard_name(i, self.num_shards)}", "rows": rows, "bytes": size,
+                "sha256": sha256}
+
     def adopt_shard(self, i: int, rows: int, size: int, sha256: str) -> dict:
         """The manifest entry of shard ``i``, written to :meth:`shard_path` by a worker."""
         path = self.shard_path(i)
         if not path.is_file() or path.stat().st_size != size:
             raise OutputError(f"{path}: shard missing or truncated ({size} bytes expected)")
-        return {"file": f"{SHARD_DIR}/{path.name}", "rows": rows, "bytes": size, "sha256": sha256}
+        return self._entry(i, rows, size, sha256)
 
     def put_shard(self, i: int, data: bytes, rows: int) -> dict:
         """Store shard ``i`` built elsewhere (:func:`shard_bytes`); returns its manifest entry."""
-        name = shard_name(i, self.num_shards)
-        path = self.tmp_dir / SHARD_DIR / name
-        path.write_bytes(data)
-        return {"file": f"{SHARD_DIR}/{name}", "rows": rows, "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest()}
+        self.shard_path(i).write_bytes(data)
+        return self._entry(i, rows, len(data), hashlib.sha256(data).hexdigest())
 
     def commit(self, manifest: dict) -> None:
         body = json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n"

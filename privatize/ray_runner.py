@@ -1082,7 +1082,7 @@ def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageR
     schemas: dict[bytes, pa.Schema] = {}
     quarantined: list[pa.Table] = []
     output_rows = dropped = 0
-    shard_data: dict[int, tuple[bytes | None, int, bytes, int | None, str | None]] = {}
+    shard_data: dict[int, dict] = {}  # shard -> its written row (_written_row)
     pseudonym_key_id = None
     try:
         for batch in written:
@@ -1109,8 +1109,7 @@ def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageR
                 else:
                     if row["shard"] in shard_data:
                         raise RuntimeError(f"shard {row['shard']} was written in pieces")
-                    shard_data[row["shard"]] = (row["data"], row["rows"], row["schema"], row["size"],
-                                                row["sha256"])
+                    shard_data[row["shard"]] = row
                     pseudonym_key_id = pseudonym_key_id or row["key_id"]
     except Exception as exc:
         err = _find_privatize_error(exc)
@@ -1133,8 +1132,9 @@ def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageR
     entries = []
     for i in range(spec.output.num_shards):
         if i in shard_data:
-            data, rows, schema_raw, size, sha = shard_data.pop(i)
-            if target is not None and pa.ipc.read_schema(pa.py_buffer(schema_raw)) != target:
+            row = shard_data.pop(i)
+            data, rows = row["data"], row["rows"]
+            if target is not None and pa.ipc.read_schema(pa.py_buffer(row["schema"])) != target:
                 # a shard whose rows lacked a column other batches have: same rows, the
                 # run's schema (rare; written here rather than in the task)
                 import pyarrow.parquet as pq
@@ -1143,7 +1143,7 @@ def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageR
                     data = writer.shard_path(i).read_bytes()
                 data = shard_bytes(_conform(pq.read_table(pa.BufferReader(data)), target))
             elif data is None:  # written in place by a task on this node
-                entries.append(writer.adopt_shard(i, rows, size, sha))
+                entries.append(writer.adopt_shard(i, rows, row["size"], row["sha256"]))
                 continue
         else:
             empty = target.empty_table() if target is not None else pa.table({"doc_id": pa.array([], pa.string())})
