@@ -66,11 +66,17 @@ SCRIPT = textwrap.dedent("""
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     t0 = time.time()
-    m = run_pipeline_ray(parse_spec(json.loads(spec)), corpus, out, spec_dir=spec_dir, batch_size=200,
+    m = run_pipeline_ray(parse_spec(json.loads(spec)), corpus, out, spec_dir=spec_dir, batch_size=50,
                          progress=False)
     done = time.time()
     nodes = sorted({p.name.split("-")[1] for p in Path(probe).iterdir()})
-    alive = sum(1 for n in ray.nodes() if n["Alive"])
+    # the GCS marks a killed node dead after its health checks fail (about a second):
+    # give it that long when the run finished just after the kill
+    for _ in range(100):
+        alive = sum(1 for n in ray.nodes() if n["Alive"])
+        if alive < 3:
+            break
+        time.sleep(0.1)
     Path(result).write_text(json.dumps({"started": t0, "finished": done, "killed_at": state["killed_at"],
                       "victim_work_seen": state["victim_work_seen"], "nodes_with_work": nodes,
                       "victim": victim_id, "alive_nodes": alive, "shards": m["shards"], "counts": m["counts"]}))
