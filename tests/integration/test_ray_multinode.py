@@ -3,8 +3,11 @@ to the in-process runner's.
 
 ``ray.cluster_utils.Cluster`` starts a head and two worker nodes on this machine, in a
 separate process (the suite's own Ray stays up). The stage probe (see ``conftest.py``)
-records which node ran each stage call; a watcher kills the first worker node the
-moment stage work starts on it, while the run is in flight.
+records which node ran each stage call; a watcher kills whichever worker node (not the
+head, where the driver reads the input) first shows stage work, while the run is in flight.
+Every node has a warm worker process before the run, as on a long-lived cluster: a node
+whose first worker starts late (3 nodes' processes share this machine's 2 cores) may
+otherwise get its first stage task only near the end, or never.
 """
 
 from __future__ import annotations
@@ -41,13 +44,22 @@ SCRIPT = textwrap.dedent("""
                                                             # notice the dead node in about a second
                                                             "_system_config": {"health_check_period_ms": 300,
                                                                                "health_check_failure_threshold": 3}})
-    victim = cluster.add_node(num_cpus=1, object_store_memory=store)
-    other = cluster.add_node(num_cpus=1, object_store_memory=store)
+    workers = {n.node_id[:12]: n for n in (cluster.add_node(num_cpus=1, object_store_memory=store)
+                                           for _ in range(2))}
     cluster.wait_for_nodes()
     ray.init(address=cluster.address,
              runtime_env={"worker_process_setup_hook": "tests.integration.conftest.install_probe"})
-    victim_id = victim.node_id[:12]
-    state = {"killed_at": None, "victim_work_seen": None}
+
+    @ray.remote(num_cpus=1)
+    def warm():
+        import privatize.ray_runner  # noqa: F401 - what a stage task imports first
+        return ray.get_runtime_context().get_node_id()
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    assert len(nodes) == 3 and sorted(ray.get([warm.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes])) == sorted(nodes)
+    state = {"killed_at": None, "victim": None, "victim_work_seen": None}
 
     def watch():
         deadline = time.time() + 120
@@ -55,10 +67,12 @@ SCRIPT = textwrap.dedent("""
             # work of the pipeline's own stages (after the read and the id check): the
             # victim then holds blocks that later steps need, so Ray must rebuild them
             seen = [p.name for p in Path(probe).iterdir()
-                    if p.name.split("-")[1] == victim_id and "-_unique_ids." not in p.name]
+                    if p.name.split("-")[1] in workers and "-_unique_ids." not in p.name]
             if seen:
-                state["victim_work_seen"] = sorted(seen)
-                cluster.remove_node(victim, allow_graceful=False)
+                victim = sorted(seen)[0].split("-")[1]
+                state["victim"] = victim
+                state["victim_work_seen"] = sorted(n for n in seen if n.split("-")[1] == victim)
+                cluster.remove_node(workers[victim], allow_graceful=False)
                 state["killed_at"] = time.time()
                 return
             time.sleep(0.005)
@@ -79,7 +93,7 @@ SCRIPT = textwrap.dedent("""
         time.sleep(0.1)
     Path(result).write_text(json.dumps({"started": t0, "finished": done, "killed_at": state["killed_at"],
                       "victim_work_seen": state["victim_work_seen"], "nodes_with_work": nodes,
-                      "victim": victim_id, "alive_nodes": alive, "shards": m["shards"], "counts": m["counts"]}))
+                      "victim": state["victim"], "alive_nodes": alive, "shards": m["shards"], "counts": m["counts"]}))
     ray.shutdown()
     cluster.shutdown()
 """)
