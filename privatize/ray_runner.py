@@ -75,7 +75,6 @@ INFO = "\x00privatize-info"
 """The ``_drop`` reason of an info row (counts and timings of one batch of one stage)."""
 INFO_STAGE = -1000
 """The ``_dstage`` of an info row: no stage dropped it, and ``stage_stats`` never sees it."""
-DECIDED = "_decided_part"
 SUMMARY_SHARD = -1
 DEFAULT_RANGE_BYTES = 64 << 20
 
@@ -227,26 +226,44 @@ class KeysUDF(_StageCall):
         return key_rows(ready_stage(self.ref), batch)
 
 
-def decide_one(ref: StageRef, group: pa.Table) -> pa.Table:
-    """``decide`` over all keyed rows of one hash partition, plus one marker row, so the
-    driver can check that every partition was decided exactly once (a partition split
-    across groups would miss duplicates)."""
-    part = pa.table({DECIDED: pa.array([group["_part"][0].as_py()], pa.int64())})
-    decided = decide_partition(ready_stage(ref), group)
-    if ref.index >= 0 and decided.num_rows and "doc_id" in decided.column_names:
-        # after UniqueIds a live doc_id names one row: record where it sits in the
-        # global order, so apply finds its rows by number, not by string
+def decide_one(ref: StageRef, group: pa.Table, packed: np.ndarray | None) -> pa.Table:
+    """``decide`` over all keyed rows of one hash partition. ``packed``: the rows' order
+    columns packed (:func:`pack_order`); the rows then come in the global order and,
+    after UniqueIds, ``decide`` gets each row's position in the partition (``ROW``), as
+    in-process.
+
+    After UniqueIds a live ``doc_id`` names one row: each decision then carries its row's
+    packed order (:data:`ORDER_HASH`), so apply finds its rows by number, not by string.
+    Without ``packed`` the partition is sorted here and its decisions keep ``doc_id``
+    only."""
+    stage = ready_stage(ref)
+    if packed is None:
+        return decide_partition(stage, group)
+    rows = group.select(["doc_id", "key", *ORDER_COLUMNS])
+    routed = ref.index >= 0
+    if routed:
+        rows = rows.append_column(ROW, pa.array(np.arange(group.num_rows, dtype=np.int64)))
+    decided = stage.decide(rows)
+    if not routed or not decided.num_rows or "doc_id" not in decided.column_names:
+        return decided.drop_columns([ROW]) if ROW in decided.column_names else decided
+    at = None
+    if ROW in decided.column_names:
+        kept = decided[ROW]
+        at = None if kept.null_count else kept.to_numpy()
+        decided = decided.drop_columns([ROW])
+    if at is None:
         pos = pc.index_in(decided["doc_id"], value_set=group["doc_id"].combine_chunks())
-        if pos.null_count == 0:
-            for c, k in zip(ORDER_COLUMNS, ORDER_KEYS):
-                decided = decided.append_column(k, pc.cast(group[c].combine_chunks().take(pos), pa.int64()))
-    return concat([decided, part])
+        at = None if pos.null_count else pos.to_numpy(zero_copy_only=False)
+    if at is None or ((at < 0) | (at >= group.num_rows)).any():
+        raise ValueError(f"stage {ref.index} ({ref.kind}): decide() returned a decision for a row not in its partition")
+    return decided.append_column(ORDER_HASH, pa.array(packed[at]))
 
 
-ORDER_KEYS = ("_k_src", "_k_line", "_k_seg")
-"""Columns the driver adds to decisions: the order columns of the row each decided."""
 ORDER_HASH = "_k"
-"""The order columns packed into one uint64 (:func:`pack_order`); decisions sorted by it."""
+"""The column decisions carry their rows' order columns in, packed into one uint64
+(:func:`pack_order`); the driver sorts the decisions by it."""
+PARTS_META = b"privatize.decided_parts"
+"""Schema metadata of a decide task's table: the hash partitions it decided."""
 
 
 _PACK = ((0, 16), (16, 32), (48, 16))  # (shift, bits) of _seg, _line, _src in the packed key
@@ -264,22 +281,29 @@ def pack_order(src: np.ndarray, line: np.ndarray, seg: np.ndarray) -> np.ndarray
     return out
 
 
+def _packed_order(rows: pa.Table) -> np.ndarray | None:
+    cols = [rows[c] for c in ORDER_COLUMNS]
+    if any(c.null_count for c in cols):
+        return None
+    return pack_order(*(c.to_numpy() for c in cols))
+
+
 def index_by_order(decisions: pa.Table) -> pa.Table:
-    """On the driver: decisions that carry their rows' order columns, sorted in the
-    global order with the packed key as a column (the workers binary-search it,
-    zero-copy). Decisions that cannot be packed keep the doc_id lookup."""
-    names = [k for k in ORDER_KEYS if k in decisions.column_names]
-    if len(names) != len(ORDER_KEYS) or any(decisions[k].null_count for k in ORDER_KEYS):
-        return decisions.drop_columns(names)
-    key = pack_order(*(decisions[k].to_numpy() for k in ORDER_KEYS))
-    if key is None:
-        return decisions.drop_columns(names)
-    order = np.argsort(key, kind="stable")
+    """On the driver: decisions that all carry their rows' packed order, sorted by it
+    (the workers binary-search it, zero-copy). Other decisions keep the doc_id lookup."""
+    if ORDER_HASH not in decisions.column_names:
+        return decisions
+    if decisions[ORDER_HASH].null_count:  # some partitions' order did not pack
+        return decisions.drop_columns([ORDER_HASH])
+    key = decisions[ORDER_HASH].to_numpy()
+    order = np.argsort(key, kind="stable")  # timsort: one sorted run per partition
     key = key[order]
     if len(key) > 1 and (key[1:] == key[:-1]).any():  # two decisions for one row: not after UniqueIds
-        return decisions.drop_columns(names)
-    out = decisions.drop_columns(names).take(pa.array(order)).append_column(ORDER_HASH, pa.array(key))
-    return out.combine_chunks()
+        return decisions.drop_columns([ORDER_HASH])
+    public = decisions.drop_columns([ORDER_HASH])
+    idx = pa.array(order)
+    return pa.table({**{c: public[c].take(idx).combine_chunks() for c in public.column_names},
+                     ORDER_HASH: pa.array(key)})
 
 
 class DecisionLookup:
@@ -334,27 +358,34 @@ class DecisionLookup:
 
     def _for_batch_by_order(self, batch: pa.Table) -> pa.Table:
         live, _ = split_marked(batch)
-        empty = self.public.slice(0, 0).append_column(ROW, pa.array([], pa.int64()))
         if not self.public.num_rows or not live.num_rows:
-            return empty
-        q = pack_order(*(pc.fill_null(live[c], 0).to_numpy() for c in ORDER_COLUMNS))
-        if q is None:
-            return empty  # rows whose order columns do not pack had no packable decision
+            return self._found(live, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        q = _packed_order(live)
+        if q is None:  # rows whose order columns do not pack had no packable decision
+            return self._found(live, np.zeros(0, np.int64), np.zeros(0, np.int64))
         # a batch covers a short stretch of the global order: search that stretch only
         lo = int(np.searchsorted(self.sorted, q.min(), "left"))
         hi = int(np.searchsorted(self.sorted, q.max(), "right"))
         if hi <= lo:
-            return empty
+            return self._found(live, np.zeros(0, np.int64), np.zeros(0, np.int64))
         near = self.sorted[lo:hi]
         at = np.minimum(np.searchsorted(near, q), len(near) - 1)
         row = np.flatnonzero(near[at] == q)
-        if not len(row):
-            return empty
-        out = self.public.take(pa.array(at[row] + lo))
-        same = pc.equal(out["doc_id"], live["doc_id"].take(pa.array(row))).to_numpy(zero_copy_only=False)
-        if not same.all():
-            out, row = out.filter(pa.array(same)), row[same]
-        return out.append_column(ROW, pa.array(row.astype(np.int64)))
+        at = at[row] + lo
+        if len(row):
+            # the same order on two rows (stages that renumber ``_seg``) must not route a
+            # decision to the wrong one: the ids must agree too
+            same = pc.equal(self.public["doc_id"].take(pa.array(at)),
+                            live["doc_id"].take(pa.array(row))).to_numpy(zero_copy_only=False)
+            if not same.all():
+                at, row = at[same], row[same]
+        return self._found(live, at, row)
+
+    def _found(self, live: pa.Table, decision: np.ndarray, row: np.ndarray) -> pa.Table:
+        """Decisions number ``decision`` for the live rows ``row``, with each row's
+        position (``ROW``)."""
+        idx, rows = pa.array(decision.astype(np.int64)), pa.array(row.astype(np.int64))
+        return pa.table({**{c: self.public[c].take(idx) for c in self.public.column_names}, ROW: rows})
 
 
 def _lookup(ref) -> DecisionLookup:
@@ -600,7 +631,7 @@ class FinalPass:
                 quarantined = q.select(cols)
             if out.num_rows:
                 out = out.select([c for c in out.column_names if not c.startswith("_") or c in ORDER_COLUMNS])
-                shard = shard_of(out["doc_id"].to_pylist(), self.num_shards)
+                shard = shard_of(out["doc_id"], self.num_shards)
                 for i in np.unique(shard):
                     per_shard[int(i)] = out.filter(pa.array(shard == i))
         summary_table = pa.table({"summary": [json.dumps(summary)],
@@ -695,17 +726,39 @@ def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: t
 
 def decide_group(ref: StageRef, *pieces: pa.Table) -> pa.Table:
     """Every keyed row of the hash partitions of one group -> ``decide`` per partition
-    (:func:`decide_one`: decisions plus one marker row per partition)."""
+    (:func:`decide_one`). The table's schema metadata (:data:`PARTS_META`) names the
+    partitions decided, so the driver can check that each was decided exactly once (a
+    partition split across groups would miss duplicates). The rows are put in the global
+    order once, by their packed order columns (sorting each partition by three columns
+    cost more than deciding it)."""
+    allocator.tune()
     rows = [p for p in pieces if p.num_rows]
     if not rows:
-        return pa.table({DECIDED: pa.array([], pa.int64())})
+        return _with_parts(pa.table({}), [])
     keyed = concat(rows)
     part = keyed["_part"].to_numpy()
-    order = np.argsort(part, kind="stable")  # keeps each partition's rows in arrival order
-    keyed, part = keyed.take(pa.array(order)), part[order]
+    packed = _packed_order(keyed)
+    if packed is not None:
+        order = None if len(packed) < 2 or (packed[1:] >= packed[:-1]).all() else np.argsort(packed, kind="stable")
+        by_part = np.argsort(part if order is None else part[order], kind="stable")
+        order = by_part if order is None else order[by_part]
+        packed = packed[order]
+    else:
+        order = np.argsort(part, kind="stable")  # keeps each partition's rows in arrival order
+    keyed = pa.table({c: keyed[c].take(pa.array(order)) for c in keyed.column_names})
+    part = part[order]
     cuts = np.flatnonzero(np.diff(part)) + 1
-    out = [decide_one(ref, keyed.slice(a, b - a)) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)])]
-    return concat(out)
+    out = [decide_one(ref, keyed.slice(a, b - a), None if packed is None else packed[a:b])
+           for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)])]
+    return _with_parts(concat(out), sorted(int(p) for p in np.unique(part)))
+
+
+def _with_parts(table: pa.Table, parts: list[int]) -> pa.Table:
+    return table.replace_schema_metadata({PARTS_META: json.dumps(parts).encode()})
+
+
+def _decided_parts(table: pa.Table) -> list[int]:
+    return json.loads((table.schema.metadata or {}).get(PARTS_META, b"[]"))
 
 
 # ---- driver ---------------------------------------------------------------------------
@@ -790,15 +843,13 @@ class _Plan:
             tables = _decide_groups(keyed, ref, groups, self.budget.task_cpus, keyed_by=None)
         else:  # each block keyed and split in one task: the keyed rows are stored once
             tables = _decide_groups(ds, ref, groups, self.budget.task_cpus, keyed_by=ref)
-        tables = [t for t in tables if t.num_rows]
+        parts_done = [p for t in tables for p in _decided_parts(t)]
+        if len(set(parts_done)) != len(parts_done):
+            raise RuntimeError(f"stage {ref.kind}: a hash partition was decided in pieces")
+        tables = [t.replace_schema_metadata(None) for t in tables if t.num_rows]
         decisions = concat(tables) if tables else None
         if decisions is not None:
-            marker = pc.is_valid(decisions[DECIDED])
-            parts_done = decisions[DECIDED].drop_null().to_numpy()
-            if len(np.unique(parts_done)) != len(parts_done):
-                raise RuntimeError(f"stage {ref.kind}: a hash partition was decided in pieces")
-            decisions = decisions.filter(pc.invert(marker)).drop_columns([DECIDED])
-            if not decisions.num_columns or "doc_id" not in decisions.column_names:
+            if "doc_id" not in decisions.column_names:
                 decisions = None
             else:
                 decisions = index_by_order(decisions)

@@ -5,7 +5,7 @@ back to the doc_id lookup with the same answer."""
 import numpy as np
 import pyarrow as pa
 
-from privatize.ray_runner import DecisionLookup, index_by_order, pack_order
+from privatize.ray_runner import ORDER_HASH, DecisionLookup, index_by_order, pack_order
 from privatize.stage import QUARANTINE, ROW
 
 
@@ -16,10 +16,12 @@ def _batch(src, line, seg, ids, quarantined=()):
 
 
 def _decisions(rows):
+    """Decisions as the decide tasks return them: each with its row's packed order, or
+    null where that row's order did not pack."""
     src, line, seg, ids = zip(*rows)
-    return pa.table({"doc_id": list(ids), "dedup_hit": [True] * len(ids),
-                     "_k_src": pa.array(src, pa.int64()), "_k_line": pa.array(line, pa.int64()),
-                     "_k_seg": pa.array(seg, pa.int64())})
+    packed = [None if (k := pack_order(np.array([s]), np.array([ln]), np.array([g]))) is None else int(k[0])
+              for s, ln, g in zip(src, line, seg)]
+    return pa.table({"doc_id": list(ids), "dedup_hit": [True] * len(ids), ORDER_HASH: pa.array(packed, pa.uint64())})
 
 
 def test_pack_order_sorts_in_the_global_order_and_refuses_overflow():
@@ -48,7 +50,7 @@ def test_unpackable_order_values_fall_back_to_doc_ids():
     big = 1 << 33
     dec = _decisions([(0, big, 0, "x"), (0, 1, 0, "y")])
     idx = index_by_order(dec)
-    assert "_k" not in idx.column_names and "_k_line" not in idx.column_names
+    assert ORDER_HASH not in idx.column_names and "doc_id" in idx.column_names
     lk = DecisionLookup(idx)
     assert not lk.by_order
     got = lk.for_batch(_batch([0, 0, 0], [big, 1, 2], [0, 0, 0], ["x", "y", "z"]))
@@ -174,3 +176,43 @@ def test_shard_writer_in_place_and_by_bytes_give_the_same_shard(tmp_path, monkey
     import pyarrow.parquet as pq
 
     assert pq.read_table(tmp_path / "s1.parquet")["doc_id"].to_pylist() == ["a", "b", "c"]
+
+
+def test_rows_sharing_an_order_get_only_the_decision_with_their_id():
+    # two split stages in a row renumber _seg: "p#0#0" and "p#1#0" both sit at (0, 1, 0)
+    lk = DecisionLookup(index_by_order(_decisions([(0, 1, 0, "p#1#0")])))
+    got = lk.for_batch(_batch([0, 0], [1, 1], [0, 0], ["p#0#0", "p#1#0"]))
+    assert got["doc_id"].to_pylist() == ["p#1#0"] and got[ROW].to_pylist() == [1]
+
+
+def test_decide_group_orders_each_partition_once_and_names_the_partitions_it_decided():
+    """Keyed rows that reach a decide task out of the global order (blocks finish in any
+    order) get the decisions the in-process runner gives: the later copy of each text is
+    the hit, whichever piece it came in."""
+    import json
+
+    from privatize.execution import key_rows, run_global_stage
+    from privatize.ray_runner import PARTS_META, StageRef, decide_group, ready_stage
+    from privatize.spec import parse_spec
+
+    spec = parse_spec({"version": 1, "stages": [{"kind": "dedup", "method": "sha1", "unit": "document"}]})
+    ref = StageRef(spec.stages[0], None, 0, "test-run")
+    texts = ["alpha one", "beta two", "alpha one", "gamma three", "beta two", "alpha one"]
+    blocks = [pa.table({"doc_id": [f"d{i}" for i in range(a, a + 2)], "text": texts[a:a + 2],
+                        "_src": pa.array([0, 0], pa.int32()), "_line": pa.array([a + 1, a + 2], pa.int64()),
+                        "_seg": pa.array([0, 0], pa.int32())}) for a in (0, 2, 4)]
+    keyed = [key_rows(ready_stage(ref), b) for b in blocks]
+    out = decide_group(ref, keyed[2], keyed[0], keyed[1])  # the last block first
+    parts = json.loads(out.schema.metadata[PARTS_META])
+    assert parts == sorted(set(int(p) for k in keyed for p in k["_part"].to_pylist()))
+    assert sorted(out["doc_id"].to_pylist()) == ["d2", "d4", "d5"]
+    # each decision carries its row's packed order
+    lines = {f"d{i}": i + 1 for i in range(6)}
+    assert sorted(out[ORDER_HASH].to_pylist()) == sorted(int(pack_order(np.array([0]), np.array([lines[d]]),
+                                                                          np.array([0]))[0])
+                                                         for d in ("d2", "d4", "d5"))
+    # the in-process runner marks the same rows
+    stage = ready_stage(ref)
+    inproc = run_global_stage(stage, 0, blocks)
+    hits = [d for t in inproc for d, h in zip(t["doc_id"].to_pylist(), t["dedup_hit"].to_pylist()) if h]
+    assert sorted(hits) == ["d2", "d4", "d5"]

@@ -4,13 +4,14 @@ import json
 import os
 import stat
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from privatize.ciphers.vigenere import Vigenere
 from privatize.errors import InputError, OutputError, RecordError
 from privatize.keys import load_key_file, new_key, write_key_file
-from privatize.output import verify
+from privatize.output import shard_of, verify
 from privatize.runner import run_pipeline
 from privatize.spec import parse_spec
 
@@ -57,6 +58,35 @@ def test_output_decrypts_to_input_and_layout_is_deterministic(tmp_path, keys):
     for p in (tmp_path / "out7" / "shards").iterdir():
         ids = pq.read_table(p)["doc_id"].to_pylist()
         assert ids == sorted(ids)
+
+
+def _blake2b_shard(doc_id: str, n: int) -> int:
+    # the documented layout, computed here one id at a time
+    return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest(), "little") % n
+
+
+def test_each_row_sits_in_the_shard_of_its_doc_id_hash(tmp_path, keys):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    run_pipeline(_spec(), corpus, tmp_path / "out", spec_dir=str(tmp_path))
+    placed = 0
+    for i, p in enumerate(sorted((tmp_path / "out" / "shards").iterdir())):
+        for doc_id in pq.read_table(p)["doc_id"].to_pylist():
+            assert _blake2b_shard(doc_id, 4) == i, doc_id
+            placed += 1
+    assert placed == 25
+
+
+def test_shard_of_arrow_ids_slices_and_lists_agree_with_the_formula():
+    ids = ["a", "doc-1#0", "Zoë 東京", "", "x" * 300] + [f"d{k}" for k in range(200)]
+    want = [_blake2b_shard(d, 7) for d in ids]
+    assert shard_of(ids, 7).tolist() == want
+    arr = pa.array(ids)
+    assert shard_of(arr, 7).tolist() == want
+    assert shard_of(arr.slice(3, 50), 7).tolist() == want[3:53]  # an array with an offset
+    chunked = pa.chunked_array([arr.slice(0, 10), arr.slice(10)])
+    assert shard_of(chunked, 7).tolist() == want
+    assert shard_of(pa.array(ids, pa.large_string()), 7).tolist() == want
+    assert shard_of([], 7).tolist() == [] and shard_of(pa.array([], pa.string()), 7).tolist() == []
 
 
 def test_meta_allow_list_and_individual_pseudonyms(tmp_path, keys):
