@@ -720,7 +720,10 @@ def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: t
     block = _slice(block, bounds)
     if ref is not None:
         block = key_rows(ready_stage(ref), block)
-    g = block["_part"].to_numpy() % groups if block.num_rows else np.zeros(0, np.int64)
+    # what decide needs, the partition as one byte (NUM_PARTITIONS <= 256)
+    part = block["_part"].to_numpy().astype(np.uint8)
+    block = block.select(["doc_id", "key", *ORDER_COLUMNS]).append_column("_part", pa.array(part))
+    g = part % groups
     return tuple(block.filter(pa.array(g == i)) for i in range(groups))
 
 
@@ -736,7 +739,8 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> pa.Table:
     if not rows:
         return _with_parts(pa.table({}), [])
     keyed = concat(rows)
-    part = keyed["_part"].to_numpy()
+    part = keyed["_part"].to_numpy().astype(np.uint8)  # a stable sort of bytes is a radix sort
+    keyed = keyed.select(["doc_id", "key", *ORDER_COLUMNS])
     packed = _packed_order(keyed)
     if packed is not None:
         order = None if len(packed) < 2 or (packed[1:] >= packed[:-1]).all() else np.argsort(packed, kind="stable")

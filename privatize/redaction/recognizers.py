@@ -21,7 +21,11 @@ These were tuned on presidio-research's ``generated_large.json`` only; the repor
 from __future__ import annotations
 
 import regex as re
-from presidio_analyzer import Pattern, PatternRecognizer
+
+from privatize.redaction.engine import import_presidio
+
+import_presidio()  # first, so Presidio leaves Transformers out (see engine.py)
+from presidio_analyzer import Pattern, PatternRecognizer  # noqa: E402
 
 CASE = re.MULTILINE | re.VERSION0
 NOCASE = re.MULTILINE | re.IGNORECASE | re.VERSION0
