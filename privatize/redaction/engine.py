@@ -9,11 +9,12 @@
 * :func:`load_spacy` is the spaCy pipeline the batch detector runs: only the
   components named (``ner`` by default; in the ``en_core_web_*`` pipelines ``ner``
   carries its own ``tok2vec``), loaded without the others.
-* :func:`import_presidio` imports Presidio without its optional Hugging Face pipeline:
-  Presidio's package import pulls in Transformers (and through it most of torch) only
-  to offer a ``TransformersNlpEngine`` this package never uses; that took 2.9 s of the
-  6.1 s a redaction worker spent starting. Every path here to Presidio or spaCy calls it
-  first (``spacy.load`` imports Presidio too, as a spaCy plugin).
+* :func:`import_presidio` imports spaCy and Presidio without Transformers and torch:
+  Presidio's package import pulled in Transformers (2.9 s) only to offer Hugging Face
+  recognizers and a ``TransformersNlpEngine`` this package never uses, and torch
+  (1.3 s) to look for a GPU; together 4.2 s of the 6.1 s a redaction worker spent
+  starting. Every path here to Presidio or spaCy calls it first
+  (``spacy.load`` imports Presidio too, as a spaCy plugin).
 * :func:`patch_tldextract` stops tldextract (Presidio's e-mail recognizer) from
   downloading the public suffix list: it uses the snapshot it ships with. Every
   function here calls it, so every process (Ray actors too) is patched before
@@ -31,7 +32,9 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
+import importlib.util
 import logging
+import os
 import sys
 import threading
 import time
@@ -53,25 +56,45 @@ class ModelError(PrivatizeError, ValueError):
 
 
 _presidio_lock = threading.Lock()
+_PRESIDIO_DEVICE = "PRESIDIO_DEVICE"
+
+
+def _hidden_modules() -> list[str]:
+    """What :func:`import_presidio` hides: Transformers always (only Presidio's unused
+    Hugging Face recognizers want it), torch too unless a spaCy plugin that runs
+    transformer pipelines on it is installed (thinc, spaCy's ML layer, then needs it)."""
+    names = ["transformers"]
+    if not any(importlib.util.find_spec(p) for p in ("spacy_transformers", "spacy_curated_transformers")):
+        names.append("torch")
+    return [n for n in names if n not in sys.modules]
 
 
 def import_presidio() -> None:
-    """Import ``presidio_analyzer`` once per process with ``transformers`` hidden from
-    it: Presidio then leaves its optional Hugging Face pipeline out (``hf_pipeline`` is
-    None) instead of importing Transformers and torch. Nothing else changes: a process
-    that imported Transformers already keeps it, and ``import transformers`` works as
-    before once this returns."""
+    """Import spaCy and ``presidio_analyzer`` once per process with the modules of
+    :func:`_hidden_modules` hidden from them, and Presidio's device set to the CPU
+    (``PRESIDIO_DEVICE``, Presidio's own setting, unless the caller set it): Presidio
+    then leaves its optional Hugging Face pipeline out (``hf_pipeline`` is None), and
+    neither it nor thinc imports torch (the spaCy models here are CNNs on the CPU).
+    Nothing else changes: a process that imported those modules already keeps them, and
+    they import and the environment reads as before once this returns."""
     with _presidio_lock:
         if "presidio_analyzer" in sys.modules:
             return
-        hide = "transformers" not in sys.modules
-        if hide:
-            sys.modules["transformers"] = None  # makes ``import transformers`` raise ImportError
+        hidden = _hidden_modules()
+        for name in hidden:
+            sys.modules[name] = None  # makes ``import name`` raise ImportError
+        device = os.environ.get(_PRESIDIO_DEVICE)
+        if device is None:
+            os.environ[_PRESIDIO_DEVICE] = "cpu"
         try:
+            import spacy  # noqa: F401 - thinc looks for torch once, here
             import presidio_analyzer  # noqa: F401
         finally:
-            if hide and "transformers" in sys.modules and sys.modules["transformers"] is None:
-                del sys.modules["transformers"]
+            if device is None:
+                os.environ.pop(_PRESIDIO_DEVICE, None)
+            for name in hidden:
+                if name in sys.modules and sys.modules[name] is None:
+                    del sys.modules[name]
 
 
 def patch_tldextract() -> None:
