@@ -262,8 +262,9 @@ def decide_one(ref: StageRef, group: pa.Table, packed: np.ndarray | None) -> pa.
 ORDER_HASH = "_k"
 """The column decisions carry their rows' order columns in, packed into one uint64
 (:func:`pack_order`); the driver sorts the decisions by it."""
-PARTS_META = b"privatize.decided_parts"
-"""Schema metadata of a decide task's table: the hash partitions it decided."""
+RUN_META = b"privatize.run"
+"""Schema metadata of the tables keys and decide tasks return: the hash partitions a
+decide task decided (``parts``), the seconds spent (``seconds``)."""
 
 
 _PACK = ((0, 16), (16, 32), (48, 16))  # (shift, bits) of _seg, _line, _src in the packed key
@@ -717,6 +718,7 @@ def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: t
     """Keyed rows of one block (``ref``: rows of one block, keyed here by that stage) ->
     ``groups`` tables (hash partition ``p`` goes to group ``p % groups``)."""
     allocator.tune()
+    t0 = time.perf_counter()
     block = _slice(block, bounds)
     if ref is not None:
         block = key_rows(ready_stage(ref), block)
@@ -724,20 +726,25 @@ def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: t
     part = block["_part"].to_numpy().astype(np.uint8)
     block = block.select(["doc_id", "key", *ORDER_COLUMNS]).append_column("_part", pa.array(part))
     g = part % groups
-    return tuple(block.filter(pa.array(g == i)) for i in range(groups))
+    out = [block.filter(pa.array(g == i)) for i in range(groups)]
+    out[0] = _with_meta(out[0], seconds=time.perf_counter() - t0)  # the keys' time, for the manifest
+    return tuple(out)
 
 
 def decide_group(ref: StageRef, *pieces: pa.Table) -> pa.Table:
     """Every keyed row of the hash partitions of one group -> ``decide`` per partition
-    (:func:`decide_one`). The table's schema metadata (:data:`PARTS_META`) names the
-    partitions decided, so the driver can check that each was decided exactly once (a
-    partition split across groups would miss duplicates). The rows are put in the global
+    (:func:`decide_one`). The table's schema metadata (:data:`RUN_META`) names the
+    partitions decided, so :func:`collect_decisions` can check that each was decided
+    exactly once (a partition split across groups would miss duplicates), and the
+    seconds spent on keys and decisions. The rows are put in the global
     order once, by their packed order columns (sorting each partition by three columns
     cost more than deciding it)."""
     allocator.tune()
+    t0 = time.perf_counter()
+    before = sum(_meta(p).get("seconds", 0.0) for p in pieces)
     rows = [p for p in pieces if p.num_rows]
     if not rows:
-        return _with_parts(pa.table({}), [])
+        return _with_meta(pa.table({}), parts=[], seconds=before)
     keyed = concat(rows)
     part = keyed["_part"].to_numpy().astype(np.uint8)  # a stable sort of bytes is a radix sort
     keyed = keyed.select(["doc_id", "key", *ORDER_COLUMNS])
@@ -754,15 +761,38 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> pa.Table:
     cuts = np.flatnonzero(np.diff(part)) + 1
     out = [decide_one(ref, keyed.slice(a, b - a), None if packed is None else packed[a:b])
            for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)])]
-    return _with_parts(concat(out), sorted(int(p) for p in np.unique(part)))
+    return _with_meta(concat(out), parts=sorted(int(p) for p in np.unique(part)),
+                      seconds=before + time.perf_counter() - t0)
 
 
-def _with_parts(table: pa.Table, parts: list[int]) -> pa.Table:
-    return table.replace_schema_metadata({PARTS_META: json.dumps(parts).encode()})
+def _with_meta(table: pa.Table, **meta) -> pa.Table:
+    """``table`` with ``meta`` (JSON) as its schema metadata (:data:`RUN_META`)."""
+    return table.replace_schema_metadata({RUN_META: json.dumps(meta).encode()})
 
 
-def _decided_parts(table: pa.Table) -> list[int]:
-    return json.loads((table.schema.metadata or {}).get(PARTS_META, b"[]"))
+def _meta(table: pa.Table) -> dict:
+    return json.loads((table.schema.metadata or {}).get(RUN_META, b"{}"))
+
+
+def collect_decisions(ref: StageRef, *tables: pa.Table) -> tuple[pa.Table, dict]:
+    """Every decide task's table -> (the run's decisions for stage ``ref``, indexed for
+    the apply tasks (:func:`index_by_order`), and their count and seconds for the
+    manifest). Runs as a task: the plan after the stage is built and running (a
+    redaction pool loading its models) while the keys are decided."""
+    allocator.tune()
+    t0 = time.perf_counter()
+    metas = [_meta(t) for t in tables]
+    parts_done = [p for m in metas for p in m.get("parts", [])]
+    if len(set(parts_done)) != len(parts_done):
+        raise RuntimeError(f"stage {ref.kind}: a hash partition was decided in pieces")
+    found = [t.replace_schema_metadata(None) for t in tables if t.num_rows]
+    decisions = concat(found) if found else None
+    if decisions is not None:
+        decisions = index_by_order(decisions) if "doc_id" in decisions.column_names else None
+    if decisions is None:
+        decisions = _empty_decisions(ref)
+    seconds = sum(m.get("seconds", 0.0) for m in metas) + time.perf_counter() - t0
+    return decisions, {"decisions": decisions.num_rows, "seconds": seconds}
 
 
 # ---- driver ---------------------------------------------------------------------------
@@ -832,13 +862,11 @@ class _Plan:
         return _map_batches(ds, fn, batch_size=self.map_batch_size, batch_format="pyarrow",
                             **extra, **self.budget.map_args(actor))
 
-    def global_stage(self, ds, ref: StageRef, actor: bool) -> tuple[Any, float]:
-        """Materialize the rows, decide, and return (the applying dataset, seconds spent
-        on keys and decisions)."""
-        import ray
-
+    def global_stage(self, ds, ref: StageRef, actor: bool) -> tuple[Any, Any]:
+        """Materialize the rows, start the keys and decisions, and return (the applying
+        dataset, the ObjectRef of the decisions' count and seconds). The driver does not
+        wait for the decisions: the apply tasks do (:func:`collect_decisions`)."""
         ds = ds.materialize()
-        t0 = time.perf_counter()
         groups = min(NUM_PARTITIONS, max(2, int(2 * self.budget.cpus)))
         if actor:  # keys from the stage's actors, then split
             fn, extra = self._udf(KeysUDF, ref, actor)
@@ -847,25 +875,12 @@ class _Plan:
             tables = _decide_groups(keyed, ref, groups, self.budget.task_cpus, keyed_by=None)
         else:  # each block keyed and split in one task: the keyed rows are stored once
             tables = _decide_groups(ds, ref, groups, self.budget.task_cpus, keyed_by=ref)
-        parts_done = [p for t in tables for p in _decided_parts(t)]
-        if len(set(parts_done)) != len(parts_done):
-            raise RuntimeError(f"stage {ref.kind}: a hash partition was decided in pieces")
-        tables = [t.replace_schema_metadata(None) for t in tables if t.num_rows]
-        decisions = concat(tables) if tables else None
-        if decisions is not None:
-            if "doc_id" not in decisions.column_names:
-                decisions = None
-            else:
-                decisions = index_by_order(decisions)
-        if decisions is None:
-            decisions = ray.get(_task(_empty_decisions, num_cpus=self.budget.task_cpus).remote(ref))
-        dref = ray.put(decisions)
+        collect = _task(collect_decisions, num_returns=2, num_cpus=self.budget.task_cpus)
+        dref, stats = collect.remote(ref, *tables)
         self.keep.append(dref)
-        seconds = time.perf_counter() - t0
-        log.info("stage %s: %d decision(s) in %.2fs", ref.kind, decisions.num_rows, seconds)
         fn, extra = self._udf(ApplyUDF, ref, actor, decisions=[dref])
         return _map_batches(ds, fn, batch_size=self.map_batch_size, batch_format="pyarrow",
-                            **extra, **self.budget.map_args(actor)), seconds
+                            **extra, **self.budget.map_args(actor)), stats
 
 
 def plan_reads(files: list[InputFile], *, text_per_line: bool, range_bytes: int, task_cpus: float,
@@ -1040,17 +1055,17 @@ def run_pipeline_ray(spec: PipelineSpec, input_path: str | Path, output_dir: str
                                                         on_driver_node=opts.reads_on_driver_node),
                                       num_cpus=budget.task_cpus, override_num_blocks=len(pieces))
         ds, _ = plan.global_stage(ds, StageRef(None, spec_dir, READ_STAGE, run), actor=False)
-        driver_seconds = [0.0] * len(protos)
+        decided: list = [None] * len(protos)  # ObjectRefs of each GlobalStage's decision stats
         for ref, proto in zip(refs, protos):
             if isinstance(proto, GlobalStage):
-                ds, driver_seconds[ref.index] = plan.global_stage(ds, ref, actor=proto.heavy_setup)
+                ds, decided[ref.index] = plan.global_stage(ds, ref, actor=proto.heavy_setup)
             else:
                 ds = plan.stage(ds, ref, actor=proto.heavy_setup)
         shard_writer = ShardWriter(spec.output, spec_dir, run, driver_node=ray.get_runtime_context().get_node_id(),
                                    paths=[str(writer.shard_path(i)) for i in range(spec.output.num_shards)])
         written = _write_shards(ds, FinalPass(len(protos), spec.output.num_shards), shard_writer,
                                 spec.output.num_shards, budget.task_cpus)
-        manifest = _finish(spec, writer, written, refs, protos, stage_names, driver_seconds, files, opts,
+        manifest = _finish(spec, writer, written, refs, protos, stage_names, decided, files, opts,
                            budget, spec_dir, run)
         manifest["seconds"] = round(time.perf_counter() - t_start, 3)
         writer.commit(manifest)
@@ -1089,15 +1104,13 @@ def _block_pieces(ds, fn, n: int, task_cpus: float, *args) -> list:
     return pieces
 
 
-def _decide_groups(ds, ref: StageRef, groups: int, task_cpus: float, keyed_by: StageRef | None) -> list[pa.Table]:
-    """Keyed rows to ``groups`` decide tasks in one pass (Ray Data's repartition and
+def _decide_groups(ds, ref: StageRef, groups: int, task_cpus: float, keyed_by: StageRef | None) -> list:
+    """Keyed rows to ``groups`` decide tasks (their ObjectRefs) in one pass (Ray Data's repartition and
     sort-based group-by moved every keyed row twice more). ``keyed_by``: ``ds`` holds
     the rows, keyed by that stage in the split tasks; None: ``ds`` holds keyed rows."""
     pieces = _block_pieces(ds, split_by_group, groups, task_cpus, groups, keyed_by)
     decide = _task(decide_group, num_cpus=task_cpus)
-    refs = [decide.remote(ref, *[p[g] for p in pieces]) for g in range(groups)]
-    del pieces
-    return _get(refs)
+    return [decide.remote(ref, *[p[g] for p in pieces]) for g in range(groups)]
 
 
 def _write_shards(ds, final: FinalPass, udf: ShardWriter, num_shards: int, task_cpus: float):
@@ -1126,7 +1139,7 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageRef], protos: list[Stage],
-            stage_names: dict[int, str], driver_seconds: list[float], files: list[InputFile],
+            stage_names: dict[int, str], decided: list, files: list[InputFile],
             opts: RayRunOptions, budget: _Budget, spec_dir: str | None, run: str) -> dict:
     """Store the shards as they arrive, then merge the summaries into the manifest."""
     import ray
@@ -1209,7 +1222,13 @@ def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageR
                           stage_names)
 
     # per-stage counts and timings from the info rows
-    timings = [{"records_in": 0, "records_out": 0, "seconds": driver_seconds[i]} for i in range(n_stages)]
+    # a GlobalStage's seconds: its keys and decisions (in tasks), then its apply batches
+    decided = [_get(r) if r is not None else None for r in decided]
+    timings = [{"records_in": 0, "records_out": 0, "seconds": d["seconds"] if d else 0.0} for d in decided]
+    for i, d in enumerate(decided):
+        if d is not None:
+            log.info("stage %d %s: %d decision(s), %.2fs on keys and decisions", i, protos[i].kind,
+                     d["decisions"], d["seconds"])
     key_ids: dict[str, str] = {}
     input_records = 0
     seen_stage = set()

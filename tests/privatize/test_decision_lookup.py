@@ -192,7 +192,7 @@ def test_decide_group_orders_each_partition_once_and_names_the_partitions_it_dec
     import json
 
     from privatize.execution import key_rows, run_global_stage
-    from privatize.ray_runner import PARTS_META, StageRef, decide_group, ready_stage
+    from privatize.ray_runner import RUN_META, StageRef, collect_decisions, decide_group, ready_stage
     from privatize.spec import parse_spec
 
     spec = parse_spec({"version": 1, "stages": [{"kind": "dedup", "method": "sha1", "unit": "document"}]})
@@ -203,8 +203,9 @@ def test_decide_group_orders_each_partition_once_and_names_the_partitions_it_dec
                         "_seg": pa.array([0, 0], pa.int32())}) for a in (0, 2, 4)]
     keyed = [key_rows(ready_stage(ref), b) for b in blocks]
     out = decide_group(ref, keyed[2], keyed[0], keyed[1])  # the last block first
-    parts = json.loads(out.schema.metadata[PARTS_META])
-    assert parts == sorted(set(int(p) for k in keyed for p in k["_part"].to_pylist()))
+    meta = json.loads(out.schema.metadata[RUN_META])
+    assert meta["parts"] == sorted(set(int(p) for k in keyed for p in k["_part"].to_pylist()))
+    assert meta["seconds"] > 0
     assert sorted(out["doc_id"].to_pylist()) == ["d2", "d4", "d5"]
     # each decision carries its row's packed order
     lines = {f"d{i}": i + 1 for i in range(6)}
@@ -216,3 +217,30 @@ def test_decide_group_orders_each_partition_once_and_names_the_partitions_it_dec
     inproc = run_global_stage(stage, 0, blocks)
     hits = [d for t in inproc for d, h in zip(t["doc_id"].to_pylist(), t["dedup_hit"].to_pylist()) if h]
     assert sorted(hits) == ["d2", "d4", "d5"]
+
+
+def test_collect_decisions_refuses_a_partition_decided_twice_and_indexes_the_rest():
+    import json
+
+    import pytest
+
+    from privatize.ray_runner import RUN_META, StageRef, collect_decisions
+    from privatize.spec import parse_spec
+
+    spec = parse_spec({"version": 1, "stages": [{"kind": "dedup", "method": "sha1", "unit": "document"}]})
+    ref = StageRef(spec.stages[0], None, 0, "test-run")
+
+    def table(ids, lines, parts):
+        t = pa.table({"doc_id": ids, "dedup_hit": [True] * len(ids),
+                      ORDER_HASH: pa.array([int(pack_order(np.array([0]), np.array([ln]), np.array([0]))[0])
+                                            for ln in lines], pa.uint64())})
+        return t.replace_schema_metadata({RUN_META: json.dumps({"parts": parts, "seconds": 0.5}).encode()})
+
+    decisions, stats = collect_decisions(ref, table(["b"], [9], [1, 3]), table(["a"], [2], [0]))
+    assert decisions["dedup_hit"].to_pylist() == [True, True]
+    assert decisions[ORDER_HASH].to_pylist() == sorted(decisions[ORDER_HASH].to_pylist())  # global order
+    assert stats["decisions"] == 2 and stats["seconds"] >= 1.0
+    with pytest.raises(RuntimeError, match="decided in pieces"):
+        collect_decisions(ref, table(["b"], [9], [1, 3]), table(["a"], [2], [3]))
+    empty, stats = collect_decisions(ref)  # nothing keyed: the stage's own empty decisions
+    assert empty.num_rows == 0 and "dedup_hit" in empty.column_names and stats["decisions"] == 0
