@@ -226,7 +226,9 @@ def run_throughput(mode: str, mb_target: float, work: Path) -> None:
         m_ray = run_pipeline_ray(spec, work / "in", work / "out-ray", spec_dir=str(work),
                                  options=RayRunOptions(progress=False))
         t_ray = time.perf_counter() - t
-        cpu_ray = cpu_used(c, cpu_seconds())
+        after = cpu_seconds()
+        cpu_ray = cpu_used(c, after)
+        started = len(set(after) - set(c))  # worker processes Ray started during the timed run
     finally:
         ray.shutdown()
     same = shard_hashes(work / "out-local") == shard_hashes(work / "out-ray")
@@ -238,9 +240,10 @@ def run_throughput(mode: str, mb_target: float, work: Path) -> None:
     for line in per_stage(m_local, mb):
         print(line)
     pinned = "pinned to the same one core" if PIN_RAY else "not pinned (Ray may use both cores)"
-    print(f"  Ray Data ({pinned}), ray.init(num_cpus=1) and a warm-up run ({t_warm:.1f} s, 50 documents per file) excluded: "
+    print(f"  Ray Data ({pinned}), ray.init(num_cpus=1) and a warm-up run ({t_warm:.1f} s, 50 documents per file) "
+          f"excluded: "
           f"{t_ray:7.1f} s  {mb / t_ray:7.1f} MB/s  CPU {cpu_ray:.1f} s (driver + every Ray process: "
-          f"{cpu_ray / cpu_local:.2f}x the in-process CPU)")
+          f"{cpu_ray / cpu_local:.2f}x the in-process CPU; {started} worker process(es) started during the run)")
     for line in per_stage(m_ray, mb):
         print(line)
     print(f"  ratio Ray / in-process: {ratio:.2f}x (target >= 0.8x: {'met' if ratio >= 0.8 else 'NOT met'}); "
