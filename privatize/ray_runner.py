@@ -614,26 +614,11 @@ class FinalPass:
         self.num_stages = num_stages
         self.num_shards = num_shards
 
-    def split_indices(self, batch: pa.Table) -> tuple[pa.Table, dict[int, np.ndarray]]:
-        """(the block's summary table, the positions in ``batch`` of its output rows, by
-        shard): for a write task that reads the block itself (:func:`final_index`)."""
-        summary_table, _ = self.split(batch, rows_by_shard=False)
-        keep = ~np.asarray(pc.fill_null(_marked_mask_any(batch), False))  # info rows carry a _drop mark
-        positions = np.flatnonzero(keep)
-        if not len(positions):
-            return summary_table, {}
-        shard = shard_of(batch["doc_id"].take(pa.array(positions)), self.num_shards)
-        return summary_table, {int(i): positions[shard == i] for i in np.unique(shard)}
-
-    def split(self, batch: pa.Table, rows_by_shard: bool = True) -> tuple[pa.Table, dict[int, pa.Table]]:
+    def split(self, batch: pa.Table) -> tuple[pa.Table, dict[int, pa.Table]]:
         """(the block's summary table, its output rows by shard)."""
         info_mask = _is_info(batch)
         infos = batch.filter(pa.array(info_mask))["text"].to_pylist() if info_mask.any() else []
-        at = np.flatnonzero(info_mask)
-        if len(at) and at[0] == batch.num_rows - len(at):  # stages append them: usually a tail
-            rows = batch.slice(0, int(at[0]))
-        else:
-            rows = batch.filter(pa.array(~info_mask)) if len(at) else batch
+        rows = batch.filter(pa.array(~info_mask)) if info_mask.any() else batch
         per_shard: dict[int, pa.Table] = {}
         summary = {"info": infos, "stats": None, "schema": None, "output": 0, "dropped": 0}
         quarantined = None
@@ -645,8 +630,8 @@ class FinalPass:
             if q.num_rows:
                 cols = [c for c in ("doc_id", QUARANTINE, QSTAGE, "text", *ORDER_COLUMNS) if c in q.column_names]
                 quarantined = q.select(cols)
-            if out.num_rows and rows_by_shard:
-                out = out.select(_output_columns(out))
+            if out.num_rows:
+                out = out.select([c for c in out.column_names if not c.startswith("_") or c in ORDER_COLUMNS])
                 shard = shard_of(out["doc_id"], self.num_shards)
                 for i in np.unique(shard):
                     per_shard[int(i)] = out.filter(pa.array(shard == i))
@@ -654,21 +639,6 @@ class FinalPass:
                                   "quarantine": pa.array([_ipc(quarantined) if quarantined is not None else None],
                                                          pa.large_binary())})
         return summary_table, per_shard
-
-
-def _output_columns(rows: pa.Table) -> list[str]:
-    """The columns of final rows a shard writer needs (the output's and the order)."""
-    return [c for c in rows.column_names if not c.startswith("_") or c in ORDER_COLUMNS]
-
-
-def _marked_mask_any(batch: pa.Table):
-    masks = [pc.is_valid(batch[c]) for c in (QUARANTINE, DROP) if c in batch.column_names]
-    if not masks:
-        return pa.array(np.zeros(batch.num_rows, bool))
-    m = masks[0]
-    for other in masks[1:]:
-        m = pc.or_(m, other)
-    return m
 
 
 def sort_shard_rows(rows: pa.Table) -> pa.Table:
@@ -735,33 +705,6 @@ def final_split(block: pa.Table, final: FinalPass, bounds: tuple[int, int] | Non
     summary_table, per_shard = final.split(_slice(block, bounds))
     summary = _written_row(SUMMARY_SHARD, 0, _ipc(summary_table), None, None)
     return (summary, *(per_shard.get(s, pa.table({})) for s in range(final.num_shards)))
-
-
-def final_index(block: pa.Table, final: FinalPass, bounds: tuple[int, int] | None):
-    """One block of final rows -> ``num_shards + 1`` objects: the block's summary (a
-    written row of shard -1), then the positions of each shard's output rows in the
-    block (int64; empty where it has none). For a cluster of one node, where the write
-    tasks read the blocks in place (:func:`write_shard_from_blocks`)."""
-    allocator.tune()
-    summary_table, per_shard = final.split_indices(_slice(block, bounds))
-    summary = _written_row(SUMMARY_SHARD, 0, _ipc(summary_table), None, None)
-    empty = np.zeros(0, np.int64)
-    return (summary, *(per_shard.get(s, empty) for s in range(final.num_shards)))
-
-
-def write_shard_from_blocks(udf: ShardWriter, shard: int, *args) -> pa.Table | None:
-    """Every block of final rows with the positions of this shard's rows in it (``args``:
-    block, bounds, positions, ...) -> the shard's written row (None: no rows). On one
-    node the blocks are read from shared memory where they lie: each shard's rows are
-    copied once, here, instead of into per-shard objects first (14% of a one-core
-    cipher-only run's CPU)."""
-    allocator.tune()
-    rows = []
-    for block, bounds, positions in zip(args[0::3], args[1::3], args[2::3]):
-        if len(positions):
-            b = _slice(block, bounds)
-            rows.append(b.select(_output_columns(b)).take(pa.array(positions)))
-    return udf.write(shard, concat(rows)) if rows else None
 
 
 def write_shard_task(udf: ShardWriter, shard: int, *pieces: pa.Table) -> pa.Table | None:
@@ -1154,9 +1097,8 @@ def run_pipeline_ray(spec: PipelineSpec, input_path: str | Path, output_dir: str
                 ds = plan.stage(ds, ref, actor=proto.heavy_setup)
         shard_writer = ShardWriter(spec.output, spec_dir, run, driver_node=ray.get_runtime_context().get_node_id(),
                                    paths=[str(writer.shard_path(i)) for i in range(spec.output.num_shards)])
-        one_node = sum(1 for n in ray.nodes() if n.get("Alive")) == 1
         written = _write_shards(ds, FinalPass(len(protos), spec.output.num_shards), shard_writer,
-                                spec.output.num_shards, budget.task_cpus, one_node=one_node)
+                                spec.output.num_shards, budget.task_cpus)
         manifest = _finish(spec, writer, written, refs, protos, stage_names, decided, files, opts,
                            budget, spec_dir, run)
         manifest["seconds"] = round(time.perf_counter() - t_start, 3)
@@ -1205,34 +1147,17 @@ def _decide_groups(ds, ref: StageRef, groups: int, task_cpus: float, keyed_by: S
     return [decide.remote(ref, *[p[g] for p in pieces]) for g in range(groups)]
 
 
-def _write_shards(ds, final: FinalPass, udf: ShardWriter, num_shards: int, task_cpus: float,
-                  one_node: bool = False):
+def _write_shards(ds, final: FinalPass, udf: ShardWriter, num_shards: int, task_cpus: float):
     """The final pass and the output shuffle in one: as blocks of final rows stream out
     of the plan, a task summarizes each and splits its output rows by shard
     (``num_shards + 1`` objects); then one task per shard gathers its pieces and writes
     the shard's bytes. (Ray Data's sort-based group-by moved every byte twice more: 0.6x
-    the in-process runner on the cipher-only spec.) On a cluster of ``one_node`` the
-    split returns row positions, not rows, and each write task takes its rows from the
-    blocks in shared memory; across nodes that would pull every block to every writer.
+    the in-process runner on the cipher-only spec.)
     Yields written rows (:func:`_written_row`): the summaries first, then the shards."""
-    if one_node:
-        task = _task(final_index, num_returns=num_shards + 1, num_cpus=task_cpus)
-        blocks, pieces = [], []
-        for bundle in ds.iter_internal_ref_bundles():
-            slices = bundle.slices or [None] * len(bundle.block_refs)
-            for ref, sl in zip(bundle.block_refs, slices):
-                bounds = None if sl is None else (sl.start_offset, sl.end_offset)
-                blocks.append((ref, bounds))
-                pieces.append(task.remote(ref, final, bounds))
-        write = _task(write_shard_from_blocks, num_cpus=task_cpus)
-        shard_refs = [write.remote(udf, s, *[x for (ref, bounds), p in zip(blocks, pieces)
-                                              for x in (ref, bounds, p[s + 1])])
-                      for s in range(num_shards)]
-    else:
-        write = _task(write_shard_task, num_cpus=task_cpus)
-        pieces = _block_pieces(ds, final_split, num_shards + 1, task_cpus, final)
-        shard_refs = [write.remote(udf, s, *[p[s + 1] for p in pieces]) for s in range(num_shards)]
+    write = _task(write_shard_task, num_cpus=task_cpus)
+    pieces = _block_pieces(ds, final_split, num_shards + 1, task_cpus, final)
     summaries = [p[0] for p in pieces]
+    shard_refs = [write.remote(udf, s, *[p[s + 1] for p in pieces]) for s in range(num_shards)]
     del pieces
     yield from _get(summaries)
     for ref in shard_refs:

@@ -244,34 +244,3 @@ def test_collect_decisions_refuses_a_partition_decided_twice_and_indexes_the_res
         collect_decisions(ref, table(["b"], [9], [1, 3]), table(["a"], [2], [3]))
     empty, stats = collect_decisions(ref)  # nothing keyed: the stage's own empty decisions
     assert empty.num_rows == 0 and "dedup_hit" in empty.column_names and stats["decisions"] == 0
-
-
-def test_final_pass_positions_name_the_rows_the_copying_split_gives():
-    """On one node the write tasks take their rows from the blocks by position; they must
-    be the rows (and shards) the copying split sends across nodes: no info, quarantined
-    or dropped row, each in the shard of its doc_id."""
-    from privatize.output import shard_of
-    from privatize.ray_runner import FinalPass, _info_table, _output_columns
-    from privatize.stage import DROP, QUARANTINE
-
-    ids = [f"d{i}" for i in range(40)]
-    block = pa.table({"doc_id": ids, "text": [f"t{i}" for i in range(40)],
-                      "_src": pa.array([0] * 40, pa.int32()), "_line": pa.array(range(1, 41), pa.int64()),
-                      "_seg": pa.array([0] * 40, pa.int32()),
-                      QUARANTINE: [("bad" if i % 7 == 3 else None) for i in range(40)],
-                      DROP: [("dup" if i % 5 == 1 else None) for i in range(40)],
-                      "_qstage": pa.array([(0 if i % 7 == 3 else None) for i in range(40)], pa.int32()),
-                      "_dstage": pa.array([(0 if i % 5 == 1 else None) for i in range(40)], pa.int32())})
-    info = _info_table({"stage": 0, "in": 40, "out": 30, "seconds": 0.1, "key_ids": {}})
-    block = pa.concat_tables([block, info], promote_options="permissive")
-    final = FinalPass(1, 3)
-    summary, rows = final.split(block)
-    summary2, positions = final.split_indices(block)
-    assert summary.equals(summary2)
-    assert sorted(rows) == sorted(positions)
-    for shard, pos in positions.items():
-        taken = block.select(_output_columns(block)).take(pa.array(pos))
-        assert taken.equals(rows[shard])
-        assert set(shard_of(taken["doc_id"], 3).tolist()) == {shard}
-    kept = sorted(d for t in rows.values() for d in t["doc_id"].to_pylist())
-    assert kept == sorted(d for i, d in enumerate(ids) if i % 7 != 3 and i % 5 != 1)
