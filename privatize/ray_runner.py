@@ -618,7 +618,11 @@ class FinalPass:
         """(the block's summary table, its output rows by shard)."""
         info_mask = _is_info(batch)
         infos = batch.filter(pa.array(info_mask))["text"].to_pylist() if info_mask.any() else []
-        rows = batch.filter(pa.array(~info_mask)) if info_mask.any() else batch
+        at = np.flatnonzero(info_mask)
+        if len(at) and at[0] == batch.num_rows - len(at):  # stages append them: usually a tail
+            rows = batch.slice(0, int(at[0]))
+        else:
+            rows = batch.filter(pa.array(~info_mask)) if len(at) else batch
         per_shard: dict[int, pa.Table] = {}
         summary = {"info": infos, "stats": None, "schema": None, "output": 0, "dropped": 0}
         quarantined = None
