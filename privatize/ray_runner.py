@@ -29,8 +29,11 @@ belong to it, sorted, so the shards are byte-identical to the in-process runner'
   counts twice and nothing is gathered on the side. The final pass turns them into the
   manifest's per-stage ``records_in`` / ``records_out`` / ``seconds``; they are never
   written anywhere.
-* A GlobalStage's decisions are gathered on the driver (sparse by contract) and
-  ``ray.put`` once; each worker indexes them once (:class:`DecisionLookup`).
+* A GlobalStage's keys are split by hash partition group in one task per block; one
+  task per group puts its rows in the global order and decides; one task gathers and
+  indexes the decisions (:func:`collect_decisions`), which each worker looks up once
+  per process (:class:`DecisionLookup`). The driver waits for them only when no actor
+  pool comes later (an actor pool starts loading while they are made).
 """
 
 from __future__ import annotations
