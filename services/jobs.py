@@ -18,7 +18,7 @@ import json
 import logging
 import shlex
 
-from sqlalchemy import Connection, Row, bindparam, func, select
+from sqlalchemy import Connection, Row, bindparam, func, select, update
 from sqlalchemy.orm import Session, object_session
 
 from services import audit
@@ -235,7 +235,17 @@ def _counts(manifest: dict) -> dict:
 def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
             finished_at: dt.datetime | None = None) -> None:
     """Terminal state: record it, count the output against the tenant's storage, and
-    remove the job's key bundle (the job no longer needs it)."""
+    remove the job's key bundle (the job no longer needs it). Only one caller finishes a
+    job: a client's poll and the background reconciler may both find it ended, and the
+    one whose conditional update no longer matches an active row leaves it as the other
+    recorded it (under PostgreSQL both recorded it: two ``job.succeeded`` events)."""
+    s = object_session(job)
+    if s is not None and job.id is not None:
+        claimed = s.execute(update(Job).where(Job.id == job.id, Job.status.in_(ACTIVE_JOB_STATES))
+                            .values(status=status).execution_options(synchronize_session=False)).rowcount
+        if not claimed:
+            s.refresh(job)
+            return
     job.status = status
     job.message = message
     job.finished_at = finished_at or utcnow()
@@ -245,7 +255,6 @@ def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
     out_name = job.output_path.rsplit("/", 1)[-1]
     ctx.storage.delete_children(job_dir(job.tenant_id, job.id), f".{out_name}.")
     job.output_bytes = ctx.storage.tree_bytes(job_dir(job.tenant_id, job.id))
-    s = object_session(job)
     if s is not None:
         audit.record(s, actor="system", action=f"job.{status}", tenant_id=job.tenant_id, resource_type="job",
                      resource_id=job.id, detail={"output_bytes": job.output_bytes})
