@@ -22,7 +22,8 @@ DSTAGE = "_dstage"  # which stage dropped a row
 READ_STAGE = -1
 
 
-def _marked_mask(batch: pa.Table) -> pa.ChunkedArray | None:
+def marked_mask(batch: pa.Table) -> pa.ChunkedArray | None:
+    """Which rows an earlier stage quarantined or dropped (None: the batch has neither column)."""
     masks = [pc.is_valid(batch[c]) for c in (QUARANTINE, DROP) if c in batch.column_names]
     if not masks:
         return None
@@ -34,7 +35,7 @@ def _marked_mask(batch: pa.Table) -> pa.ChunkedArray | None:
 
 def split_marked(batch: pa.Table) -> tuple[pa.Table, pa.Table | None]:
     """(live rows, rows an earlier stage quarantined or dropped)."""
-    m = _marked_mask(batch)
+    m = marked_mask(batch)
     if m is None or not pc.any(m).as_py():
         return batch, None
     return batch.filter(pc.invert(m)), batch.filter(m)

@@ -61,7 +61,8 @@ import pyarrow.compute as pc
 from privatize import allocator
 from privatize.errors import InputError, PrivatizeError
 from privatize.execution import (DSTAGE, QSTAGE, READ_STAGE, UniqueIds, apply_global_batch, concat,
-                                 decide_partition, finish_stage_output, key_rows, run_stage_batch, split_marked)
+                                 decide_partition, finish_stage_output, key_rows, marked_mask, run_stage_batch,
+                                 split_marked)
 from privatize.keys import KeyResolver
 from privatize.output import (OutputWriter, prepare_output, quarantine_path, shard_bytes, shard_of,
                               split_final_rows, stage_stats, write_quarantine)
@@ -164,13 +165,8 @@ def ready_stage(ref: StageRef) -> Stage:
 
 
 def _marked_count(batch: pa.Table) -> int:
-    masks = [pc.is_valid(batch[c]) for c in (QUARANTINE, DROP) if c in batch.column_names]
-    if not masks:
-        return 0
-    m = masks[0]
-    for other in masks[1:]:
-        m = pc.or_(m, other)
-    return int(pc.sum(pc.cast(m, pa.int64())).as_py() or 0)
+    m = marked_mask(batch)
+    return 0 if m is None else int(pc.sum(pc.cast(m, pa.int64())).as_py() or 0)
 
 
 def _info_table(data: dict) -> pa.Table:
@@ -362,16 +358,16 @@ class DecisionLookup:
 
     def _for_batch_by_order(self, batch: pa.Table) -> pa.Table:
         live, _ = split_marked(batch)
-        if not self.public.num_rows or not live.num_rows:
-            return self._found(live, np.zeros(0, np.int64), np.zeros(0, np.int64))
-        q = _packed_order(live)
-        if q is None:  # rows whose order columns do not pack had no packable decision
-            return self._found(live, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        none = np.zeros(0, np.int64)
+        # rows whose order columns do not pack (q None) had no packable decision
+        q = _packed_order(live) if self.public.num_rows and live.num_rows else None
+        if q is None:
+            return self._found(live, none, none)
         # a batch covers a short stretch of the global order: search that stretch only
         lo = int(np.searchsorted(self.sorted, q.min(), "left"))
         hi = int(np.searchsorted(self.sorted, q.max(), "right"))
         if hi <= lo:
-            return self._found(live, np.zeros(0, np.int64), np.zeros(0, np.int64))
+            return self._found(live, none, none)
         near = self.sorted[lo:hi]
         at = np.minimum(np.searchsorted(near, q), len(near) - 1)
         row = np.flatnonzero(near[at] == q)
@@ -756,13 +752,13 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> pa.Table:
     part = keyed["_part"].to_numpy().astype(np.uint8)  # a stable sort of bytes is a radix sort
     keyed = keyed.select(["doc_id", "key", *ORDER_COLUMNS])
     packed = _packed_order(keyed)
+    # the global order (arrival order where the order columns do not pack), then by
+    # partition, keeping that order within each
+    in_order = packed is None or (packed[1:] >= packed[:-1]).all()
+    order = np.arange(len(part)) if in_order else np.argsort(packed, kind="stable")
+    order = order[np.argsort(part[order], kind="stable")]
     if packed is not None:
-        order = None if len(packed) < 2 or (packed[1:] >= packed[:-1]).all() else np.argsort(packed, kind="stable")
-        by_part = np.argsort(part if order is None else part[order], kind="stable")
-        order = by_part if order is None else order[by_part]
         packed = packed[order]
-    else:
-        order = np.argsort(part, kind="stable")  # keeps each partition's rows in arrival order
     keyed = pa.table({c: keyed[c].take(pa.array(order)) for c in keyed.column_names})
     part = part[order]
     cuts = np.flatnonzero(np.diff(part)) + 1
@@ -1183,8 +1179,6 @@ def _finish(spec: PipelineSpec, writer: OutputWriter, written, refs: list[StageR
             stage_names: dict[int, str], decided: list, files: list[InputFile],
             opts: RayRunOptions, budget: _Budget, spec_dir: str | None, run: str) -> dict:
     """Store the shards as they arrive, then merge the summaries into the manifest."""
-    import ray
-
     n_stages = len(protos)
     infos: list[dict] = []
     per_stage = {i: {"quarantined": 0, "dropped": 0, "stats": {}} for i in range(READ_STAGE, n_stages)}

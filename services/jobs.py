@@ -240,7 +240,7 @@ def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
     one whose conditional update no longer matches an active row leaves it as the other
     recorded it (under PostgreSQL both recorded it: two ``job.succeeded`` events)."""
     s = object_session(job)
-    if s is not None and job.id is not None:
+    if s is not None:
         claimed = s.execute(update(Job).where(Job.id == job.id, Job.status.in_(ACTIVE_JOB_STATES))
                             .values(status=status).execution_options(synchronize_session=False)).rowcount
         if not claimed:
