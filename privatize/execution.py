@@ -36,8 +36,16 @@ def marked_mask(batch: pa.Table) -> pa.ChunkedArray | None:
 def split_marked(batch: pa.Table) -> tuple[pa.Table, pa.Table | None]:
     """(live rows, rows an earlier stage quarantined or dropped)."""
     m = marked_mask(batch)
-    if m is None or not pc.any(m).as_py():
+    if m is None:
         return batch, None
+    k = pc.sum(m).as_py() or 0
+    if not k:
+        return batch, None
+    live = batch.num_rows - k
+    if pc.all(m.slice(live)).as_py():
+        # the Ray runner appends its info rows, and stages put marked rows after the
+        # live ones: a tail is sliced off without copying the batch
+        return batch.slice(0, live), batch.slice(live)
     return batch.filter(pc.invert(m)), batch.filter(m)
 
 

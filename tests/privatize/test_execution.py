@@ -2,8 +2,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from privatize.execution import (DSTAGE, QSTAGE, UniqueIds, concat, partition_of, run_global_stage,
-                                 run_stage_batch)
+from privatize.execution import (DROP, DSTAGE, QSTAGE, QUARANTINE, UniqueIds, concat, partition_of,
+                                 run_global_stage, run_stage_batch, split_marked)
 from privatize.stage import NUM_PARTITIONS, ROW, Stage
 from privatize.stages.dedup import Dedup, DedupSettings
 
@@ -48,6 +48,23 @@ def test_marked_rows_pass_untouched_and_stats_are_namespaced():
     d2 = {r["doc_id"]: r for r in out2.to_pylist()}
     assert d2["b"][QSTAGE] == 3 and d2["b"]["text"] == "bad"
     assert d2["a"]["text"] == "X" and d2["c"]["text"] == "Y" and d2["a"]["_stat.4.n"] == 1 and d2["a"]["_stat.3.n"] == 1
+
+
+@pytest.mark.parametrize("marks", [
+    [None, None, "q", None, "d"],  # interleaved: filtered
+    [None, None, None, "q", "d"],  # a tail (the Ray runner's info rows): sliced
+    [None] * 5,
+    ["q", "d", "q", "d", "q"],
+])
+def test_split_marked_keeps_every_row_once_in_order(marks):
+    b = _rows(list("abcde"), list("vwxyz"))
+    b = b.append_column(QUARANTINE, pa.array([m if m == "q" else None for m in marks], pa.string()))
+    b = b.append_column(DROP, pa.array([m if m == "d" else None for m in marks], pa.string()))
+    live, marked = split_marked(b)
+    assert live["doc_id"].to_pylist() == [i for i, m in zip("abcde", marks) if m is None]
+    want = [i for i, m in zip("abcde", marks) if m is not None]
+    assert (marked["doc_id"].to_pylist() if marked is not None else []) == want
+    assert live.schema == b.schema
 
 
 def test_partition_is_stable_and_in_range():
