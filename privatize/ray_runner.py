@@ -39,7 +39,6 @@ belong to it, sorted, so the shards are byte-identical to the in-process runner'
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import logging
 import math
@@ -64,8 +63,8 @@ from privatize.execution import (DSTAGE, QSTAGE, READ_STAGE, UniqueIds, apply_gl
                                  decide_partition, finish_stage_output, key_rows, marked_mask, run_stage_batch,
                                  split_marked)
 from privatize.keys import KeyResolver
-from privatize.output import (OutputWriter, prepare_output, quarantine_path, shard_bytes, shard_of,
-                              split_final_rows, stage_stats, write_quarantine)
+from privatize.output import (OutputWriter, prepare_output, quarantine_path, sha256_file, shard_bytes, shard_of,
+                              split_final_rows, stage_stats, write_quarantine, write_shard)
 from privatize.records import (InputFile, jsonl_has_record, list_inputs, not_jsonl_error, parse_jsonl,
                                parse_text_lines, read_jsonl, read_parquet, read_text)
 from privatize.runner import build_manifest, check_strict
@@ -687,13 +686,14 @@ class ShardWriter:
     def write(self, shard: int, rows: pa.Table) -> pa.Table:
         key, key_id = _pseudonym_key(self.output.pseudonym_key, self.base_dir, self.run)
         table = prepare_output(sort_shard_rows(rows), meta_keys=self.output.meta_keys, pseudonym_key=key)
-        data = shard_bytes(table)
         schema = table.schema.serialize().to_pybytes()
         if self._on_driver_node():
-            Path(self.paths[shard]).write_bytes(data)  # in the run's temporary directory
-            return _written_row(shard, table.num_rows, None, schema, key_id, len(data),
-                                hashlib.sha256(data).hexdigest())
-        return _written_row(shard, table.num_rows, data, schema, key_id)
+            # straight into the file in the run's temporary directory, as in-process (built
+            # in memory first, the bytes were copied twice more: 1.4 s of a 1 GB cipher run)
+            path = Path(self.paths[shard])
+            write_shard(table, path)
+            return _written_row(shard, table.num_rows, None, schema, key_id, path.stat().st_size, sha256_file(path))
+        return _written_row(shard, table.num_rows, shard_bytes(table), schema, key_id)
 
 
 def _slice(block: pa.Table, bounds: tuple[int, int] | None) -> pa.Table:
