@@ -26,7 +26,7 @@ Modes (each prints its figures, the ratio to its baseline, and the targets):
 
 Records/s and MB/s per stage come from the manifest (``seconds`` per stage).
 
-    python benchmarks/ray_throughput.py cipher|dedup|redact|stream [--mb N] [--docs N] [--repeat N] [--pin-ray]
+    python benchmarks/ray_throughput.py cipher|dedup|redact|stream [--mb N] [--docs N] [--repeat N] [--pin-ray] [--distinct]
 """
 
 from __future__ import annotations
@@ -238,13 +238,13 @@ def _ray_run(spec, work: Path, files: list[Path]) -> tuple[dict, float, float, f
         ray.shutdown()
 
 
-def run_throughput(mode: str, mb_target: float, work: Path, repeat: int) -> None:
+def run_throughput(mode: str, mb_target: float, work: Path, repeat: int, distinct: bool = False) -> None:
     """``repeat`` interleaved pairs (in-process, then Ray in a fresh session), so a slow
     spell of a shared machine hits both sides; the target is judged on the ratio of the
     median times."""
     from privatize.spec import parse_spec
 
-    files, mb = write_corpus(work / "in", mb_target)
+    files, mb = write_corpus(work / "in", mb_target, distinct=distinct)
     write_keys(work)
     spec = parse_spec(SPECS[mode])
     aff = os.sched_getaffinity(0)
@@ -260,7 +260,8 @@ def run_throughput(mode: str, mb_target: float, work: Path, repeat: int) -> None
     t_local, t_ray, cpu_local, cpu_ray = med(0), med(1), med(2), med(3)
     t_warm, started, same = max(p[4] for p in pairs), max(p[5] for p in pairs), all(p[6] for p in pairs)
     ratio = t_local / t_ray
-    print(f"{mode}: {mb:.0f} MB in {FILES} JSONL files, {m_local['counts']['input_records']} documents, "
+    corpus = " (every copy's sentences distinct)" if distinct else ""
+    print(f"{mode}: {mb:.0f} MB{corpus} in {FILES} JSONL files, {m_local['counts']['input_records']} documents, "
           f"{m_local['counts']['output_records']} output records; {machine()}; median of {repeat} interleaved pairs")
     print(f"  in-process (one core):        {t_local:7.1f} s  {mb / t_local:7.1f} MB/s  "
           f"CPU {cpu_local:.1f} s")
@@ -373,6 +374,9 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=240, help="documents for the redact mode")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--repeat", type=int, default=3, help="cipher/dedup: interleaved pairs of runs (median)")
+    ap.add_argument("--distinct", action="store_true",
+                    help="cipher/dedup: make every copy's sentences distinct (sparse dedup decisions, as in a "
+                         "real corpus; by default 99%% of the segments are repeats)")
     ap.add_argument("--pin-ray", action="store_true",
                     help="cipher/dedup: pin Ray (raylet, workers, driver) to the baseline's one core too; "
                          "redact: pin the whole 1-CPU run to one core")
@@ -382,7 +386,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix=f"privatize-bench-{args.mode}-"))
     try:
         if args.mode in ("cipher", "dedup"):
-            run_throughput(args.mode, args.mb or 1024, work, max(1, args.repeat))
+            run_throughput(args.mode, args.mb or 1024, work, max(1, args.repeat), args.distinct)
         elif args.mode == "redact":
             run_redact(args.docs, work)
         else:

@@ -43,8 +43,9 @@ def split_marked(batch: pa.Table) -> tuple[pa.Table, pa.Table | None]:
         return batch, None
     live = batch.num_rows - k
     if pc.all(m.slice(live)).as_py():
-        # the Ray runner appends its info rows, and stages put marked rows after the
-        # live ones: a tail is sliced off without copying the batch
+        # the Ray runner appends its info rows, and run_stage_batch / apply_global_batch
+        # put the rows earlier stages marked after the rest: such a tail is sliced off
+        # without copying the batch
         return batch.slice(0, live), batch.slice(live)
     return batch.filter(pc.invert(m)), batch.filter(m)
 
