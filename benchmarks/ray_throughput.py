@@ -7,8 +7,8 @@ Modes (each prints its figures, the ratio to its baseline, and the targets):
     first and warmed up with a run on the first 50 documents of each file (both excluded from the time: worker
     processes start and import once per session), then ``run_pipeline_ray`` runs the spec on the
     Gutenberg stories repeated to ``--mb`` MB (default 1024) in 8 JSONL files; the
-    baseline is ``run_pipeline`` (in-process) on the same files in the same run, pinned
-    to one core. Both write the same shards (checked). ``--repeat`` (default 3) pairs
+    baseline is ``run_pipeline`` (in-process) on the same files in the same run, in a
+    spawned child process pinned to one core. Both write the same shards (checked). ``--repeat`` (default 3) pairs
     run interleaved, each Ray run in a fresh session; the ratio is of the median times.
     Target: Ray >= 0.8x in-process.
     Also printed: the CPU seconds each run used (for Ray: the driver and every Ray
@@ -203,10 +203,10 @@ def _in_process_child(spec_text: str, work: str, core: int) -> tuple[dict, float
 
 
 def _in_process_run(mode: str, work: Path, aff: set[int]) -> tuple[dict, float, float]:
-    """The baseline, in-process and pinned to one core, in a child process: the
-    driver's heap then stays as small as before, so ``ray.init`` sizes its object store
-    (30% of the memory available) the same for every pair (after an in-process run in
-    this process, the store came out smaller and the distinct-text dedup spilled 4.5 GB)."""
+    """The baseline, in-process and pinned to one core, in a child process, so every
+    Ray session starts from the same small driver (with the in-process run's heap kept
+    in the driver, the distinct-text dedup spilled 4.5 GB; ``ray.init`` sizes the object
+    store from the memory available), and every baseline from a fresh heap."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
