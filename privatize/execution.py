@@ -33,21 +33,24 @@ def marked_mask(batch: pa.Table) -> pa.ChunkedArray | None:
     return m
 
 
+def split_by_mask(batch: pa.Table, mask: pa.Array | pa.ChunkedArray) -> tuple[pa.Table, pa.Table | None]:
+    """(rows where ``mask`` is false, rows where it is true; None where there are none).
+    Rows masked as the batch's tail are sliced off, not copied: the Ray runner appends
+    its info rows, and run_stage_batch / apply_global_batch put the rows earlier stages
+    marked after the rest (filtering copied every block to drop one row)."""
+    k = pc.sum(mask).as_py() or 0
+    if not k:
+        return batch, None
+    rest = batch.num_rows - k
+    if pc.all(mask.slice(rest)).as_py():
+        return batch.slice(0, rest), batch.slice(rest)
+    return batch.filter(pc.invert(mask)), batch.filter(mask)
+
+
 def split_marked(batch: pa.Table) -> tuple[pa.Table, pa.Table | None]:
     """(live rows, rows an earlier stage quarantined or dropped)."""
     m = marked_mask(batch)
-    if m is None:
-        return batch, None
-    k = pc.sum(m).as_py() or 0
-    if not k:
-        return batch, None
-    live = batch.num_rows - k
-    if pc.all(m.slice(live)).as_py():
-        # the Ray runner appends its info rows, and run_stage_batch / apply_global_batch
-        # put the rows earlier stages marked after the rest: such a tail is sliced off
-        # without copying the batch
-        return batch.slice(0, live), batch.slice(live)
-    return batch.filter(pc.invert(m)), batch.filter(m)
+    return (batch, None) if m is None else split_by_mask(batch, m)
 
 
 def _tag(batch: pa.Table, index: int, reason_col: str, stage_col: str) -> pa.Table:

@@ -61,7 +61,7 @@ from privatize import allocator
 from privatize.errors import InputError, PrivatizeError
 from privatize.execution import (DSTAGE, QSTAGE, READ_STAGE, UniqueIds, apply_global_batch, concat,
                                  decide_partition, finish_stage_output, key_rows, marked_mask, run_stage_batch,
-                                 split_marked)
+                                 split_by_mask, split_marked)
 from privatize.keys import KeyResolver
 from privatize.output import (OutputWriter, prepare_output, quarantine_path, sha256_file, shard_bytes, shard_of,
                               split_final_rows, stage_stats, write_quarantine, write_shard)
@@ -614,13 +614,8 @@ class FinalPass:
 
     def split(self, batch: pa.Table) -> tuple[pa.Table, dict[int, pa.Table]]:
         """(the block's summary table, its output rows by shard)."""
-        info_mask = _is_info(batch)
-        infos = batch.filter(pa.array(info_mask))["text"].to_pylist() if info_mask.any() else []
-        at = np.flatnonzero(info_mask)
-        if len(at) and at[0] == batch.num_rows - len(at):  # stages append them: usually a tail
-            rows = batch.slice(0, int(at[0]))
-        else:
-            rows = batch.filter(pa.array(~info_mask)) if len(at) else batch
+        rows, info = split_by_mask(batch, pa.array(_is_info(batch)))
+        infos = info["text"].to_pylist() if info is not None else []
         per_shard: dict[int, pa.Table] = {}
         summary = {"info": infos, "stats": None, "schema": None, "output": 0, "dropped": 0}
         quarantined = None
