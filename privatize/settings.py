@@ -4,13 +4,23 @@ Each stage module defines ``class FooSettings(StageSettings)`` with
 ``kind: Literal["foo"] = "foo"`` and registers its stage with
 ``@register_stage("foo", FooSettings)``; the pipeline spec builds its discriminated
 union from the registry.
+
+A stage that constrains where it may stand declares it on its settings class, and the
+spec checks every stage's rules through the registry (``privatize.spec.check_stage_order``)::
+
+    class FooSettings(StageSettings):
+        kind: Literal["foo"] = "foo"
+        order_rules = (Once("foo appears twice"),
+                       AfterOneOf("split", "foo needs a split stage before it"))
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic.fields import FieldInfo
 
 KEY_SCHEMES = ("file:", "keystore:")
 
@@ -27,9 +37,84 @@ KeyRef = Annotated[str, AfterValidator(_check_key_ref)]
 """A reference to key material (``file:<path>`` or ``keystore:<id>``), never the key."""
 
 
+def _is_key_ref_check(meta: object) -> bool:
+    return isinstance(meta, AfterValidator) and meta.func is _check_key_ref
+
+
+def holds_key_ref(tp: object) -> bool:
+    """Whether the type ``tp`` is or holds a :data:`KeyRef` (``KeyRef | None``, ``list[KeyRef]``)."""
+    if get_origin(tp) is Annotated:
+        base, *meta = get_args(tp)
+        return any(map(_is_key_ref_check, meta)) or holds_key_ref(base)
+    return any(holds_key_ref(a) for a in get_args(tp))
+
+
+def field_holds_key_ref(field: FieldInfo) -> bool:
+    """Whether a pydantic field is typed with :data:`KeyRef` (pydantic moves the
+    ``Annotated`` metadata of a plain ``KeyRef`` field into ``field.metadata``)."""
+    return any(map(_is_key_ref_check, field.metadata)) or holds_key_ref(field.annotation)
+
+
+class OrderRule:
+    """One constraint on a stage's position, checked at that stage against the kinds of
+    the stages before it. ``when`` limits the rule to settings with these values
+    (``when={"unit": "segment"}``). The spec reports ``stages.<i>: <message>``."""
+
+    def __init__(self, message: str, *, when: Mapping[str, Any] | None = None):
+        self.message = message
+        self.when = dict(when or {})
+
+    def applies(self, settings: BaseModel) -> bool:
+        return all(getattr(settings, name, None) == value for name, value in self.when.items())
+
+    def broken(self, settings: BaseModel, earlier: Sequence[str]) -> bool:
+        """Whether a stage with ``settings`` after stages of kinds ``earlier`` breaks the rule."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        when = f", when={self.when!r}" if self.when else ""
+        return f"{type(self).__name__}({self._what()}{self.message!r}{when})"
+
+    def _what(self) -> str:
+        return ""
+
+
+class _KindsRule(OrderRule):
+    def __init__(self, kinds: str | Iterable[str], message: str, *, when: Mapping[str, Any] | None = None):
+        super().__init__(message, when=when)
+        self.kinds = frozenset([kinds] if isinstance(kinds, str) else kinds)
+
+    def _what(self) -> str:
+        return f"{sorted(self.kinds)!r}, "
+
+
+class Before(_KindsRule):
+    """The stage must come before every stage of these kinds: broken when one is earlier."""
+
+    def broken(self, settings: BaseModel, earlier: Sequence[str]) -> bool:
+        return not self.kinds.isdisjoint(earlier)
+
+
+class AfterOneOf(_KindsRule):
+    """The stage needs a stage of one of these kinds before it."""
+
+    def broken(self, settings: BaseModel, earlier: Sequence[str]) -> bool:
+        return self.kinds.isdisjoint(earlier)
+
+
+class Once(OrderRule):
+    """At most one stage of this kind in a pipeline."""
+
+    def broken(self, settings: BaseModel, earlier: Sequence[str]) -> bool:
+        return settings.kind in earlier
+
+
 class StageSettings(BaseModel):
     """Settings common to every stage. ``extra="forbid"`` so typos are errors."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: str
+    order_rules: ClassVar[tuple[OrderRule, ...]] = ()
+    """Where a stage of this kind may stand, checked in order at its position in the
+    pipeline (the first broken rule is the error). Subclasses assign the tuple."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
@@ -24,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from privatize.errors import SpecError
-from privatize.settings import KeyRef, StageSettings
+from privatize.settings import KeyRef, StageSettings, field_holds_key_ref
 from privatize.stage import registered_kinds
 
 
@@ -76,46 +77,47 @@ class PipelineSpec(BaseModel):
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
     def key_refs(self) -> list[str]:
-        refs = [getattr(s, "key", None) for s in self.stages]
-        refs.append(self.output.pseudonym_key)
-        return [r for r in refs if r]
-
-
-def _order_error(i: int, msg: str) -> ValueError:
-    return ValueError(f"stages.{i}: {msg}")
+        """Every key reference in the spec (see :func:`key_references`)."""
+        return [ref for _, ref in key_references(self)]
 
 
 def check_stage_order(stages: list[StageSettings]) -> None:
-    """Refuse orders that cannot work (ARCHITECTURE.md, "Order")."""
+    """Refuse orders that cannot work (ARCHITECTURE.md, "Order"): each stage's
+    ``order_rules`` (declared on its registered settings class), in order, against the
+    kinds of the stages before it; the first broken rule is the error."""
+    kinds = registered_kinds()
     seen: list[str] = []
     for i, s in enumerate(stages):
-        k = s.kind
-        if k == "dedup":
-            if "encrypt_text" in seen:
-                raise _order_error(i, "dedup after encrypt_text finds nothing (ciphertext depends on position); "
-                                      "put dedup before the cipher")
-            if "redact" in seen:
-                raise _order_error(i, "dedup after redact creates false duplicates (\"My name is <MASK>\"); "
-                                      "put dedup before redact")
-            unit = getattr(s, "unit", "segment")
-            if unit == "segment" and "split" not in seen:
-                raise _order_error(i, "dedup with unit 'segment' needs a split stage before it")
-            if unit == "document" and "split" in seen:
-                raise _order_error(i, "dedup with unit 'document' must come before split")
-        elif k == "split":
-            if "split" in seen:
-                raise _order_error(i, "split appears twice")
-            if "encrypt_text" in seen or "redact" in seen:
-                raise _order_error(i, "split must come before redact and encrypt_text")
-        elif k == "redact":
-            if "encrypt_text" in seen:
-                raise _order_error(i, "redact after encrypt_text sees only ciphertext; put it before the cipher")
-        elif k == "split_private":
-            if not ({"dedup", "redact"} & set(seen)):
-                raise _order_error(i, "split_private needs a dedup or redact stage before it (it routes by their flags)")
-        if k == "encrypt_text" and "encrypt_text" in seen:
-            raise _order_error(i, "encrypt_text appears twice")
-        seen.append(k)
+        settings_cls = kinds[s.kind][0] if s.kind in kinds else type(s)
+        for rule in getattr(settings_cls, "order_rules", ()):
+            if rule.applies(s) and rule.broken(s, seen):
+                raise ValueError(f"stages.{i}: {rule.message}")
+        seen.append(s.kind)
+
+
+def key_references(spec: BaseModel) -> list[tuple[str, str]]:
+    """(field path, reference) for every :data:`~privatize.settings.KeyRef` in ``spec``
+    (a :class:`PipelineSpec`, or any part of one), in the model's order: every field
+    typed ``KeyRef`` at any depth (a stage's ``key``, a key in a stage's nested
+    settings, ``output.pseudonym_key``). Paths are field names and list indexes
+    (``stages.3.key``)."""
+    found: list[tuple[str, str]] = []
+
+    def walk(value, path: list[str], is_ref: bool) -> None:
+        if isinstance(value, BaseModel):
+            for name, field in type(value).model_fields.items():
+                walk(getattr(value, name, None), [*path, name], field_holds_key_ref(field))
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(v, [*path, str(i)], is_ref)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, [*path, str(k)], is_ref)
+        elif is_ref and isinstance(value, str):
+            found.append((".".join(path), value))
+
+    walk(spec, [], False)
+    return found
 
 
 def _format_errors(exc: ValidationError) -> str:
@@ -127,13 +129,36 @@ def _format_errors(exc: ValidationError) -> str:
     return "; ".join(lines)
 
 
+_PATH_IN_MSG = re.compile(r"^((?:stages|input|output|version)(?:\.[\w-]+)*): (.*)$", re.S)
+
+
+def field_errors(exc: ValidationError) -> list[tuple[list[str], str]]:
+    """(field path, message) per error of a spec that failed validation: pydantic's own
+    locations, and for the stage-order check (a model-level error) the path its message
+    starts with (``stages.2``)."""
+    out = []
+    for e in exc.errors():
+        loc = [str(p) for p in e["loc"]]
+        msg = e["msg"].removeprefix("Value error, ")
+        if not loc:
+            m = _PATH_IN_MSG.match(msg)
+            if m:
+                loc, msg = m.group(1).split("."), m.group(2)
+        out.append((loc, msg))
+    return out
+
+
 def parse_spec(data: dict) -> PipelineSpec:
+    """The validated spec, or a :class:`SpecError` naming the field paths; its
+    ``field_errors`` attribute holds them one by one (:func:`field_errors`)."""
     if not isinstance(data, dict):
         raise SpecError("spec: the top level must be a mapping with 'stages'")
     try:
         return PipelineSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_format_errors(exc)) from None
+        err = SpecError(_format_errors(exc))
+        err.field_errors = field_errors(exc)
+        raise err from None
 
 
 def load_spec(path: str | Path) -> PipelineSpec:

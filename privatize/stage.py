@@ -113,10 +113,22 @@ def set_column(batch: pa.Table, name: str, values) -> pa.Table:
 
 
 class StageContext:
-    """What a stage may know about its run: where relative key paths resolve from."""
+    """What a stage may know about its run: where relative key paths resolve from, and
+    the :class:`~privatize.keys.KeyResolver` its ``setup()`` resolves key references
+    with (``self.context.key_resolver.resolve(ref)``; by default one for ``base_dir``,
+    made on first use, so it sees the ``keystore:`` backend of the process it runs in)."""
 
-    def __init__(self, base_dir: str | None = None):
+    def __init__(self, base_dir: str | None = None, key_resolver: Any = None):
         self.base_dir = base_dir
+        self._key_resolver = key_resolver
+
+    @property
+    def key_resolver(self):
+        if self._key_resolver is None:
+            from privatize.keys import KeyResolver
+
+            self._key_resolver = KeyResolver(base_dir=self.base_dir)
+        return self._key_resolver
 
 
 _REGISTRY: dict[str, tuple[type, type[Stage]]] = {}

@@ -4,36 +4,22 @@ and only ``keystore:`` keys of its own that are enabled."""
 
 from __future__ import annotations
 
-import re
-
-from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from privatize.errors import SpecError
-from privatize.spec import PipelineSpec, parse_spec
+from privatize.spec import InputSettings, PipelineSpec, parse_spec
+from privatize.spec import key_references as spec_key_references
 from services.errors import SpecInvalid
 from services.models import Key
 
-_PATH_IN_MSG = re.compile(r"^((?:stages|input|output|version)(?:\.[\w-]+)*): (.*)$", re.S)
 
-
-def _structured_errors(data: dict, exc: SpecError) -> list[dict]:
-    """Field paths of a failed spec: pydantic's own locations, and for the stage-order
-    check (a model-level error) the path its message starts with."""
-    try:
-        PipelineSpec.model_validate(data)
-    except ValidationError as ve:
-        out = []
-        for e in ve.errors():
-            loc = [str(p) for p in e["loc"]]
-            msg = e["msg"].removeprefix("Value error, ")
-            if not loc:
-                m = _PATH_IN_MSG.match(msg)
-                if m:
-                    loc, msg = m.group(1).split("."), m.group(2)
-            out.append({"path": ".".join(loc), "loc": ["body", "spec", *loc], "message": msg})
-        return out
-    return [{"path": "", "loc": ["body", "spec"], "message": str(exc)}]
+def _structured_errors(exc: SpecError) -> list[dict]:
+    """Field paths of a failed spec, from the error ``parse_spec`` raised (no second
+    validation): pydantic's locations, and the stage-order check's ``stages.<i>``."""
+    fields = getattr(exc, "field_errors", None)
+    if fields is None:
+        return [{"path": "", "loc": ["body", "spec"], "message": str(exc)}]
+    return [{"path": ".".join(loc), "loc": ["body", "spec", *loc], "message": msg} for loc, msg in fields]
 
 
 def validate_spec(data) -> PipelineSpec:
@@ -43,33 +29,13 @@ def validate_spec(data) -> PipelineSpec:
     try:
         return parse_spec(data)
     except SpecError as exc:
-        raise SpecInvalid(str(exc), errors=_structured_errors(data, exc)) from None
+        raise SpecInvalid(str(exc), errors=_structured_errors(exc)) from None
 
 
 def key_references(spec: PipelineSpec) -> list[tuple[str, str]]:
-    """(field path, reference) for every key reference in the spec: the ones
-    ``PipelineSpec.key_refs`` lists and any nested ``key`` / ``*_key`` field (operator
-    settings of a stage)."""
-    found: dict[str, str] = {}
-
-    def walk(node, path: list[str]):
-        if isinstance(node, dict):
-            for k, v in node.items():
-                p = [*path, str(k)]
-                if isinstance(v, str) and (k == "key" or str(k).endswith("_key")):
-                    found[".".join(p)] = v
-                else:
-                    walk(v, p)
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(v, [*path, str(i)])
-
-    walk(spec.to_dict(), [])
-    listed = set(found.values())
-    for ref in spec.key_refs():
-        if ref not in listed:
-            found[f"(key_refs).{len(found)}"] = ref
-    return sorted(found.items())
+    """(field path, reference) for every key reference in the spec, at any depth
+    (``privatize.spec.key_references``), sorted by path."""
+    return sorted(spec_key_references(spec))
 
 
 def check_key_references(s: Session, tenant_id: str, spec: PipelineSpec) -> list[str]:
@@ -106,6 +72,8 @@ def with_input_format(spec: PipelineSpec, corpus_format: str) -> PipelineSpec:
         raise SpecInvalid(f"input.format: the corpus is {corpus_format}, the spec says {fmt}",
                           errors=[{"path": "input.format", "loc": ["body", "spec", "input", "format"],
                                    "message": f"the corpus is {corpus_format}"}])
-    d = spec.to_dict()
-    d["input"] = {**d.get("input", {}), "format": corpus_format}
-    return parse_spec(d)
+    if fmt == corpus_format:
+        return spec
+    # the rest of the spec is validated already: only the changed part is checked again
+    inp = InputSettings.model_validate({**spec.input.model_dump(), "format": corpus_format})
+    return spec.model_copy(update={"input": inp})

@@ -9,6 +9,7 @@ policies of confidentially redacted training (pi: redact; pi_c: flag conservativ
   numbers, ages, names after titles and cues, name lines, occupations).
 * :mod:`privatize.redaction.detect`: :class:`~privatize.redaction.detect.Detector` and
   ``detect_spans(texts)``.
+* :mod:`privatize.redaction.words`: the stop words both of them use.
 
 The ``redact`` stage is :mod:`privatize.stages.redact`. Importing this package is cheap:
 Presidio and spaCy load on first use.

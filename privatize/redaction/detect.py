@@ -49,6 +49,7 @@ import regex as re
 
 from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
+from privatize.redaction.words import stop_words
 
 log = logging.getLogger(__name__)
 
@@ -339,7 +340,7 @@ def recase(text: str, regions: list[tuple[int, int]]) -> str:
     first letter of every word that is not a common function word in upper case. The
     length never changes (characters whose case mapping changes length stay as they
     are)."""
-    stops = _stop_words()
+    stops = stop_words()
     chars = list(text)
     for s, e in regions:
         for m in _LETTER_WORD.finditer(text, s, e):
@@ -362,18 +363,9 @@ _SENT_END = re.compile(r"[.!?:;\n\"“”()\[\]>*-]\s*$|^\s*$")
 _PRONOUN_I = frozenset({"I", "I'm", "I’m", "I'll", "I've", "I'd", "I’ll", "I’ve", "I’d"})
 
 
-@functools.lru_cache(maxsize=1)
-def _stop_words() -> frozenset[str]:
-    from spacy.lang.en.stop_words import STOP_WORDS
-
-    extra = {"hello", "hi", "hey", "thanks", "thank", "please", "sure", "yes", "ok", "okay", "good", "great",
-             "sorry", "dear", "regards", "bye", "goodbye", "welcome", "well", "oh", "no", "yeah", "yep"}
-    return frozenset(STOP_WORDS) | frozenset(extra)
-
-
 def _pi_c_word_signals(text: str) -> list[tuple[int, int]]:
     out = []
-    stops = _stop_words()
+    stops = stop_words()
     for m in _CAP_WORD.finditer(text):
         w = m.group(0).rstrip(".-'’")
         if not w or w in _PRONOUN_I:
@@ -518,7 +510,7 @@ class Detector:
         if not spans:
             return spans
         targets: dict[str, tuple[str, float]] = {}
-        stops = _stop_words()
+        stops = stop_words()
         for s, e, t, sc, _src, _ctx in spans:
             piece = text[s:e].strip()
             if len(piece) >= 2 and any(c.isalnum() for c in piece):
@@ -585,7 +577,7 @@ class Detector:
                 iv += sig
             if pi_c.capitalized:
                 # text without case information: every word that is not a function word
-                stops = _stop_words()
+                stops = stop_words()
                 for a, b in upper_regions[i]:
                     iv += [m.span() for m in _LETTER_WORD.finditer(text, a, b) if m.group(0).lower() not in stops]
             if reserved and iv:

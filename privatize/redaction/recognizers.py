@@ -23,6 +23,7 @@ from __future__ import annotations
 import regex as re
 
 from privatize.redaction.engine import import_presidio
+from privatize.redaction.words import stop_words
 
 import_presidio()  # first, so Presidio leaves Transformers out (see engine.py)
 from presidio_analyzer import Pattern, PatternRecognizer  # noqa: E402
@@ -534,9 +535,7 @@ class NameLineRecognizer(PatternRecognizer):
                          supported_language=supported_language, global_regex_flags=CASE)
 
     def invalidate_result(self, pattern_text: str) -> bool:
-        from privatize.redaction.detect import _stop_words
-
-        stops = _stop_words()
+        stops = stop_words()
         return any(w.lower() in stops or w in _NOT_NAMES for w in pattern_text.split())
 
     def analyze(self, text, entities, nlp_artifacts=None, regex_flags=None):  # noqa: D102

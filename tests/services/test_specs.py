@@ -79,3 +79,61 @@ def test_input_format_follows_the_corpus():
     assert with_input_format(s, "parquet").input.format == "parquet"
     with pytest.raises(SpecInvalid, match="input.format"):
         with_input_format(validate_spec({**spec(), "input": {"format": "text"}}), "jsonl")
+
+
+def test_a_nested_key_reference_is_checked_at_its_field_path(db):
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    from privatize.settings import KeyRef, StageSettings
+    from privatize.spec import InputSettings, OutputSettings, PipelineSpec
+
+    class Operator(BaseModel):
+        key: KeyRef
+
+    class NestedSettings(StageSettings):
+        kind: Literal["nested"] = "nested"
+        operators: list[Operator]
+
+    spec_ = PipelineSpec.model_construct(input=InputSettings(), output=OutputSettings(pseudonym_key="file:p.key"),
+                                         stages=[NestedSettings(operators=[Operator(key="file:/etc/op.key")])])
+    assert key_references(spec_) == [("output.pseudonym_key", "file:p.key"),
+                                      ("stages.0.operators.0.key", "file:/etc/op.key")]
+    with session_scope(db) as s:
+        a, _, _ = create_tenant(s, "a", storage_limit_bytes=10, max_concurrent_jobs=1)
+        with pytest.raises(SpecInvalid) as ei:
+            check_key_references(s, a.id, spec_)
+    assert [e["path"] for e in ei.value.extra["errors"]] == ["output.pseudonym_key", "stages.0.operators.0.key"]
+    assert ei.value.extra["errors"][1]["loc"] == ["body", "spec", "stages", "0", "operators", "0", "key"]
+
+
+def test_a_spec_is_validated_once(monkeypatch):
+    from privatize.spec import PipelineSpec
+
+    calls = []
+    validate = PipelineSpec.model_validate.__func__
+
+    def counting(cls, *args, **kwargs):
+        calls.append(1)
+        return validate(cls, *args, **kwargs)
+
+    monkeypatch.setattr(PipelineSpec, "model_validate", classmethod(counting))
+    s = validate_spec(spec())
+    with_input_format(s, "jsonl")
+    with pytest.raises(SpecInvalid) as ei:
+        validate_spec({"stages": [{"kind": "split"}, {"kind": "encrypt_text", "key": "keystore:k"}, {"kind": "dedup"}]})
+    assert len(calls) == 2  # one per validate_spec, none for the field paths or the input format
+    assert ei.value.extra["errors"] == [{"path": "stages.2", "loc": ["body", "spec", "stages", "2"],
+                                         "message": "dedup after encrypt_text finds nothing (ciphertext depends on "
+                                                    "position); put dedup before the cipher"}]
+
+
+def test_input_format_gives_the_spec_a_new_parse_would():
+    from privatize.spec import parse_spec
+
+    s = validate_spec(spec())
+    fixed = with_input_format(s, "parquet")
+    reparsed = parse_spec({**s.to_dict(), "input": {**s.to_dict()["input"], "format": "parquet"}})
+    assert fixed == reparsed and fixed.sha256() == reparsed.sha256() and fixed.to_dict() == reparsed.to_dict()
+    assert with_input_format(fixed, "parquet") == fixed

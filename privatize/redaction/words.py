@@ -1,0 +1,17 @@
+"""Word lists the detector and the recognizers share (a module of its own, so that
+neither imports the other for them)."""
+
+from __future__ import annotations
+
+import functools
+
+
+@functools.lru_cache(maxsize=1)
+def stop_words() -> frozenset[str]:
+    """spaCy's English stop words and common greetings and fillers: words that are never
+    a name (loads ``spacy.lang.en`` on first use)."""
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    extra = {"hello", "hi", "hey", "thanks", "thank", "please", "sure", "yes", "ok", "okay", "good", "great",
+             "sorry", "dear", "regards", "bye", "goodbye", "welcome", "well", "oh", "no", "yeah", "yep"}
+    return frozenset(STOP_WORDS) | frozenset(extra)
