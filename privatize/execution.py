@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from privatize.stage import (DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, ROW, STAT_PREFIX, GlobalStage, Stage,
+from privatize.routing import Router, routed
+from privatize.stage import (DECISION_ROW, DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX, GlobalStage, Stage,
                              set_column)
 
 QSTAGE = "_qstage"  # which stage quarantined a row (-1: reading)
@@ -130,35 +131,35 @@ def key_rows(stage: GlobalStage, batch: pa.Table) -> pa.Table:
         keys = keys.combine_chunks()
     part = partition_of(keys)
     t = pa.table({"doc_id": live["doc_id"], "key": keys,
-                  **{c: live[c] for c in ORDER_COLUMNS}, "_part": pa.array(part),
-                  ROW: pa.array(np.arange(live.num_rows, dtype=np.int64))})
+                  **{c: live[c] for c in ORDER_COLUMNS}, "_part": pa.array(part)})
     return t.filter(pc.greater_equal(t["_part"], 0)) if keys.null_count else t  # -1: a null key
+
+
+DECIDE_COLUMNS = ("doc_id", "key", *ORDER_COLUMNS)
 
 
 def sort_partition(partition: pa.Table) -> pa.Table:
     return partition.sort_by([(c, "ascending") for c in ORDER_COLUMNS])
 
 
-def decide_partition(stage: GlobalStage, partition: pa.Table) -> pa.Table:
-    cols = ["doc_id", "key", *ORDER_COLUMNS]
-    return stage.decide(sort_partition(partition.select(cols)))
+def decide_partition(stage: GlobalStage, partition: pa.Table, packed: np.ndarray | None = None) -> pa.Table:
+    """``decide`` over the keyed rows of one hash partition, in the global order, and its
+    decisions routed to their rows (:func:`privatize.routing.routed`)."""
+    rows = partition.select(list(DECIDE_COLUMNS))
+    return routed(stage.kind, stage.decide(rows), rows, packed)
 
 
-class DecisionIndex:
-    """Decisions of a whole run (sparse by contract), looked up per batch by ``doc_id``."""
-
-    def __init__(self, decisions: pa.Table):
-        self.table = decisions
-
-    def for_batch(self, batch: pa.Table) -> pa.Table:
-        if not self.table.num_rows:
-            return self.table
-        return self.table.filter(pc.is_in(self.table["doc_id"], value_set=batch["doc_id"].combine_chunks()))
+def no_decisions(stage: GlobalStage) -> pa.Table:
+    """The decision columns of ``stage`` (``decide`` over no rows)."""
+    empty = pa.table({"doc_id": pa.array([], pa.string()), "key": pa.array([], pa.binary()),
+                      **{c: pa.array([], pa.int64()) for c in ORDER_COLUMNS}})
+    return stage.decide(empty)
 
 
-def apply_global_batch(stage: GlobalStage, index: int, batch: pa.Table, decisions: pa.Table) -> pa.Table:
+def apply_global_batch(stage: GlobalStage, index: int, batch: pa.Table, router: Router) -> pa.Table:
+    """``apply`` on the live rows of ``batch`` with their decisions, aligned."""
     live, marked = split_marked(batch)
-    out = stage.apply(_clear_marks(live), decisions) if live.num_rows else live
+    out = stage.apply(_clear_marks(live), router.for_batch(live)) if live.num_rows else live
     return concat([finish_stage_output(out, index), marked])
 
 
@@ -184,74 +185,25 @@ def _take(table: pa.Table, indices: np.ndarray) -> pa.Table:
 
 
 def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) -> list[pa.Table]:
-    """In-process execution of a GlobalStage over all batches of the corpus.
-
-    After the built-in :class:`UniqueIds` (``index >= 0``) a live ``doc_id`` names one
-    row, so each decision is routed to its batch by position: ``decide`` gets the
-    runner's number for each row (``ROW``) and may keep it on its decisions; otherwise
-    the decision's ``doc_id`` is looked up among the keyed rows of its own partition (a
-    small hash table), never probed against every batch."""
-    keyed_list = [key_rows(stage, b) for b in batches]
-    keyed = concat(keyed_list) if keyed_list else None
-    if keyed is None or not keyed.num_rows:
-        empty = stage.decide(pa.table({"doc_id": pa.array([], pa.string()), "key": pa.array([], pa.binary()),
-                                       **{c: pa.array([], pa.int64()) for c in ORDER_COLUMNS}}))
-        return [apply_global_batch(stage, index, b, empty) for b in batches]
-    # small integer types: NumPy's stable argsort is then a radix sort
-    batch_of = np.repeat(np.arange(len(batches), dtype=np.uint16 if len(batches) < 65536 else np.int64),
-                         [k.num_rows for k in keyed_list])
-    parts = keyed["_part"].to_numpy().astype(np.uint8)
-    order = np.argsort(parts, kind="stable")
-    row_of = keyed[ROW].to_numpy()[order]
-    batch_of = batch_of[order]
-    in_order = _in_global_order(keyed)
-    keyed = _take(keyed.select(["doc_id", "key", *ORDER_COLUMNS]), order)
-    if index >= 0:
-        keyed = keyed.append_column(ROW, pa.array(np.arange(keyed.num_rows, dtype=np.int64)))
-    bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
-    decided, routed, rows = [], [], []
-    for p in range(NUM_PARTITIONS):
-        lo, hi = int(bounds[p]), int(bounds[p + 1])
-        if hi <= lo:
-            continue
-        part = keyed.slice(lo, hi - lo)
-        d = stage.decide(part if in_order else sort_partition(part))
-        if not d.num_rows:
-            continue
-        if index >= 0:
-            at = _decided_rows(stage, index, d, part, lo)
-            routed.append(batch_of[at])
-            rows.append(row_of[at])
-            if ROW in d.column_names:
-                d = d.drop_columns([ROW])
-        decided.append(d)
-    if not decided:
-        empty = stage.decide(keyed.slice(0, 0).select(["doc_id", "key", *ORDER_COLUMNS]))
-        return [apply_global_batch(stage, index, b, empty) for b in batches]
-    decisions = concat(decided)
-    if index < 0:  # UniqueIds: one doc_id may sit in several batches
-        index_ = DecisionIndex(decisions)
-        return [apply_global_batch(stage, index, b, index_.for_batch(b)) for b in batches]
-    which = np.concatenate(routed)
-    by_batch = np.argsort(which, kind="stable")
-    decisions = _take(decisions.append_column(ROW, pa.array(np.concatenate(rows))), by_batch)
-    cuts = np.searchsorted(which[by_batch], np.arange(len(batches) + 1))
-    return [apply_global_batch(stage, index, b, decisions.slice(int(cuts[i]), int(cuts[i + 1] - cuts[i])))
-            for i, b in enumerate(batches)]
-
-
-def _decided_rows(stage: GlobalStage, index: int, decided: pa.Table, part: pa.Table, lo: int) -> np.ndarray:
-    """The runner's row number (``ROW``) of each decision of the partition ``part``, which
-    starts at row ``lo``: as ``decide`` kept it, or found by ``doc_id``."""
-    if ROW in decided.column_names:
-        kept = decided[ROW]
-        at = None if kept.null_count else kept.to_numpy()
-    else:
-        pos = pc.index_in(decided["doc_id"], value_set=part["doc_id"].combine_chunks())
-        at = None if pos.null_count else pos.to_numpy(zero_copy_only=False) + lo
-    if at is None or ((at < lo) | (at >= lo + part.num_rows)).any():
-        raise ValueError(f"stage {index} ({stage.kind}): decide() returned a decision for a row not in its partition")
-    return at
+    """In-process execution of a GlobalStage over all batches of the corpus: keys, the
+    keyed rows grouped by hash partition (a radix sort on one byte), ``decide`` per
+    partition in the global order, then ``apply`` per batch through the same
+    :class:`~privatize.routing.Router` the Ray runner uses."""
+    keyed = concat([key_rows(stage, b) for b in batches]) if batches else None
+    tables = []
+    if keyed is not None and keyed.num_rows:
+        parts = keyed["_part"].to_numpy().astype(np.uint8)
+        order = np.argsort(parts, kind="stable")
+        in_order = _in_global_order(keyed)
+        keyed = _take(keyed.select(list(DECIDE_COLUMNS)), order)
+        bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
+        for p in range(NUM_PARTITIONS):
+            lo, hi = int(bounds[p]), int(bounds[p + 1])
+            if hi > lo:
+                part = keyed.slice(lo, hi - lo)
+                tables.append(decide_partition(stage, part if in_order else sort_partition(part)))
+    router = Router(tables, no_decisions(stage) if not any(t.num_rows for t in tables) else None)
+    return [apply_global_batch(stage, index, b, router) for b in batches]
 
 
 class UniqueIds(GlobalStage):
@@ -264,28 +216,28 @@ class UniqueIds(GlobalStage):
         return pc.cast(batch["doc_id"], pa.binary())
 
     def decide(self, partition: pa.Table) -> pa.Table:
-        ids = partition["doc_id"].to_pylist()
-        src, line = partition["_src"].to_pylist(), partition["_line"].to_pylist()
+        """A decision for every row whose ``doc_id`` repeats: where the id was first seen."""
+        ids = partition["doc_id"]
+        counts = pc.value_counts(ids)
+        repeated = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+        rows = np.flatnonzero(pc.is_in(ids, value_set=repeated).to_numpy(zero_copy_only=False)) \
+            if len(repeated) else np.zeros(0, np.int64)
         first: dict[str, tuple[int, int]] = {}
-        seen_twice: set[str] = set()
-        for d, s, ln in zip(ids, src, line):
-            if d in first:
-                seen_twice.add(d)
-            else:
-                first[d] = (s, ln)
-        first = {d: v for d, v in first.items() if d in seen_twice}  # sparse: only ids that repeat
-        return pa.table({"doc_id": pa.array(list(first), pa.string()),
-                         "first_src": pa.array([v[0] for v in first.values()], pa.int64()),
-                         "first_line": pa.array([v[1] for v in first.values()], pa.int64())})
+        src, line = [], []
+        for d, s, ln in zip(ids.take(pa.array(rows)).to_pylist(), partition["_src"].take(pa.array(rows)).to_pylist(),
+                            partition["_line"].take(pa.array(rows)).to_pylist()):
+            f = first.setdefault(d, (s, ln))
+            src.append(f[0])
+            line.append(f[1])
+        return pa.table({DECISION_ROW: pa.array(rows, pa.int64()), "first_src": pa.array(src, pa.int64()),
+                         "first_line": pa.array(line, pa.int64())})
 
     def apply(self, batch: pa.Table, decisions: pa.Table) -> pa.Table:
-        first = {d: (s, ln) for d, s, ln in zip(decisions["doc_id"].to_pylist(),
-                                                decisions["first_src"].to_pylist(),
-                                                decisions["first_line"].to_pylist())}
-        reasons = []
-        for d, s, ln in zip(batch["doc_id"].to_pylist(), batch["_src"].to_pylist(), batch["_line"].to_pylist()):
-            f = first.get(d)
-            reasons.append(None if f is None or f == (s, ln) else f"duplicate doc_id (first seen in input {f[0]} line {f[1]})")
+        if decisions["first_src"].null_count == batch.num_rows:
+            return batch
+        reasons = [None if fs is None or (fs, fl) == (s, ln) else f"duplicate doc_id (first seen in input {fs} line {fl})"
+                   for fs, fl, s, ln in zip(decisions["first_src"].to_pylist(), decisions["first_line"].to_pylist(),
+                                            batch["_src"].to_pylist(), batch["_line"].to_pylist())]
         if not any(reasons):
             return batch
         return set_column(batch, QUARANTINE, pa.array(reasons, pa.string()))

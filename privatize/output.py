@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from privatize import __version__
-from privatize.errors import OutputError
+from privatize.errors import OutputError, RecordError
 from privatize.execution import DSTAGE, QSTAGE, READ_STAGE
 from privatize.stage import DROP, QUARANTINE, STAT_PREFIX
 
@@ -170,21 +170,123 @@ def split_final_rows(rows: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
     return rows.filter(keep), rows.filter(q), rows.filter(d)
 
 
-def stage_stats(rows: pa.Table, num_stages: int) -> dict[int, dict]:
-    """Per stage position: quarantined, dropped and the summed ``_stat`` columns."""
-    stats: dict[int, dict] = {i: {"quarantined": 0, "dropped": 0, "stats": {}} for i in range(READ_STAGE, num_stages)}
-    for col, key in ((QSTAGE, "quarantined"), (DSTAGE, "dropped")):
-        if col in rows.column_names:
-            vals, counts = np.unique(rows[col].drop_null().to_numpy(), return_counts=True)
-            for v, c in zip(vals, counts):
-                stats[int(v)][key] = int(c)
-    for name in rows.column_names:
-        if not name.startswith(STAT_PREFIX):
-            continue
-        idx, stat = name[len(STAT_PREFIX):].split(".", 1)
-        total = pc.sum(rows[name]).as_py() or 0
-        stats[int(idx)]["stats"][stat] = total
-    return stats
+@dataclass
+class StageTally:
+    """What one stage position counted: its records, seconds and per-row statistics."""
+
+    records_in: int = 0
+    records_out: int = 0
+    seconds: float = 0.0
+    quarantined: int = 0
+    dropped: int = 0
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Tally:
+    """Everything a run counts, in one typed value: the in-process runner fills one, each
+    block of the Ray runner's final pass fills its own and the driver merges them
+    (:meth:`merge`); :func:`build_manifest` reads it. Stage ``-1`` is reading."""
+
+    num_stages: int
+    input_records: int = 0
+    output_records: int = 0
+    quarantined: int = 0
+    dropped: int = 0
+    stages: dict[int, StageTally] = field(default_factory=dict)
+    key_ids: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for i in range(READ_STAGE, self.num_stages):
+            self.stages.setdefault(i, StageTally())
+
+    def add_final_rows(self, rows: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+        """Count final rows (output, quarantined, dropped, and the statistics they carry);
+        returns them split as :func:`split_final_rows` does."""
+        out, q, d = split_final_rows(rows)
+        self.output_records += out.num_rows
+        self.quarantined += q.num_rows
+        self.dropped += d.num_rows
+        for col, attr in ((QSTAGE, "quarantined"), (DSTAGE, "dropped")):
+            if col in rows.column_names:
+                vals, counts = np.unique(rows[col].drop_null().to_numpy(), return_counts=True)
+                for v, c in zip(vals, counts):
+                    setattr(self.stages[int(v)], attr, getattr(self.stages[int(v)], attr) + int(c))
+        for name in rows.column_names:
+            if name.startswith(STAT_PREFIX):
+                idx, stat = name[len(STAT_PREFIX):].split(".", 1)
+                st = self.stages[int(idx)].stats
+                st[stat] = st.get(stat, 0) + (pc.sum(rows[name]).as_py() or 0)
+        return out, q, d
+
+    def add_timing(self, index: int, records_in: int, records_out: int, seconds: float) -> None:
+        st = self.stages[index]
+        st.records_in += records_in
+        st.records_out += records_out
+        st.seconds += seconds
+
+    def merge(self, other: "Tally") -> "Tally":
+        self.input_records += other.input_records
+        self.output_records += other.output_records
+        self.quarantined += other.quarantined
+        self.dropped += other.dropped
+        for i, o in other.stages.items():
+            st = self.stages[i]
+            for attr in ("records_in", "records_out", "seconds", "quarantined", "dropped"):
+                setattr(st, attr, getattr(st, attr) + getattr(o, attr))
+            for k, v in o.stats.items():
+                st.stats[k] = st.stats.get(k, 0) + v
+        self.key_ids.update(other.key_ids)
+        return self
+
+    def stage_entries(self, kinds: list[str]) -> list[dict]:
+        entries = []
+        for i, kind in enumerate(kinds):
+            st = self.stages[i]
+            entry = {"index": i, "kind": kind, "records_in": st.records_in, "records_out": st.records_out,
+                     "seconds": round(st.seconds, 4), "quarantined": st.quarantined, "dropped": st.dropped,
+                     "stats": st.stats}
+            expanded = st.stats.get("expanded", 0)
+            entry["reconciled"] = st.records_in + expanded == st.records_out + st.quarantined + st.dropped
+            entries.append(entry)
+        return entries
+
+
+def check_strict(quarantined: pa.Table, stage_names: dict[int, str], files: list[str]) -> None:
+    """``--strict``: the first quarantined record (in the global order) as an error."""
+    if not quarantined.num_rows:
+        return
+    r = quarantined.slice(0, 1).to_pylist()[0]
+    where = f"{files[r['_src']]}:{r['_line']}" if 0 <= r["_src"] < len(files) else f"line {r['_line']}"
+    raise RecordError(f"{where}: {r[QUARANTINE]} (record {r['doc_id']!r}, stage "
+                      f"{stage_names.get(r.get(QSTAGE, READ_STAGE), '?')}) "
+                      f"[--strict; {quarantined.num_rows} record(s) in all]")
+
+
+def build_manifest(spec, tally: Tally, kinds: list[str], *, shards: list[dict], quarantine: str | None,
+                   quarantine_records: int, files: list[str], runner: str) -> dict:
+    """The manifest (without ``seconds``) from a run's :class:`Tally`; every runner builds
+    it here, so the fields agree."""
+    manifest = manifest_skeleton(spec.to_dict(), spec.sha256())
+    key_ids = {k: tally.key_ids[k] for k in sorted(tally.key_ids, key=_key_id_order)}
+    manifest.update({
+        "runner": runner,
+        "inputs": files,
+        "counts": {"input_records": tally.input_records, "read_quarantined": tally.stages[READ_STAGE].quarantined,
+                   "output_records": tally.output_records, "quarantined": tally.quarantined,
+                   "dropped": tally.dropped},
+        "stages": tally.stage_entries(kinds),
+        "key_ids": key_ids,
+        "shards": shards,
+        "quarantine": {"path": quarantine, "records": quarantine_records},
+    })
+    return manifest
+
+
+def _key_id_order(name: str) -> tuple:
+    """``stages.<i>.<name>`` by stage position, then ``output.*``."""
+    parts = name.split(".")
+    return (0, int(parts[1]), name) if parts[0] == "stages" else (1, 0, name)
 
 
 def write_quarantine(rows: pa.Table, path: Path, stage_names: dict[int, str]) -> int:

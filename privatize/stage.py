@@ -12,9 +12,10 @@ three steps that any runner can distribute:
 
 1. ``keys(batch)`` returns one key per row (``None`` = the row takes no part);
 2. ``decide(partition)`` sees every keyed row whose key hashes to one of
-   :data:`NUM_PARTITIONS` partitions, with the global order columns, and returns
-   decisions keyed by ``doc_id``;
-3. ``apply(batch, decisions)`` applies the decisions for the rows of one batch.
+   :data:`NUM_PARTITIONS` partitions, in the global order, and returns decisions, each
+   with the position of its row in the partition (:data:`DECISION_ROW`);
+3. ``apply(batch, decisions)`` applies them: ``decisions`` is aligned to ``batch`` (row
+   ``i`` is the decision for row ``i``, nulls where ``decide`` made none).
 
 The partition count is fixed, so results never depend on batch size or worker count.
 
@@ -41,12 +42,9 @@ DROP = "_drop"
 STAT_PREFIX = "_stat."
 ORDER_COLUMNS = ("_src", "_line", "_seg")
 NUM_PARTITIONS = 64
-ROW = "_row"
-"""A column a runner may add to the decisions it hands ``apply``: the position of each
-decision's row among the batch's live rows (the in-process runner knows it; a stage may
-use it instead of looking ``doc_id`` up, and must work without it). The in-process runner
-also gives ``decide`` its own number for each row in this column: decisions that keep
-it are routed by it, the others by ``doc_id``."""
+DECISION_ROW = "row"
+"""The column of ``GlobalStage.decide``'s result holding each decision's row: its position
+in the partition ``decide`` was given."""
 
 
 class Stage:
@@ -88,16 +86,19 @@ class GlobalStage(Stage):
 
     def decide(self, partition: pa.Table) -> pa.Table:
         """``partition`` has columns ``doc_id``, ``key`` and the order columns, sorted by
-        the global order. Return a table with ``doc_id`` and decision columns.
+        the global order. Return a table with :data:`DECISION_ROW` (the position in
+        ``partition`` of the row each decision is for; each row at most once) and the
+        decision columns.
 
         Decisions should be sparse: return rows only where the outcome differs from the
-        default (a duplicate, not every first occurrence), because ``apply`` treats a row
-        with no decision as the default and runners may broadcast decisions to workers."""
+        default (a duplicate, not every first occurrence); ``apply`` sees nulls for the
+        rest. Rows are told apart by their order columns: a stage that expands a row into
+        several numbers the pieces in ``_seg``, as ``split`` does."""
         raise NotImplementedError
 
     def apply(self, batch: pa.Table, decisions: pa.Table) -> pa.Table:
-        """``decisions`` holds the rows of ``decide``'s output whose ``doc_id`` is in
-        ``batch`` (possibly none), in no particular order."""
+        """``decisions``: ``decide``'s decision columns aligned to ``batch``'s rows (row
+        ``i`` for row ``i``; nulls where there is no decision)."""
         raise NotImplementedError
 
     def process_batch(self, batch: pa.Table) -> pa.Table:  # pragma: no cover - guard

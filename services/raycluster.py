@@ -192,7 +192,7 @@ def _start_head(settings: Settings) -> HeadState:
     temp.mkdir(parents=True, exist_ok=True)
     (data / "logs").mkdir(parents=True, exist_ok=True)
     gcs, dash, client, agent_listen, agent_grpc, rt_env, metrics, node_mgr, obj_mgr = _free_ports(9)
-    from privatize.ray_runner import local_init_args
+    from privatize.ray import local_init_args
 
     num_cpus = settings.ray_num_cpus or os.cpu_count() or 1
     cmd = _ray_cli() + [

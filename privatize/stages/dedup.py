@@ -13,8 +13,7 @@ A :class:`~privatize.stage.GlobalStage`:
   ``bloom_fp_rate``); a row is a hit when the filter already holds its digest, then the
   digest is added. It never misses a duplicate, and flags a first occurrence (a false
   positive) at about ``bloom_fp_rate`` while the partition holds at most its share of
-  the capacity. Returns ``doc_id`` and ``dedup_hit`` for the hits only (sparse), and
-  the runner's row numbers (``ROW``) when the partition carries them.
+  the capacity. Returns the hits only (sparse): their positions and ``dedup_hit``.
 * ``apply``: column ``dedup_hit`` (bool, false for rows without a decision); with
   ``action: mask`` the text of a hit becomes exactly ``<MASK>`` (the token redaction
   uses), with ``action: drop`` the row gets ``_drop`` = "duplicate".
@@ -46,7 +45,7 @@ from pydantic import Field
 
 from privatize.bloom import BloomFilter
 from privatize.settings import AfterOneOf, Before, StageSettings
-from privatize.stage import DROP, NUM_PARTITIONS, ROW, GlobalStage, register_stage, set_column
+from privatize.stage import DECISION_ROW, DROP, NUM_PARTITIONS, GlobalStage, register_stage, set_column
 from privatize.ciphers.tokens import MASK_TOKEN
 
 log = logging.getLogger(__name__)
@@ -157,12 +156,10 @@ class Dedup(GlobalStage):
 
     def decide(self, partition: pa.Table) -> pa.Table:
         keys = _array(partition["key"])
-        ids = _array(partition["doc_id"])
-        rows = _array(partition[ROW]) if ROW in partition.column_names else None
+        rows = np.arange(len(keys), dtype=np.int64)
         if keys.null_count:
             valid = pc.is_valid(keys)
-            keys, ids = keys.filter(valid), ids.filter(valid)
-            rows = rows.filter(valid) if rows is not None else None
+            keys, rows = keys.filter(valid), rows[valid.to_numpy(zero_copy_only=False)]
         if not pa.types.is_fixed_size_binary(keys.type) or keys.type.byte_width < 16:
             keys = keys.cast(pa.binary(DIGEST_SIZE))
         digests = _digest_matrix(keys)
@@ -174,26 +171,11 @@ class Dedup(GlobalStage):
             if bloom.count > bloom.capacity:
                 log.warning("dedup: a partition holds %d keys, over the Bloom capacity share %d: "
                             "false positives rise above bloom_fp_rate", bloom.count, bloom.capacity)
-        hit = pa.array(hit)
-        hits = ids.filter(hit)
-        out = pa.table({"doc_id": hits, "dedup_hit": pa.array(np.ones(len(hits), dtype=bool))})
-        # the runner's row numbers, when it gave them: it then routes without doc_id lookups
-        return out.append_column(ROW, rows.filter(hit)) if rows is not None else out
+        hits = rows[hit]
+        return pa.table({DECISION_ROW: pa.array(hits), "dedup_hit": pa.array(np.ones(len(hits), dtype=bool))})
 
     def apply(self, batch: pa.Table, decisions: pa.Table) -> pa.Table:
-        if decisions.num_rows and ROW in decisions.column_names:  # positions given by the runner
-            flags = np.zeros(batch.num_rows, dtype=bool)
-            rows = decisions[ROW].to_numpy()
-            if "dedup_hit" in decisions.column_names:
-                rows = rows[decisions["dedup_hit"].to_numpy(zero_copy_only=False)]
-            flags[rows] = True
-            hit = pa.array(flags)
-        elif decisions.num_rows:
-            hit_ids = decisions["doc_id"].filter(decisions["dedup_hit"]) if "dedup_hit" in decisions.column_names \
-                else decisions["doc_id"]
-            hit = pc.is_in(batch["doc_id"], value_set=hit_ids.combine_chunks())
-        else:
-            hit = pa.array(np.zeros(batch.num_rows, dtype=bool))
+        hit = decisions["dedup_hit"]
         hit = pc.fill_null(hit, False)
         lengths = pc.cast(pc.fill_null(pc.utf8_length(batch["text"]), 0), pa.int64())
         if self.settings.action == "mask":

@@ -89,7 +89,7 @@ def ray_session(tmp_path_factory):
     os.environ.pop("RAY_ADDRESS", None)
     if ray.is_initialized():
         ray.shutdown()
-    from privatize.ray_runner import local_init_args
+    from privatize.ray import local_init_args
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, **local_init_args(2),
              runtime_env={"worker_process_setup_hook": "tests.integration.conftest.install_probe"})

@@ -21,7 +21,7 @@ import textwrap
 import pytest
 
 from privatize.keys import new_key, write_key_file
-from privatize.runner import run_pipeline
+from privatize import run
 from privatize.spec import parse_spec
 from tests.conftest import ROOT
 from tests.integration.conftest import ray_env
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent("""
     from pathlib import Path
     import ray
     from ray.cluster_utils import Cluster
-    from privatize.ray_runner import run_pipeline_ray
+    from privatize import run
     from privatize.spec import parse_spec
 
     spec, corpus, out, spec_dir, probe, result = sys.argv[1:]
@@ -52,7 +52,7 @@ SCRIPT = textwrap.dedent("""
 
     @ray.remote(num_cpus=1)
     def warm():
-        import privatize.ray_runner  # noqa: F401 - what a stage task imports first
+        import privatize.ray.workers  # noqa: F401 - what a stage task imports first
         return ray.get_runtime_context().get_node_id()
 
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -80,8 +80,8 @@ SCRIPT = textwrap.dedent("""
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     t0 = time.time()
-    m = run_pipeline_ray(parse_spec(json.loads(spec)), corpus, out, spec_dir=spec_dir, batch_size=50,
-                         progress=False)
+    m = run(parse_spec(json.loads(spec)), corpus, out, runner="ray", spec_dir=spec_dir, batch_size=50,
+            progress=False)
     done = time.time()
     nodes = sorted({p.name.split("-")[1] for p in Path(probe).iterdir()})
     # the GCS marks a killed node dead after its health checks fail (about a second):
@@ -111,7 +111,7 @@ def test_node_killed_mid_run_still_gives_identical_shards(tmp_path):
                 text = " ".join(doc_text(k + j) for j in range(6))
                 fh.write(json.dumps({"id": f"doc{k}", "text": text, "individual_id": f"p{k % 50}"}) + "\n")
     spec = parse_spec(CRT)
-    base = run_pipeline(spec, corpus, tmp_path / "inproc", spec_dir=str(tmp_path))
+    base = run(spec, corpus, tmp_path / "inproc", spec_dir=str(tmp_path))
     probe = tmp_path / "probe"
     probe.mkdir()
     out = tmp_path / "ray"

@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from privatize import ray_runner
+from privatize import run
+from privatize.ray import cluster
 from privatize.errors import InputError, OutputError, RecordError
 from privatize.keys import load_key_file, new_key, write_key_file
 from privatize.output import verify
-from privatize.runner import run_pipeline
 from privatize.spec import parse_spec
 from tests.conftest import ROOT
 from tests.integration.conftest import probe_calls, ray_env
@@ -97,14 +97,14 @@ _baselines: dict = {}
 def in_process(workdir, spec_dict: dict, name: str):
     if name not in _baselines:
         out = workdir / f"inproc-{name}"
-        m = run_pipeline(parse_spec(spec_dict), workdir / "corpus", out, spec_dir=str(workdir))
+        m = run(parse_spec(spec_dict), workdir / "corpus", out, spec_dir=str(workdir))
         _baselines[name] = (out, m)
     return _baselines[name]
 
 
 def run_ray(workdir, spec_dict, name, **kw):
     out = workdir / f"ray-{name}"
-    m = ray_runner.run_pipeline_ray(parse_spec(spec_dict), workdir / "corpus", out, spec_dir=str(workdir),
+    m = run(parse_spec(spec_dict), workdir / "corpus", out, runner="ray", spec_dir=str(workdir),
                                     progress=False, **kw)
     return out, m
 
@@ -148,7 +148,7 @@ def test_crt_recipe_runs_in_workers_and_ships_no_key_bytes(probe, workdir, monke
     shipped = []
     import ray
 
-    real_batches, real_task = ray_runner._map_batches, ray_runner._task
+    real_batches, real_task = cluster.map_batches, cluster.task
 
     def spy_batches(ds, fn, **kw):
         shipped.append((fn, kw))
@@ -162,8 +162,8 @@ def test_crt_recipe_runs_in_workers_and_ships_no_key_bytes(probe, workdir, monke
             shipped.append((self.fn, [a for a in args if not isinstance(a, ray.ObjectRef)]))
             return self.real.remote(*args)
 
-    monkeypatch.setattr(ray_runner, "_map_batches", spy_batches)
-    monkeypatch.setattr(ray_runner, "_task", SpyTask)
+    monkeypatch.setattr(cluster, "map_batches", spy_batches)
+    monkeypatch.setattr(cluster, "task", SpyTask)
     got = run_ray(workdir, CRT, "crt-1000", batch_size=1000)
     assert_parity(base, got)
     check_crt_run(got[1])
@@ -177,7 +177,7 @@ def test_crt_recipe_runs_in_workers_and_ships_no_key_bytes(probe, workdir, monke
     # the same probe sees the in-process runner work in this process, and only here
     for p in probe.iterdir():
         p.unlink()
-    run_pipeline(parse_spec(CRT), workdir / "corpus", workdir / "inproc-probed", spec_dir=str(workdir))
+    run(parse_spec(CRT), workdir / "corpus", workdir / "inproc-probed", spec_dir=str(workdir))
     assert {pid for pid, _, _ in probe_calls(probe)} == {os.getpid()}
 
     text_key = load_key_file(workdir / "keys" / "text.key").secret
@@ -200,8 +200,8 @@ def test_batch_size_one_and_tiny_blocks(ray_session, tmp_path, workdir):
     lines = (workdir / "corpus" / "part0.jsonl").read_text().splitlines()[:4]
     (small / "a.jsonl").write_text("\n".join(lines) + "\n")
     spec = parse_spec(CRT)
-    bm = run_pipeline(spec, small, tmp_path / "inproc", spec_dir=str(workdir))
-    rm = ray_runner.run_pipeline_ray(spec, small, tmp_path / "ray", spec_dir=str(workdir), batch_size=1,
+    bm = run(spec, small, tmp_path / "inproc", spec_dir=str(workdir))
+    rm = run(spec, small, tmp_path / "ray", runner="ray", spec_dir=str(workdir), batch_size=1,
                                      read_range_bytes=200, progress=False)
     assert shard_hashes(tmp_path / "ray") == shard_hashes(tmp_path / "inproc")
     assert comparable(rm) == comparable(bm)
@@ -220,13 +220,13 @@ def test_redact_recipe_in_an_actor_pool_beside_fused_tasks(ray_session, workdir,
                        {"kind": "split_private"}, {"kind": "encrypt_text", "key": "file:keys/text.key"}],
             "output": {"num_shards": 2}}
     pools = []
-    real = ray_runner._map_batches
+    real = cluster.map_batches
 
     def spy(ds, fn, **kw):
         pools.append((getattr(fn, "__name__", type(fn).__name__), "compute" in kw))
         return real(ds, fn, **kw)
 
-    monkeypatch.setattr(ray_runner, "_map_batches", spy)
+    monkeypatch.setattr(cluster, "map_batches", spy)
     assert_parity(in_process(workdir, spec, "redact"), run_ray(workdir, spec, "redact", batch_size=16))
     # the spaCy stage runs in an actor pool (set up once per actor); every other stage
     # runs as tasks, which Ray Data fuses with their neighbours
@@ -251,7 +251,7 @@ def test_duplicates_across_files_blocks_and_formats(ray_session, tmp_path):
     pq.write_table(pa.table({"id": ["p1", "y"], "text": [rep, "Parquet duplicate of y's id."]}), d / "d.parquet")
     spec = parse_spec({"stages": [{"kind": "split"}, {"kind": "dedup"}, {"kind": "split_private"}],
                        "output": {"num_shards": 2}})
-    m = ray_runner.run_pipeline_ray(spec, d, tmp_path / "ray", batch_size=4, read_range_bytes=300, progress=False)
+    m = run(spec, d, tmp_path / "ray", runner="ray", batch_size=4, read_range_bytes=300, progress=False)
     rows = {r["doc_id"]: r for p in sorted((tmp_path / "ray" / "shards").iterdir())
             for r in pq.read_table(p).to_pylist()}
     hits = sorted(k for k, r in rows.items() if r["dedup_hit"])
@@ -263,7 +263,7 @@ def test_duplicates_across_files_blocks_and_formats(ray_session, tmp_path):
     assert sorted((r["doc_id"], r["reason"]) for r in q) == [
         ("x", "duplicate doc_id (first seen in input 0 line 1)"),
         ("y", "duplicate doc_id (first seen in input 0 line 2)")]
-    bm = run_pipeline(spec, d, tmp_path / "inproc", batch_size=1000)
+    bm = run(spec, d, tmp_path / "inproc", batch_size=1000)
     assert shard_hashes(tmp_path / "ray") == shard_hashes(tmp_path / "inproc")
     assert comparable(m) == comparable(bm)
 
@@ -276,32 +276,32 @@ def test_errors_match_the_in_process_runner(ray_session, tmp_path, workdir):
     bad.mkdir()
     (bad / "x.jsonl").write_text("\n".join(["[1, 2]"] * 3 + ["{broken"] * 60) + "\n")
     with pytest.raises(InputError) as expected:
-        run_pipeline(spec, bad, tmp_path / "o1", spec_dir=str(workdir))
+        run(spec, bad, tmp_path / "o1", spec_dir=str(workdir))
     for range_bytes in (64 << 20, 100):
         with pytest.raises(InputError) as got:
-            ray_runner.run_pipeline_ray(spec, bad, tmp_path / "o2", spec_dir=str(workdir),
+            run(spec, bad, tmp_path / "o2", runner="ray", spec_dir=str(workdir),
                                         read_range_bytes=range_bytes, progress=False)
         assert str(got.value) == str(expected.value)
         assert not (tmp_path / "o2").exists()
     # --strict: record-level problems are errors; nothing is written
     with pytest.raises(RecordError, match="strict"):
-        ray_runner.run_pipeline_ray(spec, workdir / "corpus", tmp_path / "o3", spec_dir=str(workdir), strict=True,
+        run(spec, workdir / "corpus", tmp_path / "o3", runner="ray", spec_dir=str(workdir), strict=True,
                                     progress=False)
     assert not (tmp_path / "o3").exists() and not (tmp_path / "o3.quarantine.jsonl").exists()
     assert not list(tmp_path.glob(".o3.tmp-*"))
     # an existing output directory is refused before any work
     (tmp_path / "o4").mkdir()
     with pytest.raises(OutputError):
-        ray_runner.run_pipeline_ray(spec, workdir / "corpus", tmp_path / "o4", spec_dir=str(workdir), progress=False)
+        run(spec, workdir / "corpus", tmp_path / "o4", runner="ray", spec_dir=str(workdir), progress=False)
 
 
 ONE_CPU = textwrap.dedent("""
     import json, sys
-    from privatize.ray_runner import run_pipeline_ray
+    from privatize import run
     from privatize.spec import parse_spec
     spec, corpus, out, spec_dir = sys.argv[1:]
-    m = run_pipeline_ray(parse_spec(json.loads(spec)), corpus, out, spec_dir=spec_dir, num_cpus=1,
-                         batch_size=64, read_range_bytes=2000, progress=False)
+    m = run(parse_spec(json.loads(spec)), corpus, out, runner="ray", spec_dir=spec_dir, num_cpus=1,
+            batch_size=64, read_range_bytes=2000, progress=False)
     print(json.dumps({"shards": m["shards"], "counts": m["counts"]}))
 """)
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privatize.runner import run_pipeline
+from privatize import run
 from privatize.spec import parse_spec
-from privatize.stage import NUM_PARTITIONS, ORDER_COLUMNS
+from privatize.stage import DECISION_ROW, NUM_PARTITIONS, ORDER_COLUMNS
 from privatize.stages.dedup import Dedup, DedupSettings, first_occurrences
 from privatize.stages.split import Split, SplitSettings
 
@@ -44,7 +44,7 @@ def corpus(tmp_path):
 def _run(tmp_path, corpus, name, batch_size=1000, **dedup):
     spec = parse_spec({"stages": [{"kind": "split"}, {"kind": "dedup", **dedup}, {"kind": "split_private"}],
                        "output": {"num_shards": 3}})
-    m = run_pipeline(spec, corpus, tmp_path / name, batch_size=batch_size)
+    m = run(spec, corpus, tmp_path / name, batch_size=batch_size)
     rows = {r["doc_id"]: r for p in sorted((tmp_path / name / "shards").glob("*.parquet"))
             for r in pq.read_table(p).to_pylist()}
     return m, rows
@@ -87,7 +87,7 @@ def test_document_unit_without_split(tmp_path):
     p = tmp_path / "c.jsonl"
     p.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["same", "other", "same", "same"]))
     spec = parse_spec({"stages": [{"kind": "dedup", "unit": "document"}], "output": {"num_shards": 1}})
-    run_pipeline(spec, p, tmp_path / "o")
+    run(spec, p, tmp_path / "o")
     rows = pq.read_table(tmp_path / "o" / "shards" / "part-00000-of-00001.parquet").to_pylist()
     assert {r["doc_id"]: r["text"] for r in rows} == {"c.jsonl:1": "same", "c.jsonl:2": "other",
                                                       "c.jsonl:3": "<MASK>", "c.jsonl:4": "<MASK>"}
@@ -117,12 +117,14 @@ def drive(stage: Dedup, batches: list[pa.Table], partition_of=None) -> list[pa.T
     allk = pa.concat_tables(keyed)
     part = np.array([partition_of(k) if partition_of else k[-1] % NUM_PARTITIONS
                      for k in allk["key"].to_pylist()], dtype=np.int64)
-    decisions = []
+    hit_of = {}  # doc_id -> its decision (segment ids are unique here)
     for p in np.unique(part):
         sub = allk.filter(pa.array(part == p)).sort_by([(c, "ascending") for c in ORDER_COLUMNS])
-        decisions.append(stage.decide(sub))
-    dec = pa.concat_tables(decisions) if decisions else stage.decide(allk.slice(0, 0))
-    return [stage.apply(b, dec.filter(pc.is_in(dec["doc_id"], value_set=b["doc_id"]))) for b in batches]
+        dec = stage.decide(sub)
+        hit_of.update(zip(sub["doc_id"].take(dec[DECISION_ROW]).to_pylist(), dec["dedup_hit"].to_pylist()))
+    # apply gets its decisions aligned to the batch's rows, nulls where there is none
+    return [stage.apply(b, pa.table({"dedup_hit": pa.array([hit_of.get(d) for d in b["doc_id"].to_pylist()],
+                                                           pa.bool_())})) for b in batches]
 
 
 def _in_batches(table: pa.Table, size: int) -> list[pa.Table]:
@@ -147,7 +149,7 @@ def test_first_occurrence_follows_the_order_columns_not_ids_or_rows():
     # already sorted by (_src, _line, _seg) as the contract says: "z#0" comes first
     part = pa.table({"doc_id": ["z#0", "m#3", "a#0"], "key": pa.array([key] * 3, pa.binary(20)),
                      "_src": [0, 1, 1], "_line": [9, 1, 2], "_seg": [0, 3, 0]})
-    assert sorted(stage.decide(part)["doc_id"].to_pylist()) == ["a#0", "m#3"]
+    assert sorted(part["doc_id"].take(stage.decide(part)[DECISION_ROW]).to_pylist()) == ["a#0", "m#3"]
 
 
 def test_first_occurrences_is_exact_when_digests_share_their_first_eight_bytes():
@@ -203,14 +205,14 @@ def test_bloom_never_misses_a_duplicate_and_its_false_positives_are_real():
 def test_apply_counts_code_points_and_marks_only_decided_rows():
     stage = Dedup(DedupSettings())
     b = _segments(["Grüße aus Köln.", "Hi.", None])
-    out = stage.apply(b, pa.table({"doc_id": ["s0-0"], "dedup_hit": [True]}))
+    # decisions aligned to the batch's rows: a hit for row 0, none for the others
+    out = stage.apply(b, pa.table({"dedup_hit": pa.array([True, None, None], pa.bool_())}))
     assert out["text"].to_pylist() == ["<MASK>", "Hi.", None]
     assert out["dedup_hit"].to_pylist() == [True, False, False]
     assert out["_stat.masked_chars"].to_pylist() == [15, 0, 0]
     assert out["_stat.chars"].to_pylist() == [15, 3, 0]
     assert out["_stat.dedup_hits"].to_pylist() == [1, 0, 0]
-    none = stage.apply(b, stage.decide(pa.table({"doc_id": pa.array([], pa.string()), "key": pa.array([], pa.binary(20)),
-                                                 **{c: pa.array([], pa.int64()) for c in ORDER_COLUMNS}})))
+    none = stage.apply(b, pa.table({"dedup_hit": pa.nulls(3, pa.bool_())}))
     assert none["dedup_hit"].to_pylist() == [False] * 3 and none["text"].equals(b["text"])
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from privatize.execution import (DROP, DSTAGE, QSTAGE, QUARANTINE, UniqueIds, concat, partition_of,
                                  run_global_stage, run_stage_batch, split_marked)
-from privatize.stage import NUM_PARTITIONS, ROW, Stage
+from privatize.stage import DECISION_ROW, NUM_PARTITIONS, Stage
 from privatize.stages.dedup import Dedup, DedupSettings
 
 
@@ -109,28 +109,28 @@ def _masked(batches):
     return {r["doc_id"] for b in batches for r in b.to_pylist() if r["dedup_hit"]}
 
 
-def test_global_stage_routes_the_same_without_row_numbers_and_out_of_order():
-    class ByDocId(Dedup):
-        """Decisions keyed by doc_id only, as a stage that keeps no runner column gives them."""
-
-        def decide(self, partition):
-            return super().decide(partition.drop_columns([ROW])) if ROW in partition.column_names \
-                else super().decide(partition)
-
+def test_global_stage_routes_the_same_in_and_out_of_the_global_order():
     texts = ["a", "b", "a", "c", "b", "a", "d", "c"]
     expected = {"d2", "d4", "d5", "d7"}
     batches = _dedup_batches(texts, 3)
     assert _masked(run_global_stage(Dedup(DedupSettings()), 1, batches)) == expected
-    assert _masked(run_global_stage(ByDocId(DedupSettings()), 1, batches)) == expected
     # batches out of the global order: each partition is then sorted by the order columns
     assert _masked(run_global_stage(Dedup(DedupSettings()), 1, batches[::-1])) == expected
 
 
-def test_global_stage_rejects_a_decision_for_a_row_outside_its_partition():
+def test_global_stage_rejects_a_decision_for_a_row_outside_its_partition_or_twice():
     class Stray(Dedup):
         def decide(self, partition):
             out = super().decide(partition)
-            return out.set_column(out.schema.get_field_index(ROW), ROW, pc.add(out[ROW], 10_000))
+            return out.set_column(out.schema.get_field_index(DECISION_ROW), DECISION_ROW,
+                                  pc.add(out[DECISION_ROW], 10_000))
+
+    class Twice(Dedup):
+        def decide(self, partition):
+            out = super().decide(partition)
+            return pa.concat_tables([out, out])
 
     with pytest.raises(ValueError, match="not in its partition"):
         run_global_stage(Stray(DedupSettings()), 1, _dedup_batches(["a", "a"], 1))
+    with pytest.raises(ValueError, match="two decisions for one row"):
+        run_global_stage(Twice(DedupSettings()), 1, _dedup_batches(["a", "a"], 1))

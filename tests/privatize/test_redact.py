@@ -212,7 +212,7 @@ def test_through_the_runner(tmp_path):
     entity counts in the manifest, pi/pi_c flags routing sentences."""
     import pyarrow.parquet as pq
 
-    from privatize.runner import run_pipeline
+    from privatize import run
     from privatize.spec import OutputSettings, PipelineSpec
     from privatize.stages.split import SplitSettings
     from privatize.stages.split_private import SplitPrivateSettings
@@ -223,7 +223,7 @@ def test_through_the_runner(tmp_path):
     # built without validation so the test does not depend on the spec's union listing "redact"
     spec = PipelineSpec.model_construct(stages=[SplitSettings(), RedactSettings(), SplitPrivateSettings()],
                                         output=OutputSettings(num_shards=1))
-    m = run_pipeline(spec, src, tmp_path / "o")
+    m = run(spec, src, tmp_path / "o")
     rows = pq.read_table(tmp_path / "o" / "shards" / "part-00000-of-00001.parquet").to_pylist()
     text = " ".join(r["text"] for r in rows)
     assert "Pemberton" not in text and "jane.doe" not in text and "The cat sat on the mat." in text

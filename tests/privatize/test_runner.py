@@ -12,7 +12,7 @@ from privatize.ciphers.vigenere import Vigenere
 from privatize.errors import InputError, OutputError, RecordError
 from privatize.keys import load_key_file, new_key, write_key_file
 from privatize.output import shard_of, verify
-from privatize.runner import run_pipeline
+from privatize import run
 from privatize.spec import parse_spec
 
 
@@ -45,7 +45,7 @@ def test_output_decrypts_to_input_and_layout_is_deterministic(tmp_path, keys):
     hashes = set()
     for bs in (1, 7, 1000):
         out = tmp_path / f"out{bs}"
-        m = run_pipeline(_spec(), corpus, out, spec_dir=str(tmp_path), batch_size=bs)
+        m = run(_spec(), corpus, out, spec_dir=str(tmp_path), batch_size=bs)
         hashes.add(tuple(s["sha256"] for s in m["shards"]))
         assert verify(out) == []
     assert len(hashes) == 1
@@ -67,7 +67,7 @@ def _blake2b_shard(doc_id: str, n: int) -> int:
 
 def test_each_row_sits_in_the_shard_of_its_doc_id_hash(tmp_path, keys):
     corpus = _corpus(tmp_path / "c.jsonl")
-    run_pipeline(_spec(), corpus, tmp_path / "out", spec_dir=str(tmp_path))
+    run(_spec(), corpus, tmp_path / "out", spec_dir=str(tmp_path))
     placed = 0
     for i, p in enumerate(sorted((tmp_path / "out" / "shards").iterdir())):
         for doc_id in pq.read_table(p)["doc_id"].to_pylist():
@@ -91,13 +91,13 @@ def test_shard_of_arrow_ids_slices_and_lists_agree_with_the_formula():
 
 def test_meta_allow_list_and_individual_pseudonyms(tmp_path, keys):
     corpus = _corpus(tmp_path / "c.jsonl", n=6)
-    run_pipeline(_spec(meta_keys=["source"], pseudonym_key="file:keys/p.key"), corpus, tmp_path / "o",
+    run(_spec(meta_keys=["source"], pseudonym_key="file:keys/p.key"), corpus, tmp_path / "o",
                  spec_dir=str(tmp_path))
     rows = {r["doc_id"]: r for r in _rows(tmp_path / "o")}
     key = load_key_file(keys / "p.key").secret
     assert rows["d5"]["individual_id"] == hmac.new(key, b"p1", hashlib.sha256).hexdigest()[:32]
     assert json.loads(rows["d5"]["meta"]) == {"source": "crm"}  # ssn is not on the allow-list
-    run_pipeline(_spec(), corpus, tmp_path / "o2", spec_dir=str(tmp_path))
+    run(_spec(), corpus, tmp_path / "o2", spec_dir=str(tmp_path))
     rows = _rows(tmp_path / "o2")
     assert all(r["individual_id"] is None and r["meta"] is None for r in rows)
     blob = b"".join(p.read_bytes() for p in (tmp_path / "o2").rglob("*") if p.is_file())
@@ -106,7 +106,7 @@ def test_meta_allow_list_and_individual_pseudonyms(tmp_path, keys):
 
 def test_quarantine_outside_output_mode_0600_and_counted(tmp_path, keys):
     corpus = _corpus(tmp_path / "c.jsonl", n=5, extra='{"id": "d1", "text": "dup id"}\n{bad json\n')
-    m = run_pipeline(_spec(), corpus, tmp_path / "o", spec_dir=str(tmp_path))
+    m = run(_spec(), corpus, tmp_path / "o", spec_dir=str(tmp_path))
     q = tmp_path / "o.quarantine.jsonl"
     assert m["quarantine"] == {"path": str(q), "records": 2}
     assert stat.S_IMODE(os.stat(q).st_mode) == 0o600
@@ -123,7 +123,7 @@ def test_quarantine_outside_output_mode_0600_and_counted(tmp_path, keys):
 def test_strict_makes_record_problems_errors_and_writes_nothing(tmp_path, keys):
     corpus = _corpus(tmp_path / "c.jsonl", n=3, extra="{bad json\n")
     with pytest.raises(RecordError, match=r"c.jsonl:4: invalid JSON"):
-        run_pipeline(_spec(), corpus, tmp_path / "o", spec_dir=str(tmp_path), strict=True)
+        run(_spec(), corpus, tmp_path / "o", spec_dir=str(tmp_path), strict=True)
     assert not (tmp_path / "o").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".o")] == []
 
@@ -134,23 +134,23 @@ def test_file_level_error_in_a_later_file_leaves_no_output(tmp_path, keys):
     _corpus(d / "a.jsonl", n=3)
     (d / "b.jsonl").write_text("")
     with pytest.raises(InputError, match="b.jsonl: file is empty"):
-        run_pipeline(_spec(), d, tmp_path / "o", spec_dir=str(tmp_path))
+        run(_spec(), d, tmp_path / "o", spec_dir=str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "in", "keys"] or \
         sorted(p.name for p in tmp_path.iterdir()) == ["in", "keys"]
 
 
 def test_overwrite_replaces_atomically(tmp_path, keys):
     corpus = _corpus(tmp_path / "c.jsonl", n=3)
-    run_pipeline(_spec(), corpus, tmp_path / "o", spec_dir=str(tmp_path))
+    run(_spec(), corpus, tmp_path / "o", spec_dir=str(tmp_path))
     with pytest.raises(OutputError, match="exists"):
-        run_pipeline(_spec(), corpus, tmp_path / "o", spec_dir=str(tmp_path))
-    run_pipeline(_spec(), _corpus(corpus, n=4), tmp_path / "o", spec_dir=str(tmp_path), overwrite=True)
+        run(_spec(), corpus, tmp_path / "o", spec_dir=str(tmp_path))
+    run(_spec(), _corpus(corpus, n=4), tmp_path / "o", spec_dir=str(tmp_path), overwrite=True)
     assert len(_rows(tmp_path / "o")) == 4 and verify(tmp_path / "o") == []
 
 
 def test_verify_finds_missing_extra_and_changed_files(tmp_path, keys):
     out = tmp_path / "o"
-    run_pipeline(_spec(), _corpus(tmp_path / "c.jsonl"), out, spec_dir=str(tmp_path))
+    run(_spec(), _corpus(tmp_path / "c.jsonl"), out, spec_dir=str(tmp_path))
     (out / "shards" / "extra.parquet").write_bytes(b"x")
     assert any("not listed" in p for p in verify(out))
     (out / "shards" / "extra.parquet").unlink()

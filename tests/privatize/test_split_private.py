@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from privatize.errors import SpecError
-from privatize.runner import run_pipeline
+from privatize import run
 from privatize.spec import parse_spec
 from privatize.stages.split_private import SplitPrivate, SplitPrivateSettings
 
@@ -61,7 +61,7 @@ def test_through_the_runner(tmp_path):
                          for i, t in enumerate(["Same here. Fresh one.", "Same here. A <MASK> literal."])))
     spec = parse_spec({"stages": [{"kind": "split"}, {"kind": "dedup"}, {"kind": "split_private"}],
                        "output": {"num_shards": 1}})
-    m = run_pipeline(spec, p, tmp_path / "o")
+    m = run(spec, p, tmp_path / "o")
     rows = {r["doc_id"]: r for r in pq.read_table(tmp_path / "o" / "shards" / "part-00000-of-00001.parquet").to_pylist()}
     assert {d: r["private"] for d, r in rows.items()} == {"0#0": False, "0#1": False, "1#0": True, "1#1": False}
     assert m["stages"][2]["stats"] == {"private": 1, "public": 3}

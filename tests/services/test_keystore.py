@@ -12,7 +12,7 @@ import pytest
 from privatize.ciphers.vigenere import Vigenere
 from privatize.errors import KeyMaterialError
 from privatize.keys import KeyResolver, new_key, register_keystore
-from privatize.runner import run_pipeline
+from privatize import run
 from privatize.spec import parse_spec
 from services.envelope import seal_key
 from services.keystore import BundleKeystore, bundle_json, install_worker_keystore
@@ -63,7 +63,7 @@ def test_worker_hook_resolves_keystore_refs_in_a_pipeline(tmp_path, monkeypatch)
     spec = parse_spec({"stages": [{"kind": "encrypt_text", "key": f"keystore:{text_key.key_id}"}],
                        "output": {"num_shards": 1, "pseudonym_key": f"keystore:{pseudo.key_id}"}})
     with pytest.warns(UserWarning, match="obfuscation"):
-        m = run_pipeline(spec, tmp_path / "in.jsonl", tmp_path / "out")
+        m = run(spec, tmp_path / "in.jsonl", tmp_path / "out")
     assert m["key_ids"] == {"stages.0.key": text_key.key_id, "output.pseudonym_key": pseudo.key_id}
     row = pq.read_table(tmp_path / "out" / "shards" / "part-00000-of-00001.parquet").to_pylist()[0]
     assert Vigenere.from_key(text_key).decrypt(row["text"]) == "Hello there."

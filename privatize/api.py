@@ -1,0 +1,126 @@
+"""The one way to run a privatization spec, whatever runs it::
+
+    import privatize
+
+    manifest = privatize.run(spec, "corpus.jsonl", "out/", runner="ray",
+                             options=privatize.RunOptions(strict=True))
+
+``spec`` is a :class:`~privatize.spec.PipelineSpec`, a mapping, or a path to a YAML / JSON
+file (its folder is then where ``file:`` key paths resolve, unless ``spec_dir`` says
+otherwise). Everything that can be checked before work starts is checked here, in the
+caller's process, with one-line errors (:mod:`privatize.errors`): the spec (field paths),
+the runner name, the options, the input (exists, readable, formats known) and the output
+(absent, or ``overwrite``). Only then does a runner start (Opacus' ``make_private`` is the
+model: one call, validated up front, the same result object whichever engine runs).
+
+Both runners give byte-identical shards and the same manifest fields; ``runner="ray"``
+joins ``address`` (or ``RAY_ADDRESS``, or starts an embedded local Ray).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from privatize.errors import OutputError, SpecError
+
+RUNNERS = ("local", "ray")
+DEFAULT_RANGE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run (never what to compute: that is the spec). Fields after ``progress``
+    concern the Ray runner only; the local runner ignores them."""
+
+    batch_size: int = 1024
+    strict: bool = False
+    """Record-level problems are errors (exit 2) instead of quarantined records."""
+    overwrite: bool = False
+    progress: bool = False
+    read_range_bytes: int = DEFAULT_RANGE_BYTES
+    """JSONL and line-per-record text files larger than this are read in byte ranges (the
+    Ray runner also cuts smaller files so that every CPU gets a piece)."""
+    num_cpus: float | None = None
+    """CPUs of an embedded local Ray cluster (default: all)."""
+    object_store_memory: int | None = None
+    """Object store of an embedded local Ray cluster, in bytes (Ray's minimum is 75 MiB)."""
+    reads_on_driver_node: bool = True
+    """Input paths are the driver's: read them on its node (turn off for shared storage)."""
+    stall_timeout_s: float = 600.0
+    """A Ray run in which nothing finishes for this long fails with an error naming what it
+    waited for (a plan that cannot be scheduled would otherwise wait forever)."""
+
+    def __post_init__(self):
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise SpecError(f"options.batch_size: must be a positive integer, not {self.batch_size!r}")
+        if not isinstance(self.read_range_bytes, int) or self.read_range_bytes < 1:
+            raise SpecError(f"options.read_range_bytes: must be a positive integer, not {self.read_range_bytes!r}")
+        if self.num_cpus is not None and not self.num_cpus > 0:
+            raise SpecError(f"options.num_cpus: must be positive, not {self.num_cpus!r}")
+        if self.stall_timeout_s is not None and not self.stall_timeout_s > 0:
+            raise SpecError(f"options.stall_timeout_s: must be positive, not {self.stall_timeout_s!r}")
+
+    @classmethod
+    def from_kwargs(cls, **kw) -> "RunOptions":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kw) - known)
+        if unknown:
+            raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
+        return cls(**kw)
+
+
+def _spec_of(spec: Any, spec_dir: str | None):
+    """(PipelineSpec, the folder key paths resolve against)."""
+    from privatize.spec import PipelineSpec, load_spec, parse_spec
+
+    if isinstance(spec, PipelineSpec):
+        return spec, spec_dir
+    if isinstance(spec, dict):
+        return parse_spec(spec), spec_dir
+    if isinstance(spec, (str, Path)):
+        p = Path(spec)
+        return load_spec(p), spec_dir if spec_dir is not None else str(p.resolve().parent)
+    raise SpecError(f"spec: expected a PipelineSpec, a mapping or a file path, not {type(spec).__name__}")
+
+
+def prepare(spec: Any, input: str | Path, output: str | Path, *, runner: str = "local",
+            spec_dir: str | None = None, options: RunOptions | None = None):
+    """Everything :func:`run` checks before any work: (spec, spec_dir, input files, options)."""
+    from privatize.records import list_inputs
+
+    if runner not in RUNNERS:
+        raise SpecError(f"runner: must be one of {', '.join(RUNNERS)}, not {runner!r}")
+    opts = options or RunOptions()
+    if not isinstance(opts, RunOptions):
+        raise SpecError(f"options: expected privatize.RunOptions, not {type(opts).__name__}")
+    spec, spec_dir = _spec_of(spec, spec_dir)
+    out = Path(output)
+    if out.exists() and not opts.overwrite:
+        raise OutputError(f"{out}: output directory exists (use --overwrite to replace it)")
+    files = list_inputs(input, spec.input.format)
+    return spec, spec_dir, files, opts
+
+
+def run(spec: Any, input: str | Path, output: str | Path, *, runner: Literal["local", "ray"] = "local",
+        spec_dir: str | None = None, address: str | None = None, options: RunOptions | None = None,
+        **option_fields) -> dict:
+    """Run ``spec`` on ``input`` into ``output`` (written to a temporary sibling and
+    renamed into place); returns the manifest. ``address``: the Ray cluster (``runner="ray"``
+    only; default ``RAY_ADDRESS``, else an embedded local cluster). Options come as
+    ``options=RunOptions(...)`` or as its fields (``batch_size=16, strict=True``), not both."""
+    if address is not None and runner != "ray":
+        raise SpecError("address: only the ray runner joins a cluster")
+    if option_fields:
+        if options is not None:
+            raise TypeError("give options=RunOptions(...) or option fields, not both")
+        options = RunOptions.from_kwargs(**option_fields)
+    spec, spec_dir, files, opts = prepare(spec, input, output, runner=runner, spec_dir=spec_dir, options=options)
+    if runner == "ray":
+        from privatize.ray.run import run_ray
+
+        return run_ray(spec, files, Path(output), spec_dir=spec_dir, address=address, options=opts)
+    from privatize.runner import run_local
+
+    return run_local(spec, files, Path(output), spec_dir=spec_dir, options=opts)
