@@ -8,8 +8,9 @@ output is written locally, then uploaded: shards, then the quarantine (beside th
 output, ``<OUTPUT_URI>.quarantine.jsonl``), then ``manifest.json`` last, so a reader that
 finds a manifest finds every shard it lists.
 
-Inside a Ray job (``RAY_ADDRESS`` is set by the job supervisor) the run joins that
-cluster; otherwise it starts an embedded local one. No key material is an argument:
+The run goes through :func:`privatize.api.run` with the Ray runner and no address: inside
+a Ray job (``RAY_ADDRESS`` is set by the job supervisor) the runner joins that cluster;
+otherwise it starts an embedded local one. No key material is an argument:
 the spec names keys by reference and stages resolve them on the workers.
 
 The last line of stdout is a one-line JSON summary. Exit codes: 0 success, 2 bad input
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import tempfile
 import warnings
@@ -134,9 +134,8 @@ def _check_remote_output(location: str, overwrite: bool) -> None:
 def run_job(spec_location: str, input_location: str, output_location: str, *, batch_size: int = 1024,
             strict: bool = False, overwrite: bool = False) -> dict:
     """Run the job; returns the summary that ``main`` prints."""
-    from privatize.ray_runner import run_pipeline_ray
+    from privatize.api import RunOptions, run
 
-    address = "auto" if os.environ.get("RAY_ADDRESS") else None
     remote_out = _is_uri(output_location) and not output_location.startswith("file://")
     with tempfile.TemporaryDirectory(prefix="privatize-job-") as tmpname:
         tmp = Path(tmpname)
@@ -148,9 +147,8 @@ def run_job(spec_location: str, input_location: str, output_location: str, *, ba
             out = tmp / "output"
         else:
             out = Path(output_location[len("file://"):] if output_location.startswith("file://") else output_location)
-        manifest = run_pipeline_ray(spec, input_path, out, spec_dir=spec_dir, address=address,
-                                    batch_size=batch_size, strict=strict, overwrite=overwrite,
-                                    progress=sys.stderr.isatty())
+        options = RunOptions(batch_size=batch_size, strict=strict, overwrite=overwrite, progress=sys.stderr.isatty())
+        manifest = run(spec, input_path, out, runner="ray", spec_dir=spec_dir, options=options)
         if remote_out:
             quarantine = upload_output(out, output_location, overwrite=overwrite)
             where, manifest_at = output_location, f"{output_location.rstrip('/')}/manifest.json"

@@ -1,5 +1,5 @@
-"""Privatization jobs: admission, submission to Ray Jobs, reconciliation, cancel, logs
-and results.
+"""Service jobs: admission, submission to Ray Jobs, reconciliation, cancel, logs and
+results.
 
 A job's id is its Ray ``submission_id``: submitting it again (after a crash between
 recording and submitting, say) is refused by Ray, never run twice. The database is
@@ -7,8 +7,11 @@ the service's memory, Ray the truth about execution: ``reconcile`` reads Ray's s
 into the row, on every read of an active job and from a background task, so a service
 that was killed and started again picks up its running jobs where Ray has them.
 
-The service chooses every location (a tenant never supplies a path) and hands them to
-``python -m services.jobrun SPEC INPUT OUTPUT`` (which runs ``privatize.job``).
+What differs between kinds of job (privatization today; training, evaluation) is one
+entry of ``services.jobkinds``: how a spec is validated and admitted, which module the
+Ray job runs and how its results are read. The service chooses every location (a tenant
+never supplies a path) and hands them to ``python -m services.jobrun KIND SPEC INPUT
+OUTPUT`` (which runs the kind's module: ``privatize.job`` for privatization).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import shlex
 
 from sqlalchemy import Connection, Row, bindparam, func, select, update
 from sqlalchemy.orm import Session, object_session
@@ -25,16 +27,15 @@ from services import audit
 from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import ClusterUnavailable, Conflict, LimitExceeded, NotFound, StorageLimitExceeded
+from services.jobkinds import MANIFEST, PRIVATIZE, job_kind, read_manifest
 from services.keystore import bundle_json
 from services.keys import sealed_of
 from services.models import ACTIVE_JOB_STATES, TERMINAL_JOB_STATES, Corpus, Job, Key, Tenant, new_id, utcnow
-from services.specs import check_key_references, validate_spec, with_input_format
 from services.storage import job_dir
 from services.tenants import storage_used
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 SETUP_HOOK = "services.keystore.install_worker_keystore"
 _RAY_STATUS = {"PENDING": "pending", "RUNNING": "running", "SUCCEEDED": "succeeded", "FAILED": "failed",
                "STOPPED": "cancelled"}
@@ -68,18 +69,18 @@ def list_jobs(s: Session, tenant_id: str, corpus_id: str | None = None) -> list[
 
 # ---- admission and submission ---------------------------------------------------------
 
-def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str, spec_data) -> Job:
-    """Validate, admit against the tenant's limits, record, write the spec and key
-    bundle, and submit. A cluster that cannot be reached leaves the job ``queued``; the
-    reconciler submits it later."""
-    spec = validate_spec(spec_data)
+def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str, spec_data, *, kind: str = PRIVATIZE) -> Job:
+    """Validate (once: the spec object is reused from here on), admit against the
+    tenant's limits, record, write the spec and key bundle, and submit. A cluster that
+    cannot be reached leaves the job ``queued``; the reconciler submits it later."""
+    jk = job_kind(kind)
+    spec = jk.validate(spec_data)
     with ctx.admission, session_scope(ctx.sessions) as s:
         tenant = s.get(Tenant, tenant_id)
         corpus = s.get(Corpus, corpus_id)
         if corpus is None or corpus.tenant_id != tenant_id:
             raise NotFound(f"no corpus {corpus_id!r}")
-        key_ids = check_key_references(s, tenant_id, spec)
-        spec = with_input_format(spec, corpus.format)
+        spec, key_ids = jk.prepare(s, tenant_id, corpus, spec)
         active = s.scalar(select(func.count()).select_from(Job).where(
             Job.tenant_id == tenant_id, Job.status.in_(ACTIVE_JOB_STATES)))
         if active >= tenant.max_concurrent_jobs:
@@ -89,18 +90,18 @@ def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str, spec_data) -
         if used >= tenant.storage_limit_bytes:
             raise StorageLimitExceeded(f"storage limit reached ({used} of {tenant.storage_limit_bytes} bytes "
                                        "used); delete corpora or job outputs first")
-        jid = new_id()
-        job = Job(id=jid, tenant_id=tenant_id, corpus_id=corpus_id, status="queued", spec=spec.to_dict(),
-                  spec_sha256=spec.sha256(), key_ids=key_ids, output_path=f"{job_dir(tenant_id, jid)}/output",
-                  input_bytes=corpus.bytes)
+        jid, spec_dict = new_id(), spec.to_dict()
+        job = Job(id=jid, tenant_id=tenant_id, corpus_id=corpus_id, kind=jk.name, status="queued",
+                  spec=spec_dict, spec_sha256=spec.sha256(), key_ids=key_ids,
+                  output_path=f"{job_dir(tenant_id, jid)}/output", input_bytes=corpus.bytes)
         keys = [s.get(Key, k) for k in key_ids]
-        ctx.storage.write_bytes(spec_rel(job), json.dumps(spec.to_dict(), indent=2).encode("utf-8"))
+        ctx.storage.write_bytes(spec_rel(job), json.dumps(spec_dict, indent=2).encode("utf-8"))
         if keys:
             bundle = bundle_json(tenant_id, [{"id": k.id, "kind": k.kind, **_sealed_dict(k)} for k in keys])
             ctx.storage.write_bytes(bundle_rel(job), bundle, private=True)
         s.add(job)
     log.info("tenant %s: job %s created on corpus %s (%d stage(s), %d key(s))", tenant_id, job.id, corpus_id,
-             len(spec.stages), len(key_ids))
+             len(getattr(spec, "stages", ())), len(key_ids))
     submit(ctx, job.id)
     with session_scope(ctx.sessions) as s:
         return s.get(Job, job.id)
@@ -113,9 +114,11 @@ def _sealed_dict(k: Key) -> dict:
 
 
 def entrypoint_for(ctx: ServiceContext, job: Job, corpus: Corpus) -> str:
+    """``python -m services.jobrun KIND SPEC INPUT OUTPUT`` (locations only; LookupError
+    for a kind this service does not know)."""
     st = ctx.storage
-    args = [st.location(spec_rel(job)), st.location(corpus.storage_path), st.location(job.output_path)]
-    return "python -m services.jobrun " + " ".join(shlex.quote(a) for a in args)
+    return job_kind(job.kind).entrypoint(st.location(spec_rel(job)), st.location(corpus.storage_path),
+                                         st.location(job.output_path))
 
 
 def runtime_env_for(ctx: ServiceContext, job: Job) -> dict:
@@ -148,7 +151,11 @@ def _submit(ctx: ServiceContext, job_id: str) -> None:
         if corpus is None:
             _finish(ctx, job, "failed", "the corpus was deleted before the job started")
             return
-        entrypoint = entrypoint_for(ctx, job, corpus)
+        try:
+            entrypoint = entrypoint_for(ctx, job, corpus)
+        except LookupError as exc:
+            _finish(ctx, job, "failed", str(exc))
+            return
         runtime_env = runtime_env_for(ctx, job)
         metadata = {"privatize_tenant": job.tenant_id, "privatize_job": job.id,
                     "privatize_corpus": corpus.id, "privatize_spec_sha256": job.spec_sha256}
@@ -208,28 +215,14 @@ def reconcile(ctx: ServiceContext, job_id: str) -> None:
             return
         message = (info.message or "").strip()[:2000] or None
         if status == "succeeded":
-            manifest = _read_manifest(ctx, job)
-            if manifest is None:
-                _finish(ctx, job, "failed", "the job exited 0 but wrote no manifest.json", _ms(info.end_time))
+            jk = job_kind(job.kind)
+            counts = jk.read_results(ctx.storage, job.output_path)
+            if counts is None:
+                _finish(ctx, job, "failed", f"the job exited 0 but wrote no {jk.result_file}", _ms(info.end_time))
                 return
-            job.counts = _counts(manifest)
+            job.counts = counts
             job.quarantined_records = int(job.counts.get("quarantined") or 0)
         _finish(ctx, job, status, message, _ms(info.end_time))
-
-
-def _read_manifest(ctx: ServiceContext, job: Job) -> dict | None:
-    try:
-        return json.loads(ctx.storage.read_bytes(f"{job.output_path}/{MANIFEST}"))
-    except (OSError, ValueError):
-        return None
-
-
-def _counts(manifest: dict) -> dict:
-    c = dict(manifest.get("counts", {}))
-    c["shards"] = len(manifest.get("shards", []))
-    c["stages"] = [{k: st.get(k) for k in ("index", "kind", "records_in", "records_out", "quarantined", "dropped")}
-                   for st in manifest.get("stages", [])]
-    return c
 
 
 def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
@@ -346,7 +339,7 @@ def results(ctx: ServiceContext, tenant_id: str, job_id: str) -> tuple[Job, dict
     job = fresh_job(ctx, tenant_id, job_id)
     if job.status != "succeeded":
         raise Conflict(f"job {job_id} is {job.status}; results exist once it has succeeded")
-    manifest = _read_manifest(ctx, job)
+    manifest = read_manifest(ctx.storage, job.output_path)
     if manifest is None:
         raise NotFound(f"job {job_id} has no output (deleted?)")
     return job, manifest

@@ -118,8 +118,9 @@ TERMINAL_JOB_STATES = ("succeeded", "failed", "cancelled")
 
 
 class Job(Base):
-    """A privatization job. ``id`` is also the Ray Jobs ``submission_id``, so a
-    re-submission of the same job is refused by Ray instead of running twice."""
+    """A job of one of the kinds in ``services.jobkinds`` (privatization, for now). ``id``
+    is also the Ray Jobs ``submission_id``, so a re-submission of the same job is refused
+    by Ray instead of running twice."""
 
     __tablename__ = "jobs"
 
@@ -127,6 +128,8 @@ class Job(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
     corpus_id: Mapped[str | None] = mapped_column(ForeignKey("corpora.id", ondelete="SET NULL"), index=True,
                                                   nullable=True)
+    kind: Mapped[str] = mapped_column(String(32), default="privatize", server_default="privatize")
+    """Its entry in ``services.jobkinds``: the spec it takes, the module it runs, its results."""
     status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
     ray_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -1,0 +1,115 @@
+"""Kinds of service jobs: one registry entry each.
+
+A :class:`JobKind` says everything the service needs to know about one kind of job:
+
+* ``validate``: what a tenant submitted (the ``spec`` of the request, JSON) -> the
+  validated spec object (it has ``to_dict()`` and ``sha256()``); raises
+  ``services.errors.SpecInvalid`` with field paths. Called once per job.
+* ``prepare``: the checks that need the database and the job's input, in the admission
+  transaction: ``(session, tenant_id, corpus, spec) -> (spec, keystore key ids)``.
+* ``module``: the module the Ray job's driver runs (``python -m services.jobrun KIND SPEC
+  INPUT OUTPUT`` installs the keystore, then runs it as ``python -m MODULE SPEC INPUT
+  OUTPUT``); it must exit 0 only when it wrote its result under OUTPUT.
+* ``read_results``: ``(storage, output path) -> counts`` stored on the job's row, or None
+  when the job wrote no ``result_file``.
+
+Adding a kind is one :func:`register_job_kind` call below. This module imports no web or
+database code at import time: the job's driver (``services.jobrun``) imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Callable
+
+PRIVATIZE = "privatize"
+MANIFEST = "manifest.json"
+JOBRUN = "python -m services.jobrun"
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def _no_keys(session, tenant_id: str, corpus, spec) -> tuple[Any, list[str]]:
+    return spec, []
+
+
+@dataclass(frozen=True)
+class JobKind:
+    name: str
+    validate: Callable[[Any], Any]
+    module: str
+    read_results: Callable[[Any, str], dict | None]
+    prepare: Callable[[Any, str, Any, Any], tuple[Any, list[str]]] = _no_keys
+    result_file: str = MANIFEST
+
+    def entrypoint(self, spec: str, input: str, output: str) -> str:
+        """The Ray Jobs entrypoint for these locations (the service chose them all; no key
+        material is ever an argument)."""
+        return f"{JOBRUN} " + " ".join(shlex.quote(a) for a in (self.name, spec, input, output))
+
+
+_KINDS: dict[str, JobKind] = {}
+
+
+def register_job_kind(kind: JobKind) -> JobKind:
+    if not _NAME.fullmatch(kind.name):
+        raise ValueError(f"job kind name {kind.name!r}: lowercase letters, digits, '-' or '_' (at most 32)")
+    if _KINDS.get(kind.name, kind) != kind:
+        raise ValueError(f"job kind {kind.name!r} is registered already")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def job_kind(name: str) -> JobKind:
+    try:
+        return _KINDS[name]
+    except KeyError:
+        raise LookupError(f"unknown job kind {name!r} (known: {', '.join(sorted(_KINDS))})") from None
+
+
+def job_kinds() -> list[str]:
+    return sorted(_KINDS)
+
+
+# ---- privatization --------------------------------------------------------------------
+
+def _validate_pipeline(data):
+    from services.specs import validate_spec
+
+    return validate_spec(data)
+
+
+def _prepare_pipeline(session, tenant_id: str, corpus, spec):
+    """Only the tenant's own enabled ``keystore:`` keys; ``input.format`` fixed to the
+    corpus's format."""
+    from services.specs import check_key_references, with_input_format
+
+    key_ids = check_key_references(session, tenant_id, spec)
+    return with_input_format(spec, corpus.format), key_ids
+
+
+def read_manifest(storage, output_path: str) -> dict | None:
+    try:
+        return json.loads(storage.read_bytes(f"{output_path}/{MANIFEST}"))
+    except (OSError, ValueError):
+        return None
+
+
+def manifest_counts(manifest: dict) -> dict:
+    """A privatization manifest's counts, shard count and per-stage figures (the job
+    row's ``counts``: what a job's ``progress`` shows)."""
+    c = dict(manifest.get("counts", {}))
+    c["shards"] = len(manifest.get("shards", []))
+    c["stages"] = [{k: st.get(k) for k in ("index", "kind", "records_in", "records_out", "quarantined", "dropped")}
+                   for st in manifest.get("stages", [])]
+    return c
+
+
+def _pipeline_results(storage, output_path: str) -> dict | None:
+    manifest = read_manifest(storage, output_path)
+    return None if manifest is None else manifest_counts(manifest)
+
+
+register_job_kind(JobKind(PRIVATIZE, _validate_pipeline, "privatize.job", _pipeline_results, _prepare_pipeline))
