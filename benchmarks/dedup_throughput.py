@@ -28,7 +28,7 @@ import pyarrow.compute as pc  # noqa: E402
 
 from privatize.execution import key_rows, run_global_stage, run_stage_batch  # noqa: E402
 from privatize.records import INTERNAL_SCHEMA  # noqa: E402
-from privatize.runner import RunOptions  # noqa: E402
+from privatize import RunOptions  # noqa: E402
 from privatize.stages.dedup import Dedup, DedupSettings  # noqa: E402
 from privatize.stages.split import Split, SplitSettings  # noqa: E402
 

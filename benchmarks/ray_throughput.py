@@ -5,9 +5,9 @@ Modes (each prints its figures, the ratio to its baseline, and the targets):
 ``cipher`` / ``dedup``
     Steady-state throughput at 1 CPU: a ``ray.init(num_cpus=1)`` session is started
     first and warmed up with a run on the first 50 documents of each file (both excluded from the time: worker
-    processes start and import once per session), then ``run_pipeline_ray`` runs the spec on the
+    processes start and import once per session), then ``privatize.run(..., runner="ray")`` runs the spec on the
     Gutenberg stories repeated to ``--mb`` MB (default 1024) in 8 JSONL files; the
-    baseline is ``run_pipeline`` (in-process) on the same files in the same run, in a
+    baseline is ``privatize.run`` (in-process) on the same files in the same run, in a
     spawned child process pinned to one core. Both write the same shards (checked). ``--repeat`` (default 3) pairs
     run interleaved, each Ray run in a fresh session; the ratio is of the median times.
     Target: Ray >= 0.8x in-process.
@@ -191,14 +191,14 @@ class PeakRSS:
 
 def _in_process_child(spec_text: str, work: str, core: int) -> tuple[dict, float, float]:
     """In a child process pinned to ``core``: (manifest, seconds, CPU seconds)."""
-    from privatize.runner import RunOptions, run_pipeline
+    from privatize import RunOptions, run
     from privatize.spec import parse_spec
 
     os.sched_setaffinity(0, {core})
     c = time.process_time()
     t = time.perf_counter()
-    m = run_pipeline(parse_spec(spec_text), Path(work) / "in", Path(work) / "out-local", spec_dir=work,
-                     options=RunOptions(progress=False))
+    m = run(parse_spec(spec_text), Path(work) / "in", Path(work) / "out-local", spec_dir=work,
+            options=RunOptions(progress=False))
     return m, time.perf_counter() - t, time.process_time() - c
 
 
@@ -220,7 +220,8 @@ def _ray_run(spec, work: Path, files: list[Path]) -> tuple[dict, float, float, f
     (manifest, warm-up seconds, seconds, CPU seconds, worker processes started)."""
     import ray
 
-    from privatize.ray_runner import RayRunOptions, local_init_args, run_pipeline_ray
+    from privatize import RunOptions, run
+    from privatize.ray import local_init_args
 
     for d in ("out-ray", "out-warm", "warm"):
         shutil.rmtree(work / d, ignore_errors=True)
@@ -236,12 +237,12 @@ def _ray_run(spec, work: Path, files: list[Path]) -> tuple[dict, float, float, f
             with open(f, encoding="utf-8") as src, open(warm / f"w{i}.jsonl", "w", encoding="utf-8") as dst:
                 dst.writelines(line for _, line in zip(range(50), src))
         t = time.perf_counter()
-        run_pipeline_ray(spec, warm, work / "out-warm", spec_dir=str(work), options=RayRunOptions(progress=False))
+        run(spec, warm, work / "out-warm", runner="ray", spec_dir=str(work), options=RunOptions(progress=False))
         t_warm = time.perf_counter() - t
         c = cpu_seconds()
         t = time.perf_counter()
-        m = run_pipeline_ray(spec, work / "in", work / "out-ray", spec_dir=str(work),
-                             options=RayRunOptions(progress=False))
+        m = run(spec, work / "in", work / "out-ray", runner="ray", spec_dir=str(work),
+                             options=RunOptions(progress=False))
         secs = time.perf_counter() - t
         after = cpu_seconds()
         return m, t_warm, secs, cpu_used(c, after), len(set(after) - set(c))
@@ -310,7 +311,8 @@ def redaction_docs(n: int) -> list[str]:
 def run_redact(n_docs: int, work: Path) -> None:
     import ray
 
-    from privatize.ray_runner import RayRunOptions, local_init_args, run_pipeline_ray
+    from privatize import RunOptions, run
+    from privatize.ray import local_init_args
     from privatize.spec import parse_spec
 
     (work / "in").mkdir(parents=True, exist_ok=True)
@@ -330,8 +332,8 @@ def run_redact(n_docs: int, work: Path) -> None:
         ray.init(num_cpus=cpus, include_dashboard=False, **local_init_args(cpus))
         try:
             t = time.perf_counter()
-            m = run_pipeline_ray(spec, work / "in", work / f"out-{cpus}", spec_dir=str(work),
-                                 options=RayRunOptions(progress=False, batch_size=16))
+            m = run(spec, work / "in", work / f"out-{cpus}", runner="ray", spec_dir=str(work),
+                                 options=RunOptions(progress=False, batch_size=16))
             secs = time.perf_counter() - t
         finally:
             ray.shutdown()
@@ -354,7 +356,8 @@ def run_stream(mb_target: float, work: Path) -> None:
     import ray
 
     from privatize.output import verify
-    from privatize.ray_runner import RayRunOptions, local_init_args, run_pipeline_ray
+    from privatize import RunOptions, run
+    from privatize.ray import local_init_args
     from privatize.spec import parse_spec
 
     files, mb = write_corpus(work / "in", mb_target, distinct=True)
@@ -365,8 +368,8 @@ def run_stream(mb_target: float, work: Path) -> None:
     try:
         with PeakRSS() as peak:
             t = time.perf_counter()
-            m = run_pipeline_ray(spec, work / "in", work / "out", spec_dir=str(work),
-                                 options=RayRunOptions(progress=False))
+            m = run(spec, work / "in", work / "out", runner="ray", spec_dir=str(work),
+                                 options=RunOptions(progress=False))
             secs = time.perf_counter() - t
     finally:
         ray.shutdown()

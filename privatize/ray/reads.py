@@ -16,7 +16,7 @@ from privatize.ray.cluster import StallGuard, windowed
 from privatize.ray.workers import BatchInfo, with_info
 from privatize.records import InputFile, ReadPiece, not_jsonl_error, read_piece_tables, scan_range
 
-MIN_RANGE_BYTES = 256 << 10
+MIN_RANGE_BYTES = 64 << 10
 """The smallest byte range :func:`range_bytes_for` cuts a file into."""
 
 

@@ -128,3 +128,70 @@ def test_node_killed_mid_run_still_gives_identical_shards(tmp_path):
     assert [s["sha256"] for s in got["shards"]] == [s["sha256"] for s in base["shards"]]
     for entry in base["shards"]:
         assert hashlib.sha256((out / entry["file"]).read_bytes()).hexdigest() == entry["sha256"]
+
+
+TWO_NODES = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    import ray
+    from ray.cluster_utils import Cluster
+    from privatize import run
+    from privatize.spec import parse_spec
+
+    spec, corpus, out, spec_dir, probe, result = sys.argv[1:]
+    store = 150 * 1024 * 1024
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": store,
+                                                            "include_dashboard": False})
+    cluster.add_node(num_cpus=1, object_store_memory=store)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address,
+             runtime_env={"worker_process_setup_hook": "tests.integration.conftest.install_probe"})
+    t0 = time.time()
+    # a plan that cannot be scheduled fails within the stall timeout instead of waiting forever
+    m = run(parse_spec(json.loads(spec)), corpus, out, runner="ray", spec_dir=spec_dir, batch_size=16,
+            progress=False, stall_timeout_s=90)
+    Path(result).write_text(json.dumps({"seconds": time.time() - t0, "shards": m["shards"], "counts": m["counts"],
+                                        "stages": m["stages"]}))
+    ray.shutdown()
+    cluster.shutdown()
+""")
+
+CRT_REDACT = {"stages": [{"kind": "split"}, {"kind": "dedup", "min_length": 20}, {"kind": "redact"},
+                         {"kind": "split_private"}, {"kind": "encrypt_text", "key": "file:keys/text.key"}],
+              "output": {"num_shards": 4}}
+
+
+@pytest.mark.presidio
+def test_crt_recipe_with_redaction_on_two_one_cpu_nodes(tmp_path):
+    """Two one-CPU nodes (a head and a worker, separate raylets): budgeted on cluster totals,
+    each node's redaction actor left 0.25 CPU beside it and the 0.5-CPU tasks waited
+    forever. Budgeted per node it finishes, byte-identical to the in-process runner, and the
+    one input file is cut so that both nodes' redaction actors get work."""
+    write_key_file(new_key("vigenere", length=40), tmp_path / "keys" / "text.key")
+    corpus = tmp_path / "dialogues.jsonl"
+    names = ["Alice Johnson", "Bruno Diaz", "Chen Wei", "Dana Smith", "Emeka Obi"]
+    with open(corpus, "w", encoding="utf-8") as fh:  # one file of about 150 KB
+        for k in range(500):
+            text = (f"Hello, this is {names[k % 5]} calling about booking {k}. "
+                    f"Please call me back on 020 7946 {k % 10000:04d} or write to user{k}@example.com. "
+                    f"{doc_text(k)} Thank you for your help with the reservation today.")
+            fh.write(json.dumps({"id": f"d{k}", "text": text}) + "\n")
+    spec = parse_spec(CRT_REDACT)
+    base = run(spec, corpus, tmp_path / "inproc", spec_dir=str(tmp_path))
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    out = tmp_path / "ray"
+    proc = subprocess.run([sys.executable, "-c", TWO_NODES, json.dumps(CRT_REDACT), str(corpus), str(out),
+                           str(tmp_path), str(probe), str(tmp_path / "result.json")], cwd=ROOT, env=ray_env(probe),
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads((tmp_path / "result.json").read_text())
+    assert got["counts"] == base["counts"]
+    assert [s["sha256"] for s in got["shards"]] == [s["sha256"] for s in base["shards"]]
+    for entry in base["shards"]:
+        assert hashlib.sha256((out / entry["file"]).read_bytes()).hexdigest() == entry["sha256"]
+    assert got["stages"][2]["kind"] == "redact" and got["stages"][2]["stats"] == base["stages"][2]["stats"]
+    assert got["stages"][2]["records_out"] == base["stages"][2]["records_out"] > 0
+    # redaction ran on both nodes (probe files are named <pid>-<node>-<stage.method>)
+    redact_nodes = {p.name.split("-")[1] for p in probe.iterdir() if "redact.process_batch" in p.name}
+    assert len(redact_nodes) == 2, sorted(p.name for p in probe.iterdir())

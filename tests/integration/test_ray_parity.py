@@ -418,3 +418,20 @@ def test_cli_run_with_ray_address_matches_in_process(ray_session, workdir, tmp_p
     assert summary["status"] == "ok" and summary["output_records"] == base_m["counts"]["output_records"]
     assert json.loads((out / "manifest.json").read_text())["runner"] == "ray"
     assert shard_hashes(out) == shard_hashes(base_out)
+
+
+def test_a_plan_that_cannot_be_scheduled_fails_instead_of_waiting(ray_session, workdir, tmp_path, monkeypatch):
+    """Tasks that ask for more CPU than any node has wait forever in Ray; the stall guard
+    ends the run with one clear error, and no output is left behind."""
+    import time
+
+    from privatize.ray.cluster import Budget, RunStalled
+
+    # the stage maps ask for 64 CPUs: reads run, then nothing can
+    monkeypatch.setattr(Budget, "map_args", lambda self, actor: {"num_cpus": 64.0})
+    t0 = time.monotonic()
+    with pytest.raises(RunStalled, match=r"no progress for \d+s .*pending demands"):
+        run(parse_spec(CRT), workdir / "corpus", tmp_path / "stalled", runner="ray", spec_dir=str(workdir),
+            progress=False, stall_timeout_s=4)
+    assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "stalled").exists() and not list(tmp_path.glob(".stalled.tmp-*"))
