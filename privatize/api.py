@@ -9,9 +9,10 @@
 file (its folder is then where ``file:`` key paths resolve, unless ``spec_dir`` says
 otherwise). Everything that can be checked before work starts is checked here, in the
 caller's process, with one-line errors (:mod:`privatize.errors`): the spec (field paths),
-the runner name, the options, the input (exists, readable, formats known) and the output
-(absent, or ``overwrite``). Only then does a runner start (Opacus' ``make_private`` is the
-model: one call, validated up front, the same result object whichever engine runs).
+the runner name, the options and the input (exists, readable, formats known); each runner
+checks the output (absent, or ``overwrite``) before its first step (Opacus'
+``make_private`` is the model: one call, validated up front, the same result object
+whichever engine runs).
 
 Both runners give byte-identical shards and the same manifest fields; ``runner="ray"``
 joins ``address`` (or ``RAY_ADDRESS``, or starts an embedded local Ray).
@@ -23,7 +24,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from privatize.errors import OutputError, SpecError
+from privatize.errors import SpecError
 
 RUNNERS = ("local", "ray")
 DEFAULT_RANGE_BYTES = 64 << 20
@@ -96,9 +97,6 @@ def prepare(spec: Any, input: str | Path, output: str | Path, *, runner: str = "
     if not isinstance(opts, RunOptions):
         raise SpecError(f"options: expected privatize.RunOptions, not {type(opts).__name__}")
     spec, spec_dir = _spec_of(spec, spec_dir)
-    out = Path(output)
-    if out.exists() and not opts.overwrite:
-        raise OutputError(f"{out}: output directory exists (use --overwrite to replace it)")
     files = list_inputs(input, spec.input.format)
     return spec, spec_dir, files, opts
 

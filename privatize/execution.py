@@ -9,14 +9,15 @@ through the same keys / partition / decide / apply steps.
 from __future__ import annotations
 
 import hashlib
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from privatize.routing import Router, routed
-from privatize.stage import (DECISION_ROW, DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX, GlobalStage, Stage,
-                             set_column)
+from privatize.stage import (DECISION_ROW, DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX, GlobalStage,
+                             Stage, set_column)
 
 QSTAGE = "_qstage"  # which stage quarantined a row (-1: reading)
 DSTAGE = "_dstage"  # which stage dropped a row
@@ -202,7 +203,7 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) ->
             if hi > lo:
                 part = keyed.slice(lo, hi - lo)
                 tables.append(decide_partition(stage, part if in_order else sort_partition(part)))
-    router = Router(tables, no_decisions(stage) if not any(t.num_rows for t in tables) else None)
+    router = Router(tables, partial(no_decisions, stage))
     return [apply_global_batch(stage, index, b, router) for b in batches]
 
 
@@ -224,8 +225,9 @@ class UniqueIds(GlobalStage):
             if len(repeated) else np.zeros(0, np.int64)
         first: dict[str, tuple[int, int]] = {}
         src, line = [], []
-        for d, s, ln in zip(ids.take(pa.array(rows)).to_pylist(), partition["_src"].take(pa.array(rows)).to_pylist(),
-                            partition["_line"].take(pa.array(rows)).to_pylist()):
+        idx = pa.array(rows)
+        for d, s, ln in zip(ids.take(idx).to_pylist(), partition["_src"].take(idx).to_pylist(),
+                            partition["_line"].take(idx).to_pylist()):
             f = first.setdefault(d, (s, ln))
             src.append(f[0])
             line.append(f[1])

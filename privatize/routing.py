@@ -18,11 +18,14 @@ dictionary of order tuples: slower, the same answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from privatize.stage import DECISION_ROW, ORDER_COLUMNS
+
 ORDER_KEY = "_k"
 """Routed decisions: the row's order columns packed (:func:`pack_order`)."""
 ROW_ID = "_doc"
@@ -31,16 +34,23 @@ ROW_ID = "_doc"
 _PACK = ((0, 16), (16, 32), (48, 16))  # (shift, bits) of _seg, _line, _src in the packed key
 
 
-def pack_order(src: np.ndarray, line: np.ndarray, seg: np.ndarray) -> np.ndarray | None:
-    """(``_src``, ``_line``, ``_seg``) packed into one uint64 that sorts in the global
-    order (16, 32 and 16 bits), or None where some value does not fit."""
+def pack_rows(src: np.ndarray, line: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, fits): (``_src``, ``_line``, ``_seg``) packed into one uint64 per row that
+    sorts in the global order (16, 32 and 16 bits), and which rows' values fit (the key of
+    a row that does not is meaningless)."""
     out = np.zeros(len(src), np.uint64)
+    fits = np.ones(len(src), bool)
     for values, (shift, bits) in zip((seg, line, src), _PACK):
         v = values.astype(np.int64, copy=False)
-        if len(v) and (v.min() < 0 or v.max() >= (1 << bits)):
-            return None
-        out |= v.astype(np.uint64) << np.uint64(shift)
-    return out
+        fits &= (v >= 0) & (v < (1 << bits))
+        out |= (v.astype(np.uint64) & np.uint64((1 << bits) - 1)) << np.uint64(shift)
+    return out, fits
+
+
+def pack_order(src: np.ndarray, line: np.ndarray, seg: np.ndarray) -> np.ndarray | None:
+    """:func:`pack_rows`' keys, or None where some value does not fit."""
+    out, fits = pack_rows(src, line, seg)
+    return out if fits.all() else None
 
 
 def unpack_order(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -87,10 +97,10 @@ def routed(kind: str, decided: pa.Table, partition: pa.Table, packed: np.ndarray
 
 class Router:
     """Every routed decision of one GlobalStage run, indexed once; :meth:`for_batch`
-    gives a batch's live rows their decisions, aligned. ``empty``: the decision columns
-    (``decide`` over no rows) for a run without decisions."""
+    gives a batch's live rows their decisions, aligned. ``empty``: makes the decision
+    columns (``decide`` over no rows), called only for a run without decisions."""
 
-    def __init__(self, tables: list[pa.Table], empty: pa.Table | None = None):
+    def __init__(self, tables: list[pa.Table], empty: Callable[[], pa.Table] | None = None):
         tables = [t for t in tables if t.num_rows]
         self.keys = np.zeros(0, np.uint64)
         self.ids = pa.array([], pa.string())
@@ -98,7 +108,8 @@ class Router:
         if not tables:
             if empty is None:
                 raise ValueError("a router without decisions needs the decision columns (decide over no rows)")
-            self.values = empty.drop_columns([c for c in empty.column_names if c == DECISION_ROW]).slice(0, 0)
+            none = empty()
+            self.values = none.drop_columns([c for c in none.column_names if c == DECISION_ROW]).slice(0, 0)
             return
         if all(ORDER_KEY in t.column_names for t in tables):
             key = np.concatenate([t[ORDER_KEY].to_numpy() for t in tables])
@@ -136,15 +147,11 @@ class Router:
         return pa.table({c: self.values[c].take(idx) for c in self.values.column_names})
 
     def _lookup_keys(self, live: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        q = packed_order(live)
-        ok = None
-        if q is None:  # every decision's order packed, so a row whose order does not has none
-            cols = [live[c].to_numpy(zero_copy_only=False) for c in ORDER_COLUMNS]
-            ok = np.ones(live.num_rows, bool)
-            for c, (_, bits) in zip(cols, reversed(_PACK)):
-                ok &= (c >= 0) & (c < (1 << bits))
-            q = np.zeros(live.num_rows, np.uint64)
-            q[ok] = pack_order(*(c[ok] for c in cols))
+        # every decision's order packed, so a row whose order does not has none
+        q, ok = pack_rows(*(live[c].to_numpy(zero_copy_only=False) for c in ORDER_COLUMNS))
+        q = q[ok]
+        if not len(q):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         # a batch covers a short stretch of the global order: search that stretch only
         lo = int(np.searchsorted(self.keys, q.min(), "left"))
         hi = int(np.searchsorted(self.keys, q.max(), "right"))
@@ -152,11 +159,8 @@ class Router:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         near = self.keys[lo:hi]
         at = np.minimum(np.searchsorted(near, q), len(near) - 1)
-        hit = near[at] == q
-        if ok is not None:
-            hit &= ok
-        row = np.flatnonzero(hit)
-        return row, at[row] + lo
+        hit = np.flatnonzero(near[at] == q)
+        return np.flatnonzero(ok)[hit], at[hit] + lo
 
     def _lookup_tuples(self, live: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         find = self.by_tuple.get

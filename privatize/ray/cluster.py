@@ -141,6 +141,25 @@ def map_batches(ds, fn, **kwargs):
     return ds.map_batches(fn, **kwargs)
 
 
+def block_pieces(ds, fn, n: int, task_cpus: float, *args, guard=None) -> list:
+    """``fn(block, *args, bounds)`` -> ``n`` objects, for every block of ``ds`` as it is
+    produced: the map side of a one-pass shuffle in Ray core tasks."""
+    t = task(fn, num_returns=n, num_cpus=task_cpus)
+    pieces = []
+    for bundle in ds.iter_internal_ref_bundles():
+        if guard is not None:
+            guard.tick()
+        slices = bundle.slices or [None] * len(bundle.block_refs)
+        for ref, sl in zip(bundle.block_refs, slices):
+            pieces.append(t.remote(ref, *args, None if sl is None else (sl.start_offset, sl.end_offset)))
+    return pieces
+
+
+def in_bounds(block, bounds: tuple[int, int] | None):
+    """The rows of ``block`` a :func:`block_pieces` task was given (``bounds``: a slice)."""
+    return block if bounds is None else block.slice(bounds[0], bounds[1] - bounds[0])
+
+
 def find_privatize_error(exc: BaseException) -> PrivatizeError | None:
     seen = set()
     todo = [exc]

@@ -133,9 +133,7 @@ def final_split(block: pa.Table, final: FinalPass, bounds: tuple[int, int] | Non
     """One block of final rows -> ``num_shards + 1`` objects: the block's summary, then
     each shard's output rows (an empty table where the block has none)."""
     allocator.tune()
-    if bounds is not None:
-        block = block.slice(bounds[0], bounds[1] - bounds[0])
-    summary, per_shard = final.split(block)
+    summary, per_shard = final.split(cluster.in_bounds(block, bounds))
     return (summary, *(per_shard.get(s, pa.table({})) for s in range(final.num_shards)))
 
 
@@ -149,11 +147,9 @@ def write_shard_task(writer: ShardWriter, shard: int, *pieces: pa.Table) -> Writ
 def write_shards(ds, final: FinalPass, writer: ShardWriter, task_cpus: float, guard=None):
     """Start the final pass and the shard writes; yields the block summaries, then the
     written shards."""
-    from privatize.ray.shuffle import block_pieces
-
     n = final.num_shards
     write = cluster.task(write_shard_task, num_cpus=task_cpus)
-    pieces = block_pieces(ds, final_split, n + 1, task_cpus, final, guard=guard)
+    pieces = cluster.block_pieces(ds, final_split, n + 1, task_cpus, final, guard=guard)
     summaries = [p[0] for p in pieces]
     shard_refs = [write.remote(writer, s, *[p[s + 1] for p in pieces]) for s in range(n)]
     del pieces

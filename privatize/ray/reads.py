@@ -40,36 +40,32 @@ def read_piece(piece: ReadPiece, batch_size: int, text_per_line: bool):
     yield with_info(pending, BatchInfo(READ_STAGE, records_in=rows, seconds=time.perf_counter() - t0))
 
 
-def range_bytes_for(files: list[InputFile], largest: int, slots: int, *, text_per_line: bool) -> int:
+def range_bytes_for(splittable_bytes: int, largest: int, slots: int) -> int:
     """Byte ranges small enough that every slot (an actor, or a task's CPU) gets about two
     pieces of the splittable input, never above ``largest`` nor below
     :data:`MIN_RANGE_BYTES` (one 1.4 MB file was one block: one redaction actor did all
     the work while the other waited)."""
-    total = 0
-    for f in files:
-        if f.format == "jsonl" or (f.format == "text" and text_per_line):
-            try:
-                total += os.path.getsize(f.path)
-            except OSError:
-                pass  # plan_reads says so, with the path
-    return min(largest, max(MIN_RANGE_BYTES, -(-total // (2 * max(1, slots)))))
+    return min(largest, max(MIN_RANGE_BYTES, -(-splittable_bytes // (2 * max(1, slots)))))
 
 
-def plan_reads(files: list[InputFile], *, text_per_line: bool, range_bytes: int, task_cpus: float,
+def plan_reads(files: list[InputFile], *, text_per_line: bool, largest_range: int, slots: int, task_cpus: float,
                scheduling: dict, window: int = 1, guard: StallGuard | None = None) -> list[ReadPiece]:
-    """One piece per file; large JSONL and line-per-record text files in byte ranges cut
-    at line starts, their first line numbers found by counting newlines in parallel
-    (``window`` at a time)."""
+    """One piece per file; JSONL and line-per-record text files in byte ranges
+    (:func:`range_bytes_for`) cut at line starts, their first line numbers found by
+    counting newlines in parallel (``window`` at a time)."""
     pieces: list[ReadPiece] = []
     scans = []
     scan = cluster.task(scan_task, num_cpus=task_cpus, **scheduling)
+    sizes = []
     for f in files:
-        splittable = f.format == "jsonl" or (f.format == "text" and text_per_line)
         try:
-            size = os.path.getsize(f.path)
+            sizes.append(os.path.getsize(f.path))
         except OSError as exc:
             raise InputError(f"{f.path}: cannot read: {exc.strerror or exc}") from None
-        if not splittable or size <= range_bytes:
+    splittable = [f.format == "jsonl" or (f.format == "text" and text_per_line) for f in files]
+    range_bytes = range_bytes_for(sum(n for n, ok in zip(sizes, splittable) if ok), largest_range, slots)
+    for f, size, can_split in zip(files, sizes, splittable):
+        if not can_split or size <= range_bytes:
             pieces.append(ReadPiece(f))
             continue
         bounds = list(range(0, size, range_bytes)) + [size]

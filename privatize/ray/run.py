@@ -28,7 +28,7 @@ from privatize.output import OutputWriter, Tally, build_manifest, check_strict, 
 from privatize.ray import cluster
 from privatize.ray.cluster import Budget, StallGuard
 from privatize.ray.final import FinalPass, ShardWriter, finish, write_shards
-from privatize.ray.reads import input_datasource, plan_reads, range_bytes_for
+from privatize.ray.reads import input_datasource, plan_reads
 from privatize.ray.shuffle import decide_groups
 from privatize.ray.workers import (ApplyUDF, KeysUDF, StageRef, StageUDF, pseudonym_key_id, stage_key_ids)
 from privatize.records import InputFile
@@ -110,9 +110,8 @@ def _plan(ds, refs: list[StageRef], protos: list, plan: Plan, spec_dir: str | No
 def _key_ids(tally: Tally, refs: list[StageRef], protos: list, spec: PipelineSpec, spec_dir, run, budget):
     """Key ids of stages no live row reached (asked of a worker), and of the pseudonym key
     when no shard was written."""
-    seen = {int(k.split(".")[1]) for k in tally.key_ids if k.startswith("stages.")}
-    for ref, proto in zip(refs, protos):
-        if ref.index not in seen and tally.stages[ref.index].records_in == 0 and proto.needs_setup:
+    for ref, proto in zip(refs, protos):  # a stage that saw rows reported its key ids with them
+        if tally.stages[ref.index].records_in == 0 and proto.needs_setup:
             ids = cluster.get(cluster.task(stage_key_ids, num_cpus=budget.task_cpus).remote(ref))
             tally.key_ids.update({f"stages.{ref.index}.{name}": kid for name, kid in ids.items()})
     if spec.output.pseudonym_key and "output.pseudonym_key" not in tally.key_ids:
@@ -138,8 +137,8 @@ def _execute(spec: PipelineSpec, files: list[InputFile], writer: OutputWriter, s
              budget.max_actors)
     per_line = spec.input.text_unit == "line"
     pieces = plan_reads(files, text_per_line=per_line, scheduling=scheduling, guard=guard,
-                        range_bytes=range_bytes_for(files, opts.read_range_bytes, budget.slots, text_per_line=per_line),
-                        task_cpus=budget.task_cpus, window=max(1, int(budget.cpus / budget.task_cpus)))
+                        largest_range=opts.read_range_bytes, slots=budget.slots, task_cpus=budget.task_cpus,
+                        window=max(1, int(budget.cpus / budget.task_cpus)))
     plan = Plan(budget, guard)
     ds = ray.data.read_datasource(input_datasource(pieces, opts.batch_size, per_line,
                                                    on_driver_node=opts.reads_on_driver_node),

@@ -41,31 +41,13 @@ class DecisionStats:
     seconds: float
 
 
-def _slice(block: pa.Table, bounds: tuple[int, int] | None) -> pa.Table:
-    return block if bounds is None else block.slice(bounds[0], bounds[1] - bounds[0])
-
-
-def block_pieces(ds, fn, n: int, task_cpus: float, *args, guard=None) -> list:
-    """``fn(block, *args, bounds)`` -> ``n`` objects, for every block of ``ds`` as it is
-    produced: the map side of a one-pass shuffle in Ray core tasks."""
-    t = cluster.task(fn, num_returns=n, num_cpus=task_cpus)
-    pieces = []
-    for bundle in ds.iter_internal_ref_bundles():
-        if guard is not None:
-            guard.tick()
-        slices = bundle.slices or [None] * len(bundle.block_refs)
-        for ref, sl in zip(bundle.block_refs, slices):
-            pieces.append(t.remote(ref, *args, None if sl is None else (sl.start_offset, sl.end_offset)))
-    return pieces
-
-
 def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: tuple[int, int] | None):
     """Keyed rows of one block (``ref``: rows of one block, keyed here by that stage) ->
     ``groups`` tables (hash partition ``p`` goes to group ``p % groups``), then the
     seconds spent keying."""
     allocator.tune()
     t0 = time.perf_counter()
-    block = _slice(block, bounds)
+    block = cluster.in_bounds(block, bounds)
     if ref is not None:
         block = key_rows(ready_stage(ref), block)
     # what decide needs, the partition as one byte (NUM_PARTITIONS <= 256)
@@ -119,8 +101,7 @@ def collect_decisions(ref: StageRef, groups: int, *results) -> tuple[Router, Dec
     parts_done = [p for d in decided for p in d.parts]
     if len(set(parts_done)) != len(parts_done):
         raise RuntimeError(f"stage {ref.kind}: a hash partition was decided in pieces")
-    tables = [t for d in decided for t in d.tables if t.num_rows]
-    router = Router(tables, None if tables else no_decisions(ready_stage(ref)))
+    router = Router([t for d in decided for t in d.tables], lambda: no_decisions(ready_stage(ref)))
     seconds = sum(d.seconds for d in decided) + sum(results[groups:]) + time.perf_counter() - t0
     return router, DecisionStats(router.num_decisions, seconds)
 
@@ -129,7 +110,7 @@ def decide_groups(ds, ref: StageRef, groups: int, task_cpus: float, keyed_by: St
     """Keyed rows to ``groups`` decide tasks, gathered by one collect task: returns the
     ObjectRefs (router, stats). ``keyed_by``: ``ds`` holds the rows, keyed by that stage in
     the split tasks; None: ``ds`` holds keyed rows."""
-    pieces = block_pieces(ds, split_by_group, groups + 1, task_cpus, groups, keyed_by, guard=guard)
+    pieces = cluster.block_pieces(ds, split_by_group, groups + 1, task_cpus, groups, keyed_by, guard=guard)
     decide = cluster.task(decide_group, num_cpus=task_cpus)
     decided = [decide.remote(ref, *[p[g] for p in pieces]) for g in range(groups)]
     collect = cluster.task(collect_decisions, num_returns=2, num_cpus=task_cpus)

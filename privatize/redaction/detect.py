@@ -49,7 +49,7 @@ import regex as re
 
 from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
-from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, CONFIDENT_SCORE, Span,
+from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        merge_intervals, merge_spans, recase)
 from privatize.redaction.words import stop_words
