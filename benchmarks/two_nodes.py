@@ -55,6 +55,7 @@ def main() -> None:
     from ray.cluster_utils import Cluster
 
     from privatize import run
+    from privatize.ray import local_init_args
     from privatize.keys import new_key, write_key_file
     from privatize.spec import parse_spec
 
@@ -72,8 +73,10 @@ def main() -> None:
     os.sched_setaffinity(0, aff)
 
     store = 300 * 1024 * 1024
+    # the worker-process limit a node of one CPU needs (privatize.ray.local_init_args; the
+    # default, the node's CPU count, kills and restarts workers all through a run)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": store,
-                                                            "include_dashboard": False})
+                                                            "include_dashboard": False, **local_init_args(1)})
     cluster.add_node(num_cpus=1, object_store_memory=store)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parents[1])}})
@@ -90,6 +93,9 @@ def main() -> None:
     print(f"  in-process, one local core:          {local:6.1f} s")
     print(f"  Ray, two one-CPU nodes (head+worker): {two:6.1f} s  (cluster start excluded, actor start and "
           f"model load included)")
+    for st in m["stages"]:
+        print(f"    stage {st['index']} {st['kind']:<13} {st['records_in']:>6} -> {st['records_out']:>6} records, "
+              f"{st['seconds']:6.1f} s in workers")
     print(f"  speed-up: {local / two:.2f}x (target > 1: {'met' if local / two > 1 else 'NOT met'}); "
           f"shards byte-identical: {same}; records out: {m['counts']['output_records']}")
 
