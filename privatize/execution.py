@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from privatize.routing import Router, routed
+from privatize.routing import Router, packed_order, routed
 from privatize.stage import (DECISION_ROW, DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX, GlobalStage,
                              Stage, set_column)
 
@@ -89,7 +89,28 @@ def run_stage_batch(stage: Stage, index: int, batch: pa.Table) -> pa.Table:
     """Run a per-batch stage on the live rows of ``batch``; marked rows pass through."""
     live, marked = split_marked(batch)
     out = stage.process_batch(_clear_marks(live)) if live.num_rows else live
+    if out.num_rows > live.num_rows:
+        check_unique_order(out, stage.kind)
     return concat([finish_stage_output(out, index), marked])
+
+
+def check_unique_order(rows: pa.Table, kind: str) -> None:
+    """The order columns name one row each (readers give every record its own ``_src``,
+    ``_line``; a stage that expands a record numbers the pieces in ``_seg``): decisions of
+    a GlobalStage find their rows by them (:mod:`privatize.routing`). Checked where rows
+    are made; an expansion in the global order (``split``'s) costs one pass."""
+    packed = packed_order(rows)
+    if packed is not None:
+        if len(packed) < 2 or (packed[1:] > packed[:-1]).all():
+            return
+        packed.sort()
+        clash = bool((packed[1:] == packed[:-1]).any())
+    else:
+        keys = rows.select(list(ORDER_COLUMNS))
+        clash = keys.group_by(list(ORDER_COLUMNS)).aggregate([]).num_rows < keys.num_rows
+    if clash:
+        raise ValueError(f"{kind}: two rows share their order columns (_src, _line, _seg); a stage that "
+                         "expands a record must number its pieces in _seg")
 
 
 def _clear_marks(live: pa.Table) -> pa.Table:

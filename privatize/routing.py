@@ -4,15 +4,15 @@ runners use.
 ``decide(partition)`` returns its decisions with the position in ``partition`` of the row
 each is for (the column :data:`DECISION_ROW`; see :class:`privatize.stage.GlobalStage`).
 The runner turns a position into the row's identity, its order columns (``_src``,
-``_line``, ``_seg``: unique per row) and ``doc_id``, with :func:`routed`; a
+``_line``, ``_seg``: unique per row, checked where a stage expands rows:
+:func:`privatize.execution.check_unique_order`), with :func:`routed`; a
 :class:`Router` built from every partition's routed decisions then gives each batch of
 ``apply`` a table *aligned to its live rows*: row ``i`` holds the decision for live row
 ``i``, nulls where there is none.
 
 The order columns are packed into one ``uint64`` (:func:`pack_order`) wherever they fit
 (16, 32 and 16 bits): the router then sorts the keys once and a batch finds its rows by
-binary search within the stretch of the global order it covers, checked against
-``doc_id``. Where they do not fit (over 65,535 input files, say) it looks rows up in a
+binary search within the stretch of the global order it covers. Where they do not fit (over 65,535 input files, say) it looks rows up in a
 dictionary of order tuples: slower, the same answer.
 """
 
@@ -22,14 +22,11 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from privatize.stage import DECISION_ROW, ORDER_COLUMNS
 
 ORDER_KEY = "_k"
 """Routed decisions: the row's order columns packed (:func:`pack_order`)."""
-ROW_ID = "_doc"
-"""Routed decisions: the row's ``doc_id`` (checked on lookup)."""
 
 _PACK = ((0, 16), (16, 32), (48, 16))  # (shift, bits) of _seg, _line, _src in the packed key
 
@@ -80,14 +77,12 @@ def decision_positions(kind: str, decided: pa.Table, n: int) -> tuple[np.ndarray
 
 def routed(kind: str, decided: pa.Table, partition: pa.Table, packed: np.ndarray | None = None) -> pa.Table:
     """``decide``'s result for ``partition`` -> decision values with their rows' identity
-    (:data:`ROW_ID`, and :data:`ORDER_KEY` or the order columns). ``packed``: the
-    partition's packed order, when the caller has it."""
+    (:data:`ORDER_KEY`, or the order columns). ``packed``: the partition's packed order,
+    when the caller has it."""
     at, values = decision_positions(kind, decided, partition.num_rows)
-    idx = pa.array(at)
     out = {c: values[c] for c in values.column_names}
-    out[ROW_ID] = partition["doc_id"].take(idx)
     if packed is None:
-        rows = partition.select(list(ORDER_COLUMNS)).take(idx)
+        rows = partition.select(list(ORDER_COLUMNS)).take(pa.array(at))
         packed_rows = packed_order(rows)
         if packed_rows is None:
             return pa.table({**out, **{c: rows[c] for c in ORDER_COLUMNS}})
@@ -103,7 +98,6 @@ class Router:
     def __init__(self, tables: list[pa.Table], empty: Callable[[], pa.Table] | None = None):
         tables = [t for t in tables if t.num_rows]
         self.keys = np.zeros(0, np.uint64)
-        self.ids = pa.array([], pa.string())
         self.by_tuple: dict | None = None
         if not tables:
             if empty is None:
@@ -127,8 +121,7 @@ class Router:
                     raise ValueError(_TWICE)
                 self.by_tuple[k] = i
             table = table.drop_columns(list(ORDER_COLUMNS))
-        self.ids = table[ROW_ID]
-        self.values = table.drop_columns([ROW_ID])
+        self.values = table
 
     @property
     def num_decisions(self) -> int:
@@ -139,10 +132,7 @@ class Router:
         at = np.full(live.num_rows, -1, np.int64)
         if self.values.num_rows and live.num_rows:
             row, dec = self._lookup_tuples(live) if self.by_tuple is not None else self._lookup_keys(live)
-            if len(row):
-                same = pc.equal(self.ids.take(pa.array(dec)), live["doc_id"].take(pa.array(row)))
-                same = same.to_numpy(zero_copy_only=False)
-                at[row[same]] = dec[same]
+            at[row] = dec
         idx = pa.array(at, mask=at < 0)
         return pa.table({c: self.values[c].take(idx) for c in self.values.column_names})
 
@@ -170,8 +160,7 @@ class Router:
         return row, dec[row]
 
 
-_TWICE = ("two decisions for one row: decide() returned a position twice, or two rows share doc_id and "
-          "order columns (a stage that expands a row must number its pieces in _seg)")
+_TWICE = "two decisions for one row: decide() returned a position twice"
 
 
 def _with_order_columns(t: pa.Table) -> pa.Table:

@@ -149,9 +149,9 @@ def test_shard_writer_in_place_and_by_bytes_give_the_same_shard(tmp_path, monkey
 
 
 def _routed(rows):
-    """Routed decisions as decide tasks return them: dedup_hit, the row's id and packed order."""
+    """Routed decisions as decide tasks return them: dedup_hit and the row's packed order."""
     src, line, seg, ids = zip(*rows)
-    return pa.table({"dedup_hit": [True] * len(ids), "_doc": list(ids),
+    return pa.table({"dedup_hit": [True] * len(ids),
                      ORDER_KEY: pa.array(pack_order(np.array(src), np.array(line), np.array(seg)))})
 
 
@@ -180,7 +180,7 @@ def test_router_aligns_decisions_to_a_batch_s_rows():
 
 def test_router_without_packable_orders_gives_the_same_answer():
     big = 1 << 33
-    t = pa.table({"dedup_hit": [True, True], "_doc": ["x", "y"], "_src": pa.array([0, 0], pa.int64()),
+    t = pa.table({"dedup_hit": [True, True], "_src": pa.array([0, 0], pa.int64()),
                   "_line": pa.array([big, 1], pa.int64()), "_seg": pa.array([0, 0], pa.int64())})
     router = Router([t, _routed([(0, 5, 0, "w")])])
     assert router.by_tuple is not None
@@ -192,11 +192,30 @@ def test_router_without_packable_orders_gives_the_same_answer():
     assert got["dedup_hit"].to_pylist() == [None, True]
 
 
-def test_rows_sharing_an_order_get_only_the_decision_with_their_id():
-    # two split stages in a row renumber _seg: "p#0#0" and "p#1#0" both sit at (0, 1, 0)
-    router = Router([_routed([(0, 1, 0, "p#1#0")])])
-    got = router.for_batch(_live([0, 0], [1, 1], [0, 0], ["p#0#0", "p#1#0"]))
-    assert got["dedup_hit"].to_pylist() == [None, True]
+def test_a_stage_that_expands_rows_without_numbering_them_is_refused():
+    """Decisions find their rows by the order columns, so they must name one row each:
+    two split stages in a row (which the spec refuses) would put "p#0#0" and "p#1#0" both
+    at (0, 1, 0); a stage that does so is stopped where it makes the rows."""
+    from privatize.execution import check_unique_order, run_stage_batch
+    from privatize.stage import Stage
+
+    class Twice(Stage):
+        kind = "twice"
+
+        def process_batch(self, batch):
+            return pa.concat_tables([batch, batch])
+
+    batch = _live([0, 0], [1, 2], [0, 0], ["a", "b"])
+    with pytest.raises(ValueError, match="twice: two rows share their order columns"):
+        run_stage_batch(Twice(), 0, batch)
+    check_unique_order(_live([0, 0, 1], [1, 1, 0], [0, 1, 0], ["a", "b", "c"]), "ok")  # in order: one pass
+    check_unique_order(_live([1, 0, 0], [0, 1, 1], [0, 1, 0], ["c", "b", "a"]), "ok")  # out of order
+    with pytest.raises(ValueError, match="share their order"):
+        check_unique_order(_live([1, 0, 1], [0, 1, 0], [0, 1, 0], ["c", "b", "a"]), "x")
+    big = 1 << 33  # order values that do not pack take the other path, same answer
+    check_unique_order(_live([0, 0], [big, big], [0, 1], ["a", "b"]), "ok")
+    with pytest.raises(ValueError, match="share their order"):
+        check_unique_order(_live([0, 0], [big, big], [1, 1], ["a", "b"]), "x")
 
 
 def test_router_refuses_two_decisions_for_one_row():
@@ -224,7 +243,7 @@ def test_decide_group_orders_each_partition_once_and_names_the_partitions_it_dec
     assert out.parts == sorted(set(int(p) for k in keyed for p in k["_part"].to_pylist()))
     assert out.seconds > 0
     routed = pa.concat_tables(out.tables)
-    assert sorted(routed["_doc"].to_pylist()) == ["d2", "d4", "d5"]
+    assert routed.num_rows == 3
     # each decision carries its row's packed order
     lines = {f"d{i}": i + 1 for i in range(6)}
     assert sorted(routed[ORDER_KEY].to_pylist()) == sorted(
