@@ -1,0 +1,187 @@
+"""One pydantic model per training run, read from a YAML file.
+
+``kind`` chooses the run:
+
+* ``pretrain``: a model from a preset (or a local Hugging Face checkpoint's config), from
+  scratch, on ``data``.
+* ``continue``: from ``model.checkpoint`` (a run's ``model/`` folder or any local Hugging
+  Face causal-LM directory), with the checkpoint's tokenizer (``tokenizer.mode: shared``)
+  or a new one trained on ``data`` (``separate``: the input and output embeddings are
+  re-initialised for the new vocabulary, as the Crypto-LLM paper describes).
+* ``dp``: DP-SGD with Opacus on ``data.split`` (Poisson sampling, per-example clipping,
+  Gaussian noise).
+* ``crt``: confidentially redacted training (Algorithm 1 of the CRT paper): each epoch one
+  epoch of plain steps on the public split, then one of DP-SGD on the private split.
+
+Every number that sizes memory, CPU or time has an upper bound, so a config cannot ask
+a cluster for the impossible. Unknown fields are errors (with their path).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from privatize.errors import SpecError
+
+Kind = Literal["pretrain", "continue", "dp", "crt"]
+Split = Literal["all", "public", "private"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Strict):
+    """Where the training text is: a privatization run's output folder (its
+    ``shards/*.parquet``), a folder of Parquet or JSONL files, or one such file."""
+
+    path: Optional[str] = None
+    text_column: str = "text"
+    split: Split = "all"
+    seq_len: int = Field(128, ge=8, le=8192)
+    mask_token_loss: bool = Field(True, description="zero loss weight on <MASK> tokens (paper 002 'Baseline1')")
+    max_records: Optional[int] = Field(None, ge=1, le=100_000_000)
+
+
+class TokenizerConfig(_Strict):
+    """``shared``: one tokenizer for both stages of a two-stage run (trained on ``data``
+    plus ``also_on`` for a pretrain, the checkpoint's own for a continue). ``separate``:
+    a new one trained on this run's data (a continue re-initialises the embeddings)."""
+
+    mode: Literal["shared", "separate"] = "shared"
+    path: Optional[str] = Field(None, description="an existing Hugging Face tokenizer folder instead of training one")
+    also_on: list[str] = Field(default_factory=list, max_length=16)
+    vocab_size: int = Field(4096, ge=300, le=262_144)
+    min_frequency: int = Field(2, ge=1, le=1000)
+    max_entity_tokens: int = Field(4096, ge=0, le=100_000)
+
+
+class ModelConfig(_Strict):
+    preset: Optional[Literal["tiny", "small", "paper-551m"]] = "tiny"
+    checkpoint: Optional[str] = None
+
+
+class OptimConfig(_Strict):
+    batch_size: int = Field(16, ge=1, le=4096, description="examples per step over all workers (expected, under Poisson sampling)")
+    epochs: int = Field(1, ge=1, le=1000)
+    max_steps: Optional[int] = Field(None, ge=1, le=10_000_000)
+    lr: float = Field(1e-3, gt=0, le=1.0)
+    weight_decay: float = Field(0.0, ge=0, le=1.0)
+    warmup_steps: int = Field(0, ge=0, le=1_000_000)
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+
+
+class DPConfig(_Strict):
+    target_epsilon: Optional[float] = Field(None, gt=0, le=1000)
+    noise_multiplier: Optional[float] = Field(None, ge=0, le=1000)
+    delta: Optional[float] = Field(None, gt=0, lt=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    poisson: bool = True
+    accountant: Literal["prv", "rdp"] = "prv"
+    grad_sample_mode: Literal["hooks", "ghost"] = "hooks"
+
+    @model_validator(mode="after")
+    def _budget(self):
+        if self.target_epsilon is None and self.noise_multiplier is None:
+            raise ValueError("give target_epsilon or noise_multiplier")
+        return self
+
+
+class CRTConfig(_Strict):
+    """The confidentiality report's inputs: gamma (the share of secrets policy pi misses,
+    1 - recall) and delta_2 (the share policy pi_c misses), measured on gold data with an
+    upper confidence bound. Left out, they are taken from the privatization manifest's
+    ``quality`` figures; a run without either refuses to start."""
+
+    gamma: Optional[float] = Field(None, ge=0, le=1)
+    delta_2: Optional[float] = Field(None, ge=0, le=1)
+
+
+class WorkersConfig(_Strict):
+    num_workers: int = Field(1, ge=1, le=256)
+    use_gpu: bool = False
+    cpus_per_worker: float = Field(1.0, gt=0, le=64)
+    threads_per_worker: Optional[int] = Field(None, ge=1, le=64)
+    precision: Literal["fp32", "bf16"] = "fp32"
+
+
+class TrainConfig(_Strict):
+    version: Literal[1] = 1
+    kind: Kind
+    data: DataConfig = DataConfig()
+    output: Optional[str] = Field(None, description="the run folder (local path)")
+    storage: Optional[str] = Field(None, description="checkpoint storage (local path or s3://); default: OUTPUT/checkpoints")
+    model: ModelConfig = ModelConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    optim: OptimConfig = OptimConfig()
+    dp: Optional[DPConfig] = None
+    crt: Optional[CRTConfig] = None
+    workers: WorkersConfig = WorkersConfig()
+    checkpoint_every: int = Field(50, ge=1, le=10_000_000)
+    report_every: int = Field(10, ge=1, le=10_000_000)
+    max_failures: int = Field(2, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.kind in ("dp", "crt") and self.dp is None:
+            raise ValueError(f"kind {self.kind} needs a 'dp' section")
+        if self.kind in ("pretrain", "continue") and self.dp is not None:
+            raise ValueError(f"kind {self.kind} trains without DP: remove 'dp' or use kind dp")
+        if self.kind != "crt" and self.crt is not None:
+            raise ValueError("'crt' is only for kind crt")
+        if self.kind == "crt" and self.data.split != "all":
+            raise ValueError("kind crt reads both splits: leave data.split at 'all'")
+        if self.kind == "continue" and not self.model.checkpoint:
+            raise ValueError("kind continue needs model.checkpoint")
+        if self.model.preset is None and not self.model.checkpoint:
+            raise ValueError("model: give a preset or a checkpoint")
+        if self.tokenizer.also_on and self.kind != "pretrain":
+            raise ValueError("tokenizer.also_on: only a pretrain trains the shared tokenizer")
+        return self
+
+    def with_paths(self, data: str | None = None, output: str | None = None) -> "TrainConfig":
+        """The config with the CLI's ``--data``/``--output`` overriding its paths."""
+        upd: dict = {}
+        if data is not None:
+            upd["data"] = self.data.model_copy(update={"path": data})
+        if output is not None:
+            upd["output"] = output
+        return self.model_copy(update=upd) if upd else self
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def _loc(err: dict) -> str:
+    return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after")) or "(config)"
+
+
+def parse_config(data, source: str = "config") -> TrainConfig:
+    """A validated config or a :class:`SpecError` naming the first bad field's path."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a training config is a mapping, got {type(data).__name__}")
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        msg = e["msg"].removeprefix("Value error, ")
+        raise SpecError(f"{source}: {_loc(e)}: {msg}") from None
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{p}: not YAML ({str(exc).splitlines()[0]})") from None
+    return parse_config(data, str(p))

@@ -1,0 +1,153 @@
+"""Shards -> tokenized, packed blocks with a per-token loss mask, with Ray Data.
+
+The plan (read, filter the split, tokenize, pack) is the same whether Ray runs in this
+process's embedded cluster or on a real one; it is materialised once per split and handed
+to the Ray Train workers whole (each worker samples its own batches: Poisson sampling for
+DP-SGD needs the whole dataset, not a streaming shard).
+
+A block is ``seq_len`` token ids; documents are concatenated with ``<|endoftext|>``
+between them and cut into blocks (the last block of a batch padded). ``loss`` is 1 where
+the token is a prediction target: 0 on padding and, when ``mask_token_loss`` is on, on
+``<MASK>`` (paper 002's Baseline1). The batching is fixed (``preserve_order``, a fixed
+rows-per-batch) so a corpus packs the same way on any cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from privatize.errors import InputError, SpecError
+
+PACK_ROWS = 256  # records concatenated per packing batch
+
+
+def data_files(path: str) -> tuple[str, list[str]]:
+    """(format, files) under a privatization output folder, a folder, or one file."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"data.path: {path} does not exist")
+    if p.is_dir():
+        root = p / "shards" if (p / "shards").is_dir() else p
+        for fmt, pats in (("parquet", ("*.parquet",)), ("json", ("*.jsonl", "*.json"))):
+            files = sorted(str(f) for pat in pats for f in root.glob(pat))
+            if files:
+                return fmt, files
+        raise InputError(f"data.path: {path} has no .parquet or .jsonl files")
+    if p.suffix == ".parquet":
+        return "parquet", [str(p)]
+    if p.suffix in (".jsonl", ".json"):
+        return "json", [str(p)]
+    raise InputError(f"data.path: {path}: expected .parquet or .jsonl")
+
+
+def read_texts(path: str, column: str, split: str = "all", limit: int | None = None) -> list[str]:
+    """The texts of a split, read in this process (tokenizer training, benchmarks)."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+
+    fmt, files = data_files(path)
+    out: list[str] = []
+    for f in files:
+        t = pq.read_table(f) if fmt == "parquet" else pj.read_json(f)
+        _check_columns(t.schema.names, column, split, f)
+        if split != "all":
+            t = t.filter(pa.compute.equal(t["private"], split == "private"))
+        out.extend(x for x in t[column].to_pylist() if x)
+        if limit and len(out) >= limit:
+            return out[:limit]
+    return out
+
+
+def _check_columns(names, column: str, split: str, where: str) -> None:
+    if column not in names:
+        raise SpecError(f"data.text_column: {where} has no column {column!r} (columns: {', '.join(names)})")
+    if split != "all" and "private" not in names:
+        raise SpecError(f"data.split: {split}: {where} has no 'private' column "
+                        "(privatize the corpus with a split_private stage first)")
+
+
+class Pack:
+    """Ray Data callable: a batch of texts -> packed ``ids``/``loss`` blocks."""
+
+    def __init__(self, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool):
+        from train.tokenizer import load_tokenizer
+
+        self.tok = load_tokenizer(tokenizer_dir)
+        self.column, self.seq_len = column, seq_len
+        self.eos, self.pad = self.tok.eos_token_id, self.tok.pad_token_id
+        self.mask_id = self.tok.mask_token_id if mask_token_loss else None
+
+    def __call__(self, batch: dict) -> dict:
+        texts = [t for t in batch[self.column].tolist() if t]
+        return pack(self.tok(texts, add_special_tokens=False)["input_ids"], self.seq_len, self.eos, self.pad,
+                    self.mask_id)
+
+
+def pack(docs: list[list[int]], seq_len: int, eos: int, pad: int, mask_id: int | None) -> dict:
+    """Concatenate ``docs`` (each followed by ``eos``), cut into ``seq_len`` blocks, pad
+    the last; ``loss`` zero on padding and on ``mask_id``."""
+    if not docs:
+        return {"ids": np.zeros((0, seq_len), np.int32), "loss": np.zeros((0, seq_len), np.uint8)}
+    flat = np.fromiter((i for d in docs for i in (*d, eos)), np.int32)
+    n = -(-len(flat) // seq_len)
+    ids = np.full(n * seq_len, pad, np.int32)
+    ids[: len(flat)] = flat
+    loss = np.zeros(n * seq_len, np.uint8)
+    loss[: len(flat)] = 1
+    if mask_id is not None:
+        loss[ids == mask_id] = 0
+    return {"ids": ids.reshape(n, seq_len), "loss": loss.reshape(n, seq_len)}
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """One materialised split: ``ids`` and ``loss`` of shape (blocks, seq_len)."""
+
+    ids: np.ndarray
+    loss: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def target_tokens(self) -> int:
+        return int(self.loss[:, 1:].sum())
+
+
+def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len: int, mask_token_loss: bool,
+                limit: int | None = None):
+    """The Ray Data plan for one split (not executed)."""
+    import ray
+    import pyarrow.compute as pc
+
+    fmt, files = data_files(path)
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True
+    ds = ray.data.read_parquet(files) if fmt == "parquet" else ray.data.read_json(files)
+    names = ds.schema().names
+    _check_columns(names, column, split, path)
+    keep = [column] + (["private"] if split != "all" else [])
+    ds = ds.select_columns(keep)
+    if split != "all":
+        want = split == "private"
+        ds = ds.filter(lambda b: pc.equal(b["private"], want), batch_format="pyarrow")
+    if limit:
+        ds = ds.limit(limit)
+    return ds.map_batches(Pack, fn_constructor_args=(tokenizer_dir, column, seq_len, mask_token_loss),
+                          batch_size=PACK_ROWS, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=1),
+                          num_cpus=0.5)
+
+
+def to_blocks(ds) -> Blocks:
+    """Collect a materialised plan (or a Ray Train dataset shard) into arrays."""
+    ids, loss = [], []
+    for b in ds.iter_batches(batch_size=4096, batch_format="numpy"):
+        ids.append(np.asarray(b["ids"], np.int32))
+        loss.append(np.asarray(b["loss"], np.uint8))
+    if not ids:
+        return Blocks(np.zeros((0, 0), np.int32), np.zeros((0, 0), np.uint8))
+    return Blocks(np.concatenate(ids), np.concatenate(loss))

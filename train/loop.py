@@ -1,0 +1,329 @@
+"""The training loop each Ray Train worker runs (``train_loop``), and its pieces.
+
+A run is a list of phases per epoch: ``train`` (plain steps), ``private`` (DP-SGD), or for
+CRT ``public`` (plain) then ``private`` (DP-SGD) on the same model. Batches are drawn
+statelessly from (seed, phase, epoch, step): the position in the data is the global step,
+so a resumed run draws exactly the batches an uninterrupted one would.
+
+* Plain phases: each epoch a seeded permutation cut into batches of ``batch_size``; rank r
+  takes every world-th example of the batch.
+* DP phases: Poisson sampling over the whole split (each example in a step with
+  probability q), the same draw on every rank, rank r taking every world-th selected
+  example: the union over ranks is a Poisson sample, which the accountant assumes. (Not
+  Ray's ``prepare_data_loader``: its ``DistributedSampler`` is not Poisson sampling.) A
+  rank whose share is empty trains on one example with no loss targets (zero gradient),
+  so every rank takes part in each all-reduce.
+
+DP-SGD is Opacus' own pieces, as ``PrivacyEngine.make_private`` assembles them: a grad
+sample module (``hooks`` or ``ghost``) around the DDP model, the DP optimizer class for
+(clipping, distributed, mode), the accountant's step hook, and for ghost clipping Opacus'
+loss wrapper. CRT's public steps use the same parameters with the grad sample hooks off
+and the wrapped (non-DP) optimizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str  # train | public | private
+    dp: bool
+    steps: int
+    split: str  # which materialised dataset
+
+
+def plan_phases(kind: str, sizes: dict[str, int], batch_size: int) -> list[Phase]:
+    """Phases of one epoch. Plain phases drop the last partial batch; DP phases take
+    round(n / batch) Poisson steps (sample rate 1 / steps)."""
+    def plain(split: str, name: str) -> Phase:
+        return Phase(name, False, sizes[split] // batch_size, split)
+
+    def dp(split: str) -> Phase:
+        return Phase("private", True, max(1, round(sizes[split] / batch_size)), split)
+
+    if kind in ("pretrain", "continue"):
+        return [plain("train", "train")]
+    if kind == "dp":
+        return [dp("train")]
+    return [plain("public", "public"), dp("private")]
+
+
+def total_steps(phases: list[Phase], epochs: int, max_steps: int | None) -> int:
+    n = epochs * sum(p.steps for p in phases)
+    return min(n, max_steps) if max_steps else n
+
+
+def position(phases: list[Phase], step: int) -> tuple[int, int, int]:
+    """Global step -> (epoch, phase index, step within the phase)."""
+    per = sum(p.steps for p in phases)
+    epoch, rest = divmod(step, per)
+    for i, p in enumerate(phases):
+        if rest < p.steps:
+            return epoch, i, rest
+        rest -= p.steps
+    raise AssertionError("unreachable")
+
+
+def batch_indices(phase: Phase, n: int, batch_size: int, seed: int, epoch: int, step: int, pi: int,
+                  poisson: bool = True) -> np.ndarray:
+    """The step's example indices over all ranks (rank r takes ``[r::world]``; see the
+    module docstring)."""
+    if phase.dp and poisson:
+        rng = np.random.default_rng([seed, pi, epoch, step])
+        chosen = np.flatnonzero(rng.random(n) < 1.0 / phase.steps)
+    else:
+        perm = np.random.default_rng([seed, pi, epoch]).permutation(n)
+        chosen = perm[step * batch_size:(step + 1) * batch_size]
+    return chosen
+
+
+class MaskedLMLoss:
+    """Per-example mean of the next-token loss over its target tokens (``IGNORE`` elsewhere),
+    reduced over the batch as ``reduction`` says ("none" gives one loss per example, what
+    Opacus' ghost clipping needs). A plain and a DP step reduce the same way, so with no
+    clipping and no noise they take the same step."""
+
+    def __init__(self, reduction: str = "mean"):
+        self.reduction = reduction
+
+    def __call__(self, logits, targets):
+        import torch.nn.functional as F
+
+        b, t, v = logits.shape
+        tok = F.cross_entropy(logits.reshape(-1, v).float(), targets.reshape(-1), ignore_index=IGNORE,
+                              reduction="none").view(b, t)
+        per = tok.sum(1) / (targets != IGNORE).sum(1).clamp(min=1)
+        if self.reduction == "none":
+            return per
+        return per.mean() if self.reduction == "mean" else per.sum()
+
+
+def make_batch(ids, loss, idx: np.ndarray, device):
+    """(inputs, targets) tensors for these examples; an empty share becomes one example
+    with no targets."""
+    import torch
+
+    if len(idx) == 0:
+        x = torch.as_tensor(ids[:1].astype(np.int64))
+        return x.to(device), torch.full_like(x[:, 1:], IGNORE).to(device)
+    x = torch.as_tensor(ids[idx].astype(np.int64))
+    y = x[:, 1:].clone()
+    y[torch.as_tensor(loss[idx][:, 1:] == 0)] = IGNORE
+    return x.to(device), y.to(device)
+
+
+def param_digest(model) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def unwrap(model):
+    """The Hugging Face model inside Opacus' and DDP's wrappers."""
+    while hasattr(model, "_module") or hasattr(model, "module"):
+        model = getattr(model, "_module", None) or model.module
+    return model
+
+
+def lr_lambda(warmup: int, total: int):
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        frac = (step - warmup) / max(1, total - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+    return f
+
+
+# ---- the worker ------------------------------------------------------------------------
+
+def _init_model(init: dict):
+    from train.models import build_model, load_checkpoint, preset_config, resize_for_new_vocabulary
+
+    if init.get("checkpoint"):
+        model = load_checkpoint(init["checkpoint"])
+        if init.get("fresh_weights"):
+            model = build_model(model.config, init["seed"])
+        if init.get("resize_to"):
+            resize_for_new_vocabulary(model, init["resize_to"], init["seed"], **init["special"])
+        return model
+    return build_model(preset_config(init["preset"], init["vocab_size"], **init["special"]), init["seed"])
+
+
+def _load_blocks(name: str):
+    import ray.train
+
+    from train.data import to_blocks
+
+    return to_blocks(ray.train.get_dataset_shard(name))
+
+
+class _DP:
+    """Opacus' DP-SGD pieces around ``model`` (see the module docstring)."""
+
+    def __init__(self, model, optimizer, dp: dict, expected_local_batch: float, distributed: bool, generator):
+        from opacus.accountants import create_accountant
+        from opacus.grad_sample.utils import wrap_model
+        from opacus.optimizers import get_optimizer_class
+        from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
+
+        mode = dp["grad_sample_mode"]
+        kw = {"max_grad_norm": dp["max_grad_norm"]} if mode == "ghost" else {}
+        self.module = wrap_model(model, grad_sample_mode=mode, batch_first=True, loss_reduction="mean", **kw)
+        cls = get_optimizer_class(clipping="flat", distributed=distributed, grad_sample_mode=mode)
+        self.optimizer = cls(optimizer=optimizer, noise_multiplier=dp["noise_multiplier"],
+                             max_grad_norm=dp["max_grad_norm"], expected_batch_size=expected_local_batch,
+                             loss_reduction="mean", generator=generator)
+        self.accountant = create_accountant(mechanism=dp["accountant"])
+        self.optimizer.attach_step_hook(self.accountant.get_optimizer_hook_fn(sample_rate=dp["sample_rate"]))
+        self.criterion = (DPLossFastGradientClipping(self.module, self.optimizer, MaskedLMLoss(), "mean")
+                          if mode == "ghost" else MaskedLMLoss())
+        self.ghost = mode == "ghost"
+
+    def plain(self, on: bool) -> None:
+        """Hooks off for a public (plain) step, on again for DP steps."""
+        (self.module.disable_hooks if on else self.module.enable_hooks)()
+
+
+def train_loop(cfg: dict) -> None:
+    """Ray Train's ``train_loop_per_worker``. ``cfg`` is :func:`train.run` 's plan."""
+    import tempfile
+
+    import ray.train
+    import torch
+    from ray.train import Checkpoint
+    from ray.train.torch import prepare_model
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    torch.set_num_threads(cfg["threads"])
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    sink = cfg["sink"]
+    sink.worker.remote({"rank": rank, "world": world, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()})
+
+    data = {name: _load_blocks(name) for name in cfg["splits"]}
+    phases = [Phase(**p) for p in cfg["phases"]]
+    total = cfg["total_steps"]
+    bs, seed = cfg["batch_size"], cfg["seed"]
+
+    model = _init_model(cfg["init"])
+    state = None
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            state = torch.load(os.path.join(d, "state.pt"), weights_only=False)
+            from safetensors.torch import load_file
+
+            model.load_state_dict(load_file(os.path.join(d, "model", "model.safetensors")), strict=False)
+    use_bf16 = cfg["precision"] == "bf16" and cfg["use_gpu"]
+    model = prepare_model(model)
+    device = next(model.parameters()).device
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg["optimizer"] == "sgd":
+        opt = torch.optim.SGD(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+    else:
+        opt = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+    noise_gen = torch.Generator(device=device)
+    noise_gen.manual_seed(seed * 7919 + rank)
+    dp = None
+    if cfg["dp"]:
+        local = cfg["dp"]["sample_rate"] * len(data[cfg["dp"]["split"]]) / world
+        dp = _DP(model, opt, cfg["dp"], local, world > 1, noise_gen)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg["warmup_steps"], total))
+    step = 0
+    if state is not None:
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        step = state["step"]
+        noise_gen.set_state(state["noise_generator"][rank] if rank < len(state["noise_generator"]) else
+                            state["noise_generator"][0])
+        if dp is not None:
+            dp.accountant.load_state_dict(state["accountant"])
+    plain_loss = MaskedLMLoss()
+    forward_model = dp.module if dp is not None else model
+    t_last, tok_last, loss_sum, loss_n, tokens = time.perf_counter(), 0, 0.0, 0, state["tokens"] if state else 0
+    last_loss = float("nan")
+    while step < total:
+        epoch, pi, k = position(phases, step)
+        ph = phases[pi]
+        blocks = data[ph.split]
+        chosen = batch_indices(ph, len(blocks), bs, seed, epoch, k, pi, cfg["poisson"])
+        idx = chosen[rank::world]
+        x, y = make_batch(blocks.ids, blocks.loss, idx, device)
+        if ph.dp and dp is not None and cfg["dp_steps_cap"] is not None and len(dp.accountant.history) and \
+                sum(h[2] for h in dp.accountant.history) >= cfg["dp_steps_cap"]:
+            raise RuntimeError("privacy budget spent: the run's DP steps are done (refusing to continue)")
+        if dp is not None:
+            dp.plain(not ph.dp)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            logits = forward_model(input_ids=x, use_cache=False).logits[:, :-1]
+        if ph.dp:
+            loss = dp.criterion(logits, y)
+            loss.backward()
+            dp.optimizer.step()
+            dp.optimizer.zero_grad(set_to_none=True)
+            loss_val = loss.item() if dp.ghost else float(loss)
+        else:
+            loss = plain_loss(logits, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss_val = float(loss.detach())
+        sched.step()
+        step += 1
+        tokens += int(blocks.loss[chosen, 1:].sum())
+        loss_sum, loss_n = loss_sum + loss_val, loss_n + 1
+        last_loss = loss_val
+        report = step % cfg["report_every"] == 0 or step == total
+        checkpoint = step % cfg["checkpoint_every"] == 0 or step == total
+        if report or checkpoint:
+            now = time.perf_counter()
+            rec = {"step": step, "epoch": epoch, "phase": ph.name, "loss": loss_sum / max(1, loss_n),
+                   "lr": sched.get_last_lr()[0], "tokens": tokens,
+                   "tokens_per_s": (tokens - tok_last) / max(1e-9, now - t_last)}
+            if dp is not None and len(dp.accountant.history):
+                rec["epsilon"] = float(dp.accountant.get_epsilon(delta=cfg["dp"]["delta"]))
+                rec["dp_steps"] = sum(h[2] for h in dp.accountant.history)
+            t_last, tok_last, loss_sum, loss_n = now, tokens, 0.0, 0
+            if rank == 0:
+                sink.write.remote(rec)
+            ckpt_out = None
+            gens = _gather_generator_states(noise_gen, world) if checkpoint else None
+            with tempfile.TemporaryDirectory() as d:
+                if checkpoint and rank == 0:
+                    unwrap(model).save_pretrained(os.path.join(d, "model"))
+                    torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
+                                "tokens": tokens, "noise_generator": gens,
+                                "accountant": dp.accountant.state_dict() if dp is not None else None},
+                               os.path.join(d, "state.pt"))
+                    with open(os.path.join(d, "position.json"), "w") as f:
+                        json.dump({**rec, "dp_steps": rec.get("dp_steps", 0)}, f)
+                    ckpt_out = Checkpoint.from_directory(d)
+                ray.train.report(rec, checkpoint=ckpt_out)
+    final = {"rank": rank, "digest": param_digest(unwrap(model)), "last_loss": last_loss}
+    sink.final.remote(final)
+
+
+def _gather_generator_states(gen, world: int) -> list:
+    """Every rank's noise generator state (rank 0 saves them all), so a resumed run adds
+    the same noise an uninterrupted one would."""
+    state = gen.get_state()
+    if world == 1:
+        return [state]
+    import torch.distributed as dist
+
+    out = [None] * world
+    dist.all_gather_object(out, state)
+    return out

@@ -1,0 +1,105 @@
+"""Privacy accounting for DP-SGD and CRT (Opacus' accountants), and the CRT
+confidentiality bound of SEEDS.md section 6.
+
+* :func:`epsilon` / :func:`noise_for`: (noise multiplier, sample rate, steps) <-> epsilon
+  at a delta, with the ``prv`` or ``rdp`` accountant.
+* :func:`crt_confidentiality`: if DP-SGD is (eps, delta)-DP, policy pi misses a share
+  gamma of secrets and pi_c misses delta_2, the model is
+  (log(1 + gamma (e^eps - 1)), gamma delta + delta_2)-Bayesian confidential.
+* :func:`miss_rate_upper_bound`: a one-sided Clopper-Pearson upper bound on a miss rate
+  measured on gold data (what gamma and delta_2 should be).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from privatize.errors import SpecError
+
+
+def make_accountant(name: str):
+    from opacus.accountants import create_accountant
+
+    return create_accountant(mechanism=name)
+
+
+def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv") -> float:
+    """Epsilon after ``steps`` Poisson-sampled Gaussian steps (0 steps: 0; zero noise: inf)."""
+    if steps <= 0:
+        return 0.0
+    if noise_multiplier <= 0:
+        return math.inf
+    acc = make_accountant(accountant)
+    acc.history = [(noise_multiplier, sample_rate, steps)]
+    return float(acc.get_epsilon(delta=delta))
+
+
+def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "prv") -> float:
+    """The smallest noise multiplier that keeps ``steps`` steps within ``target_epsilon``."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate,
+                                      steps=steps, accountant=accountant, epsilon_tolerance=0.005))
+
+
+def default_delta(n: int) -> float:
+    """1 / n^1.1: below 1/n, as DP-SGD needs (n: data points in the DP split)."""
+    return 1.0 / max(2, n) ** 1.1
+
+
+def crt_confidentiality(eps: float, delta: float, gamma: float, delta_2: float) -> tuple[float, float]:
+    """(epsilon, delta) of Bayesian confidentiality for CRT (paper 004)."""
+    if not (0 <= gamma <= 1 and 0 <= delta_2 <= 1):
+        raise ValueError("gamma and delta_2 are shares in [0, 1]")
+    e = math.inf if math.isinf(eps) else math.log1p(gamma * math.expm1(eps))
+    return e, gamma * delta + delta_2
+
+
+def miss_rate_upper_bound(misses: int, total: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper-Pearson upper bound on a binomial miss rate."""
+    from scipy.stats import beta
+
+    if total <= 0:
+        raise ValueError("no gold items")
+    if misses >= total:
+        return 1.0
+    return float(beta.ppf(confidence, misses + 1, total - misses))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a DP (or CRT private-phase) plan spends."""
+
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+    delta: float
+    accountant: str
+    target_epsilon: float | None
+    planned_epsilon: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_budget(dp, n: int, batch_size: int, steps: int) -> Budget:
+    """Noise and sample rate for ``steps`` DP steps over ``n`` examples; a one-line
+    :class:`SpecError` when the config would overspend its target."""
+    if n <= 0:
+        raise SpecError("data.split: the DP split has no examples")
+    q = 1.0 / max(1, round(n / batch_size))
+    delta = dp.delta if dp.delta is not None else default_delta(n)
+    if dp.noise_multiplier is not None:
+        sigma = dp.noise_multiplier
+        eps = epsilon(sigma, q, steps, delta, dp.accountant)
+        if dp.target_epsilon is not None and eps > dp.target_epsilon * (1 + 1e-9):
+            raise SpecError(f"dp.noise_multiplier: {sigma} over {steps} steps at sample rate {q:.4g} spends "
+                            f"epsilon {eps:.3f} > dp.target_epsilon {dp.target_epsilon}; nothing was run")
+    else:
+        try:
+            sigma = noise_for(dp.target_epsilon, delta, q, steps, dp.accountant)
+        except ValueError as exc:
+            raise SpecError(f"dp.target_epsilon: {dp.target_epsilon} cannot be met ({exc})") from None
+        eps = epsilon(sigma, q, steps, delta, dp.accountant)
+    return Budget(sigma, q, steps, delta, dp.accountant, dp.target_epsilon, eps)

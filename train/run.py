@@ -1,0 +1,355 @@
+"""A training run, driven from one process: validate, tokenizer, data, Ray Train, outputs.
+
+::
+
+    from train.config import load_config
+    from train.run import run_training
+    summary = run_training(load_config("train/configs/tiny-pretrain.yaml").with_paths(data=..., output=...))
+
+Everything a config can get wrong (unknown fields, a missing split, a checkpoint from
+another tokenizer, a DP budget it would overspend) is found before the run folder is
+made. The run folder::
+
+    OUTPUT/
+      tokenizer/          the run's tokenizer (Hugging Face format)
+      checkpoints/        Ray Train's storage (unless ``storage`` names another place)
+      metrics.jsonl       loss, tokens/s, learning rate, epsilon every ``report_every`` steps
+      workers.jsonl       one line per Ray Train worker start (rank, pid, node)
+      model/              the final model with its tokenizer (written last but one)
+      summary.json        final loss, tokens, epsilon/delta, confidentiality (written last)
+
+Rerunning the same config on the same folder resumes from its last checkpoint; the
+privacy accountant continues, and a resumed DP run may not spend past its target.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from privatize.errors import OutputError, SpecError
+from train.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+WORKERS = "workers.jsonl"
+RAY_RUN_NAME = "train"
+
+
+def _sink_class():
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class MetricsSink:
+        """Appends the workers' metrics to files in the run folder (an actor on the driver's
+        node, so the files are where the driver is, on any cluster)."""
+
+        def __init__(self, folder: str, show: bool):
+            self.folder, self.show = folder, show
+            self.finals: list[dict] = []
+            self.workers: list[dict] = []
+            self.last: dict = {}
+
+        def _append(self, name: str, rec: dict) -> None:
+            with open(os.path.join(self.folder, name), "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+        def write(self, rec: dict) -> None:
+            rec = {"time": time.time(), **rec}
+            self.last = rec
+            self._append(METRICS, rec)
+
+        def worker(self, rec: dict) -> None:
+            self.workers.append(rec)
+            self._append(WORKERS, {"time": time.time(), **rec})
+
+        def final(self, rec: dict) -> None:
+            self.finals.append(rec)
+
+        def state(self) -> dict:
+            return {"finals": self.finals, "workers": self.workers, "last": self.last}
+
+    return MetricsSink
+
+
+@dataclass
+class Prepared:
+    """What the checks before any work decided."""
+
+    config: TrainConfig
+    output: Path
+    data: str
+    tokenizer_from: str | None  # an existing tokenizer folder, or None: train one
+    init: dict
+    splits: dict  # dataset name -> data.split value
+    manifest: dict | None
+    resume: dict | None  # position.json of the checkpoint this run resumes from
+
+
+def _manifest(data: str) -> dict | None:
+    p = Path(data) / "manifest.json"
+    try:
+        return json.loads(p.read_text()) if p.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _latest_checkpoint(storage: str) -> Path | None:
+    root = Path(storage) / RAY_RUN_NAME
+    if not root.is_dir():
+        return None
+    found = sorted((p for p in root.glob("checkpoint_*") if (p / "position.json").is_file()),
+                   key=lambda p: json.loads((p / "position.json").read_text())["step"])
+    return found[-1] if found else None
+
+
+def storage_of(cfg: TrainConfig, output: Path) -> str:
+    return cfg.storage or str(output / "checkpoints")
+
+
+def prepare(cfg: TrainConfig) -> Prepared:
+    """Every check that needs no training: raises SpecError/InputError/OutputError."""
+    from train.data import _check_columns, data_files
+    from train.tokenizer import fingerprint, load_tokenizer
+
+    if not cfg.data.path:
+        raise SpecError("data.path: no training data (give it in the config or with --data)")
+    if not cfg.output:
+        raise SpecError("output: no run folder (give it in the config or with --output)")
+    out = Path(cfg.output)
+    if (out / SUMMARY).exists():
+        raise OutputError(f"output: {out} holds a finished run ({SUMMARY}); choose another folder")
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"output: {out} is not a folder")
+    fmt, files = data_files(cfg.data.path)
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(files[0]).names if fmt == "parquet" else None
+    splits = {"crt": {"public": "public", "private": "private"}}.get(cfg.kind, {"train": cfg.data.split})
+    if names is not None:
+        for s in set(splits.values()):
+            _check_columns(names, cfg.data.text_column, s, files[0])
+    if cfg.kind == "crt" and fmt != "parquet":
+        raise SpecError("data.path: kind crt reads the private/public split of privatized Parquet shards")
+
+    tok_from, init = None, {"seed": cfg.optim.seed}
+    if cfg.tokenizer.path:
+        load_tokenizer(cfg.tokenizer.path)
+        tok_from = cfg.tokenizer.path
+    if cfg.model.checkpoint:
+        ck = Path(cfg.model.checkpoint)
+        if not (ck / "config.json").is_file():
+            raise SpecError(f"model.checkpoint: {ck} is not a Hugging Face model folder (no config.json)")
+        from transformers import AutoConfig
+
+        mconf = AutoConfig.from_pretrained(ck)
+        init.update(checkpoint=str(ck.resolve()), fresh_weights=cfg.kind == "pretrain")
+        if cfg.kind != "pretrain" and cfg.tokenizer.mode == "shared":
+            ck_tok = load_tokenizer(str(ck), "model.checkpoint") if (ck / "tokenizer.json").is_file() else None
+            if tok_from is None:
+                if ck_tok is None:
+                    raise SpecError(f"model.checkpoint: {ck} has no tokenizer; give tokenizer.path or use "
+                                    "tokenizer.mode: separate")
+                tok_from = str(ck)
+            elif ck_tok is not None and fingerprint(ck_tok) != fingerprint(load_tokenizer(tok_from)):
+                raise SpecError(f"tokenizer.path: {tok_from} is not the tokenizer {ck} was trained with; "
+                                "use tokenizer.mode: separate to re-initialise the embeddings")
+            if len(load_tokenizer(tok_from)) != mconf.vocab_size:
+                raise SpecError(f"model.checkpoint: {ck} has a vocabulary of {mconf.vocab_size}, the tokenizer "
+                                f"{len(load_tokenizer(tok_from))}: it was trained with another tokenizer")
+    else:
+        init["preset"] = cfg.model.preset
+    resume = None
+    latest = _latest_checkpoint(storage_of(cfg, out)) if not (cfg.storage or "").startswith("s3://") else None
+    if latest is not None:
+        resume = json.loads((latest / "position.json").read_text())
+        resume["path"] = str(latest)
+        if (out / "tokenizer").is_dir():
+            tok_from = str(out / "tokenizer")
+    return Prepared(cfg, out, cfg.data.path, tok_from, init, splits, _manifest(cfg.data.path), resume)
+
+
+def _tokenizer(p: Prepared, progress: bool):
+    """Load or train the run's tokenizer; saved under OUTPUT/tokenizer."""
+    from train.data import read_texts
+    from train.models import PRESETS
+    from train.tokenizer import load_tokenizer, train_tokenizer
+
+    dest = p.output / "tokenizer"
+    if p.tokenizer_from:
+        tok = load_tokenizer(p.tokenizer_from)
+    else:
+        cfg = p.config
+        texts = read_texts(p.data, cfg.data.text_column, "all", cfg.data.max_records)
+        for extra in cfg.tokenizer.also_on:
+            texts += read_texts(extra, cfg.data.text_column, "all", cfg.data.max_records)
+        vocab = cfg.tokenizer.vocab_size
+        if cfg.model.preset and "vocab_size" not in cfg.tokenizer.model_fields_set:
+            vocab = PRESETS[cfg.model.preset]["vocab_size"]
+        t0 = time.perf_counter()
+        tok = train_tokenizer(texts, vocab, cfg.tokenizer.min_frequency, cfg.tokenizer.max_entity_tokens)
+        if progress:
+            print(f"tokenizer: {len(tok)} tokens from {len(texts)} texts in {time.perf_counter() - t0:.1f} s")
+    if not dest.is_dir():
+        tmp = Path(tempfile.mkdtemp(dir=p.output, prefix=".tokenizer-"))
+        tok.save_pretrained(tmp)
+        os.replace(tmp, dest)
+    return tok
+
+
+def _datasets(p: Prepared, tok_dir: str) -> dict:
+    from train.data import plan_blocks
+
+    cfg = p.config
+    out = {}
+    for name, split in p.splits.items():
+        ds = plan_blocks(p.data, cfg.data.text_column, split, tok_dir, cfg.data.seq_len, cfg.data.mask_token_loss,
+                         cfg.data.max_records).materialize()
+        n = ds.count()
+        if n == 0:
+            raise SpecError(f"data.split: the {split} split of {p.data} is empty")
+        out[name] = (ds, n)
+    return out
+
+
+def _crt_inputs(p: Prepared) -> tuple[float, float]:
+    c = p.config.crt
+    q = (p.manifest or {}).get("quality", {})
+    gamma = c.gamma if c and c.gamma is not None else q.get("gamma")
+    delta_2 = c.delta_2 if c and c.delta_2 is not None else q.get("delta_2")
+    for name, v in (("gamma", gamma), ("delta_2", delta_2)):
+        if v is None:
+            raise SpecError(f"crt.{name}: not given, and the privatization manifest has no quality.{name} "
+                            "(measure it on gold data; see benchmarks/RESULTS.md)")
+    return float(gamma), float(delta_2)
+
+
+def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None = None) -> dict:
+    """Run ``cfg`` to the end; returns the summary (also written to OUTPUT/summary.json)."""
+    import ray
+    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from train.loop import plan_phases, total_steps, train_loop
+    from train.privacy import crt_confidentiality, plan_budget
+    from train.tokenizer import fingerprint, special_ids
+
+    p = prepare(cfg)
+    gamma_delta = _crt_inputs(p) if cfg.kind == "crt" else None
+    p.output.mkdir(parents=True, exist_ok=True)
+    from privatize.ray.cluster import connect
+
+    connect(address)
+    tok = _tokenizer(p, progress)
+    tok_dir = str((p.output / "tokenizer").resolve())
+    init = dict(p.init, special=special_ids(tok))
+    if "preset" in init:
+        init["vocab_size"] = len(tok)
+    elif p.init.get("checkpoint") and (cfg.kind == "pretrain" or cfg.tokenizer.mode == "separate"):
+        init["resize_to"] = len(tok)
+    data = _datasets(p, tok_dir)
+    sizes = {k: n for k, (_, n) in data.items()}
+    phases = plan_phases(cfg.kind, sizes, cfg.optim.batch_size)
+    bad = [ph for ph in phases if not ph.dp and ph.steps == 0]
+    if bad:
+        raise SpecError(f"optim.batch_size: {cfg.optim.batch_size} is more than the {bad[0].split} split's "
+                        f"{sizes[bad[0].split]} blocks of data.seq_len {cfg.data.seq_len}")
+    total = total_steps(phases, cfg.optim.epochs, cfg.optim.max_steps)
+    budget = None
+    dp_plan = None
+    if cfg.dp is not None:
+        dp_phase = next(ph for ph in phases if ph.dp)
+        per_epoch = sum(ph.steps for ph in phases)
+        dp_steps = sum(min(dp_phase.steps, max(0, total - e * per_epoch - sum(ph.steps for ph in phases[:phases.index(dp_phase)])))
+                       for e in range(cfg.optim.epochs))
+        budget = plan_budget(cfg.dp, sizes[dp_phase.split], cfg.optim.batch_size, dp_steps)
+        if p.resume and p.resume.get("dp_steps", 0) > budget.steps:
+            raise SpecError(f"dp.target_epsilon: the run has taken {p.resume['dp_steps']} DP steps, more than "
+                            f"this config's {budget.steps}: refusing to continue past its budget")
+        dp_plan = {**cfg.dp.model_dump(), "noise_multiplier": budget.noise_multiplier,
+                   "sample_rate": budget.sample_rate, "delta": budget.delta, "split": dp_phase.split}
+        if progress:
+            print(f"DP-SGD: noise multiplier {budget.noise_multiplier:.4f}, sample rate {budget.sample_rate:.4g}, "
+                  f"{budget.steps} steps, planned epsilon {budget.planned_epsilon:.3f} at delta {budget.delta:.3g}")
+    threads = cfg.workers.threads_per_worker or max(1, int(cfg.workers.cpus_per_worker))
+    sink = _sink_class().options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False)).remote(str(p.output.resolve()), progress)
+    loop_cfg = {
+        "threads": threads, "sink": sink, "splits": list(data), "phases": [asdict(ph) for ph in phases],
+        "total_steps": total, "batch_size": cfg.optim.batch_size, "seed": cfg.optim.seed, "init": init,
+        "precision": cfg.workers.precision, "use_gpu": cfg.workers.use_gpu, "optimizer": cfg.optim.optimizer,
+        "lr": cfg.optim.lr, "weight_decay": cfg.optim.weight_decay, "warmup_steps": cfg.optim.warmup_steps,
+        "dp": dp_plan, "poisson": cfg.dp.poisson if cfg.dp else True,
+        "dp_steps_cap": budget.steps if budget else None,
+        "report_every": cfg.report_every, "checkpoint_every": cfg.checkpoint_every,
+    }
+    storage = storage_of(cfg, p.output)
+    if "://" not in storage:
+        storage = str(Path(storage).resolve())
+    trainer = TorchTrainer(
+        train_loop, train_loop_config=loop_cfg,
+        torch_config=TorchConfig(backend="nccl" if cfg.workers.use_gpu else "gloo"),
+        scaling_config=ScalingConfig(num_workers=cfg.workers.num_workers, use_gpu=cfg.workers.use_gpu,
+                                     resources_per_worker={"CPU": cfg.workers.cpus_per_worker}),
+        run_config=RunConfig(name=RAY_RUN_NAME, storage_path=storage,
+                             failure_config=FailureConfig(max_failures=cfg.max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+        datasets={k: ds for k, (ds, _) in data.items()},
+        dataset_config=ray.train.DataConfig(datasets_to_split=[]),
+        resume_from_checkpoint=Checkpoint(p.resume["path"]) if p.resume else None,
+    )
+    t0 = time.perf_counter()
+    result = trainer.fit()
+    seconds = time.perf_counter() - t0
+    state = ray.get(sink.state.remote())
+    metrics = dict(result.metrics or {})
+    final_dir = p.output / "model"
+    tmp = Path(tempfile.mkdtemp(dir=p.output, prefix=".model-"))
+    with result.checkpoint.as_directory() as d:
+        shutil.copytree(Path(d) / "model", tmp, dirs_exist_ok=True)
+    tok.save_pretrained(tmp)
+    if final_dir.exists():
+        shutil.rmtree(final_dir)
+    os.replace(tmp, final_dir)
+    digests = sorted({f["digest"] for f in state["finals"]})
+    summary = {
+        "kind": cfg.kind, "steps": metrics.get("step"), "final_loss": metrics.get("loss"),
+        "last_step_loss": next((f["last_loss"] for f in state["finals"] if f["rank"] == 0), None),
+        "tokens": metrics.get("tokens"), "seconds": round(seconds, 2),
+        "examples": sizes, "seq_len": cfg.data.seq_len, "tokenizer": {
+            "mode": cfg.tokenizer.mode, "vocab_size": len(tok), "fingerprint": fingerprint(tok),
+            "trained": p.tokenizer_from is None},
+        "workers": {"count": cfg.workers.num_workers, "ranks": sorted({w["rank"] for w in state["workers"]}),
+                    "pids": sorted({w["pid"] for w in state["workers"]}),
+                    "final_param_digests": digests},
+        "model": "model", "config": cfg.to_dict(),
+    }
+    if budget is not None:
+        eps = metrics.get("epsilon", 0.0)
+        summary.update(epsilon=eps, delta=budget.delta, dp=budget.to_dict(), dp_steps=metrics.get("dp_steps"))
+    if gamma_delta is not None:
+        g, d2 = gamma_delta
+        e_bc, d_bc = crt_confidentiality(summary["epsilon"], budget.delta, g, d2)
+        summary["confidentiality"] = {"gamma": g, "delta_2": d2, "epsilon": e_bc, "delta": d_bc,
+                                      "dp_epsilon": summary["epsilon"], "dp_delta": budget.delta,
+                                      "public_examples": sizes["public"], "private_examples": sizes["private"]}
+    tmp_s = p.output / f".{SUMMARY}.tmp"
+    tmp_s.write_text(json.dumps(summary, indent=2) + "\n")
+    os.replace(tmp_s, p.output / SUMMARY)
+    if progress:
+        line = f"trained {cfg.kind}: {summary['steps']} steps, loss {summary['final_loss']:.4f}"
+        if budget is not None:
+            line += f", epsilon {summary['epsilon']:.3f} (delta {budget.delta:.3g})"
+        if gamma_delta is not None:
+            c = summary["confidentiality"]
+            line += f", confidentiality ({c['epsilon']:.4f}, {c['delta']:.3g})"
+        print(f"{line}; model in {final_dir}")
+    return summary
