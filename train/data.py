@@ -122,7 +122,6 @@ def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len:
                 limit: int | None = None):
     """The Ray Data plan for one split (not executed)."""
     import ray
-    import pyarrow.compute as pc
 
     fmt, files = data_files(path)
     ctx = ray.data.DataContext.get_current()
@@ -133,13 +132,19 @@ def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len:
     keep = [column] + (["private"] if split != "all" else [])
     ds = ds.select_columns(keep)
     if split != "all":
-        want = split == "private"
-        ds = ds.filter(lambda b: pc.equal(b["private"], want), batch_format="pyarrow")
+        ds = ds.map_batches(_keep_split, fn_kwargs={"private": split == "private"}, batch_format="pyarrow",
+                            batch_size=None)
     if limit:
         ds = ds.limit(limit)
     return ds.map_batches(Pack, fn_constructor_args=(tokenizer_dir, column, seq_len, mask_token_loss),
                           batch_size=PACK_ROWS, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=1),
                           num_cpus=0.5)
+
+
+def _keep_split(batch, private: bool):
+    import pyarrow.compute as pc
+
+    return batch.filter(pc.fill_null(pc.equal(batch["private"], private), False))
 
 
 def to_blocks(ds) -> Blocks:

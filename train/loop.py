@@ -197,6 +197,32 @@ class _DP:
         (self.module.disable_hooks if on else self.module.enable_hooks)()
 
 
+def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = False) -> float:
+    """One optimizer step on (x, y): DP-SGD when ``private`` (Opacus' clipping and noise),
+    else a plain step on the same parameters (grad sample hooks off). Returns the loss."""
+    import torch
+
+    if private and dp is None:
+        raise ValueError("a private step needs the DP pieces")
+    fwd = model
+    if dp is not None:
+        dp.plain(not private)
+        fwd = dp.module
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = fwd(input_ids=x, use_cache=False).logits[:, :-1]
+    if private:
+        loss = dp.criterion(logits, y)
+        loss.backward()
+        dp.optimizer.step()
+        dp.optimizer.zero_grad(set_to_none=True)
+        return loss.item() if dp.ghost else float(loss.detach())
+    loss = MaskedLMLoss()(logits, y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(loss.detach())
+
+
 def train_loop(cfg: dict) -> None:
     """Ray Train's ``train_loop_per_worker``. ``cfg`` is :func:`train.run` 's plan."""
     import tempfile
@@ -251,8 +277,6 @@ def train_loop(cfg: dict) -> None:
                             state["noise_generator"][0])
         if dp is not None:
             dp.accountant.load_state_dict(state["accountant"])
-    plain_loss = MaskedLMLoss()
-    forward_model = dp.module if dp is not None else model
     t_last, tok_last, loss_sum, loss_n, tokens = time.perf_counter(), 0, 0.0, 0, state["tokens"] if state else 0
     last_loss = float("nan")
     while step < total:
@@ -265,22 +289,7 @@ def train_loop(cfg: dict) -> None:
         if ph.dp and dp is not None and cfg["dp_steps_cap"] is not None and len(dp.accountant.history) and \
                 sum(h[2] for h in dp.accountant.history) >= cfg["dp_steps_cap"]:
             raise RuntimeError("privacy budget spent: the run's DP steps are done (refusing to continue)")
-        if dp is not None:
-            dp.plain(not ph.dp)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            logits = forward_model(input_ids=x, use_cache=False).logits[:, :-1]
-        if ph.dp:
-            loss = dp.criterion(logits, y)
-            loss.backward()
-            dp.optimizer.step()
-            dp.optimizer.zero_grad(set_to_none=True)
-            loss_val = loss.item() if dp.ghost else float(loss)
-        else:
-            loss = plain_loss(logits, y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            loss_val = float(loss.detach())
+        loss_val = train_step(model, dp, opt, ph.dp, x, y, use_bf16)
         sched.step()
         step += 1
         tokens += int(blocks.loss[chosen, 1:].sum())
@@ -290,6 +299,12 @@ def train_loop(cfg: dict) -> None:
         checkpoint = step % cfg["checkpoint_every"] == 0 or step == total
         if report or checkpoint:
             now = time.perf_counter()
+            if world > 1:  # the mean over ranks: every rank reports the same figures
+                import torch.distributed as dist
+
+                t = torch.tensor([loss_sum], dtype=torch.float64)
+                dist.all_reduce(t)
+                loss_sum = t.item() / world
             rec = {"step": step, "epoch": epoch, "phase": ph.name, "loss": loss_sum / max(1, loss_n),
                    "lr": sched.get_last_lr()[0], "tokens": tokens,
                    "tokens_per_s": (tokens - tok_last) / max(1e-9, now - t_last)}

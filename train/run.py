@@ -177,13 +177,12 @@ def prepare(cfg: TrainConfig) -> Prepared:
     return Prepared(cfg, out, cfg.data.path, tok_from, init, splits, _manifest(cfg.data.path), resume)
 
 
-def _tokenizer(p: Prepared, progress: bool):
-    """Load or train the run's tokenizer; saved under OUTPUT/tokenizer."""
+def _tokenizer(p: Prepared, progress: bool, dest: Path):
+    """Load or train the run's tokenizer, saved to ``dest``."""
     from train.data import read_texts
     from train.models import PRESETS
     from train.tokenizer import load_tokenizer, train_tokenizer
 
-    dest = p.output / "tokenizer"
     if p.tokenizer_from:
         tok = load_tokenizer(p.tokenizer_from)
     else:
@@ -198,10 +197,7 @@ def _tokenizer(p: Prepared, progress: bool):
         tok = train_tokenizer(texts, vocab, cfg.tokenizer.min_frequency, cfg.tokenizer.max_entity_tokens)
         if progress:
             print(f"tokenizer: {len(tok)} tokens from {len(texts)} texts in {time.perf_counter() - t0:.1f} s")
-    if not dest.is_dir():
-        tmp = Path(tempfile.mkdtemp(dir=p.output, prefix=".tokenizer-"))
-        tok.save_pretrained(tmp)
-        os.replace(tmp, dest)
+    tok.save_pretrained(dest)
     return tok
 
 
@@ -232,30 +228,18 @@ def _crt_inputs(p: Prepared) -> tuple[float, float]:
     return float(gamma), float(delta_2)
 
 
-def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None = None) -> dict:
-    """Run ``cfg`` to the end; returns the summary (also written to OUTPUT/summary.json)."""
-    import ray
-    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+def _plan(p: Prepared, tok, data: dict, progress: bool):
+    """Phases, steps and the DP budget; a SpecError when the config cannot run as asked."""
+    from train.loop import plan_phases, total_steps
+    from train.privacy import plan_budget
+    from train.tokenizer import special_ids
 
-    from train.loop import plan_phases, total_steps, train_loop
-    from train.privacy import crt_confidentiality, plan_budget
-    from train.tokenizer import fingerprint, special_ids
-
-    p = prepare(cfg)
-    gamma_delta = _crt_inputs(p) if cfg.kind == "crt" else None
-    p.output.mkdir(parents=True, exist_ok=True)
-    from privatize.ray.cluster import connect
-
-    connect(address)
-    tok = _tokenizer(p, progress)
-    tok_dir = str((p.output / "tokenizer").resolve())
+    cfg = p.config
     init = dict(p.init, special=special_ids(tok))
     if "preset" in init:
         init["vocab_size"] = len(tok)
     elif p.init.get("checkpoint") and (cfg.kind == "pretrain" or cfg.tokenizer.mode == "separate"):
         init["resize_to"] = len(tok)
-    data = _datasets(p, tok_dir)
     sizes = {k: n for k, (_, n) in data.items()}
     phases = plan_phases(cfg.kind, sizes, cfg.optim.batch_size)
     bad = [ph for ph in phases if not ph.dp and ph.steps == 0]
@@ -263,22 +247,52 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
         raise SpecError(f"optim.batch_size: {cfg.optim.batch_size} is more than the {bad[0].split} split's "
                         f"{sizes[bad[0].split]} blocks of data.seq_len {cfg.data.seq_len}")
     total = total_steps(phases, cfg.optim.epochs, cfg.optim.max_steps)
-    budget = None
-    dp_plan = None
+    budget = dp_plan = None
     if cfg.dp is not None:
-        dp_phase = next(ph for ph in phases if ph.dp)
-        per_epoch = sum(ph.steps for ph in phases)
-        dp_steps = sum(min(dp_phase.steps, max(0, total - e * per_epoch - sum(ph.steps for ph in phases[:phases.index(dp_phase)])))
-                       for e in range(cfg.optim.epochs))
-        budget = plan_budget(cfg.dp, sizes[dp_phase.split], cfg.optim.batch_size, dp_steps)
+        i = next(j for j, ph in enumerate(phases) if ph.dp)
+        before, per_epoch = sum(ph.steps for ph in phases[:i]), sum(ph.steps for ph in phases)
+        dp_steps = sum(min(phases[i].steps, max(0, total - e * per_epoch - before)) for e in range(cfg.optim.epochs))
+        budget = plan_budget(cfg.dp, sizes[phases[i].split], cfg.optim.batch_size, dp_steps)
         if p.resume and p.resume.get("dp_steps", 0) > budget.steps:
             raise SpecError(f"dp.target_epsilon: the run has taken {p.resume['dp_steps']} DP steps, more than "
                             f"this config's {budget.steps}: refusing to continue past its budget")
         dp_plan = {**cfg.dp.model_dump(), "noise_multiplier": budget.noise_multiplier,
-                   "sample_rate": budget.sample_rate, "delta": budget.delta, "split": dp_phase.split}
+                   "sample_rate": budget.sample_rate, "delta": budget.delta, "split": phases[i].split}
         if progress:
             print(f"DP-SGD: noise multiplier {budget.noise_multiplier:.4f}, sample rate {budget.sample_rate:.4g}, "
                   f"{budget.steps} steps, planned epsilon {budget.planned_epsilon:.3f} at delta {budget.delta:.3g}")
+    return phases, total, budget, dp_plan, init, sizes
+
+
+def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None = None) -> dict:
+    """Run ``cfg`` to the end; returns the summary (also written to OUTPUT/summary.json)."""
+    import ray
+    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from train.loop import train_loop
+    from train.privacy import crt_confidentiality
+    from train.tokenizer import fingerprint
+
+    p = prepare(cfg)
+    gamma_delta = _crt_inputs(p) if cfg.kind == "crt" else None
+    from privatize.ray.cluster import connect
+
+    connect(address)
+    work = Path(tempfile.mkdtemp(prefix="privatize-train-"))
+    try:
+        tok = _tokenizer(p, progress, work / "tokenizer")
+        tok_dir = str(work / "tokenizer")
+        data = _datasets(p, tok_dir)
+        plan = _plan(p, tok, data, progress)
+        # every check passed: only now the run folder
+        p.output.mkdir(parents=True, exist_ok=True)
+        if not (p.output / "tokenizer").is_dir():
+            shutil.copytree(work / "tokenizer", p.output / ".tokenizer.tmp", dirs_exist_ok=True)
+            os.replace(p.output / ".tokenizer.tmp", p.output / "tokenizer")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    phases, total, budget, dp_plan, init, sizes = plan
     threads = cfg.workers.threads_per_worker or max(1, int(cfg.workers.cpus_per_worker))
     sink = _sink_class().options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=False)).remote(str(p.output.resolve()), progress)

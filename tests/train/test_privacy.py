@@ -1,0 +1,69 @@
+"""Accounting known answers, from independent expectations (no training)."""
+
+import math
+
+import pytest
+
+from privatize.errors import SpecError
+from train.config import DPConfig
+from train.privacy import crt_confidentiality, epsilon, miss_rate_upper_bound, plan_budget
+
+
+@pytest.mark.parametrize("sigma", [0.7, 1.0, 2.5])
+@pytest.mark.parametrize("alpha", [2, 8, 32.5])
+def test_rdp_of_the_gaussian_mechanism_at_sampling_rate_one(sigma, alpha):
+    """Without subsampling the Gaussian mechanism's RDP is alpha / (2 sigma^2) per step
+    (Mironov 2017, Proposition 7); T steps compose to T times that."""
+    from opacus.accountants.analysis.rdp import compute_rdp
+
+    assert compute_rdp(q=1.0, noise_multiplier=sigma, steps=1, orders=[alpha])[0] == pytest.approx(
+        alpha / (2 * sigma**2), rel=1e-9)
+    assert compute_rdp(q=1.0, noise_multiplier=sigma, steps=5, orders=[alpha])[0] == pytest.approx(
+        5 * alpha / (2 * sigma**2), rel=1e-9)
+
+
+def test_rdp_to_epsilon_at_rate_one_is_the_conversion_of_the_closed_form():
+    """epsilon = min over alpha of RDP(alpha) + log((alpha-1)/alpha) - (log delta + log alpha)/(alpha-1)
+    (Balle et al. 2020, the conversion Opacus uses), evaluated here on Opacus' own orders."""
+    from opacus.accountants import RDPAccountant
+
+    sigma, steps, delta = 2.0, 10, 1e-5
+    acc = RDPAccountant()
+    acc.history = [(sigma, 1.0, steps)]
+    orders = acc.DEFAULT_ALPHAS
+    expected = min(steps * a / (2 * sigma**2) + math.log((a - 1) / a) - (math.log(delta) + math.log(a)) / (a - 1)
+                   for a in orders)
+    assert acc.get_epsilon(delta) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.0, 0.01, 500), (0.8, 0.05, 200), (2.0, 0.1, 100)])
+def test_rdp_bound_is_at_least_the_prv_estimate(sigma, q, steps):
+    """The RDP conversion is an upper bound; PRV accounting is numerically tight."""
+    e_rdp = epsilon(sigma, q, steps, 1e-5, "rdp")
+    e_prv = epsilon(sigma, q, steps, 1e-5, "prv")
+    assert 0 < e_prv <= e_rdp
+
+
+def test_crt_confidentiality_formula():
+    """SEEDS.md section 6: eps' = 1.0, gamma = 0.1 -> log(1 + 0.1 (e - 1)) = 0.158565."""
+    e, d = crt_confidentiality(1.0, 1e-5, 0.1, 0.002)
+    assert e == pytest.approx(0.158565, abs=5e-7)
+    assert d == pytest.approx(0.1 * 1e-5 + 0.002)
+    assert crt_confidentiality(1.0, 1e-5, 1.0, 0.0)[0] == pytest.approx(1.0)  # nothing redacted: plain DP
+    assert crt_confidentiality(3.0, 1e-5, 0.0, 0.0) == (0.0, 0.0)  # everything redacted: nothing learnt
+
+
+def test_miss_rate_upper_bound_known_values():
+    # no misses among n: the bound solves (1 - p)^n = 0.05
+    assert miss_rate_upper_bound(0, 100) == pytest.approx(1 - 0.05 ** (1 / 100), rel=1e-9)
+    assert miss_rate_upper_bound(5, 5) == 1.0
+    assert 0.1 < miss_rate_upper_bound(10, 100) < 0.17  # 10% measured, one-sided 95% bound 0.164
+
+
+def test_plan_refuses_to_overspend_and_meets_a_target():
+    over = DPConfig(noise_multiplier=0.3, target_epsilon=1.0, delta=1e-5)
+    with pytest.raises(SpecError, match=r"^dp.noise_multiplier: 0.3 over 100 steps .* > dp.target_epsilon 1.0"):
+        plan_budget(over, n=1000, batch_size=10, steps=100)
+    b = plan_budget(DPConfig(target_epsilon=2.0, delta=1e-5), n=1000, batch_size=10, steps=100)
+    assert b.sample_rate == 0.01 and b.planned_epsilon <= 2.0 and b.planned_epsilon == pytest.approx(2.0, rel=0.01)
+    assert epsilon(b.noise_multiplier, 0.01, 100, 1e-5) == pytest.approx(b.planned_epsilon)

@@ -1,0 +1,145 @@
+"""Presets, tokenizer, packing, sampling, the loss, and the DP-SGD equivalence oracle, in
+this process (no Ray)."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from train.data import pack
+from train.loop import IGNORE, MaskedLMLoss, Phase, _DP, batch_indices, make_batch, plan_phases, position, train_step
+from train.models import PRESETS, build_model, parameter_count, preset_config
+from train.tokenizer import EOS, PAD, fingerprint, load_tokenizer, train_tokenizer
+
+
+@pytest.mark.parametrize("name,expected", [("tiny", 2_098_304), ("small", 25_172_352), ("paper-551m", 551_339_520)])
+def test_preset_parameter_counts(name, expected):
+    """Hand count: 2 V h (untied embeddings) + L (4 h^2 + 3 h i + 2 h) + h. The 551M preset
+    is the Crypto-LLM paper's 551.3M model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    p = PRESETS[name]
+    v, h, n, i = p["vocab_size"], p["hidden_size"], p["num_hidden_layers"], p["intermediate_size"]
+    assert 2 * v * h + n * (4 * h * h + 3 * h * i + 2 * h) + h == expected
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(preset_config(name))
+    assert parameter_count(model) == expected
+    assert model.get_input_embeddings().weight is not model.get_output_embeddings().weight
+
+
+TEXTS = ["The cat sat on the mat. " * 3, "Call Person_[QUJD+/==] on <MASK> today.",
+         "Person_[QUJD+/==] met Location_[eHl6] in town.", "Plain prose, nothing secret here at all."] * 20
+
+
+def test_tokenizer_special_tokens_are_single_and_roundtrip(tmp_path):
+    tok = train_tokenizer(TEXTS, vocab_size=400, min_frequency=1)
+    ids = tok("Call Person_[QUJD+/==] on <MASK>", add_special_tokens=False)["input_ids"]
+    toks = tok.convert_ids_to_tokens(ids)
+    assert "Person_[QUJD+/==]" in toks and "<MASK>" in toks
+    assert tok.decode(ids) == "Call Person_[QUJD+/==] on <MASK>"
+    tok.save_pretrained(tmp_path)
+    from transformers import AutoTokenizer
+
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    assert again("Call Person_[QUJD+/==] on <MASK>", add_special_tokens=False)["input_ids"] == ids
+    assert fingerprint(load_tokenizer(str(tmp_path))) == fingerprint(tok)
+    assert again.eos_token == EOS and again.pad_token == PAD and again.mask_token == "<MASK>"
+
+
+def test_pack_concatenates_documents_and_masks_loss():
+    out = pack([[5, 6, 9], [7], [8, 9, 9, 9]], seq_len=4, eos=1, pad=0, mask_id=9)
+    # 5 6 9 1 | 7 1 8 9 | 9 9 1 pad
+    assert out["ids"].tolist() == [[5, 6, 9, 1], [7, 1, 8, 9], [9, 9, 1, 0]]
+    assert out["loss"].tolist() == [[1, 1, 0, 1], [1, 1, 1, 0], [0, 0, 1, 0]]
+    assert pack([[5, 9]], 4, 1, 0, None)["loss"].tolist() == [[1, 1, 1, 0]]
+
+
+def test_phases_positions_and_batches():
+    phases = plan_phases("crt", {"public": 50, "private": 40}, batch_size=10)
+    assert [(p.name, p.dp, p.steps) for p in phases] == [("public", False, 5), ("private", True, 4)]
+    assert position(phases, 0) == (0, 0, 0) and position(phases, 5) == (0, 1, 0) and position(phases, 12) == (1, 0, 3)
+    plain = Phase("train", False, 5, "train")
+    b = [batch_indices(plain, 50, 10, 3, 0, k, 0) for k in range(5)]
+    assert sorted(np.concatenate(b).tolist()) == list(range(50))  # one epoch: every example once
+    dp = Phase("private", True, 4, "private")
+    draws = [batch_indices(dp, 4000, 10, 3, 0, k, 1) for k in range(200)]
+    assert np.array_equal(draws[7], batch_indices(dp, 4000, 10, 3, 0, 7, 1))  # stateless: resumable
+    assert np.mean([len(d) for d in draws]) == pytest.approx(1000, rel=0.02)  # Poisson, q = 1/4
+    assert np.std([len(d) for d in draws]) > 10  # batch sizes vary
+
+
+def test_masked_loss_is_the_per_example_mean_over_targets():
+    import torch
+
+    logits = torch.randn(2, 3, 5)
+    y = torch.tensor([[1, IGNORE, 2], [IGNORE, IGNORE, IGNORE]])
+    lp = torch.log_softmax(logits, -1)
+    first = -(lp[0, 0, 1] + lp[0, 2, 2]) / 2
+    per = MaskedLMLoss("none")(logits, y)
+    assert torch.allclose(per, torch.stack([first, torch.tensor(0.0)]))
+    assert torch.allclose(MaskedLMLoss()(logits, y), first / 2)
+
+
+def _tiny(seed=0):
+    return build_model(preset_config("tiny", vocab_size=300, bos_token_id=0, eos_token_id=0, pad_token_id=1), seed)
+
+
+def _batches(n=3, b=4, t=16):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(2, 300, size=(n * b, t)).astype(np.int32)
+    loss = (rng.random((n * b, t)) > 0.1).astype(np.uint8)
+    return [make_batch(ids, loss, np.arange(k * b, (k + 1) * b), "cpu") for k in range(n)]
+
+
+def _dp(model, opt, sigma, clip, mode="hooks"):
+    import torch
+
+    gen = torch.Generator().manual_seed(1)
+    return _DP(model, opt, {"grad_sample_mode": mode, "max_grad_norm": clip, "noise_multiplier": sigma,
+                            "accountant": "prv", "sample_rate": 0.25}, 4, False, gen)
+
+
+@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+@pytest.mark.parametrize("optim", ["sgd", "adamw"])
+def test_dp_sgd_without_noise_or_clipping_takes_the_plain_steps(mode, optim):
+    """Equivalence oracle: fixed batches, zero noise, a clipping norm no gradient reaches:
+    DP-SGD's steps equal plain training's (weights to 1e-6). With noise they differ and
+    the accountant reports epsilon > 0."""
+    import torch
+
+    make = (lambda ps: torch.optim.SGD(ps, lr=0.05)) if optim == "sgd" else (lambda ps: torch.optim.AdamW(ps, lr=1e-3))
+    plain, private, noisy = _tiny(), _tiny(), _tiny()
+    opt_p = make(plain.parameters())
+    opt_d = make(private.parameters())
+    opt_n = make(noisy.parameters())
+    dp = _dp(private, opt_d, sigma=0.0, clip=1e6, mode=mode)
+    dpn = _dp(noisy, opt_n, sigma=1.0, clip=1.0, mode=mode)
+    for x, y in _batches():
+        lp = train_step(plain, None, opt_p, False, x, y)
+        ld = train_step(private, dp, opt_d, True, x, y)
+        train_step(noisy, dpn, opt_n, True, x, y)
+        assert ld == pytest.approx(lp, rel=1e-5)
+    # SGD: to 1e-6. Adam divides each update by the gradient's running scale, which turns
+    # float rounding in near-zero gradients (summed per example vs per batch) into ~1e-5.
+    atol = 1e-6 if optim == "sgd" else 5e-5
+    for (k, a), b in zip(plain.state_dict().items(), private.state_dict().values()):
+        assert torch.allclose(a, b, atol=atol, rtol=0), k
+    assert max((a - c).abs().max().item() for a, c in zip(plain.parameters(), noisy.parameters())) > 1e-3
+    assert dpn.accountant.get_epsilon(1e-5) > 0 and len(dpn.accountant.history) == 1
+
+
+def test_crt_alternates_plain_and_dp_steps_on_one_model():
+    """A public (plain) step with the hooks off equals a plain step; the following private
+    step is DP-SGD (here without noise or clipping, so it equals a plain step too)."""
+    import torch
+
+    plain, crt = _tiny(), _tiny()
+    opt_p, opt_c = torch.optim.SGD(plain.parameters(), lr=0.05), torch.optim.SGD(crt.parameters(), lr=0.05)
+    dp = _dp(crt, opt_c, sigma=0.0, clip=1e6)
+    for i, (x, y) in enumerate(_batches(n=4)):
+        train_step(plain, None, opt_p, False, x, y)
+        train_step(crt, dp, opt_c, bool(i % 2), x, y)
+    assert sum(h[2] for h in dp.accountant.history) == 2  # only the private steps are accounted
+    for a, b in zip(plain.parameters(), crt.parameters()):
+        assert torch.allclose(a, b, atol=1e-6, rtol=0)

@@ -1,0 +1,234 @@
+"""The Ray Jobs entrypoint of a training run (the service's ``train`` job kind)::
+
+    python -m train.job CONFIG_URI INPUT_URI OUTPUT_URI [--keep-checkpoints] [--overwrite]
+
+The conventions are ``privatize.job``'s. Each location is a local path or a URI that
+``pyarrow.fs`` opens (``s3://bucket/key``, ``file:///...``). INPUT is the output folder of a
+succeeded privatization job (``manifest.json`` and ``shards/*.parquet``); a remote one is
+copied to a local temporary folder first. The config (YAML or JSON) must leave ``data.path``
+and ``output`` to this command: it runs ``train.run.run_training`` on
+``config.with_paths(data=<local input>, output=<local run folder>)``.
+
+A local OUTPUT is the run folder itself: the service reads its ``metrics.jsonl`` while the
+run goes on. A remote OUTPUT is written locally, ``metrics.jsonl`` copied to it every
+``--mirror-every`` seconds while the run goes on, then everything uploaded at the end
+with ``summary.json`` last, so a reader that finds a summary finds the model it names.
+
+Ray Train's checkpoints (``OUTPUT/checkpoints``, when the config names no ``storage``) are
+removed once the run has succeeded (``--keep-checkpoints`` keeps them); a failed run keeps
+them, and the same command on the same local OUTPUT resumes from the last one.
+
+The last line of stdout is a one-line JSON summary. Exit codes: 0 success, 2 bad input
+(config, input, output location; one line on stderr, local paths shown as ``<input>`` and
+``<output>``), 1 anything else (a training that failed on the cluster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+from privatize.errors import InputError, OutputError, PrivatizeError, SpecError
+
+log = logging.getLogger(__name__)
+
+SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+MANIFEST = "manifest.json"
+
+
+def _is_remote(location: str) -> bool:
+    return "://" in location and not location.startswith("file://")
+
+
+def _local(location: str) -> str:
+    return location[len("file://"):] if location.startswith("file://") else location
+
+
+def load_config_any(location: str):
+    """The training config at a path or URI (YAML, or JSON by its ``.json`` name)."""
+    from train.config import load_config, parse_config
+
+    if not _is_remote(location):
+        return load_config(_local(location))
+    import yaml
+
+    from privatize.job import _fs
+
+    fs, path = _fs(location)
+    try:
+        with fs.open_input_stream(path) as fh:
+            text = fh.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{location}: cannot read the config ({str(exc).splitlines()[0]})") from None
+    is_json = path.lower().endswith(".json")
+    try:
+        data = json.loads(text) if is_json else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError):
+        raise SpecError(f"{location}: not valid {'JSON' if is_json else 'YAML'}") from None
+    return parse_config(data, location)
+
+
+def check_input(path: str) -> None:
+    """A privatization job's output: ``manifest.json`` and ``shards/*.parquet``."""
+    p = Path(path)
+    if not p.is_dir():
+        raise InputError("input: not a folder (a privatization job's output folder)")
+    if not (p / MANIFEST).is_file():
+        raise InputError(f"input: no {MANIFEST} (not the output of a finished privatization job)")
+    if not any((p / "shards").glob("*.parquet")):
+        raise InputError("input: no shards/*.parquet (the privatization job wrote no records)")
+
+
+class _MetricsMirror(threading.Thread):
+    """Copies the run folder's ``metrics.jsonl`` to the remote output when it has grown."""
+
+    def __init__(self, local: Path, location: str, every: float):
+        super().__init__(name="metrics-mirror", daemon=True)
+        from privatize.job import _fs
+
+        self.local, self.every = local / METRICS, every
+        self.fs, self.path = _fs(location)
+        self.stopped = threading.Event()
+        self.size = -1
+
+    def push(self) -> None:
+        import pyarrow.fs as pafs
+
+        try:
+            size = self.local.stat().st_size if self.local.is_file() else -1
+            if size > self.size:
+                self.fs.create_dir(self.path, recursive=True)
+                pafs.copy_files(str(self.local), f"{self.path}/{METRICS}", source_filesystem=pafs.LocalFileSystem(),
+                                destination_filesystem=self.fs)
+                self.size = size
+        except OSError as exc:  # progress is best effort; the final upload is not
+            log.warning("could not copy %s to the output: %s", METRICS, str(exc).splitlines()[0])
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.every):
+            self.push()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=60)
+
+
+def upload_run(local: Path, location: str, *, overwrite: bool) -> None:
+    """Upload a finished run folder: everything, ``summary.json`` last."""
+    import pyarrow.fs as pafs
+
+    from privatize.job import _fs
+
+    fs, path = _fs(location)
+    local_fs = pafs.LocalFileSystem()
+    if overwrite and fs.get_file_info(path).type == pafs.FileType.Directory:
+        fs.delete_dir(path)
+    fs.create_dir(path, recursive=True)
+    entries = sorted(p for p in local.iterdir() if p.name != SUMMARY and not p.name.startswith("."))
+    for p in entries:
+        pafs.copy_files(str(p), f"{path}/{p.name}", source_filesystem=local_fs, destination_filesystem=fs)
+    pafs.copy_files(str(local / SUMMARY), f"{path}/{SUMMARY}", source_filesystem=local_fs, destination_filesystem=fs)
+
+
+def _redact(message: str, paths: dict[str, str]) -> str:
+    """A one-line message with local paths replaced by what they stand for."""
+    for path, name in sorted(paths.items(), key=lambda kv: -len(kv[0])):
+        if path:
+            message = message.replace(path, name)
+    return message
+
+
+def run_job(config_location: str, input_location: str, output_location: str, *, keep_checkpoints: bool = False,
+            overwrite: bool = False, mirror_every: float = 10.0, progress: bool = True) -> dict:
+    """Run the training; returns the summary that ``main`` prints."""
+    from privatize.job import _check_remote_output, localize_input
+    from train.run import run_training
+
+    remote_out = _is_remote(output_location)
+    with tempfile.TemporaryDirectory(prefix="train-job-") as tmpname:
+        tmp = Path(tmpname)
+        cfg = load_config_any(config_location)
+        for field, value in (("data.path", cfg.data.path), ("output", cfg.output)):
+            if value:
+                raise SpecError(f"{field}: set by this command (INPUT and OUTPUT), not by the config")
+        if remote_out:
+            _check_remote_output(output_location, overwrite)
+        input_path = localize_input(input_location, tmp)
+        out = tmp / "output" if remote_out else Path(_local(output_location))
+        redact = {str(Path(input_path).resolve()): "<input>", input_path: "<input>",
+                  str(out.resolve()): "<output>", str(out): "<output>"}
+        mirror = None
+        try:
+            check_input(input_path)
+            if remote_out:
+                out.mkdir(parents=True)
+                mirror = _MetricsMirror(out, output_location, mirror_every)
+                mirror.start()
+            summary = run_training(cfg.with_paths(data=str(Path(input_path).resolve()), output=str(out.resolve())),
+                                   progress=progress)
+        except PrivatizeError as exc:
+            line = _redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, redact)
+            try:
+                err = type(exc)(line)
+            except TypeError:  # an error class with another signature
+                err = PrivatizeError(line)
+            raise err from None
+        finally:
+            if mirror is not None:
+                mirror.stop()
+        if not keep_checkpoints and cfg.storage is None:
+            shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
+        if remote_out:
+            upload_run(out, output_location, overwrite=overwrite)
+            where = output_location
+            summary_at = f"{output_location.rstrip('/')}/{SUMMARY}"
+        else:
+            where, summary_at = str(out.resolve()), str((out / SUMMARY).resolve())
+    keep = ("kind", "steps", "final_loss", "tokens", "seconds", "epsilon", "delta", "confidentiality")
+    return {"status": "ok", "output": where, "summary": summary_at, **{k: summary[k] for k in keep if k in summary}}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors exit 2 with one line, like bad input
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="python -m train.job", description="Train a language model on a privatization job's output "
+                                                        "(Ray Train, on the current Ray cluster).")
+    p.add_argument("config", help="training config (YAML or JSON) without data.path and output: a path or a URI")
+    p.add_argument("input", help="a privatization job's output folder: a path or a URI")
+    p.add_argument("output", help="the run folder: a path or a URI (a local unfinished run there resumes)")
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep Ray Train's checkpoints after success")
+    p.add_argument("--overwrite", action="store_true", help="replace a remote output that exists")
+    p.add_argument("--mirror-every", type=float, default=10.0, metavar="S",
+                   help="seconds between copies of metrics.jsonl to a remote output while training")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    warnings.showwarning = lambda message, *a, **k: print(f"train: warning: {message}", file=sys.stderr)
+    try:
+        summary = run_job(args.config, args.input, args.output, keep_checkpoints=args.keep_checkpoints,
+                          overwrite=args.overwrite, mirror_every=args.mirror_every)
+    except PrivatizeError as exc:
+        print(f"train: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("train: interrupted", file=sys.stderr)
+        return 130
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
