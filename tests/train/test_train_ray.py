@@ -1,0 +1,176 @@
+"""Training runs on real Ray Train workers (tiny models, few steps, CPU and gloo)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from train.config import parse_config
+from train.privacy import crt_confidentiality
+from train.run import run_training
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.data]
+
+
+def _cfg(**kw) -> dict:
+    base = {"version": 1, "data": {"seq_len": 32}, "model": {"preset": "tiny"}, "tokenizer": {"vocab_size": 1024},
+            "optim": {"batch_size": 8, "lr": 0.003}, "workers": {"num_workers": 1},
+            "checkpoint_every": 1000, "report_every": 1000}
+    for k, v in kw.items():
+        base[k] = {**base[k], **v} if isinstance(v, dict) and k in base else v
+    return base
+
+
+def _worker_lines(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "workers.jsonl").read_text().splitlines()]
+
+
+def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
+    """The CRT recipe's shards: public steps then DP-SGD steps each epoch, in two Ray Train
+    worker processes whose parameters end identical; the confidentiality report follows
+    the formula from the run's own epsilon."""
+    cfg = parse_config(_cfg(kind="crt", data={"path": str(crt_shards)}, output=str(tmp_path / "run"),
+                            optim={"epochs": 2}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0},
+                            crt={"gamma": 0.05, "delta_2": 0.01}, workers={"num_workers": 2}))
+    s = run_training(cfg, progress=False)
+    run = tmp_path / "run"
+    pids = {w["pid"] for w in _worker_lines(run)}
+    assert s["workers"]["ranks"] == [0, 1] and len(pids) == 2 and os.getpid() not in pids
+    assert len(s["workers"]["final_param_digests"]) == 1  # both ranks hold the same parameters
+    assert s["examples"]["public"] > 0 and s["examples"]["private"] > 0
+    phases = {json.loads(x)["phase"] for x in (run / "metrics.jsonl").read_text().splitlines()}
+    c = s["confidentiality"]
+    assert 0 < s["epsilon"] < 50 and s["dp_steps"] == 2 * round(s["examples"]["private"] / 8)
+    assert (c["epsilon"], c["delta"]) == pytest.approx(crt_confidentiality(s["epsilon"], s["delta"], 0.05, 0.01))
+    assert s["steps"] == 2 * (s["examples"]["public"] // 8) + s["dp_steps"] and phases <= {"public", "private"}
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(run / "model")
+    tok = AutoTokenizer.from_pretrained(run / "model")
+    assert model.config.vocab_size == len(tok) and "<MASK>" in tok.get_vocab()
+    from privatize.ciphers.entity import TOKEN_RE
+
+    entity = [t for t in tok.get_vocab() if TOKEN_RE.fullmatch(t)]
+    assert entity and all(tok.tokenize(f"x {t} y").count(t) == 1 for t in entity[:20])  # single tokens
+
+
+@pytest.mark.parametrize("mode", ["shared", "separate"])
+def test_two_stage_cipher_then_plaintext(train_ray, stories, tmp_path, mode):
+    """Stage 1 on ciphertext (key length 10), stage 2 continues on plaintext; ``shared``:
+    one tokenizer for both (trained on both texts), ``separate``: stage 2 trains its own
+    and re-initialises the embeddings. Both checkpoints load with from_pretrained."""
+    from transformers import AutoModelForCausalLM
+
+    s1 = run_training(parse_config(_cfg(kind="pretrain", data={"path": str(stories["cipher"])},
+                                        tokenizer={"also_on": [str(stories["plain"])]} if mode == "shared" else {},
+                                        optim={"max_steps": 6}, output=str(tmp_path / "s1"))), progress=False)
+    s2 = run_training(parse_config(_cfg(kind="continue", data={"path": str(stories["plain"])},
+                                        model={"preset": None, "checkpoint": str(tmp_path / "s1" / "model")},
+                                        tokenizer={"mode": mode}, optim={"max_steps": 6},
+                                        output=str(tmp_path / "s2"))), progress=False)
+    m1 = AutoModelForCausalLM.from_pretrained(tmp_path / "s1" / "model")
+    m2 = AutoModelForCausalLM.from_pretrained(tmp_path / "s2" / "model")
+    same_tok = s1["tokenizer"]["fingerprint"] == s2["tokenizer"]["fingerprint"]
+    assert same_tok == (mode == "shared") and s2["tokenizer"]["trained"] == (mode == "separate")
+    w1, w2 = m1.state_dict(), m2.state_dict()
+    # the transformer layers carry over (then train); the embeddings are new in separate mode
+    assert w1["model.layers.0.mlp.up_proj.weight"].shape == w2["model.layers.0.mlp.up_proj.weight"].shape
+    if mode == "separate":
+        assert m2.config.vocab_size == s2["tokenizer"]["vocab_size"]
+    assert s2["steps"] == 6 and s2["final_loss"] > 0
+
+
+def _dp_cfg(stories, out: Path) -> dict:
+    return _cfg(kind="dp", data={"path": str(stories["plain"])}, output=str(out),
+                optim={"max_steps": 60, "batch_size": 8}, dp={"noise_multiplier": 1.2, "max_grad_norm": 1.0},
+                checkpoint_every=20, report_every=20)
+
+
+def test_a_killed_worker_resumes_to_the_uninterrupted_result(train_ray, stories, tmp_path):
+    """SIGKILL the Ray Train worker after its first checkpoint: the run restarts from the
+    checkpoint and ends with the weights and epsilon of an uninterrupted run."""
+    ref = run_training(parse_config(_dp_cfg(stories, tmp_path / "ref")), progress=False)
+    run = tmp_path / "killed"
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.update(s=run_training(parse_config(_dp_cfg(stories, run)),
+                                                                     progress=False)))
+    t.start()
+    killed = None
+    deadline = time.time() + 240
+    while time.time() < deadline and t.is_alive():
+        m = run / "metrics.jsonl"
+        steps = [json.loads(x)["step"] for x in m.read_text().splitlines()] if m.exists() else []
+        if steps and steps[-1] >= 20 and list((run / "checkpoints" / "train").glob("checkpoint_*")):
+            killed = {"pid": _worker_lines(run)[0]["pid"], "step": steps[-1],
+                      "finished": (run / "summary.json").exists()}
+            os.kill(killed["pid"], signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    t.join(timeout=300)
+    assert killed is not None and not killed["finished"] and killed["step"] < ref["steps"]
+    s = box["s"]
+    pids = [w["pid"] for w in _worker_lines(run)]
+    assert len(pids) == 2 and pids[0] == killed["pid"] and pids[1] != killed["pid"]  # a second worker took over
+    assert s["workers"]["final_param_digests"] == ref["workers"]["final_param_digests"]
+    assert s["epsilon"] == pytest.approx(ref["epsilon"], rel=1e-12) and s["dp_steps"] == ref["dp_steps"] == s["steps"]
+    assert s["steps"] == 60  # the kill came after the checkpoint at step 20, before the end
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run([sys.executable, "-m", "privatize.cli", "train", *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_bad_configs_fail_in_one_line_and_write_nothing(train_ray, stories, crt_shards, tmp_path, capsys):
+    import yaml
+
+    from privatize.cli import main
+
+    def write(name: str, data: dict) -> str:
+        p = tmp_path / f"{name}.yaml"
+        p.write_text(yaml.safe_dump(data))
+        return str(p)
+
+    # an unknown field: the real CLI process, exit 2, one line with the field path
+    r = _cli(write("unknown", {**_cfg(kind="pretrain"), "optim": {"batch_size": 8, "learning_rate": 1}}),
+             "--data", str(stories["plain"]), "--output", str(tmp_path / "o1"))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+    assert "optim.learning_rate: Extra inputs are not permitted" in r.stderr and not (tmp_path / "o1").exists()
+    cases = {
+        # 0.5 noise for 160 steps spends far more than 0.1
+        "overspend": ({**_dp_cfg(stories, tmp_path / "o2"), "dp": {"noise_multiplier": 0.5, "target_epsilon": 0.1}},
+                      r"dp.noise_multiplier: 0.5 over \d+ steps .* > dp.target_epsilon 0.1"),
+        # the cipher's shards have no CRT split
+        "missing split": (_cfg(kind="dp", data={"path": str(stories["cipher"]), "split": "private"},
+                               dp={"noise_multiplier": 1.0}, output=str(tmp_path / "o3")),
+                          r"data.split: private: .* has no 'private' column"),
+        # a continue from the CRT model with the stories' tokenizer
+        "other tokenizer": (_cfg(kind="continue", data={"path": str(stories["plain"])},
+                                 model={"preset": None, "checkpoint": str(tmp_path / "ck")},
+                                 tokenizer={"path": str(tmp_path / "tk")}, output=str(tmp_path / "o4")),
+                            r"tokenizer.path: .* is not the tokenizer .* was trained with"),
+    }
+    from train.models import build_model, preset_config
+    from train.tokenizer import train_tokenizer
+
+    tok_a = train_tokenizer(["alpha beta gamma"] * 50, 300, 1)
+    tok_a.save_pretrained(tmp_path / "ck")
+    build_model(preset_config("tiny", len(tok_a)), 0).save_pretrained(tmp_path / "ck")
+    train_tokenizer(["delta epsilon zeta"] * 50, 300, 1).save_pretrained(tmp_path / "tk")
+    for name, (data, pattern) in cases.items():
+        capsys.readouterr()
+        assert main(["train", write(name.replace(" ", "_"), data)]) == 2, name
+        err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("privatize: error")]
+        import re
+
+        assert len(err) == 1 and re.search(pattern, err[0]), (name, err)
+        assert not Path(data["output"]).exists(), name
