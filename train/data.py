@@ -74,17 +74,22 @@ class Pack:
     """Ray Data callable: a batch of texts -> packed ``ids``/``loss`` blocks."""
 
     def __init__(self, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool):
-        from train.tokenizer import load_tokenizer
+        from tokenizers import Tokenizer  # the fast tokenizer alone: no transformers import per worker
 
-        self.tok = load_tokenizer(tokenizer_dir)
+        from privatize.ciphers.tokens import MASK_TOKEN
+        from train.tokenizer import EOS, PAD
+
+        self.tok = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
         self.column, self.seq_len = column, seq_len
-        self.eos, self.pad = self.tok.eos_token_id, self.tok.pad_token_id
-        self.mask_id = self.tok.mask_token_id if mask_token_loss else None
+        self.eos, self.pad = self.tok.token_to_id(EOS), self.tok.token_to_id(PAD)
+        if self.pad is None:  # a foreign tokenizer: pad with EOS (never a target)
+            self.pad = self.eos
+        self.mask_id = self.tok.token_to_id(MASK_TOKEN) if mask_token_loss else None
 
     def __call__(self, batch: dict) -> dict:
         texts = [t for t in batch[self.column].tolist() if t]
-        return pack(self.tok(texts, add_special_tokens=False)["input_ids"], self.seq_len, self.eos, self.pad,
-                    self.mask_id)
+        enc = self.tok.encode_batch_fast(texts, add_special_tokens=False) if texts else []
+        return pack([e.ids for e in enc], self.seq_len, self.eos, self.pad, self.mask_id)
 
 
 def pack(docs: list[list[int]], seq_len: int, eos: int, pad: int, mask_id: int | None) -> dict:
@@ -136,9 +141,20 @@ def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len:
                             batch_size=None)
     if limit:
         ds = ds.limit(limit)
-    return ds.map_batches(Pack, fn_constructor_args=(tokenizer_dir, column, seq_len, mask_token_loss),
-                          batch_size=PACK_ROWS, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=1),
-                          num_cpus=0.5)
+    return ds.map_batches(_pack_batch, fn_args=(tokenizer_dir, column, seq_len, mask_token_loss),
+                          batch_size=PACK_ROWS, batch_format="numpy", num_cpus=0.5)
+
+
+_PACKERS: dict = {}
+
+
+def _pack_batch(batch: dict, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool) -> dict:
+    """Ray Data task: one :class:`Pack` per worker process and tokenizer, reused."""
+    key = (tokenizer_dir, column, seq_len, mask_token_loss)
+    if key not in _PACKERS:
+        _PACKERS.clear()
+        _PACKERS[key] = Pack(*key)
+    return _PACKERS[key](batch)
 
 
 def _keep_split(batch, private: bool):
@@ -147,8 +163,25 @@ def _keep_split(batch, private: bool):
     return batch.filter(pc.fill_null(pc.equal(batch["private"], private), False))
 
 
+def block_refs(ds) -> list:
+    """Object references to a materialised plan's blocks as numpy batches (what the Ray
+    Train workers fetch: each holds the whole split)."""
+    return ds.to_numpy_refs()
+
+
+def from_refs(refs: list) -> Blocks:
+    """A split from :func:`block_refs` (called in a worker)."""
+    import ray
+
+    parts = [b for b in ray.get(refs) if len(b["ids"])]
+    if not parts:
+        return Blocks(np.zeros((0, 0), np.int32), np.zeros((0, 0), np.uint8))
+    return Blocks(np.concatenate([np.asarray(b["ids"], np.int32) for b in parts]),
+                  np.concatenate([np.asarray(b["loss"], np.uint8) for b in parts]))
+
+
 def to_blocks(ds) -> Blocks:
-    """Collect a materialised plan (or a Ray Train dataset shard) into arrays."""
+    """Collect a dataset into arrays in this process."""
     ids, loss = [], []
     for b in ds.iter_batches(batch_size=4096, batch_format="numpy"):
         ids.append(np.asarray(b["ids"], np.int32))

@@ -133,10 +133,15 @@ def upload_run(local: Path, location: str, *, overwrite: bool) -> None:
     if overwrite and fs.get_file_info(path).type == pafs.FileType.Directory:
         fs.delete_dir(path)
     fs.create_dir(path, recursive=True)
-    entries = sorted(p for p in local.iterdir() if p.name != SUMMARY and not p.name.startswith("."))
-    for p in entries:
-        pafs.copy_files(str(p), f"{path}/{p.name}", source_filesystem=local_fs, destination_filesystem=fs)
-    pafs.copy_files(str(local / SUMMARY), f"{path}/{SUMMARY}", source_filesystem=local_fs, destination_filesystem=fs)
+    files = sorted(f.relative_to(local).as_posix() for f in local.rglob("*")
+                   if f.is_file() and not any(part.startswith(".") for part in f.relative_to(local).parts))
+    made = {path}
+    for rel in [f for f in files if f != SUMMARY] + [SUMMARY]:
+        parent = f"{path}/{rel}".rsplit("/", 1)[0]
+        if parent not in made:  # (implicit on object stores; a local or mounted destination needs it)
+            fs.create_dir(parent, recursive=True)
+            made.add(parent)
+        pafs.copy_files(str(local / rel), f"{path}/{rel}", source_filesystem=local_fs, destination_filesystem=fs)
 
 
 def _redact(message: str, paths: dict[str, str]) -> str:

@@ -162,12 +162,6 @@ def _init_model(init: dict):
     return build_model(preset_config(init["preset"], init["vocab_size"], **init["special"]), init["seed"])
 
 
-def _load_blocks(name: str):
-    import ray.train
-
-    from train.data import to_blocks
-
-    return to_blocks(ray.train.get_dataset_shard(name))
 
 
 class _DP:
@@ -239,7 +233,9 @@ def train_loop(cfg: dict) -> None:
     sink = cfg["sink"]
     sink.worker.remote({"rank": rank, "world": world, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()})
 
-    data = {name: _load_blocks(name) for name in cfg["splits"]}
+    from train.data import from_refs
+
+    data = {name: from_refs(refs) for name, refs in cfg["splits"].items()}
     phases = [Phase(**p) for p in cfg["phases"]]
     total = cfg["total_steps"]
     bs, seed = cfg["batch_size"], cfg["seed"]

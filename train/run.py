@@ -270,6 +270,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
+    from train.data import block_refs
     from train.loop import train_loop
     from train.privacy import crt_confidentiality
     from train.tokenizer import fingerprint
@@ -279,11 +280,15 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     from privatize.ray.cluster import connect
 
     connect(address)
+    timings: dict[str, float] = {}
     work = Path(tempfile.mkdtemp(prefix="privatize-train-"))
     try:
+        t0 = time.perf_counter()
         tok = _tokenizer(p, progress, work / "tokenizer")
         tok_dir = str(work / "tokenizer")
+        timings["tokenizer_s"] = time.perf_counter() - t0
         data = _datasets(p, tok_dir)
+        timings["data_s"] = time.perf_counter() - t0 - timings["tokenizer_s"]
         plan = _plan(p, tok, data, progress)
         # every check passed: only now the run folder
         p.output.mkdir(parents=True, exist_ok=True)
@@ -297,7 +302,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     sink = _sink_class().options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=False)).remote(str(p.output.resolve()), progress)
     loop_cfg = {
-        "threads": threads, "sink": sink, "splits": list(data), "phases": [asdict(ph) for ph in phases],
+        "threads": threads, "sink": sink, "splits": {k: block_refs(ds) for k, (ds, _) in data.items()}, "phases": [asdict(ph) for ph in phases],
         "total_steps": total, "batch_size": cfg.optim.batch_size, "seed": cfg.optim.seed, "init": init,
         "precision": cfg.workers.precision, "use_gpu": cfg.workers.use_gpu, "optimizer": cfg.optim.optimizer,
         "lr": cfg.optim.lr, "weight_decay": cfg.optim.weight_decay, "warmup_steps": cfg.optim.warmup_steps,
@@ -316,13 +321,12 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
         run_config=RunConfig(name=RAY_RUN_NAME, storage_path=storage,
                              failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
-        datasets={k: ds for k, (ds, _) in data.items()},
-        dataset_config=ray.train.DataConfig(datasets_to_split=[]),
         resume_from_checkpoint=Checkpoint(p.resume["path"]) if p.resume else None,
     )
     t0 = time.perf_counter()
     result = trainer.fit()
     seconds = time.perf_counter() - t0
+    timings["fit_s"] = seconds
     state = ray.get(sink.state.remote())
     metrics = dict(result.metrics or {})
     final_dir = p.output / "model"
@@ -344,7 +348,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
         "workers": {"count": cfg.workers.num_workers, "ranks": sorted({w["rank"] for w in state["workers"]}),
                     "pids": sorted({w["pid"] for w in state["workers"]}),
                     "final_param_digests": digests},
-        "model": "model", "config": cfg.to_dict(),
+        "model": "model", "timings": {k: round(v, 2) for k, v in timings.items()}, "config": cfg.to_dict(),
     }
     if budget is not None:
         eps = metrics.get("epsilon", 0.0)

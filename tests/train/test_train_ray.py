@@ -62,30 +62,36 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     assert entity and all(tok.tokenize(f"x {t} y").count(t) == 1 for t in entity[:20])  # single tokens
 
 
-@pytest.mark.parametrize("mode", ["shared", "separate"])
-def test_two_stage_cipher_then_plaintext(train_ray, stories, tmp_path, mode):
-    """Stage 1 on ciphertext (key length 10), stage 2 continues on plaintext; ``shared``:
-    one tokenizer for both (trained on both texts), ``separate``: stage 2 trains its own
-    and re-initialises the embeddings. Both checkpoints load with from_pretrained."""
-    from transformers import AutoModelForCausalLM
+def test_two_stage_cipher_then_plaintext_in_both_tokenizer_modes(train_ray, stories, tmp_path):
+    """Stage 1 on ciphertext (key length 10) with the ``shared`` tokenizer (trained on the
+    cipher and the plain text, as the authors' code); stage 2 continues on plaintext with
+    it (``shared``), or trains its own and re-initialises the embeddings (``separate``, as
+    the paper describes). Every checkpoint loads with from_pretrained."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     s1 = run_training(parse_config(_cfg(kind="pretrain", data={"path": str(stories["cipher"])},
-                                        tokenizer={"also_on": [str(stories["plain"])]} if mode == "shared" else {},
+                                        tokenizer={"also_on": [str(stories["plain"])]},
                                         optim={"max_steps": 6}, output=str(tmp_path / "s1"))), progress=False)
-    s2 = run_training(parse_config(_cfg(kind="continue", data={"path": str(stories["plain"])},
-                                        model={"preset": None, "checkpoint": str(tmp_path / "s1" / "model")},
-                                        tokenizer={"mode": mode}, optim={"max_steps": 6},
-                                        output=str(tmp_path / "s2"))), progress=False)
     m1 = AutoModelForCausalLM.from_pretrained(tmp_path / "s1" / "model")
-    m2 = AutoModelForCausalLM.from_pretrained(tmp_path / "s2" / "model")
-    same_tok = s1["tokenizer"]["fingerprint"] == s2["tokenizer"]["fingerprint"]
-    assert same_tok == (mode == "shared") and s2["tokenizer"]["trained"] == (mode == "separate")
-    w1, w2 = m1.state_dict(), m2.state_dict()
-    # the transformer layers carry over (then train); the embeddings are new in separate mode
-    assert w1["model.layers.0.mlp.up_proj.weight"].shape == w2["model.layers.0.mlp.up_proj.weight"].shape
-    if mode == "separate":
-        assert m2.config.vocab_size == s2["tokenizer"]["vocab_size"]
-    assert s2["steps"] == 6 and s2["final_loss"] > 0
+    tok1 = AutoTokenizer.from_pretrained(tmp_path / "s1" / "model")
+    plain = stories["plain"].read_text()[:2000]
+    # the shared tokenizer knows plain English as well as the ciphertext it was trained beside
+    assert len(tok1(plain)["input_ids"]) / len(plain) < 0.5
+    for mode in ("shared", "separate"):
+        s2 = run_training(parse_config(_cfg(kind="continue", data={"path": str(stories["plain"])},
+                                            model={"preset": None, "checkpoint": str(tmp_path / "s1" / "model")},
+                                            tokenizer={"mode": mode, "vocab_size": 600}, optim={"max_steps": 6},
+                                            output=str(tmp_path / mode))), progress=False)
+        m2 = AutoModelForCausalLM.from_pretrained(tmp_path / mode / "model")
+        same_tok = s1["tokenizer"]["fingerprint"] == s2["tokenizer"]["fingerprint"]
+        assert same_tok == (mode == "shared") and s2["tokenizer"]["trained"] == (mode == "separate"), mode
+        assert m2.config.vocab_size == s2["tokenizer"]["vocab_size"] == len(
+            AutoTokenizer.from_pretrained(tmp_path / mode / "model"))
+        w1, w2 = m1.state_dict(), m2.state_dict()
+        assert w1["model.layers.0.mlp.up_proj.weight"].shape == w2["model.layers.0.mlp.up_proj.weight"].shape
+        if mode == "separate":  # a new vocabulary: new embedding rows, layers carried over
+            assert m2.config.vocab_size != m1.config.vocab_size
+        assert s2["steps"] == 6 and s2["final_loss"] > 0
 
 
 def _dp_cfg(stories, out: Path) -> dict:
