@@ -13,6 +13,7 @@ made. The run folder::
     OUTPUT/
       tokenizer/          the run's tokenizer (Hugging Face format)
       checkpoints/        Ray Train's storage (unless ``storage`` names another place)
+      privacy_plan.json   a DP run's noise, sample rate, delta and target (kept on resume)
       metrics.jsonl       loss, tokens/s, learning rate, epsilon every ``report_every`` steps
       workers.jsonl       one line per Ray Train worker start (rank, pid, node)
       model/              the final model with its tokenizer (written last but one)
@@ -39,6 +40,7 @@ from train.config import TrainConfig
 log = logging.getLogger(__name__)
 
 SUMMARY = "summary.json"
+PLAN = "privacy_plan.json"
 METRICS = "metrics.jsonl"
 WORKERS = "workers.jsonl"
 RAY_RUN_NAME = "train"
@@ -228,6 +230,30 @@ def _crt_inputs(p: Prepared) -> tuple[float, float]:
     return float(gamma), float(delta_2)
 
 
+def _saved_plan(output: Path) -> dict | None:
+    f = output / PLAN
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def _resumed_budget(cfg: TrainConfig, saved: dict, n: int, dp_steps: int, taken: int):
+    """A resumed DP run keeps the noise, sample rate and delta it started with, and may not
+    plan past its target epsilon: the accountant's spending is never reset."""
+    from train.privacy import Budget, epsilon
+
+    sigma, q, delta = saved["noise_multiplier"], saved["sample_rate"], saved["delta"]
+    if cfg.dp.noise_multiplier is not None and cfg.dp.noise_multiplier != sigma:
+        raise SpecError(f"dp.noise_multiplier: this run started with {sigma}; a resumed run keeps its noise")
+    if abs(1.0 / max(1, round(n / cfg.optim.batch_size)) - q) > 1e-12:
+        raise SpecError(f"data.path: the DP split changed since this run started (sample rate {q:.4g}); "
+                        "start a new run")
+    target = cfg.dp.target_epsilon if cfg.dp.target_epsilon is not None else saved.get("target_epsilon")
+    eps = epsilon(sigma, q, dp_steps, delta, saved["accountant"])
+    if target is not None and eps > target * (1 + 1e-9):
+        raise SpecError(f"dp.target_epsilon: resuming this run to {dp_steps} DP steps ({taken} taken) would spend "
+                        f"epsilon {eps:.3f} > target {target}; nothing was run")
+    return Budget(sigma, q, dp_steps, delta, saved["accountant"], target, eps)
+
+
 def _plan(p: Prepared, tok, data: dict, progress: bool):
     """Phases, steps and the DP budget; a SpecError when the config cannot run as asked."""
     from train.loop import plan_phases, total_steps
@@ -252,10 +278,10 @@ def _plan(p: Prepared, tok, data: dict, progress: bool):
         i = next(j for j, ph in enumerate(phases) if ph.dp)
         before, per_epoch = sum(ph.steps for ph in phases[:i]), sum(ph.steps for ph in phases)
         dp_steps = sum(min(phases[i].steps, max(0, total - e * per_epoch - before)) for e in range(cfg.optim.epochs))
-        budget = plan_budget(cfg.dp, sizes[phases[i].split], cfg.optim.batch_size, dp_steps)
-        if p.resume and p.resume.get("dp_steps", 0) > budget.steps:
-            raise SpecError(f"dp.target_epsilon: the run has taken {p.resume['dp_steps']} DP steps, more than "
-                            f"this config's {budget.steps}: refusing to continue past its budget")
+        saved = _saved_plan(p.output)
+        budget = (plan_budget(cfg.dp, sizes[phases[i].split], cfg.optim.batch_size, dp_steps) if saved is None
+                  else _resumed_budget(cfg, saved, sizes[phases[i].split], dp_steps,
+                                       (p.resume or {}).get("dp_steps", 0)))
         dp_plan = {**cfg.dp.model_dump(), "noise_multiplier": budget.noise_multiplier,
                    "sample_rate": budget.sample_rate, "delta": budget.delta, "split": phases[i].split}
         if progress:
@@ -292,6 +318,9 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
         plan = _plan(p, tok, data, progress)
         # every check passed: only now the run folder
         p.output.mkdir(parents=True, exist_ok=True)
+        if plan[2] is not None and not (p.output / PLAN).exists():
+            (p.output / f".{PLAN}.tmp").write_text(json.dumps(plan[2].to_dict(), indent=2) + "\n")
+            os.replace(p.output / f".{PLAN}.tmp", p.output / PLAN)
         if not (p.output / "tokenizer").is_dir():
             shutil.copytree(work / "tokenizer", p.output / ".tokenizer.tmp", dirs_exist_ok=True)
             os.replace(p.output / ".tokenizer.tmp", p.output / "tokenizer")

@@ -129,6 +129,20 @@ def test_a_killed_worker_resumes_to_the_uninterrupted_result(train_ray, stories,
     assert s["epsilon"] == pytest.approx(ref["epsilon"], rel=1e-12) and s["dp_steps"] == ref["dp_steps"] == s["steps"]
     assert s["steps"] == 60  # the kill came after the checkpoint at step 20, before the end
 
+    # the budget is never reset: the reference run, reopened (as if stopped after its last
+    # checkpoint) with twice the steps, may not spend past a target just above what it spent
+    (tmp_path / "ref" / "summary.json").unlink()
+    more = _dp_cfg(stories, tmp_path / "ref")
+    more["optim"]["max_steps"], more["dp"]["target_epsilon"] = 120, round(ref["epsilon"] * 1.05, 4)
+    from privatize.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"^dp.target_epsilon: resuming this run to \d+ DP steps \(60 taken\) "
+                                        r"would spend epsilon [\d.]+ > target"):
+        run_training(parse_config(more), progress=False)
+    more["dp"]["noise_multiplier"] = 2.0
+    with pytest.raises(SpecError, match=r"^dp.noise_multiplier: this run started with 1.2"):
+        run_training(parse_config(more), progress=False)
+
 
 def _cli(*args) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

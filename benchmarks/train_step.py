@@ -1,0 +1,120 @@
+"""DP-SGD step time and memory over plain training, Opacus hooks vs ghost clipping.
+
+For the ``tiny`` and ``small`` presets, batch 16, sequence 128: the median time of a plain
+AdamW step and of a DP-SGD step (per-example clipping + noise, same loss, same batch) in
+each grad-sample mode, after warm-up; the ratio DP / plain is the figure (issue 17 target:
+<= 1.5x with the better mode). Then peak memory of the training steps at batch 64 (each
+configuration in a fresh process; the peak resident set above the resident set before
+the first step), DP / plain (target <= 1.5x with ghost clipping).
+
+    .venv/bin/python benchmarks/train_step.py [--steps 5] [--models tiny,small] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from _common import ROOT, machine  # noqa: F401  (puts the project on sys.path)
+
+
+def _setup(preset: str, mode: str, batch: int, seq: int, threads: int):
+    import numpy as np
+    import torch
+
+    from train.loop import _DP, make_batch
+    from train.models import build_model, preset_config
+
+    torch.set_num_threads(threads)
+    model = build_model(preset_config(preset, bos_token_id=0, eos_token_id=0, pad_token_id=1), 0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    dp = None
+    if mode != "plain":
+        gen = torch.Generator().manual_seed(0)
+        dp = _DP(model, opt, {"grad_sample_mode": mode, "max_grad_norm": 1.0, "noise_multiplier": 1.0,
+                              "accountant": "prv", "sample_rate": 0.01}, batch, False, gen)
+    rng = np.random.default_rng(0)
+    vocab = model.config.vocab_size
+    ids = rng.integers(3, vocab, size=(batch, seq)).astype(np.int32)
+    x, y = make_batch(ids, np.ones_like(ids, np.uint8), np.arange(batch), "cpu")
+    return model, opt, dp, x, y
+
+
+def step_times(preset: str, mode: str, steps: int, threads: int, batch: int = 16, seq: int = 128) -> list[float]:
+    from train.loop import train_step
+
+    model, opt, dp, x, y = _setup(preset, mode, batch, seq, threads)
+    out = []
+    for i in range(steps + 2):  # two warm-up steps
+        t = time.perf_counter()
+        train_step(model, dp, opt, mode != "plain", x, y)
+        if i >= 2:
+            out.append(time.perf_counter() - t)
+    return out
+
+
+def _rss_kib(field: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(field)
+
+
+def peak_memory(preset: str, mode: str, threads: int, batch: int, seq: int = 128) -> dict:
+    """(runs in a child process) peak RSS of two training steps above the RSS before them."""
+    from train.loop import train_step
+
+    model, opt, dp, x, y = _setup(preset, mode, batch, seq, threads)
+    before = _rss_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:  # resets VmHWM (the peak) to the current RSS
+        f.write("5")
+    for _ in range(2):
+        train_step(model, dp, opt, mode != "plain", x, y)
+    return {"peak_mib": (_rss_kib("VmHWM") - before) / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--models", default="tiny,small")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--memory-batch", type=int, default=64)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        preset, mode = a.child.split(":")
+        print(json.dumps(peak_memory(preset, mode, a.threads, a.memory_batch)))
+        return
+    print(f"# {machine()}, torch threads {a.threads}")
+    rows = []
+    for preset in a.models.split(","):
+        med = {}
+        for mode in ("plain", "hooks", "ghost"):
+            t = step_times(preset, mode, a.steps, a.threads)
+            med[mode] = statistics.median(t)
+            print(f"{preset:6s} {mode:6s} batch 16 seq 128: median step {med[mode] * 1000:8.1f} ms "
+                  f"(of {len(t)}: {', '.join(f'{x * 1000:.0f}' for x in t)})", flush=True)
+        mem = {}
+        for mode in ("plain", "hooks", "ghost"):
+            r = subprocess.run([sys.executable, __file__, "--child", f"{preset}:{mode}", "--threads", str(a.threads),
+                                "--memory-batch", str(a.memory_batch)], capture_output=True, text=True)
+            mem[mode] = json.loads(r.stdout.strip().splitlines()[-1])["peak_mib"] if r.returncode == 0 else None
+            print(f"{preset:6s} {mode:6s} batch {a.memory_batch} seq 128: peak memory "
+                  f"{'failed: ' + r.stderr.strip().splitlines()[-1] if mem[mode] is None else f'{mem[mode]:.0f} MiB'}",
+                  flush=True)
+        rows.append((preset, med, mem))
+    print("\n| model | plain step | hooks / plain | ghost / plain | memory plain (batch %d) | hooks / plain | ghost / plain |"
+          % a.memory_batch)
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for preset, med, mem in rows:
+        r = lambda m: "n/a" if mem[m] is None or not mem["plain"] else f"{mem[m] / mem['plain']:.2f}x"  # noqa: E731
+        print(f"| {preset} | {med['plain'] * 1000:.0f} ms | {med['hooks'] / med['plain']:.2f}x | "
+              f"{med['ghost'] / med['plain']:.2f}x | {mem['plain']:.0f} MiB | {r('hooks')} | {r('ghost')} |")
+
+
+if __name__ == "__main__":
+    main()
