@@ -104,13 +104,34 @@ def _manifest(data: str) -> dict | None:
         return None
 
 
-def _latest_checkpoint(storage: str) -> Path | None:
-    root = Path(storage) / RAY_RUN_NAME
-    if not root.is_dir():
+def _latest_checkpoint(storage: str) -> tuple[str, dict, object] | None:
+    """(path, position.json, filesystem) of the last complete checkpoint of this run's
+    storage: a local folder or a pyarrow.fs URI (``s3://...``)."""
+    import pyarrow.fs as pafs
+
+    try:
+        fs, root = pafs.FileSystem.from_uri(storage) if "://" in storage else (pafs.LocalFileSystem(),
+                                                                                 str(Path(storage).resolve()))
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"storage: {storage}: cannot open ({str(exc).splitlines()[0]})") from None
+    base = f"{root.rstrip('/')}/{RAY_RUN_NAME}"
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    except OSError as exc:
+        raise OutputError(f"storage: {storage}: cannot list ({str(exc).splitlines()[0]})") from None
+    found = []
+    for info in infos:
+        if info.type != pafs.FileType.Directory or not info.base_name.startswith("checkpoint_"):
+            continue
+        try:
+            with fs.open_input_stream(f"{info.path}/position.json") as f:
+                found.append((info.path, json.loads(f.read())))
+        except (OSError, ValueError):
+            continue  # an incomplete checkpoint
+    if not found:
         return None
-    found = sorted((p for p in root.glob("checkpoint_*") if (p / "position.json").is_file()),
-                   key=lambda p: json.loads((p / "position.json").read_text())["step"])
-    return found[-1] if found else None
+    path, pos = max(found, key=lambda x: x[1]["step"])
+    return path, pos, fs
 
 
 def storage_of(cfg: TrainConfig, output: Path) -> str:
@@ -170,10 +191,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
     else:
         init["preset"] = cfg.model.preset
     resume = None
-    latest = _latest_checkpoint(storage_of(cfg, out)) if not (cfg.storage or "").startswith("s3://") else None
+    latest = _latest_checkpoint(storage_of(cfg, out))
     if latest is not None:
-        resume = json.loads((latest / "position.json").read_text())
-        resume["path"] = str(latest)
+        resume = dict(latest[1], path=latest[0], filesystem=latest[2])
         if (out / "tokenizer").is_dir():
             tok_from = str(out / "tokenizer")
     return Prepared(cfg, out, cfg.data.path, tok_from, init, splits, _manifest(cfg.data.path), resume)
@@ -350,7 +370,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
         run_config=RunConfig(name=RAY_RUN_NAME, storage_path=storage,
                              failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
-        resume_from_checkpoint=Checkpoint(p.resume["path"]) if p.resume else None,
+        resume_from_checkpoint=Checkpoint(p.resume["path"], filesystem=p.resume["filesystem"]) if p.resume else None,
     )
     t0 = time.perf_counter()
     result = trainer.fit()
