@@ -4,9 +4,9 @@ same as an id that does not exist.
 
 Adding an endpoint: a function here with ``tenant: TenantRef = Depends(current_tenant)``
 and ``ctx: ServiceContext = Depends(get_ctx)``, domain logic in its module (``corpora``,
-``keys``, ``jobs``), domain errors from ``services.errors`` (``services.app`` turns them
-into status codes), an audit action in ``services.audit.ACTIONS`` if it changes state,
-and a test in ``tests/services``.
+``keys``, ``jobs``, ``trainings``), domain errors from ``services.errors``
+(``services.app`` turns them into status codes), an audit action in
+``services.audit.ACTIONS`` if it changes state, and a test in ``tests/services``.
 
 Unauthenticated: ``/healthz`` (the process is up), ``/readyz`` (database, storage and Ray
 reachable) and ``/metrics`` (Prometheus; no tenant data).
@@ -31,9 +31,11 @@ from services import audit as audit_mod
 from services import corpora as corpora_mod
 from services import jobs as jobs_mod
 from services import keys as keys_mod
+from services import trainings as trainings_mod
 from services.context import ServiceContext
 from services.db import checkpoint_sqlite, session_scope
 from services.errors import Conflict, InvalidRequest
+from services.jobkinds import TRAIN
 from services.metrics import CONTENT_TYPE
 from services.models import ACTIVE_JOB_STATES, Corpus, Job, Key
 from services.tenants import authenticate, storage_used
@@ -122,7 +124,9 @@ class JobCreate(BaseModel):
 
 class JobOut(Out):
     id: str
+    kind: str
     corpus_id: str | None
+    input_job_id: str | None
     status: str
     ray_status: str | None
     message: str | None
@@ -142,11 +146,50 @@ class JobOut(Out):
         progress: dict = {"corpus_records": corpus_records}
         if j.counts:
             progress.update(j.counts)
-        return cls(id=j.id, corpus_id=j.corpus_id, status=j.status, ray_status=j.ray_status, message=j.message,
+        return cls(id=j.id, kind=j.kind, corpus_id=j.corpus_id, input_job_id=j.input_job_id, status=j.status,
+                   ray_status=j.ray_status, message=j.message,
                    spec=j.spec, spec_sha256=j.spec_sha256, key_ids=j.key_ids or [],
                    submit_attempts=j.submit_attempts, progress=progress, output_bytes=j.output_bytes,
                    created_at=j.created_at, submitted_at=j.submitted_at, started_at=j.started_at,
                    finished_at=j.finished_at)
+
+
+class TrainingCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str = Field(description="a succeeded privatization job of the tenant: its output is the training data")
+    config: dict
+    """A training config (``train.config.TrainConfig``, as in ``train/configs/``) as JSON,
+    without paths: the service sets ``data.path`` and ``output``."""
+
+
+class TrainingOut(Out):
+    id: str
+    job_id: str | None = Field(description="the privatization job it trains on")
+    corpus_id: str | None
+    status: str
+    ray_status: str | None
+    message: str | None
+    config: dict
+    config_sha256: str
+    submit_attempts: int
+    progress: dict | None = Field(description="step, loss, tokens (epsilon, dp_steps under DP) of its last "
+                                              "report while it runs; its final figures once it succeeded")
+    summary: dict | None = Field(description="the run's summary once it succeeded: steps, final_loss, tokens, "
+                                             "epsilon, delta, confidentiality...")
+    output_bytes: int
+    created_at: dt.datetime
+    submitted_at: dt.datetime | None
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, j: Job, progress: dict | None) -> "TrainingOut":
+        return cls(id=j.id, job_id=j.input_job_id, corpus_id=j.corpus_id, status=j.status, ray_status=j.ray_status,
+                   message=j.message, config=j.spec, config_sha256=j.spec_sha256, submit_attempts=j.submit_attempts,
+                   progress=progress, summary=j.counts if j.status == "succeeded" else None,
+                   output_bytes=j.output_bytes, created_at=j.created_at, submitted_at=j.submitted_at,
+                   started_at=j.started_at, finished_at=j.finished_at)
 
 
 class DecryptIn(BaseModel):
@@ -372,10 +415,11 @@ def create_job(body: JobCreate, request: Request, tenant: TenantRef = Depends(cu
 
 
 @router.get("/v1/jobs", response_model=list[JobOut])
-def list_jobs(corpus_id: str | None = None, tenant: TenantRef = Depends(current_tenant),
-              ctx: ServiceContext = Depends(get_ctx)):
+def list_jobs(corpus_id: str | None = None, kind: str | None = Query(None, max_length=32),
+              tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    """Every job of the tenant (privatizations and trainings), or those of one ``kind``."""
     with session_scope(ctx.sessions) as s:
-        jobs = jobs_mod.list_jobs(s, tenant.id, corpus_id)
+        jobs = jobs_mod.list_jobs(s, tenant.id, corpus_id, kind)
         records = {c.id: c.records for c in corpora_mod.list_corpora(s, tenant.id)}
     return [JobOut.of(j, records.get(j.corpus_id)) for j in jobs]
 
@@ -438,6 +482,59 @@ def download_result(job_id: str, name: str, tenant: TenantRef = Depends(current_
     if size is not None:
         headers["Content-Length"] = str(size)
     return StreamingResponse(ctx.storage.open_chunks(rel), media_type=media, headers=headers)
+
+
+# ---- trainings ------------------------------------------------------------------------
+# A training is a job of kind ``train``: cancel, logs and delete are /v1/jobs/{job_id}/...
+
+def _training_out(ctx: ServiceContext, job: Job) -> TrainingOut:
+    return TrainingOut.of(job, trainings_mod.progress_of(ctx, job))
+
+
+@router.post("/v1/trainings", status_code=201, response_model=TrainingOut)
+def create_training(body: TrainingCreate, request: Request, tenant: TenantRef = Depends(current_tenant),
+                    ctx: ServiceContext = Depends(get_ctx)):
+    """Train a language model on the output of one of the tenant's succeeded privatization
+    jobs (Ray Train). 422 with field paths for a config naming a path or asking for more
+    than the service allows; 404 for a job that is not the tenant's; 409 for one that has
+    not succeeded."""
+    audit_mod.note(request, input_job_id=body.job_id[:64])
+    job = jobs_mod.create_job(ctx, tenant.id, None, body.config, kind=TRAIN, input_job_id=body.job_id)
+    audit_mod.note(request, job.id, config_sha256=job.spec_sha256)
+    return _training_out(ctx, job)
+
+
+@router.get("/v1/trainings", response_model=list[TrainingOut])
+def list_trainings(tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    with session_scope(ctx.sessions) as s:
+        jobs = trainings_mod.list_trainings(s, tenant.id)
+    return [TrainingOut.of(j, trainings_mod.progress_of(ctx, j) if j.status == "succeeded" else None) for j in jobs]
+
+
+def _fresh_training(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
+    with session_scope(ctx.sessions) as s:
+        trainings_mod.get_training(s, tenant_id, job_id)
+    return jobs_mod.fresh_job(ctx, tenant_id, job_id)  # reconciled with Ray while active
+
+
+@router.get("/v1/trainings/{job_id}", response_model=TrainingOut)
+def get_training(job_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    """Status and progress: the last metrics the run reported while it runs, its summary
+    once it succeeded."""
+    return _training_out(ctx, _fresh_training(ctx, tenant.id, job_id))
+
+
+@router.get("/v1/trainings/{job_id}/model", response_class=StreamingResponse,
+            responses={200: {"content": {"application/gzip": {}}, "description": "model/ as a .tar.gz"}})
+def download_model(job_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+    """The trained model (a Hugging Face folder with its tokenizer) as a ``.tar.gz`` of
+    ``model/``, streamed; 409 until the training has succeeded."""
+    job = _fresh_training(ctx, tenant.id, job_id)
+    files = trainings_mod.model_files(ctx, job)
+    stream = trainings_mod.tar_gz(ctx.storage, f"{job.output_path}/{trainings_mod.MODEL_DIR}", files,
+                                  trainings_mod.MODEL_DIR, job.finished_at.timestamp() if job.finished_at else None)
+    headers = {"Content-Disposition": f'attachment; filename="training-{job.id}-model.tar.gz"'}
+    return StreamingResponse(stream, media_type="application/gzip", headers=headers)
 
 
 # ---- audit ----------------------------------------------------------------------------

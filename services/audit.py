@@ -33,6 +33,7 @@ ACTIONS: dict[str, tuple[str, str | None]] = {
     "create_job": ("job.create", "job"),
     "cancel_job": ("job.cancel", "job"),
     "delete_job": ("job.delete", "job"),
+    "create_training": ("training.create", "job"),
 }
 """Route function name -> (action, resource type)."""
 

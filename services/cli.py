@@ -7,6 +7,11 @@ entry point (``services = "services.cli:register"``):
   cancelled, 2 for bad input (an invalid spec or corpus, a refused request). The
   service URL and token come from ``--url``/``--token`` or ``PRIVATIZE_URL`` /
   ``PRIVATIZE_TOKEN``. The last line of output is a one-line JSON summary;
+* ``privatize submit-training CONFIG --job JOB_ID [--wait]`` trains a language model on
+  the output of a succeeded privatization job (a training config as in
+  ``train/configs/``, without paths): the same exit codes; the summary line carries the
+  run's summary (steps, final loss, tokens, epsilon...), and ``--download DIR`` unpacks
+  the model into ``DIR/model``;
 * ``privatize admin ...`` (see ``services.admin``).
 
 ``python -m services.cli ...`` runs the same commands without the entry point.
@@ -90,14 +95,7 @@ def _submit(args: argparse.Namespace) -> int:
                 downloaded = c.download_all(job["id"], args.download)
                 say(f"downloaded {len(downloaded)} file(s) to {args.download}")
         except ApiError as exc:
-            if exc.status >= 500:
-                print(f"privatize: error: {exc}", file=sys.stderr)
-                return 1
-            errors = exc.body.get("errors") if exc.body else None
-            if errors:
-                for e in errors:
-                    print(f"privatize: {e.get('path') or 'spec'}: {e.get('message')}", file=sys.stderr)
-            raise PrivatizeError(str(exc)) from None
+            return _refused(exc, "spec")
     summary = {"job_id": job["id"], "corpus_id": corpus_id, "status": job["status"],
                "message": job.get("message"), "progress": job.get("progress")}
     if downloaded is not None:
@@ -106,6 +104,81 @@ def _submit(args: argparse.Namespace) -> int:
     if not args.wait:
         return 0
     return 0 if job["status"] == "succeeded" else 1
+
+
+def _refused(exc, what: str) -> int:
+    """An error answer: 1 for the service's own failures (5xx); else the field paths on
+    stderr and exit 2 (raised as bad input)."""
+    if exc.status >= 500:
+        print(f"privatize: error: {exc}", file=sys.stderr)
+        return 1
+    errors = exc.body.get("errors") if exc.body else None
+    if errors:
+        for e in errors:
+            print(f"privatize: {e.get('path') or what}: {e.get('message')}", file=sys.stderr)
+    raise PrivatizeError(str(exc)) from None
+
+
+def _client(args: argparse.Namespace):
+    from services.client import ServiceClient
+    from services.settings import get_client_settings
+
+    cs = get_client_settings()
+    token = args.token or (cs.token.get_secret_value() if cs.token else None)
+    return ServiceClient(args.url or cs.url, token)
+
+
+def read_config_file(path: str) -> dict:
+    """A training config file (YAML, or JSON by its name), unvalidated: the service checks it."""
+    import yaml
+
+    from privatize.errors import SpecError
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{p}: cannot read the config ({exc})") from None
+    is_json = p.suffix.lower() == ".json"
+    try:
+        data = json.loads(text) if is_json else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError):
+        raise SpecError(f"{p}: not valid {'JSON' if is_json else 'YAML'}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{p}: a training config is a mapping (kind, data, model, optim...)")
+    return data
+
+
+def _submit_training(args: argparse.Namespace) -> int:
+    from services.client import ApiError
+
+    config = read_config_file(args.config)
+    say = (lambda m: print(f"privatize: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None)
+    downloaded = None
+    with _client(args) as c:
+        try:
+            t = c.create_training(args.job, config)
+            say(f"submitted training {t['id']} on job {args.job}")
+            if args.wait:
+                def changed(t):
+                    p = t.get("progress") or {}
+                    step = f" (step {p['step']}, loss {p['loss']:.4f})" if p.get("step") and p.get("loss") else ""
+                    say(f"training {t['id']}: {t['status']}{step}")
+
+                t = c.wait(t["id"], timeout=args.timeout, poll=args.poll, on_change=changed, get=c.training)
+            if args.download and t["status"] == "succeeded":
+                downloaded = c.extract_model(t["id"], args.download)
+                say(f"model in {downloaded}")
+        except ApiError as exc:
+            return _refused(exc, "config")
+    summary = {"training_id": t["id"], "job_id": t.get("job_id"), "status": t["status"],
+               "message": t.get("message"), "progress": t.get("progress"), "summary": t.get("summary")}
+    if downloaded is not None:
+        summary["downloaded"] = str(downloaded.resolve())
+    print(json.dumps(summary))
+    if not args.wait:
+        return 0
+    return 0 if t["status"] == "succeeded" else 1
 
 
 def register(sub) -> None:
@@ -130,6 +203,19 @@ def register(sub) -> None:
     j.add_argument("--download", metavar="DIR", help="with --wait: download the manifest and shards to DIR")
     j.add_argument("-q", "--quiet", action="store_true")
     j.set_defaults(func=_submit)
+
+    t = sub.add_parser("submit-training", help="train a language model on a privatization job's output, on the "
+                                              "service")
+    t.add_argument("config", help="training config (YAML or JSON; see train/configs/) without data.path or output")
+    t.add_argument("--job", required=True, metavar="JOB_ID", help="a succeeded privatization job: the training data")
+    t.add_argument("--url", help="service URL (default PRIVATIZE_URL)")
+    t.add_argument("--token", help="API token (default PRIVATIZE_TOKEN; prefer the variable)")
+    t.add_argument("--wait", action="store_true", help="wait for the training; exit 1 if it fails")
+    t.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="seconds to wait (default a week)")
+    t.add_argument("--poll", type=float, default=5.0, help="seconds between status checks")
+    t.add_argument("--download", metavar="DIR", help="with --wait: unpack the trained model into DIR/model")
+    t.add_argument("-q", "--quiet", action="store_true")
+    t.set_defaults(func=_submit_training)
 
     from services.admin import register_admin
 

@@ -1,5 +1,5 @@
-"""A small HTTP client for the service (``privatize submit``, the demo, tests and the
-upload benchmark use it). Uploads stream the file from disk in chunks."""
+"""A small HTTP client for the service (``privatize submit``, ``privatize submit-training``,
+the demo, tests and the upload benchmark use it). Uploads and downloads stream in chunks."""
 
 from __future__ import annotations
 
@@ -110,11 +110,12 @@ class ServiceClient:
     def job(self, job_id: str) -> dict:
         return self.request("GET", f"/v1/jobs/{job_id}").json()
 
-    def wait(self, job_id: str, *, timeout: float = 3600.0, poll: float = 1.0, on_change=None) -> dict:
+    def wait(self, job_id: str, *, timeout: float = 3600.0, poll: float = 1.0, on_change=None, get=None) -> dict:
+        """Poll until the job ends (``get``: how to read it, default :meth:`job`)."""
         deadline = time.monotonic() + timeout
         last = None
         while True:
-            j = self.job(job_id)
+            j = (get or self.job)(job_id)
             if j["status"] != last and on_change is not None:
                 on_change(j)
             last = j["status"]
@@ -135,11 +136,20 @@ class ServiceClient:
 
     def download(self, job_id: str, name: str, dest: str | os.PathLike) -> Path:
         """Stream one result file to ``dest`` (written under a temporary name, then renamed)."""
+        return self._stream_to(f"/v1/jobs/{job_id}/results/{name}", dest)
+
+    def download_all(self, job_id: str, dest_dir: str | os.PathLike) -> list[Path]:
+        out = []
+        for f in self.results(job_id)["files"]:
+            out.append(self.download(job_id, f["name"], Path(dest_dir) / f["name"]))
+        return out
+
+    def _stream_to(self, url: str, dest: str | os.PathLike) -> Path:
         d = Path(dest)
         d.parent.mkdir(parents=True, exist_ok=True)
         tmp = d.with_name(f".{d.name}.part")
         try:
-            with self._http.stream("GET", f"/v1/jobs/{job_id}/results/{name}") as r:
+            with self._http.stream("GET", url) as r:
                 if r.status_code >= 400:
                     r.read()
                     self._check(r)
@@ -151,8 +161,32 @@ class ServiceClient:
             tmp.unlink(missing_ok=True)
         return d
 
-    def download_all(self, job_id: str, dest_dir: str | os.PathLike) -> list[Path]:
-        out = []
-        for f in self.results(job_id)["files"]:
-            out.append(self.download(job_id, f["name"], Path(dest_dir) / f["name"]))
-        return out
+    # ---- trainings ----------------------------------------------------------------------
+    def create_training(self, job_id: str, config: dict) -> dict:
+        return self.request("POST", "/v1/trainings", json={"job_id": job_id, "config": config}).json()
+
+    def training(self, training_id: str) -> dict:
+        return self.request("GET", f"/v1/trainings/{training_id}").json()
+
+    def trainings(self) -> list[dict]:
+        return self.request("GET", "/v1/trainings").json()
+
+    def download_model(self, training_id: str, dest: str | os.PathLike) -> Path:
+        """The trained model as a ``.tar.gz`` of ``model/`` (streamed to ``dest``)."""
+        return self._stream_to(f"/v1/trainings/{training_id}/model", dest)
+
+    def extract_model(self, training_id: str, dest_dir: str | os.PathLike) -> Path:
+        """Download the model and unpack it: ``dest_dir/model`` (a Hugging Face folder)."""
+        import tarfile
+        import tempfile
+
+        dest = Path(dest_dir)
+        if (dest / "model").exists():
+            raise PrivatizeError(f"{dest / 'model'} exists; choose another folder")
+        dest.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=dest, prefix=".model-") as tmp:
+            archive = self.download_model(training_id, Path(tmp) / "model.tar.gz")
+            with tarfile.open(archive, "r:gz") as tf:
+                tf.extractall(Path(tmp) / "x", filter="data")
+            os.replace(Path(tmp) / "x" / "model", dest / "model")
+        return dest / "model"

@@ -12,6 +12,11 @@ A :class:`JobKind` says everything the service needs to know about one kind of j
   OUTPUT``); it must exit 0 only when it wrote its result under OUTPUT.
 * ``read_results``: ``(storage, output path) -> counts`` stored on the job's row, or None
   when the job wrote no ``result_file``.
+* ``limits`` (optional): ``(service settings, spec) -> None``; raises ``SpecInvalid``
+  naming each field that asks for more than the service allows tenants.
+* ``input_kind`` (optional): None when the job reads its corpus; else the kind of job
+  whose output it reads (a succeeded job of the same tenant, named at creation:
+  ``train`` reads a ``privatize`` job's output).
 
 Adding a kind is one :func:`register_job_kind` call below. This module imports no web or
 database code at import time: the job's driver (``services.jobrun``) imports it.
@@ -26,13 +31,19 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 PRIVATIZE = "privatize"
+TRAIN = "train"
 MANIFEST = "manifest.json"
+SUMMARY = "summary.json"
 JOBRUN = "python -m services.jobrun"
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
 
 def _no_keys(session, tenant_id: str, corpus, spec) -> tuple[Any, list[str]]:
     return spec, []
+
+
+def _no_limits(settings, spec) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,8 @@ class JobKind:
     read_results: Callable[[Any, str], dict | None]
     prepare: Callable[[Any, str, Any, Any], tuple[Any, list[str]]] = _no_keys
     result_file: str = MANIFEST
+    limits: Callable[[Any, Any], None] = _no_limits
+    input_kind: str | None = None
 
     def entrypoint(self, spec: str, input: str, output: str) -> str:
         """The Ray Jobs entrypoint for these locations (the service chose them all; no key
@@ -113,3 +126,30 @@ def _pipeline_results(storage, output_path: str) -> dict | None:
 
 
 register_job_kind(JobKind(PRIVATIZE, _validate_pipeline, "privatize.job", _pipeline_results, _prepare_pipeline))
+
+
+# ---- training -------------------------------------------------------------------------
+
+def _validate_train(data):
+    from services.trainings import validate_config
+
+    return validate_config(data)
+
+
+def _train_limits(settings, spec) -> None:
+    from services.trainings import check_limits
+
+    check_limits(settings, spec)
+
+
+def _train_results(storage, output_path: str) -> dict | None:
+    from services.trainings import summary_counts
+
+    try:
+        return summary_counts(json.loads(storage.read_bytes(f"{output_path}/{SUMMARY}")))
+    except (OSError, ValueError):
+        return None
+
+
+register_job_kind(JobKind(TRAIN, _validate_train, "train.job", _train_results, result_file=SUMMARY,
+                          limits=_train_limits, input_kind=PRIVATIZE))

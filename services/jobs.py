@@ -7,11 +7,13 @@ the service's memory, Ray the truth about execution: ``reconcile`` reads Ray's s
 into the row, on every read of an active job and from a background task, so a service
 that was killed and started again picks up its running jobs where Ray has them.
 
-What differs between kinds of job (privatization today; training, evaluation) is one
-entry of ``services.jobkinds``: how a spec is validated and admitted, which module the
+What differs between kinds of job (privatization, training; evaluation) is one entry of
+``services.jobkinds``: how a spec is validated and admitted, what it reads (its corpus, or
+the output of a succeeded job: a training reads a privatization job's), which module the
 Ray job runs and how its results are read. The service chooses every location (a tenant
 never supplies a path) and hands them to ``python -m services.jobrun KIND SPEC INPUT
-OUTPUT`` (which runs the kind's module: ``privatize.job`` for privatization).
+OUTPUT`` (which runs the kind's module: ``privatize.job`` for privatization,
+``train.job`` for training).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from services import audit
 from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import ClusterUnavailable, Conflict, LimitExceeded, NotFound, StorageLimitExceeded
-from services.jobkinds import MANIFEST, PRIVATIZE, job_kind, read_manifest
+from services.jobkinds import MANIFEST, PRIVATIZE, TRAIN, job_kind, read_manifest
 from services.keystore import bundle_json
 from services.keys import sealed_of
 from services.models import ACTIVE_JOB_STATES, TERMINAL_JOB_STATES, Corpus, Job, Key, Tenant, new_id, utcnow
@@ -60,24 +62,34 @@ def get_job(s: Session, tenant_id: str, job_id: str) -> Job:
     return j
 
 
-def list_jobs(s: Session, tenant_id: str, corpus_id: str | None = None) -> list[Job]:
+def list_jobs(s: Session, tenant_id: str, corpus_id: str | None = None, kind: str | None = None) -> list[Job]:
     q = select(Job).where(Job.tenant_id == tenant_id)
     if corpus_id is not None:
         q = q.where(Job.corpus_id == corpus_id)
+    if kind is not None:
+        q = q.where(Job.kind == kind)
     return list(s.scalars(q.order_by(Job.created_at, Job.id)))
 
 
 # ---- admission and submission ---------------------------------------------------------
 
-def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str, spec_data, *, kind: str = PRIVATIZE) -> Job:
-    """Validate (once: the spec object is reused from here on), admit against the
-    tenant's limits, record, write the spec and key bundle, and submit. A cluster that
-    cannot be reached leaves the job ``queued``; the reconciler submits it later."""
+def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str | None, spec_data, *, kind: str = PRIVATIZE,
+               input_job_id: str | None = None) -> Job:
+    """Validate (once: the spec object is reused from here on) and bound by the service's
+    settings, admit against the tenant's limits, record, write the spec and key bundle,
+    and submit. A kind that reads another job's output names it as ``input_job_id`` (its
+    corpus is that job's). A cluster that cannot be reached leaves the job ``queued``; the
+    reconciler submits it later."""
     jk = job_kind(kind)
+    if (jk.input_kind is None) != (input_job_id is None):
+        raise ValueError(f"a {kind} job reads {'a ' + jk.input_kind + ' job' if jk.input_kind else 'a corpus'}")
     spec = jk.validate(spec_data)
+    jk.limits(ctx.settings, spec)
     with ctx.admission, session_scope(ctx.sessions) as s:
         tenant = s.get(Tenant, tenant_id)
-        corpus = s.get(Corpus, corpus_id)
+        if input_job_id is not None:
+            corpus_id = input_job(ctx, s, tenant_id, input_job_id, jk.input_kind).corpus_id
+        corpus = s.get(Corpus, corpus_id) if corpus_id else None
         if corpus is None or corpus.tenant_id != tenant_id:
             raise NotFound(f"no corpus {corpus_id!r}")
         spec, key_ids = jk.prepare(s, tenant_id, corpus, spec)
@@ -91,20 +103,46 @@ def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str, spec_data, *
             raise StorageLimitExceeded(f"storage limit reached ({used} of {tenant.storage_limit_bytes} bytes "
                                        "used); delete corpora or job outputs first")
         jid, spec_dict = new_id(), spec.to_dict()
-        job = Job(id=jid, tenant_id=tenant_id, corpus_id=corpus_id, kind=jk.name, status="queued",
-                  spec=spec_dict, spec_sha256=spec.sha256(), key_ids=key_ids,
-                  output_path=f"{job_dir(tenant_id, jid)}/output", input_bytes=corpus.bytes)
+        job = Job(id=jid, tenant_id=tenant_id, corpus_id=corpus_id, kind=jk.name, input_job_id=input_job_id,
+                  status="queued", spec=spec_dict, spec_sha256=spec.sha256(), key_ids=key_ids,
+                  output_path=f"{job_dir(tenant_id, jid)}/output",
+                  input_bytes=corpus.bytes if input_job_id is None else 0)
         keys = [s.get(Key, k) for k in key_ids]
         ctx.storage.write_bytes(spec_rel(job), json.dumps(spec_dict, indent=2).encode("utf-8"))
         if keys:
             bundle = bundle_json(tenant_id, [{"id": k.id, "kind": k.kind, **_sealed_dict(k)} for k in keys])
             ctx.storage.write_bytes(bundle_rel(job), bundle, private=True)
         s.add(job)
-    log.info("tenant %s: job %s created on corpus %s (%d stage(s), %d key(s))", tenant_id, job.id, corpus_id,
-             len(getattr(spec, "stages", ())), len(key_ids))
+    log.info("tenant %s: %s job %s created on %s (%d stage(s), %d key(s))", tenant_id, jk.name, job.id,
+             f"job {input_job_id}" if input_job_id else f"corpus {corpus_id}", len(getattr(spec, "stages", ())),
+             len(key_ids))
     submit(ctx, job.id)
     with session_scope(ctx.sessions) as s:
         return s.get(Job, job.id)
+
+
+def input_job(ctx: ServiceContext, s: Session, tenant_id: str, job_id: str, kind: str) -> Job:
+    """The job whose output a new job will read: the tenant's own (else NotFound, as for
+    an id that does not exist), of ``kind``, succeeded, its output still there (else
+    Conflict, saying which)."""
+    src = s.get(Job, job_id)
+    if src is None or src.tenant_id != tenant_id:
+        raise NotFound(f"no job {job_id!r}")
+    if src.kind != kind:
+        raise Conflict(f"job {job_id} is a {src.kind} job; give a {kind} job")
+    if src.status != "succeeded":
+        raise Conflict(f"job {job_id} is {src.status}; give a job that has succeeded")
+    if src.corpus_id is None or not ctx.storage.exists(f"{src.output_path}/{job_kind(kind).result_file}"):
+        raise Conflict(f"job {job_id} has no output any more")
+    return src
+
+
+def input_rel(job: Job, corpus: Corpus) -> str:
+    """What the job reads, relative to the storage root: its corpus, or the output folder
+    of its input job."""
+    if job.input_job_id:
+        return f"{job_dir(job.tenant_id, job.input_job_id)}/output"
+    return corpus.storage_path
 
 
 def _sealed_dict(k: Key) -> dict:
@@ -117,7 +155,7 @@ def entrypoint_for(ctx: ServiceContext, job: Job, corpus: Corpus) -> str:
     """``python -m services.jobrun KIND SPEC INPUT OUTPUT`` (locations only; LookupError
     for a kind this service does not know)."""
     st = ctx.storage
-    return job_kind(job.kind).entrypoint(st.location(spec_rel(job)), st.location(corpus.storage_path),
+    return job_kind(job.kind).entrypoint(st.location(spec_rel(job)), st.location(input_rel(job, corpus)),
                                          st.location(job.output_path))
 
 
@@ -151,14 +189,21 @@ def _submit(ctx: ServiceContext, job_id: str) -> None:
         if corpus is None:
             _finish(ctx, job, "failed", "the corpus was deleted before the job started")
             return
+        if job.input_job_id:
+            src = s.get(Job, job.input_job_id)
+            if src is None or src.status != "succeeded":
+                _finish(ctx, job, "failed", f"job {job.input_job_id} (its input) was deleted before the job started")
+                return
         try:
             entrypoint = entrypoint_for(ctx, job, corpus)
         except LookupError as exc:
             _finish(ctx, job, "failed", str(exc))
             return
         runtime_env = runtime_env_for(ctx, job)
-        metadata = {"privatize_tenant": job.tenant_id, "privatize_job": job.id,
+        metadata = {"privatize_tenant": job.tenant_id, "privatize_job": job.id, "privatize_kind": job.kind,
                     "privatize_corpus": corpus.id, "privatize_spec_sha256": job.spec_sha256}
+        if job.input_job_id:
+            metadata["privatize_input_job"] = job.input_job_id
         job.submit_attempts += 1
     try:
         fresh = ctx.cluster.submit(submission_id=job_id, entrypoint=entrypoint, runtime_env=runtime_env,
@@ -337,6 +382,9 @@ def logs(ctx: ServiceContext, tenant_id: str, job_id: str) -> str:
 def results(ctx: ServiceContext, tenant_id: str, job_id: str) -> tuple[Job, dict]:
     """The job and its manifest; Conflict while the job has no output."""
     job = fresh_job(ctx, tenant_id, job_id)
+    if job.kind != PRIVATIZE:
+        raise NotFound(f"job {job_id} is a {job.kind} job: it has no manifest or shards"
+                       + (f" (its model: GET /v1/trainings/{job_id}/model)" if job.kind == TRAIN else ""))
     if job.status != "succeeded":
         raise Conflict(f"job {job_id} is {job.status}; results exist once it has succeeded")
     manifest = read_manifest(ctx.storage, job.output_path)
@@ -363,10 +411,17 @@ def result_path(ctx: ServiceContext, tenant_id: str, job_id: str, name: str) -> 
 
 
 def delete_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> None:
-    with session_scope(ctx.sessions) as s:
+    """Delete a finished job and its output; not while an active job reads that output
+    (under the admission lock, so no such job is admitted meanwhile)."""
+    with ctx.admission, session_scope(ctx.sessions) as s:
         job = get_job(s, tenant_id, job_id)
         if job.status in ACTIVE_JOB_STATES:
             raise Conflict(f"job {job_id} is {job.status}; cancel it first")
+        readers = list(s.scalars(select(Job.id).where(Job.input_job_id == job_id,
+                                                      Job.status.in_(ACTIVE_JOB_STATES))))
+        if readers:
+            raise Conflict(f"job {job_id}'s output is the input of active job(s) {', '.join(readers)}; "
+                           "wait for them or cancel them first")
         delete_job_data(ctx, job)
         s.delete(job)
     log.info("tenant %s: job %s deleted", tenant_id, job_id)

@@ -118,7 +118,7 @@ TERMINAL_JOB_STATES = ("succeeded", "failed", "cancelled")
 
 
 class Job(Base):
-    """A job of one of the kinds in ``services.jobkinds`` (privatization, for now). ``id``
+    """A job of one of the kinds in ``services.jobkinds`` (privatization, training). ``id``
     is also the Ray Jobs ``submission_id``, so a re-submission of the same job is refused
     by Ray instead of running twice."""
 
@@ -130,6 +130,9 @@ class Job(Base):
                                                   nullable=True)
     kind: Mapped[str] = mapped_column(String(32), default="privatize", server_default="privatize")
     """Its entry in ``services.jobkinds``: the spec it takes, the module it runs, its results."""
+    input_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    """The succeeded job whose output this job reads (a training's privatization job); None
+    for a job that reads its corpus. Kept after that job is deleted (what it was made from)."""
     status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
     ray_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)

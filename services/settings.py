@@ -86,10 +86,28 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = "json"
     """One JSON object per log line (with the request id), or plain text."""
 
+    # ---- trainings: the most a tenant's training config may ask for (422 beyond) -----
+    train_presets: str = "tiny,small"
+    """Model presets tenants may train, comma-separated (``paper-551m``: the paper's 551M)."""
+    train_max_workers: int = Field(2, ge=1, le=256)
+    train_max_cpus_per_worker: float = Field(4.0, gt=0, le=64)
+    train_allow_gpu: bool = False
+    train_max_steps: int = Field(100_000, ge=1)
+    train_max_epochs: int = Field(100, ge=1)
+    train_max_batch_size: int = Field(256, ge=1)
+    train_max_seq_len: int = Field(2048, ge=8)
+    train_max_vocab_size: int = Field(65_536, ge=300)
+    train_max_failures: int = Field(3, ge=0)
+    """Ray Train restarts (from the last checkpoint) a tenant's run may ask for."""
+
     # ---- derived ------------------------------------------------------------------
     @property
     def dev(self) -> bool:
         return self.env == "development"
+
+    @property
+    def train_preset_list(self) -> list[str]:
+        return [p.strip() for p in self.train_presets.split(",") if p.strip()]
 
     @property
     def data_path(self) -> Path:

@@ -11,6 +11,7 @@ Paths handed around the service are relative to the storage root
     tenants/<tenant>/jobs/<job>/output/manifest.json
     tenants/<tenant>/jobs/<job>/output/shards/...
     tenants/<tenant>/jobs/<job>/output.quarantine.jsonl  (never served)
+    tenants/<tenant>/jobs/<job>/output/{summary.json,metrics.jsonl,model/,...}  (a training)
 """
 
 from __future__ import annotations
@@ -147,6 +148,22 @@ class Storage:
                 if not b:
                     return
                 yield b
+
+    def read_tail(self, rel: str, max_bytes: int) -> bytes:
+        """The last ``max_bytes`` of a file (one ranged read); b"" when it does not exist."""
+        try:
+            with self.fs.open_input_file(self._full(rel)) as f:
+                size = f.size()
+                return f.read_at(min(size, max_bytes), max(0, size - max_bytes))
+        except (FileNotFoundError, OSError):
+            return b""
+
+    def list_files(self, rel_dir: str) -> list[tuple[str, int]]:
+        """(path under ``rel_dir``, size) of every file below it, sorted; [] when absent."""
+        base = self._full(rel_dir)
+        sel = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        return sorted((i.path[len(base) + 1:], i.size or 0) for i in self.fs.get_file_info(sel)
+                      if i.type == pafs.FileType.File)
 
     def exists(self, rel: str) -> bool:
         return self.fs.get_file_info(self._full(rel)).type != pafs.FileType.NotFound

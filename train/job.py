@@ -10,11 +10,13 @@ and ``output`` to this command: it runs ``train.run.run_training`` on
 ``config.with_paths(data=<local input>, output=<local run folder>)``.
 
 A local OUTPUT is the run folder itself: the service reads its ``metrics.jsonl`` while the
-run goes on. A remote OUTPUT is written locally, ``metrics.jsonl`` copied to it every
-``--mirror-every`` seconds while the run goes on, then everything uploaded at the end
-with ``summary.json`` last, so a reader that finds a summary finds the model it names.
+run goes on. A remote OUTPUT (which must not exist, unless ``--overwrite``) is written
+locally, ``metrics.jsonl`` copied to it every ``--mirror-every`` seconds while the run goes
+on, then everything uploaded at the end with ``summary.json`` last, so a reader that finds
+a summary finds the model it names.
 
-Ray Train's checkpoints (``OUTPUT/checkpoints``, when the config names no ``storage``) are
+Ray Train's checkpoints go to ``OUTPUT/checkpoints`` when the config names no ``storage``
+(for a remote OUTPUT, straight there: every node of a cluster reaches it). They are
 removed once the run has succeeded (``--keep-checkpoints`` keeps them); a failed run keeps
 them, and the same command on the same local OUTPUT resumes from the last one.
 
@@ -122,7 +124,38 @@ class _MetricsMirror(threading.Thread):
         self.join(timeout=60)
 
 
-def upload_run(local: Path, location: str, *, overwrite: bool) -> None:
+def _clear_remote_output(location: str, overwrite: bool) -> None:
+    """A remote output must not exist, unless ``overwrite`` (then it is deleted first)."""
+    import pyarrow.fs as pafs
+
+    from privatize.job import _fs
+
+    fs, path = _fs(location)
+    kind = fs.get_file_info(path).type
+    if kind == pafs.FileType.NotFound:
+        return
+    if not overwrite:
+        raise OutputError(f"{location}: output exists (use --overwrite to replace it)")
+    if kind == pafs.FileType.Directory:
+        fs.delete_dir(path)
+    else:
+        fs.delete_file(path)
+
+
+def _delete_remote_dir(location: str) -> None:
+    import pyarrow.fs as pafs
+
+    from privatize.job import _fs
+
+    fs, path = _fs(location)
+    try:
+        if fs.get_file_info(path).type == pafs.FileType.Directory:
+            fs.delete_dir(path)
+    except OSError as exc:  # the run is done; leftovers only cost space
+        log.warning("could not delete %s: %s", location, str(exc).splitlines()[0])
+
+
+def upload_run(local: Path, location: str) -> None:
     """Upload a finished run folder: everything, ``summary.json`` last."""
     import pyarrow.fs as pafs
 
@@ -130,8 +163,6 @@ def upload_run(local: Path, location: str, *, overwrite: bool) -> None:
 
     fs, path = _fs(location)
     local_fs = pafs.LocalFileSystem()
-    if overwrite and fs.get_file_info(path).type == pafs.FileType.Directory:
-        fs.delete_dir(path)
     fs.create_dir(path, recursive=True)
     files = sorted(f.relative_to(local).as_posix() for f in local.rglob("*")
                    if f.is_file() and not any(part.startswith(".") for part in f.relative_to(local).parts))
@@ -155,7 +186,7 @@ def _redact(message: str, paths: dict[str, str]) -> str:
 def run_job(config_location: str, input_location: str, output_location: str, *, keep_checkpoints: bool = False,
             overwrite: bool = False, mirror_every: float = 10.0, progress: bool = True) -> dict:
     """Run the training; returns the summary that ``main`` prints."""
-    from privatize.job import _check_remote_output, localize_input
+    from privatize.job import localize_input
     from train.run import run_training
 
     remote_out = _is_remote(output_location)
@@ -165,8 +196,12 @@ def run_job(config_location: str, input_location: str, output_location: str, *, 
         for field, value in (("data.path", cfg.data.path), ("output", cfg.output)):
             if value:
                 raise SpecError(f"{field}: set by this command (INPUT and OUTPUT), not by the config")
+        ckpt_remote = None
         if remote_out:
-            _check_remote_output(output_location, overwrite)
+            _clear_remote_output(output_location, overwrite)
+            if cfg.storage is None:  # Ray Train's checkpoints where every node reaches them
+                ckpt_remote = f"{output_location.rstrip('/')}/{CHECKPOINTS}"
+                cfg = cfg.model_copy(update={"storage": ckpt_remote})
         input_path = localize_input(input_location, tmp)
         out = tmp / "output" if remote_out else Path(_local(output_location))
         redact = {str(Path(input_path).resolve()): "<input>", input_path: "<input>",
@@ -190,10 +225,12 @@ def run_job(config_location: str, input_location: str, output_location: str, *, 
         finally:
             if mirror is not None:
                 mirror.stop()
-        if not keep_checkpoints and cfg.storage is None:
+        if not keep_checkpoints and ckpt_remote is not None:
+            _delete_remote_dir(ckpt_remote)
+        elif not keep_checkpoints and cfg.storage is None:
             shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
         if remote_out:
-            upload_run(out, output_location, overwrite=overwrite)
+            upload_run(out, output_location)
             where = output_location
             summary_at = f"{output_location.rstrip('/')}/{SUMMARY}"
         else:

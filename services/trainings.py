@@ -1,0 +1,267 @@
+"""Trainings: jobs of kind ``train`` (``train.job`` on Ray), on the output of one of the
+tenant's succeeded privatization jobs.
+
+What a tenant submits is a ``train.config.TrainConfig`` without any location: the service
+sets ``data.path`` (the privatization job's output) and ``output`` (the training's own
+folder), so a config naming a path (``data.path``, ``output``, ``storage``,
+``model.checkpoint``, ``tokenizer.path``, ``tokenizer.also_on``) answers 422 with the
+field, and so does one asking for more than the service's ``train_*`` settings allow
+(workers, CPUs, GPUs, steps, epochs, batch, sequence length, vocabulary, presets).
+
+A training's row is a ``jobs`` row (``kind = 'train'``, ``input_job_id`` the privatization
+job, ``corpus_id`` that job's corpus): admission, submission, reconciliation, cancel, logs
+and deletion are the jobs' own. Its progress while it runs is the last line of the run's
+``metrics.jsonl``; once it has succeeded, the figures of its ``summary.json``. Its model
+folder is served as a ``.tar.gz`` stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tarfile
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.errors import Conflict, NotFound, SpecInvalid
+from services.jobkinds import TRAIN
+from services.models import Job
+
+METRICS = "metrics.jsonl"
+MODEL_DIR = "model"
+PROGRESS_FIELDS = ("step", "epoch", "phase", "loss", "lr", "tokens", "tokens_per_s", "epsilon", "dp_steps", "time")
+TAIL_BYTES = 64 << 10
+
+SERVICE_FIELDS: dict[tuple[str, ...], str] = {
+    ("data", "path"): "set by the service: a training reads the privatization job named by job_id",
+    ("output",): "set by the service: a training writes to its own folder",
+    ("storage",): "set by the service: checkpoints stay in the training's own folder",
+    ("model", "checkpoint"): "not taken by the service: train from a preset (kind pretrain, dp or crt)",
+    ("tokenizer", "path"): "not taken by the service: the tokenizer is trained on the job's data",
+    ("tokenizer", "also_on"): "not taken by the service: a training reads its job's data only",
+}
+"""Config fields a tenant may not set (they name files on the server), with why."""
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """A validated training config as the job machinery wants a spec: ``to_dict()`` (what
+    is stored and handed to ``train.job``) and ``sha256()``."""
+
+    config: Any  # train.config.TrainConfig
+
+    def to_dict(self) -> dict:
+        return self.config.to_dict()
+
+    def sha256(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode("utf-8")
+        return hashlib.sha256(blob).hexdigest()
+
+
+def _invalid(errors: list[tuple[str, str]]) -> SpecInvalid:
+    return SpecInvalid("; ".join(f"{p}: {m}" if p else m for p, m in errors),
+                       errors=[{"path": p, "loc": ["body", "config", *(p.split(".") if p else [])], "message": m}
+                               for p, m in errors])
+
+
+def _given(data: dict, path: tuple[str, ...]) -> bool:
+    node: Any = data
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return node not in (None, [])
+
+
+def validate_config(data) -> TrainSpec:
+    """A tenant's training config -> :class:`TrainSpec`; SpecInvalid with field paths."""
+    from privatize.errors import SpecError
+    from train.config import parse_config
+
+    if not isinstance(data, dict):
+        raise _invalid([("", "config: must be a JSON object (a training config, as in train/configs/)")])
+    errors = [(".".join(path), why) for path, why in SERVICE_FIELDS.items() if _given(data, path)]
+    if data.get("kind") == "continue":
+        errors.append(("kind", "continue needs model.checkpoint, which the service does not take: "
+                               "use pretrain, dp or crt"))
+    if errors:
+        raise _invalid(errors)
+    try:
+        cfg = parse_config(data, "config")
+    except SpecError as exc:
+        # parse_config's one line: "config: <field path>: <message>" ("(config)" for the whole)
+        rest = str(exc).removeprefix("config: ")
+        path, sep, msg = rest.partition(": ")
+        if not sep:
+            path, msg = "", rest
+        raise _invalid([("" if path == "(config)" else path, msg)]) from None
+    return TrainSpec(cfg)
+
+
+def check_limits(settings, spec: TrainSpec) -> None:
+    """SpecInvalid naming every field that asks for more than the service allows tenants."""
+    c = spec.config
+    s = settings
+    errors: list[tuple[str, str]] = []
+
+    def most(path: str, value, limit) -> None:
+        if value is not None and value > limit:
+            errors.append((path, f"at most {limit} on this service (asked for {value})"))
+
+    presets = s.train_preset_list
+    if c.model.preset is not None and c.model.preset not in presets:
+        errors.append(("model.preset", f"{c.model.preset!r} is not available on this service "
+                                       f"(available: {', '.join(presets) or 'none'})"))
+    most("workers.num_workers", c.workers.num_workers, s.train_max_workers)
+    most("workers.cpus_per_worker", c.workers.cpus_per_worker, s.train_max_cpus_per_worker)
+    most("workers.threads_per_worker", c.workers.threads_per_worker, max(1, int(s.train_max_cpus_per_worker)))
+    if c.workers.use_gpu and not s.train_allow_gpu:
+        errors.append(("workers.use_gpu", "GPUs are not available to trainings on this service"))
+    most("optim.max_steps", c.optim.max_steps, s.train_max_steps)
+    most("optim.epochs", c.optim.epochs, s.train_max_epochs)
+    most("optim.batch_size", c.optim.batch_size, s.train_max_batch_size)
+    most("data.seq_len", c.data.seq_len, s.train_max_seq_len)
+    most("tokenizer.vocab_size", c.tokenizer.vocab_size, s.train_max_vocab_size)
+    most("max_failures", c.max_failures, s.train_max_failures)
+    if errors:
+        raise _invalid(errors)
+
+
+# ---- results and progress -------------------------------------------------------------
+
+def _finite(v):
+    """JSON-safe figures: a diverged run's NaN or infinite loss becomes None."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def summary_counts(summary) -> dict | None:
+    """The figures of a run's ``summary.json`` kept on the job's row (no config, no paths)."""
+    if not isinstance(summary, dict):
+        return None
+    keep = ("kind", "steps", "final_loss", "last_step_loss", "tokens", "seconds", "examples", "seq_len",
+            "epsilon", "delta", "dp_steps", "confidentiality")
+    out = {k: summary[k] for k in keep if k in summary}
+    tok = summary.get("tokenizer")
+    if isinstance(tok, dict):
+        out["vocab_size"] = tok.get("vocab_size")
+    workers = summary.get("workers")
+    if isinstance(workers, dict):
+        out["workers"] = workers.get("count")
+    return _finite(out)
+
+
+def latest_metrics(storage, output_path: str) -> dict | None:
+    """The last complete line of the run's ``metrics.jsonl`` (one ranged read), or None."""
+    tail = storage.read_tail(f"{output_path}/{METRICS}", TAIL_BYTES)
+    for line in reversed(tail.splitlines()):
+        try:
+            rec = json.loads(line)
+        except ValueError:  # the first, cut by the range, or the last, half written
+            continue
+        if isinstance(rec, dict) and "step" in rec:
+            return _finite({k: rec[k] for k in PROGRESS_FIELDS if k in rec})
+    return None
+
+
+def progress_of(ctx, job) -> dict | None:
+    """What a training's status shows as progress: its final figures once it succeeded,
+    else the last metrics it reported (live while it runs; how far it got when it failed or
+    was cancelled), read at most once a second per training."""
+    if job.status == "succeeded" and job.counts:
+        c = job.counts
+        out = {"step": c.get("steps"), "loss": c.get("final_loss"), "tokens": c.get("tokens")}
+        out.update({k: c[k] for k in ("epsilon", "dp_steps") if k in c})
+        return out
+    if job.status == "queued":
+        return None
+    now = time.monotonic()
+    cache = ctx.training_progress
+    hit = cache.get(job.id)
+    if hit is not None and now - hit[0] < 1.0:
+        return hit[1]
+    got = latest_metrics(ctx.storage, job.output_path)
+    with ctx.admission:
+        cache[job.id] = (now, got)
+        if len(cache) > 10000:
+            for k in [k for k, (t, _) in cache.items() if now - t > 1.0]:
+                cache.pop(k, None)
+    return got
+
+
+# ---- lookups ----------------------------------------------------------------------------
+
+def get_training(s: Session, tenant_id: str, job_id: str) -> Job:
+    j = s.get(Job, job_id)
+    if j is None or j.tenant_id != tenant_id or j.kind != TRAIN:
+        raise NotFound(f"no training {job_id!r}")
+    return j
+
+
+def list_trainings(s: Session, tenant_id: str) -> list[Job]:
+    return list(s.scalars(select(Job).where(Job.tenant_id == tenant_id, Job.kind == TRAIN)
+                          .order_by(Job.created_at, Job.id)))
+
+
+# ---- the model, as a .tar.gz stream ---------------------------------------------------------
+
+def model_files(ctx, job: Job) -> list[tuple[str, int]]:
+    """(name under ``model/``, size) of a succeeded training's model; Conflict before."""
+    if job.status != "succeeded":
+        raise Conflict(f"training {job.id} is {job.status}; its model exists once it has succeeded")
+    files = ctx.storage.list_files(f"{job.output_path}/{MODEL_DIR}")
+    if not files:
+        raise NotFound(f"training {job.id} has no model (deleted?)")
+    return files
+
+
+def tar_gz(storage, rel_dir: str, files: list[tuple[str, int]], root: str, mtime: float | None = None
+           ) -> Iterator[bytes]:
+    """A gzip-compressed tar of ``files`` (under ``rel_dir`` in storage) as ``root/<name>``,
+    produced as it is read: a header, the file's chunks, padding, for each file in turn,
+    so memory stays one chunk whatever the model's size."""
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)  # 31: the gzip container
+    mtime = int(time.time() if mtime is None else mtime)
+    written = 0
+
+    def put(b: bytes) -> bytes:
+        nonlocal written
+        written += len(b)
+        return z.compress(b)
+
+    d = tarfile.TarInfo(root)
+    d.type, d.mode, d.mtime = tarfile.DIRTYPE, 0o755, mtime
+    yield put(d.tobuf(tarfile.PAX_FORMAT))
+    for name, size in files:
+        ti = tarfile.TarInfo(f"{root}/{name}")
+        ti.size, ti.mode, ti.mtime = size, 0o644, mtime
+        yield put(ti.tobuf(tarfile.PAX_FORMAT))
+        n = 0
+        for chunk in storage.open_chunks(f"{rel_dir}/{name}"):
+            n += len(chunk)
+            if n > size:
+                raise OSError(f"{name} grew while it was being sent")
+            out = put(chunk)
+            if out:
+                yield out
+        if n != size:
+            raise OSError(f"{name} shrank while it was being sent")
+        if size % tarfile.BLOCKSIZE:
+            yield put(tarfile.NUL * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE))
+    end = tarfile.NUL * (2 * tarfile.BLOCKSIZE)
+    written_after = written + len(end)
+    end += tarfile.NUL * (-written_after % tarfile.RECORDSIZE)
+    yield put(end)
+    yield z.flush()
