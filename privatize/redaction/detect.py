@@ -28,7 +28,10 @@ different signals: every entity spaCy emits (any label, ``CARDINAL`` and ``PRODU
 included), every recognizer hit at any score, digit runs, capitalised words that do not
 start a sentence, and sentence-initial capitalised words that are not common function
 words. Presidio gives every spaCy entity the same score (0.85), so a score threshold
-cannot separate the two policies.
+cannot separate the two policies. :class:`PiCOptions` turns signals off or narrows them
+(sentence-initial words, dialogue speaker labels, relative dates, short digit runs):
+the settings that trade pi_c's recall against the size of CRT's public split
+(``benchmarks/pi_c_curve.py`` measures that curve).
 
 Reserved tokens (``<MASK>`` from dedup, tags, entity tokens) are never searched: any
 hit or signal is cut back to the text outside them.
@@ -51,7 +54,7 @@ from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
 from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
-                                       merge_intervals, merge_spans, recase)
+                                       is_speaker_label, merge_intervals, merge_spans, recase)
 from privatize.redaction.words import stop_words
 
 log = logging.getLogger(__name__)
@@ -82,7 +85,9 @@ CASELESS_LABELS = frozenset({"PERSON", "GPE", "LOC", "FAC", "NORP"})  # re-cased
 
 @dataclass(frozen=True)
 class PiCOptions:
-    """Signals of the conservative policy (all on by default)."""
+    """Signals of the conservative policy. The defaults (issue 17, measured with
+    ``benchmarks/pi_c_curve.py``): every signal, except that dialogue speaker labels and
+    NER dates that name no date do not count."""
 
     all_ner_labels: bool = True
     recognizer_hits: bool = True
@@ -90,6 +95,17 @@ class PiCOptions:
     capitalized: bool = True
     min_score: float = 0.0
     """Recognizer hits at or above this score count (0: every hit)."""
+    sentence_initial: bool = True
+    """With ``capitalized``: sentence-initial capitalised words that are not function
+    words count too."""
+    speaker_labels: bool = False
+    """Dialogue speaker labels (``SYS:``, ``USR:`` opening a line) count, as capitalised
+    words and as NER entities other than PERSON (a PERSON always counts)."""
+    relative_dates: bool = False
+    """With ``all_ner_labels``: NER DATE and TIME entities that name no date (the relative
+    expressions pi drops too: "several days ago") count."""
+    digit_min_length: int = 1
+    """With ``digits``: digit runs of at least this many digits count."""
 
 
 @dataclass
@@ -375,6 +391,14 @@ class Detector:
                 covered.append((a, b))
         return spans + extra
 
+    def _pi_c_entity(self, text: str, s: int, e: int, label: str) -> bool:
+        """Whether an NER entity (any label) is a pi_c signal under the settings."""
+        if not self.pi_c.relative_dates and label in ("DATE", "TIME") and _RELATIVE_DATE.fullmatch(text[s:e]):
+            return False
+        if not self.pi_c.speaker_labels and label != "PERSON" and is_speaker_label(text, s, e):
+            return False  # "USR" read as an ORG; a tag NER reads as a name ("ANNA:") still counts
+        return True
+
     # ---- the batch ----------------------------------------------------------------
     def detect(self, texts: list[str], *, want_intervals: bool = False) -> list[Detection]:
         """One :class:`Detection` per text (``None`` texts are not allowed)."""
@@ -404,14 +428,11 @@ class Detector:
             if pi_c.recognizer_hits:
                 iv += [(c[0], c[1]) for c in cands if c[3] >= pi_c.min_score]
             if pi_c.all_ner_labels:
-                iv += [(s, e) for s, e, _ in ner[i]] + [(s, e) for s, e, _ in case_ner.get(i, ())]
+                iv += [(s, e) for s, e, lab in [*ner[i], *case_ner.get(i, ())] if self._pi_c_entity(text, s, e, lab)]
             if pi_c.digits or pi_c.capitalized:
-                sig = _pi_c_word_signals(text)
-                if not pi_c.capitalized:
-                    sig = [x for x in sig if text[x[0]].isdigit()]
-                if not pi_c.digits:
-                    sig = [x for x in sig if not text[x[0]].isdigit()]
-                iv += sig
+                iv += _pi_c_word_signals(text, capitalized=pi_c.capitalized, digits=pi_c.digits,
+                                         sentence_initial=pi_c.sentence_initial, speaker_labels=pi_c.speaker_labels,
+                                         digit_min_length=pi_c.digit_min_length)
             if pi_c.capitalized:
                 # text without case information: every word that is not a function word
                 stops = stop_words()

@@ -158,20 +158,53 @@ _SENT_END = re.compile(r"[.!?:;\n\"“”()\[\]>*-]\s*$|^\s*$")
 _PRONOUN_I = frozenset({"I", "I'm", "I’m", "I'll", "I've", "I'd", "I’ll", "I’ve", "I’d"})
 
 
-def _pi_c_word_signals(text: str) -> list[tuple[int, int]]:
+_CONTRACTION = re.compile(r"(?i)^(\p{L}+?)(?:n['’]t|['’](?:s|d|ll|m|re|ve))$")
+_CONTRACTED_BASES = frozenset({"wo", "sha", "ai"})  # won't, shan't, ain't
+
+
+def is_function_word(word: str, stops: frozenset[str]) -> bool:
+    """A common function word, also in contracted form ("It's", "That's", "Don't",
+    "Can't", "We'll"): the base before the clitic is one."""
+    w = word.lower()
+    if w in stops:
+        return True
+    m = _CONTRACTION.match(w)
+    return m is not None and (m.group(1) in stops or m.group(1) in _CONTRACTED_BASES)
+
+
+def is_speaker_label(text: str, s: int, e: int) -> bool:
+    """``text[s:e]`` is a dialogue speaker label: 2 to 5 upper-case ASCII letters that
+    open a line (only spaces or tabs before them) and are followed by ``:`` (``SYS:``,
+    ``USR:``)."""
+    if not 2 <= e - s <= 5 or not _SPEAKER_WORD.fullmatch(text, s, e) or not text.startswith(":", e):
+        return False
+    line_start = text.rfind("\n", 0, s) + 1
+    return not text[line_start:s].strip(" \t")
+
+
+_SPEAKER_WORD = re.compile(r"[A-Z]{2,5}")
+
+
+def _pi_c_word_signals(text: str, *, capitalized: bool = True, digits: bool = True, sentence_initial: bool = True,
+                       speaker_labels: bool = True, digit_min_length: int = 1) -> list[tuple[int, int]]:
+    """The word signals of pi_c: capitalised words (``capitalized``; sentence-initial
+    ones that are not function words only with ``sentence_initial``, dialogue speaker
+    labels only with ``speaker_labels``) and runs of at least ``digit_min_length``
+    digits (``digits``)."""
     out = []
     stops = stop_words()
-    for m in _CAP_WORD.finditer(text):
+    for m in _CAP_WORD.finditer(text) if capitalized else ():
         w = m.group(0).rstrip(".-'’")
         if not w or w in _PRONOUN_I:
             continue
         s = m.start()
         initial = _SENT_END.search(text, max(0, s - 4), s) is not None or s == 0
-        if initial and w.lower() in stops:
+        if initial and (not sentence_initial or is_function_word(w, stops)):
+            continue
+        if not speaker_labels and is_speaker_label(text, s, s + len(w)):
             continue
         out.append((s, s + len(w)))
-    for m in _DIGITS.finditer(text):
-        out.append(m.span())
+    for m in _DIGITS.finditer(text) if digits else ():
+        if m.end() - m.start() >= digit_min_length:
+            out.append(m.span())
     return out
-
-

@@ -46,7 +46,13 @@ SPANS_TYPE = pa.list_(SPAN_TYPE)
 
 
 class PiCSettings(BaseModel):
-    """Signals of the conservative policy pi_c (all on by default)."""
+    """Signals of the conservative policy pi_c. Each one off or narrowed trades recall for
+    a larger public split; ``benchmarks/pi_c_curve.py`` measures the trade on gold data.
+    The defaults (issue 17): every signal, except that dialogue speaker labels and NER
+    dates that name no date do not count (on CustomerSim sentences the public fraction
+    goes from 27% to 72% with no gold span more in a public sentence; see
+    ``benchmarks/RESULTS.md``). ``speaker_labels: true, relative_dates: true`` is the
+    policy before issue 17."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -61,6 +67,20 @@ class PiCSettings(BaseModel):
     that are not function words, and every content word of caseless text."""
     min_score: float = Field(0.0, ge=0.0, le=1.0)
     """Recognizer hits at or above this score count."""
+    sentence_initial: bool = True
+    """With ``capitalized``: sentence-initial capitalised words that are not function
+    words count too (off: a name opening a sentence is left to NER and the recognizers)."""
+    speaker_labels: bool = False
+    """Dialogue speaker labels (2 to 5 upper-case letters opening a line, then ``:``:
+    ``SYS:``, ``USR:``) count, as capitalised words and as NER entities other than
+    PERSON. Off, a tag that is a name (``ANNA:``) counts only when NER reads it as a
+    PERSON (an NER PERSON always counts)."""
+    relative_dates: bool = False
+    """With ``all_ner_labels``: NER DATE and TIME entities that name no date (relative
+    expressions without digits, month or day names, which pi drops too: "several days
+    ago") count."""
+    digit_min_length: int = Field(1, ge=1, le=100)
+    """With ``digits``: runs of at least this many digits count."""
 
 
 class RedactSettings(StageSettings):

@@ -291,3 +291,59 @@ def test_detect_command(tmp_path, capsys):
     with pytest.raises(InputError, match=r"bad.jsonl:2: expected a JSON object"):
         args = p.parse_args(["detect", "--input", str(bad)])
         args.func(args)
+
+
+# ---- pi_c settings (issue 17: the public fraction of CRT against pi_c's recall) ----------
+
+def _pi_c(texts, **options):
+    from privatize.redaction.detect import Detector, PiCOptions
+
+    dets = Detector(pi_c=PiCOptions(**options)).detect(texts, want_intervals=True)
+    return [[t[a:b] for a, b in d.pi_c_intervals] for t, d in zip(texts, dets)]
+
+
+def test_speaker_labels_setting():
+    texts = ["USR: All good.", "SYS: Bye.\nUSR: Where is my package?"]
+    assert all("USR" in got for got in _pi_c(texts, speaker_labels=True))
+    assert _pi_c(texts, speaker_labels=False) == [[], []]
+    # only a tag opening a line and followed by a colon is a label
+    assert "USR" in _pi_c(["Ask the USR team: now."], speaker_labels=False)[0]
+    # a tag NER reads as a PERSON still counts
+    assert "ANNA" in _pi_c(["ANNA: I will call you.\nBOB: Fine."], speaker_labels=False)[0]
+
+
+def test_relative_dates_setting():
+    texts = ["I ordered a pot several days ago."]
+    assert _pi_c(texts, relative_dates=True) == [["several days ago"]]
+    assert _pi_c(texts, relative_dates=False) == [[]]
+    # a date that names a day still counts
+    assert _pi_c(["We met on 12 March 2021."], relative_dates=False, digits=False, capitalized=False) != [[]]
+
+
+def test_sentence_initial_and_digit_min_length_settings():
+    off = {"relative_dates": False}
+    assert _pi_c(["Yesterday Quirinus brought the parcel."], sentence_initial=False, **off) == [["Quirinus"]]
+    no_ner = {"all_ner_labels": False, "recognizer_hits": False}
+    assert _pi_c(["There were 17 cats and 2024 dogs."], digit_min_length=3, **no_ner) == [["2024"]]
+
+
+def test_contracted_function_words_are_function_words():
+    from privatize.redaction.spans import is_function_word
+    from privatize.redaction.words import stop_words
+
+    stops = stop_words()
+    for w in ("It's", "That's", "What’s", "Don't", "Can't", "Won't", "We'll", "They're"):
+        assert is_function_word(w, stops), w
+    for w in ("Patrick's", "Verify", "Quirinus"):
+        assert not is_function_word(w, stops), w
+    assert _pi_c(["That's all.", "What's up?"]) == [[], []]
+
+
+def test_pi_c_settings_reach_the_detector():
+    s = stage(pi_c={"speaker_labels": False, "relative_dates": False, "sentence_initial": False,
+                    "digit_min_length": 2})
+    opts = s._detector.pi_c
+    assert (opts.speaker_labels, opts.relative_dates, opts.sentence_initial, opts.digit_min_length) == \
+        (False, False, False, 2)
+    with pytest.raises(ValidationError):
+        RedactSettings(pi_c={"digit_min_length": 0})
