@@ -82,6 +82,50 @@ def _sink_class():
     return MetricsSink
 
 
+class _ProgressBar:
+    """A tqdm bar of steps (loss, epsilon) fed from the metrics actor while ``fit`` runs."""
+
+    def __init__(self, sink, total: int, on: bool):
+        self.sink, self.total, self.on = sink, total, on
+        self.stop = None
+
+    def __enter__(self):
+        if not self.on:
+            return self
+        import threading
+
+        from tqdm import tqdm
+
+        self.stop = threading.Event()
+        self.bar = tqdm(total=self.total, unit="step", desc="training", dynamic_ncols=True)
+
+        def poll():
+            import ray
+
+            while not self.stop.wait(2.0):
+                try:
+                    last = ray.get(self.sink.state.remote(), timeout=5)["last"]
+                except Exception:  # noqa: BLE001 - the bar is best effort; the run reports its own errors
+                    continue
+                if last:
+                    self.bar.n = last["step"]
+                    post = {"loss": f"{last['loss']:.3f}"}
+                    if "epsilon" in last:
+                        post["eps"] = f"{last['epsilon']:.2f}"
+                    self.bar.set_postfix(post, refresh=True)
+
+        self.thread = threading.Thread(target=poll, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.stop is not None:
+            self.stop.set()
+            self.thread.join(timeout=10)
+            self.bar.close()
+        return False
+
+
 @dataclass
 class Prepared:
     """What the checks before any work decided."""
@@ -373,7 +417,8 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
         resume_from_checkpoint=Checkpoint(p.resume["path"], filesystem=p.resume["filesystem"]) if p.resume else None,
     )
     t0 = time.perf_counter()
-    result = trainer.fit()
+    with _ProgressBar(sink, total, progress):
+        result = trainer.fit()
     seconds = time.perf_counter() - t0
     timings["fit_s"] = seconds
     state = ray.get(sink.state.remote())
