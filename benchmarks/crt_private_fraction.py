@@ -30,7 +30,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from privatize import run  # noqa: E402
+from privatize import run as run_pipeline  # noqa: E402
 from privatize.spec import parse_spec  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def run(corpus: Path, stages: list[dict]) -> tuple[dict, pa.Table, float]:
     spec = parse_spec({"stages": stages, "output": {"num_shards": 4}})
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
-        m = run(spec, corpus, Path(d) / "out")
+        m = run_pipeline(spec, corpus, Path(d) / "out")
         secs = time.perf_counter() - t
         cols = ["doc_id", "parent_id", "start", "end", "text", "private", "dedup_hit", "pi_hit", "pi_c_hit"]
         tables = [pq.read_table(p) for p in sorted((Path(d) / "out" / "shards").glob("*.parquet"))]

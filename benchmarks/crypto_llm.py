@@ -86,7 +86,7 @@ def fig5(steps: int, docs: int) -> None:
 
         def cfg(kind, data, out, **kw):
             c = {"version": 1, "kind": kind, "data": {"path": str(t / f"{data}.jsonl"), "seq_len": 128},
-                 "model": {"preset": "tiny"}, "optim": {"batch_size": 16, "max_steps": steps, "lr": 2e-3,
+                 "model": {"preset": "tiny"}, "optim": {"batch_size": 16, "max_steps": steps, "epochs": 50, "lr": 2e-3,
                                                          "warmup_steps": 20},
                  "workers": {"num_workers": 2}, "output": str(t / out), "checkpoint_every": 100000,
                  "report_every": 10}
@@ -121,7 +121,7 @@ def fig5(steps: int, docs: int) -> None:
     print(f"stage 1 (ciphertext) final loss {curves['stage1'][-1]['loss']:.3f} ({s1['tokenizer']['vocab_size']} tokens)")
     print("| step | continued from cipher | from scratch |\n|---:|---:|---:|")
     for a, b in zip(curves["stage2"], curves["scratch"]):
-        if a["step"] in (10, 50, 100, 200, steps) or a["step"] == curves["stage2"][-1]["step"]:
+        if a["step"] in (10, 50, 100, 150, 200, 250, steps) or a["step"] == curves["stage2"][-1]["step"]:
             print(f"| {a['step']} | {a['loss']:.3f} | {b['loss']:.3f} |")
     print(f"plot: {png}")
 
