@@ -217,14 +217,97 @@ def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = F
     return float(loss.detach())
 
 
-def train_loop(cfg: dict) -> None:
-    """Ray Train's ``train_loop_per_worker``. ``cfg`` is :func:`train.run` 's plan."""
-    import tempfile
+class _Run:
+    """One worker's training state: model, optimizers, schedule, noise, position."""
 
+    def __init__(self, cfg: dict, rank: int, world: int, data: dict):
+        import ray.train
+        import torch
+        from ray.train.torch import prepare_model
+
+        self.cfg, self.rank, self.world, self.data = cfg, rank, world, data
+        model = _init_model(cfg["init"])
+        state = None
+        ckpt = ray.train.get_checkpoint()
+        if ckpt is not None:
+            from safetensors.torch import load_file
+
+            with ckpt.as_directory() as d:
+                state = torch.load(os.path.join(d, "state.pt"), weights_only=False)
+                model.load_state_dict(load_file(os.path.join(d, "model", "model.safetensors")))
+        self.model = prepare_model(model)
+        self.device = next(self.model.parameters()).device
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        kind = torch.optim.SGD if cfg["optimizer"] == "sgd" else torch.optim.AdamW
+        self.opt = kind(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+        self.noise = torch.Generator(device=self.device)
+        self.noise.manual_seed(cfg["seed"] * 7919 + rank)
+        self.dp = None
+        if cfg["dp"]:
+            local = cfg["dp"]["sample_rate"] * len(data[cfg["dp"]["split"]]) / world
+            self.dp = _DP(self.model, self.opt, cfg["dp"], local, world > 1, self.noise)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg["warmup_steps"], cfg["total_steps"]))
+        self.step, self.tokens = 0, 0
+        if state is not None:
+            self.opt.load_state_dict(state["optimizer"])
+            self.sched.load_state_dict(state["scheduler"])
+            self.step, self.tokens = state["step"], state["tokens"]
+            gens = state["noise_generator"]
+            self.noise.set_state(gens[rank] if rank < len(gens) else gens[0])
+            if self.dp is not None:
+                self.dp.accountant.load_state_dict(state["accountant"])
+
+    def dp_steps(self) -> int:
+        return sum(h[2] for h in self.dp.accountant.history) if self.dp is not None else 0
+
+    def record(self, phase: Phase, epoch: int, loss_sum: float, loss_n: int, tok_rate: float) -> dict:
+        """The figures of the last window, the same on every rank (losses averaged)."""
+        import torch
+
+        if self.world > 1:
+            import torch.distributed as dist
+
+            t = torch.tensor([loss_sum], dtype=torch.float64)
+            dist.all_reduce(t)
+            loss_sum = t.item() / self.world
+        rec = {"step": self.step, "epoch": epoch, "phase": phase.name, "loss": loss_sum / max(1, loss_n),
+               "lr": self.sched.get_last_lr()[0], "tokens": self.tokens, "tokens_per_s": tok_rate}
+        if self.dp is not None and self.dp_steps():
+            rec["epsilon"] = float(self.dp.accountant.get_epsilon(delta=self.cfg["dp"]["delta"]))
+            rec["dp_steps"] = self.dp_steps()
+        return rec
+
+    def report(self, rec: dict, checkpoint: bool) -> None:
+        """``ray.train.report`` on every rank; rank 0 attaches the checkpoint: weights,
+        optimizer, schedule, position, every rank's noise state, the accountant."""
+        import tempfile
+
+        import ray.train
+        import torch
+        from ray.train import Checkpoint
+
+        gens = _gather_generator_states(self.noise, self.world) if checkpoint else None
+        with tempfile.TemporaryDirectory() as d:
+            out = None
+            if checkpoint and self.rank == 0:
+                unwrap(self.model).save_pretrained(os.path.join(d, "model"))
+                torch.save({"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
+                            "step": self.step, "tokens": self.tokens, "noise_generator": gens,
+                            "accountant": self.dp.accountant.state_dict() if self.dp is not None else None},
+                           os.path.join(d, "state.pt"))
+                with open(os.path.join(d, "position.json"), "w") as f:
+                    json.dump({**rec, "dp_steps": rec.get("dp_steps", 0)}, f)
+                out = Checkpoint.from_directory(d)
+            ray.train.report(rec, checkpoint=out)
+
+
+def train_loop(cfg: dict) -> None:
+    """Ray Train's ``train_loop_per_worker``. ``cfg`` is :func:`train.run.run_training` 's
+    plan (phases, steps, the DP plan, the blocks' object references, the metrics actor)."""
     import ray.train
     import torch
-    from ray.train import Checkpoint
-    from ray.train.torch import prepare_model
+
+    from train.data import from_refs
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -232,99 +315,34 @@ def train_loop(cfg: dict) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
     sink = cfg["sink"]
     sink.worker.remote({"rank": rank, "world": world, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()})
-
-    from train.data import from_refs
-
     data = {name: from_refs(refs) for name, refs in cfg["splits"].items()}
     phases = [Phase(**p) for p in cfg["phases"]]
-    total = cfg["total_steps"]
-    bs, seed = cfg["batch_size"], cfg["seed"]
-
-    model = _init_model(cfg["init"])
-    state = None
-    ckpt = ray.train.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as d:
-            state = torch.load(os.path.join(d, "state.pt"), weights_only=False)
-            from safetensors.torch import load_file
-
-            model.load_state_dict(load_file(os.path.join(d, "model", "model.safetensors")), strict=False)
-    use_bf16 = cfg["precision"] == "bf16" and cfg["use_gpu"]
-    model = prepare_model(model)
-    device = next(model.parameters()).device
-    params = [p for p in model.parameters() if p.requires_grad]
-    if cfg["optimizer"] == "sgd":
-        opt = torch.optim.SGD(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-    else:
-        opt = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-    noise_gen = torch.Generator(device=device)
-    noise_gen.manual_seed(seed * 7919 + rank)
-    dp = None
-    if cfg["dp"]:
-        local = cfg["dp"]["sample_rate"] * len(data[cfg["dp"]["split"]]) / world
-        dp = _DP(model, opt, cfg["dp"], local, world > 1, noise_gen)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg["warmup_steps"], total))
-    step = 0
-    if state is not None:
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        step = state["step"]
-        noise_gen.set_state(state["noise_generator"][rank] if rank < len(state["noise_generator"]) else
-                            state["noise_generator"][0])
-        if dp is not None:
-            dp.accountant.load_state_dict(state["accountant"])
-    t_last, tok_last, loss_sum, loss_n, tokens = time.perf_counter(), 0, 0.0, 0, state["tokens"] if state else 0
-    last_loss = float("nan")
-    while step < total:
-        epoch, pi, k = position(phases, step)
+    total, bs, seed = cfg["total_steps"], cfg["batch_size"], cfg["seed"]
+    bf16 = cfg["precision"] == "bf16" and cfg["use_gpu"]
+    run = _Run(cfg, rank, world, data)
+    t_last, tok_last, loss_sum, loss_n, last_loss = time.perf_counter(), run.tokens, 0.0, 0, float("nan")
+    while run.step < total:
+        epoch, pi, k = position(phases, run.step)
         ph = phases[pi]
         blocks = data[ph.split]
         chosen = batch_indices(ph, len(blocks), bs, seed, epoch, k, pi, cfg["poisson"])
-        idx = chosen[rank::world]
-        x, y = make_batch(blocks.ids, blocks.loss, idx, device)
-        if ph.dp and dp is not None and cfg["dp_steps_cap"] is not None and len(dp.accountant.history) and \
-                sum(h[2] for h in dp.accountant.history) >= cfg["dp_steps_cap"]:
+        x, y = make_batch(blocks.ids, blocks.loss, chosen[rank::world], run.device)
+        if ph.dp and cfg["dp_steps_cap"] is not None and run.dp_steps() >= cfg["dp_steps_cap"]:
             raise RuntimeError("privacy budget spent: the run's DP steps are done (refusing to continue)")
-        loss_val = train_step(model, dp, opt, ph.dp, x, y, use_bf16)
-        sched.step()
-        step += 1
-        tokens += int(blocks.loss[chosen, 1:].sum())
-        loss_sum, loss_n = loss_sum + loss_val, loss_n + 1
-        last_loss = loss_val
-        report = step % cfg["report_every"] == 0 or step == total
-        checkpoint = step % cfg["checkpoint_every"] == 0 or step == total
-        if report or checkpoint:
+        last_loss = train_step(run.model, run.dp, run.opt, ph.dp, x, y, bf16)
+        run.sched.step()
+        run.step += 1
+        run.tokens += int(blocks.loss[chosen, 1:].sum())
+        loss_sum, loss_n = loss_sum + last_loss, loss_n + 1
+        checkpoint = run.step % cfg["checkpoint_every"] == 0 or run.step == total
+        if checkpoint or run.step % cfg["report_every"] == 0:
             now = time.perf_counter()
-            if world > 1:  # the mean over ranks: every rank reports the same figures
-                import torch.distributed as dist
-
-                t = torch.tensor([loss_sum], dtype=torch.float64)
-                dist.all_reduce(t)
-                loss_sum = t.item() / world
-            rec = {"step": step, "epoch": epoch, "phase": ph.name, "loss": loss_sum / max(1, loss_n),
-                   "lr": sched.get_last_lr()[0], "tokens": tokens,
-                   "tokens_per_s": (tokens - tok_last) / max(1e-9, now - t_last)}
-            if dp is not None and len(dp.accountant.history):
-                rec["epsilon"] = float(dp.accountant.get_epsilon(delta=cfg["dp"]["delta"]))
-                rec["dp_steps"] = sum(h[2] for h in dp.accountant.history)
-            t_last, tok_last, loss_sum, loss_n = now, tokens, 0.0, 0
+            rec = run.record(ph, epoch, loss_sum, loss_n, (run.tokens - tok_last) / max(1e-9, now - t_last))
+            t_last, tok_last, loss_sum, loss_n = now, run.tokens, 0.0, 0
             if rank == 0:
                 sink.write.remote(rec)
-            ckpt_out = None
-            gens = _gather_generator_states(noise_gen, world) if checkpoint else None
-            with tempfile.TemporaryDirectory() as d:
-                if checkpoint and rank == 0:
-                    unwrap(model).save_pretrained(os.path.join(d, "model"))
-                    torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "step": step,
-                                "tokens": tokens, "noise_generator": gens,
-                                "accountant": dp.accountant.state_dict() if dp is not None else None},
-                               os.path.join(d, "state.pt"))
-                    with open(os.path.join(d, "position.json"), "w") as f:
-                        json.dump({**rec, "dp_steps": rec.get("dp_steps", 0)}, f)
-                    ckpt_out = Checkpoint.from_directory(d)
-                ray.train.report(rec, checkpoint=ckpt_out)
-    final = {"rank": rank, "digest": param_digest(unwrap(model)), "last_loss": last_loss}
-    sink.final.remote(final)
+            run.report(rec, checkpoint)
+    sink.final.remote({"rank": rank, "digest": param_digest(unwrap(run.model)), "last_loss": last_loss})
 
 
 def _gather_generator_states(gen, world: int) -> list:
