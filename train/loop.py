@@ -44,10 +44,12 @@ class Phase:
 
 
 def plan_phases(kind: str, sizes: dict[str, int], batch_size: int) -> list[Phase]:
-    """Phases of one epoch. Plain phases drop the last partial batch; DP phases take
-    round(n / batch) Poisson steps (sample rate 1 / steps)."""
+    """Phases of one epoch. Plain phases take ceil(n / batch) steps (every example once, the
+    last batch partial); DP phases take round(n / batch) Poisson steps (sample rate 1 /
+    steps). An empty plain split is a phase of no steps (CRT with no public data is DP-SGD
+    on everything)."""
     def plain(split: str, name: str) -> Phase:
-        return Phase(name, False, sizes[split] // batch_size, split)
+        return Phase(name, False, -(-sizes[split] // batch_size), split)
 
     def dp(split: str) -> Phase:
         return Phase("private", True, max(1, round(sizes[split] / batch_size)), split)

@@ -58,6 +58,9 @@ def test_pack_concatenates_documents_and_masks_loss():
 def test_phases_positions_and_batches():
     phases = plan_phases("crt", {"public": 50, "private": 40}, batch_size=10)
     assert [(p.name, p.dp, p.steps) for p in phases] == [("public", False, 5), ("private", True, 4)]
+    assert plan_phases("pretrain", {"train": 51}, 10)[0].steps == 6  # the last batch partial, never dropped
+    assert [p.steps for p in plan_phases("crt", {"public": 0, "private": 40}, 10)] == [0, 4]
+    assert position(plan_phases("crt", {"public": 0, "private": 40}, 10), 5) == (1, 1, 1)
     assert position(phases, 0) == (0, 0, 0) and position(phases, 5) == (0, 1, 0) and position(phases, 12) == (1, 0, 3)
     plain = Phase("train", False, 5, "train")
     b = [batch_indices(plain, 50, 10, 3, 0, k, 0) for k in range(5)]
