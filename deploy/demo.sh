@@ -46,7 +46,7 @@ echo "  decrypted:  '$PLAIN' ($(tr -d '\n' < "$B/decrypt-report.txt"))"
 
 echo
 echo "== 1b. CRT training on those shards: 2 Ray Train workers, tiny model (about two minutes)"
-if ! "${P[@]}" train train/configs/tiny-crt.yaml --data "$B/result" --output "$B/train" 2>"$B/train.log" | tail -1; then
+if ! "${P[@]}" train train/configs/tiny-crt.yaml --data "$B/result" --output "$B/train" 2>"$B/train.log" | grep -v "^{"; then
   grep "privatize: error" "$B/train.log" || tail -5 "$B/train.log"; exit 1
 fi
 echo "  model:      $(cd "$B/train/model" && pwd)  (Hugging Face format; summary: $B/train/summary.json)"
