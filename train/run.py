@@ -118,10 +118,12 @@ class _ProgressBar:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         if self.stop is not None:
             self.stop.set()
             self.thread.join(timeout=10)
+            if exc_type is None:
+                self.bar.n = self.total
             self.bar.close()
         return False
 
@@ -352,33 +354,17 @@ def _plan(p: Prepared, tok, data: dict, progress: bool):
     return phases, total, budget, dp_plan, init, sizes
 
 
-def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None = None) -> dict:
-    """Run ``cfg`` to the end; returns the summary (also written to OUTPUT/summary.json)."""
-    import ray
-    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
-    from train.data import block_refs
-    from train.loop import train_loop
-    from train.privacy import crt_confidentiality
-    from train.tokenizer import fingerprint
-
-    p = prepare(cfg)
-    gamma_delta = _crt_inputs(p) if cfg.kind == "crt" else None
-    from privatize.ray.cluster import connect
-
-    connect(address)
-    timings: dict[str, float] = {}
+def _stage(p: Prepared, progress: bool, timings: dict):
+    """Tokenizer, materialised blocks and the plan; then, every check passed, the run
+    folder with its tokenizer and privacy plan."""
     work = Path(tempfile.mkdtemp(prefix="privatize-train-"))
     try:
         t0 = time.perf_counter()
         tok = _tokenizer(p, progress, work / "tokenizer")
-        tok_dir = str(work / "tokenizer")
         timings["tokenizer_s"] = time.perf_counter() - t0
-        data = _datasets(p, tok_dir)
+        data = _datasets(p, str(work / "tokenizer"))
         timings["data_s"] = time.perf_counter() - t0 - timings["tokenizer_s"]
         plan = _plan(p, tok, data, progress)
-        # every check passed: only now the run folder
         p.output.mkdir(parents=True, exist_ok=True)
         if plan[2] is not None and not (p.output / PLAN).exists():
             (p.output / f".{PLAN}.tmp").write_text(json.dumps(plan[2].to_dict(), indent=2) + "\n")
@@ -388,12 +374,22 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
             os.replace(p.output / ".tokenizer.tmp", p.output / "tokenizer")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    phases, total, budget, dp_plan, init, sizes = plan
-    threads = cfg.workers.threads_per_worker or max(1, int(cfg.workers.cpus_per_worker))
-    sink = _sink_class().options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-        ray.get_runtime_context().get_node_id(), soft=False)).remote(str(p.output.resolve()), progress)
+    return tok, data, plan
+
+
+def _trainer(p: Prepared, data: dict, plan: tuple, sink):
+    """The ``TorchTrainer`` for this run: CPU and gloo, or GPUs and nccl."""
+    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from train.data import block_refs
+    from train.loop import train_loop
+
+    cfg = p.config
+    phases, total, budget, dp_plan, init, _ = plan
     loop_cfg = {
-        "threads": threads, "sink": sink, "splits": {k: block_refs(ds) for k, (ds, _) in data.items()}, "phases": [asdict(ph) for ph in phases],
+        "threads": cfg.workers.threads_per_worker or max(1, int(cfg.workers.cpus_per_worker)), "sink": sink,
+        "splits": {k: block_refs(ds) for k, (ds, _) in data.items()}, "phases": [asdict(ph) for ph in phases],
         "total_steps": total, "batch_size": cfg.optim.batch_size, "seed": cfg.optim.seed, "init": init,
         "precision": cfg.workers.precision, "use_gpu": cfg.workers.use_gpu, "optimizer": cfg.optim.optimizer,
         "lr": cfg.optim.lr, "weight_decay": cfg.optim.weight_decay, "warmup_steps": cfg.optim.warmup_steps,
@@ -404,7 +400,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     storage = storage_of(cfg, p.output)
     if "://" not in storage:
         storage = str(Path(storage).resolve())
-    trainer = TorchTrainer(
+    return TorchTrainer(
         train_loop, train_loop_config=loop_cfg,
         torch_config=TorchConfig(backend="nccl" if cfg.workers.use_gpu else "gloo"),
         scaling_config=ScalingConfig(num_workers=cfg.workers.num_workers, use_gpu=cfg.workers.use_gpu,
@@ -414,51 +410,73 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
         resume_from_checkpoint=Checkpoint(p.resume["path"], filesystem=p.resume["filesystem"]) if p.resume else None,
     )
-    t0 = time.perf_counter()
-    with _ProgressBar(sink, total, progress):
-        result = trainer.fit()
-    seconds = time.perf_counter() - t0
-    timings["fit_s"] = seconds
-    state = ray.get(sink.state.remote())
-    metrics = dict(result.metrics or {})
-    final_dir = p.output / "model"
-    tmp = Path(tempfile.mkdtemp(dir=p.output, prefix=".model-"))
-    with result.checkpoint.as_directory() as d:
-        shutil.copytree(Path(d) / "model", tmp, dirs_exist_ok=True)
-    tok.save_pretrained(tmp)
-    if final_dir.exists():
-        shutil.rmtree(final_dir)
-    os.replace(tmp, final_dir)
-    digests = sorted({f["digest"] for f in state["finals"]})
+
+
+def _summary(p: Prepared, tok, plan: tuple, metrics: dict, state: dict, gamma_delta, timings: dict) -> dict:
+    from train.privacy import crt_confidentiality
+    from train.tokenizer import fingerprint
+
+    cfg, budget, sizes = p.config, plan[2], plan[5]
     summary = {
         "kind": cfg.kind, "steps": metrics.get("step"), "final_loss": metrics.get("loss"),
         "last_step_loss": next((f["last_loss"] for f in state["finals"] if f["rank"] == 0), None),
-        "tokens": metrics.get("tokens"), "seconds": round(seconds, 2),
+        "tokens": metrics.get("tokens"), "seconds": round(timings["fit_s"], 2),
         "examples": sizes, "seq_len": cfg.data.seq_len, "tokenizer": {
             "mode": cfg.tokenizer.mode, "vocab_size": len(tok), "fingerprint": fingerprint(tok),
             "trained": p.tokenizer_from is None},
         "workers": {"count": cfg.workers.num_workers, "ranks": sorted({w["rank"] for w in state["workers"]}),
                     "pids": sorted({w["pid"] for w in state["workers"]}),
-                    "final_param_digests": digests},
+                    "final_param_digests": sorted({f["digest"] for f in state["finals"]})},
         "model": "model", "timings": {k: round(v, 2) for k, v in timings.items()}, "config": cfg.to_dict(),
     }
     if budget is not None:
-        eps = metrics.get("epsilon", 0.0)
-        summary.update(epsilon=eps, delta=budget.delta, dp=budget.to_dict(), dp_steps=metrics.get("dp_steps"))
+        summary.update(epsilon=metrics.get("epsilon", 0.0), delta=budget.delta, dp=budget.to_dict(),
+                       dp_steps=metrics.get("dp_steps"))
     if gamma_delta is not None:
         g, d2 = gamma_delta
         e_bc, d_bc = crt_confidentiality(summary["epsilon"], budget.delta, g, d2)
         summary["confidentiality"] = {"gamma": g, "delta_2": d2, "epsilon": e_bc, "delta": d_bc,
                                       "dp_epsilon": summary["epsilon"], "dp_delta": budget.delta,
                                       "public_examples": sizes["public"], "private_examples": sizes["private"]}
+    return summary
+
+
+def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None = None) -> dict:
+    """Run ``cfg`` to the end; returns the summary (also written to OUTPUT/summary.json)."""
+    import ray
+
+    from privatize.ray.cluster import connect
+
+    p = prepare(cfg)
+    gamma_delta = _crt_inputs(p) if cfg.kind == "crt" else None
+    connect(address)
+    timings: dict[str, float] = {}
+    tok, data, plan = _stage(p, progress, timings)
+    sink = _sink_class().options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False)).remote(str(p.output.resolve()), progress)
+    trainer = _trainer(p, data, plan, sink)
+    t0 = time.perf_counter()
+    with _ProgressBar(sink, plan[1], progress):
+        result = trainer.fit()
+    timings["fit_s"] = time.perf_counter() - t0
+    # the final model, with its tokenizer, then the summary: a reader that finds the
+    # summary finds the model
+    final_dir, tmp = p.output / "model", Path(tempfile.mkdtemp(dir=p.output, prefix=".model-"))
+    with result.checkpoint.as_directory() as d:
+        shutil.copytree(Path(d) / "model", tmp, dirs_exist_ok=True)
+    tok.save_pretrained(tmp)
+    if final_dir.exists():
+        shutil.rmtree(final_dir)
+    os.replace(tmp, final_dir)
+    summary = _summary(p, tok, plan, dict(result.metrics or {}), ray.get(sink.state.remote()), gamma_delta, timings)
     tmp_s = p.output / f".{SUMMARY}.tmp"
     tmp_s.write_text(json.dumps(summary, indent=2) + "\n")
     os.replace(tmp_s, p.output / SUMMARY)
     if progress:
         line = f"trained {cfg.kind}: {summary['steps']} steps, loss {summary['final_loss']:.4f}"
-        if budget is not None:
-            line += f", epsilon {summary['epsilon']:.3f} (delta {budget.delta:.3g})"
-        if gamma_delta is not None:
+        if "epsilon" in summary:
+            line += f", epsilon {summary['epsilon']:.3f} (delta {summary['delta']:.3g})"
+        if "confidentiality" in summary:
             c = summary["confidentiality"]
             line += f", confidentiality ({c['epsilon']:.4f}, {c['delta']:.3g})"
         print(f"{line}; model in {final_dir}")
