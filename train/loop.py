@@ -170,6 +170,7 @@ class _DP:
     """Opacus' DP-SGD pieces around ``model`` (see the module docstring)."""
 
     def __init__(self, model, optimizer, dp: dict, expected_local_batch: float, distributed: bool, generator):
+        import train.grad_samplers  # noqa: F401  (RMSNorm's per-example gradients, without functorch)
         from opacus.accountants import create_accountant
         from opacus.grad_sample.utils import wrap_model
         from opacus.optimizers import get_optimizer_class

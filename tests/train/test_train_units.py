@@ -146,3 +146,37 @@ def test_crt_alternates_plain_and_dp_steps_on_one_model():
     assert sum(h[2] for h in dp.accountant.history) == 2  # only the private steps are accounted
     for a, b in zip(plain.parameters(), crt.parameters()):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+def test_rms_norm_per_example_gradients_match_a_per_example_loop(mode):
+    """train.grad_samplers' RMSNorm sampler (registered for hooks and ghost clipping)
+    against autograd on one example at a time."""
+    import torch
+    from opacus.grad_sample.utils import wrap_model
+
+    import train.grad_samplers  # noqa: F401
+
+    model = _tiny()
+    x, y = _batches(n=1, b=3)[0]
+    norm = model.model.layers[1].post_attention_layernorm
+    expected = []
+    for i in range(3):
+        model.zero_grad()
+        MaskedLMLoss()(model(input_ids=x[i:i + 1], use_cache=False).logits[:, :-1], y[i:i + 1]).backward()
+        expected.append(norm.weight.grad.clone())
+    expected = torch.stack(expected)
+    kw = {"max_grad_norm": 1e9} if mode == "ghost" else {}
+    gsm = wrap_model(copy.deepcopy(model), grad_sample_mode=mode, batch_first=True, loss_reduction="mean", **kw)
+    gnorm = gsm._module.model.layers[1].post_attention_layernorm
+    from opacus.grad_sample import GradSampleModule
+
+    from train.grad_samplers import rms_norm_grad_sample
+
+    assert GradSampleModule.GRAD_SAMPLERS[type(gnorm)] is rms_norm_grad_sample  # not the functorch fallback
+    loss = MaskedLMLoss()(gsm(input_ids=x, use_cache=False).logits[:, :-1], y)
+    loss.backward()
+    if mode == "hooks":
+        assert torch.allclose(gnorm.weight.grad_sample, expected, atol=1e-5, rtol=1e-4)
+    else:  # ghost clipping keeps only the per-example norms
+        assert torch.allclose(gnorm.weight._norm_sample, expected.norm(dim=1), atol=1e-5, rtol=1e-4)
