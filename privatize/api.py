@@ -90,6 +90,7 @@ def prepare(spec: Any, input: str | Path, output: str | Path, *, runner: str = "
             spec_dir: str | None = None, options: RunOptions | None = None):
     """Everything :func:`run` checks before any work: (spec, spec_dir, input files, options)."""
     from privatize.records import list_inputs
+    from privatize.spec import check_file_key_kinds
 
     if runner not in RUNNERS:
         raise SpecError(f"runner: must be one of {', '.join(RUNNERS)}, not {runner!r}")
@@ -98,6 +99,9 @@ def prepare(spec: Any, input: str | Path, output: str | Path, *, runner: str = "
         raise SpecError(f"options: expected privatize.RunOptions, not {type(opts).__name__}")
     spec, spec_dir = _spec_of(spec, spec_dir)
     files = list_inputs(input, spec.input.format)
+    # a key of the wrong kind (an aes-siv key for encrypt_text) is one line now, not a
+    # failed task later; on a cluster, key files only the workers hold are theirs to check
+    check_file_key_kinds(spec, spec_dir, missing_ok=runner == "ray")
     return spec, spec_dir, files, opts
 
 

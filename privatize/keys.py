@@ -246,15 +246,19 @@ class KeyResolver:
         self.base_dir = Path(base_dir) if base_dir else None
         self.allow_file = allow_file
 
+    def file_path(self, ref: str) -> Path:
+        """The file a ``file:`` reference names (relative paths against ``base_dir``)."""
+        p = Path(ref.partition(":")[2])
+        if not p.is_absolute() and self.base_dir is not None:
+            p = self.base_dir / p
+        return p
+
     def resolve(self, ref: str, *, expect: tuple[str, ...] | None = None) -> KeyMaterial:
         scheme, _, rest = ref.partition(":")
         if scheme == "file":
             if not self.allow_file:
                 raise KeyMaterialError("file: key references are not allowed here; use keystore:<id>")
-            p = Path(rest)
-            if not p.is_absolute() and self.base_dir is not None:
-                p = self.base_dir / p
-            km = load_key_file(p)
+            km = load_key_file(self.file_path(ref))
         elif scheme == "keystore":
             if not _KEYSTORE:
                 raise KeyMaterialError(f"{ref}: no key store configured in this process")

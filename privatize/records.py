@@ -8,6 +8,13 @@ File-level problems (unreadable, empty, wrong format) raise :class:`InputError` 
 line naming the file (and line). Record-level problems (a line that is not UTF-8 or not
 JSON, a record with no text) become rows with a ``_quarantine`` reason, so the runner
 counts them and writes them to the quarantine, never to the output.
+
+A JSONL line is JSON as RFC 8259 has it, and no more: ``NaN``, ``Infinity`` and
+``-Infinity`` (which Python's parser takes by default) are invalid JSON; so is a line
+nesting arrays and objects deeper than :data:`MAX_JSON_DEPTH`, a string holding a lone
+surrogate (``"\\ud800"``: no UTF-8 text can carry it) and a number beyond a double's
+range (``1e999``). Whatever the bytes, these readers raise nothing but
+:mod:`privatize.errors` types.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ from privatize.errors import InputError
 from privatize.stage import QUARANTINE
 
 log = logging.getLogger(__name__)
+
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of arrays and objects a JSONL line may have (the record object is
+depth 1); deeper lines are quarantined as invalid JSON."""
 
 FORMATS = ("jsonl", "text", "parquet")
 _EXT_FORMAT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "text",
@@ -160,9 +171,9 @@ def parse_jsonl(f: InputFile, data: bytes, batch_size: int, first_line: int = 1,
             first_bad = first_bad or (lineno, "not UTF-8")
         else:
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                b.add(lineno, default_id, line, reason=f"invalid JSON: {exc.msg} at column {exc.colno}")
+                obj = loads_line(line)
+            except _BadLine as exc:
+                b.add(lineno, default_id, line, reason=f"invalid JSON: {exc.detail}")
                 first_bad = first_bad or (lineno, f"invalid JSON: {exc.msg}")
             else:
                 if not isinstance(obj, dict):
@@ -194,10 +205,10 @@ def jsonl_has_record(lines: Iterable[bytes], first_line: int = 1) -> tuple[bool,
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = loads_line(raw.decode("utf-8"))
         except UnicodeDecodeError:
             first_bad = first_bad or (lineno, "not UTF-8")
-        except json.JSONDecodeError as exc:
+        except _BadLine as exc:
             first_bad = first_bad or (lineno, f"invalid JSON: {exc.msg}")
         else:
             if isinstance(obj, dict):
@@ -206,13 +217,94 @@ def jsonl_has_record(lines: Iterable[bytes], first_line: int = 1) -> tuple[bool,
     return False, first_bad
 
 
-def _add_object(b: _Builder, lineno: int, default_id: str, obj: dict, raw_line: str) -> None:
+class _BadLine(ValueError):
+    """A JSONL line that is not (standard) JSON: ``msg`` for the file-level message,
+    ``detail`` (with the column where known) for the quarantine reason."""
+
+    def __init__(self, msg: str, detail: str | None = None):
+        super().__init__(msg)
+        self.msg = msg
+        self.detail = detail or msg
+
+
+def _refuse_constant(name: str):
+    raise _BadLine(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def loads_line(line: str):
+    """The JSON value of one JSONL line, or :class:`_BadLine` (a ``ValueError``) when it
+    is not standard JSON: a syntax error, ``NaN``/``Infinity``, nesting deeper than
+    :data:`MAX_JSON_DEPTH`, a lone surrogate in a string, an integer too long to
+    convert."""
+    try:
+        obj = json.loads(line, parse_constant=_refuse_constant)
+    except _BadLine:
+        raise
+    except json.JSONDecodeError as exc:
+        raise _BadLine(exc.msg, f"{exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise _BadLine(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # an integer of more digits than int() converts
+        raise _BadLine(str(exc).split(";")[0].split(":")[0] or "unreadable number") from None
+    if line.count("[") + line.count("{") > MAX_JSON_DEPTH and _depth_over(obj, MAX_JSON_DEPTH):
+        raise _BadLine(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    if _SURROGATE_ESCAPE.search(line):
+        bad = _lone_surrogate(obj)
+        if bad is not None:
+            raise _BadLine(f"string holds a lone surrogate (\\u{bad:04x}), which no UTF-8 text can carry")
+    return obj
+
+
+def _depth_over(obj, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than ``limit`` in ``obj`` (iterative)."""
+    stack = [(obj, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        if d > limit:
+            return True
+        stack.extend((c, d + 1) for c in v if isinstance(c, (dict, list)))
+    return False
+
+
+def _lone_surrogate(obj) -> int | None:
+    """The first lone surrogate code point in any string (key or value) of ``obj``."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return ord(v[exc.start])
+    return None
+
+
+def _add_object(b: _Builder, lineno: int, default_id: str, obj: dict, raw_line: str, *,
+                finite: bool = True) -> None:
+    """One record of ``obj``; ``finite``: a number that is not a finite double (``1e999``
+    overflows to infinity) quarantines the record, so ``meta`` stays standard JSON."""
     text = obj.get("text")
     raw_id = obj.get("doc_id", obj.get("id"))
     doc_id = _id_string(raw_id) if raw_id is not None else default_id
     ind = obj.get("individual_id")
     meta = {k: v for k, v in obj.items() if k not in ("text", "id", "doc_id", "individual_id")}
-    meta_s = json.dumps(meta, ensure_ascii=False, sort_keys=True) if meta else None
+    try:
+        meta_s = json.dumps(meta, ensure_ascii=False, sort_keys=True, allow_nan=not finite) if meta else None
+    except ValueError:
+        b.add(lineno, default_id, raw_line, reason="invalid JSON: a number is out of range (not a finite double)")
+        return
     reason = None
     if doc_id is None:
         reason, doc_id = "id is not a non-empty string or integer", default_id
@@ -275,10 +367,24 @@ def read_parquet(f: InputFile, batch_size: int) -> Iterator[pa.Table]:
         raise InputError(f"{f.path}: file is empty")
     row = 0
     b = _Builder(f.index, batch_size)
-    for rb in pf.iter_batches(batch_size=batch_size):
-        for obj in rb.to_pylist():
+    batches = pf.iter_batches(batch_size=batch_size)
+    while True:
+        try:
+            rb = next(batches, None)
+            rows = rb.to_pylist() if rb is not None else None
+        except (OSError, pa.ArrowException, ValueError, OverflowError, RecursionError) as exc:
+            # a corrupt page, or a value Python cannot hold (a timestamp past year 9999)
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputError(f"{f.path}:{row + 1}: not a readable Parquet file ({why})") from None
+        if rows is None:
+            break
+        for obj in rows:
             row += 1
-            _add_object(b, row, f"{f.name}:{row}", obj, json.dumps(obj, default=str, ensure_ascii=False))
+            try:
+                raw = json.dumps(obj, default=str, ensure_ascii=False)
+            except (ValueError, RecursionError):
+                raise InputError(f"{f.path}:{row}: row nests too deeply to read") from None
+            _add_object(b, row, f"{f.name}:{row}", obj, raw, finite=False)
         t = b.flush()
         if t is not None:
             yield t

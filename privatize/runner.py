@@ -20,6 +20,7 @@ from privatize.keys import KeyResolver
 from privatize.output import (OutputWriter, Tally, build_manifest, check_strict, prepare_output, quarantine_path,
                               write_quarantine)
 from privatize.records import InputFile, read_inputs
+from privatize.settings import declared_key_kinds
 from privatize.spec import PipelineSpec
 from privatize.stage import GlobalStage, Stage, StageContext, build_stage
 
@@ -34,7 +35,8 @@ def build_stages(spec: PipelineSpec, base_dir: str | None) -> list[Stage]:
 def resolve_pseudonym_key(spec: PipelineSpec, base_dir: str | None) -> tuple[bytes | None, str | None]:
     if not spec.output.pseudonym_key:
         return None, None
-    km = KeyResolver(base_dir=base_dir).resolve(spec.output.pseudonym_key)
+    km = KeyResolver(base_dir=base_dir).resolve(spec.output.pseudonym_key,
+                                                expect=declared_key_kinds(spec.output, "pseudonym_key"))
     return km.secret, km.key_id
 
 

@@ -12,6 +12,15 @@ spec checks every stage's rules through the registry (``privatize.spec.check_sta
         kind: Literal["foo"] = "foo"
         order_rules = (Once("foo appears twice"),
                        AfterOneOf("split", "foo needs a split stage before it"))
+
+A key reference field names the key kinds it takes in its type, ``key: key_ref("hmac")``
+(``KeyRef`` alone takes any kind); the service checks a tenant's key against it when a
+job is created, ``privatize.run`` checks ``file:`` keys before any work, and the stage
+resolves the key with the same kinds (``declared_key_kinds``)::
+
+    class FooSettings(StageSettings):
+        kind: Literal["foo"] = "foo"
+        key: key_ref("aes-siv")
 """
 
 from __future__ import annotations
@@ -35,6 +44,63 @@ def _check_key_ref(value: str) -> str:
 
 KeyRef = Annotated[str, AfterValidator(_check_key_ref)]
 """A reference to key material (``file:<path>`` or ``keystore:<id>``), never the key."""
+
+
+class KeyKinds:
+    """Metadata of a :data:`KeyRef` field: the key kinds (``privatize.keys.KINDS``) it takes."""
+
+    __slots__ = ("kinds",)
+
+    def __init__(self, *kinds: str):
+        from privatize.keys import KINDS
+
+        unknown = [k for k in kinds if k not in KINDS]
+        if not kinds or unknown:
+            raise ValueError(f"KeyKinds: name one or more of {', '.join(KINDS)} (got {kinds!r})")
+        self.kinds = tuple(kinds)
+
+    def __repr__(self) -> str:
+        return f"KeyKinds{self.kinds!r}"
+
+
+def key_ref(*kinds: str):
+    """The type of a key reference field that takes keys of these kinds only:
+    ``key: key_ref("vigenere")``, ``key: key_ref("aes-siv", "aes-ecb") | None = None``."""
+    return Annotated[KeyRef, KeyKinds(*kinds)]
+
+
+def _kinds_in(meta: Iterable[object]) -> tuple[str, ...] | None:
+    for m in meta:
+        if isinstance(m, KeyKinds):
+            return m.kinds
+    return None
+
+
+def key_kinds_of(tp: object) -> tuple[str, ...] | None:
+    """The kinds a type made with :func:`key_ref` takes (through ``| None`` and ``list``);
+    None when it declares none."""
+    if get_origin(tp) is Annotated:
+        base, *meta = get_args(tp)
+        found = _kinds_in(meta)
+        return found if found is not None else key_kinds_of(base)
+    for a in get_args(tp):
+        found = key_kinds_of(a)
+        if found is not None:
+            return found
+    return None
+
+
+def field_key_kinds(field: FieldInfo) -> tuple[str, ...] | None:
+    """The key kinds a pydantic field declares (see :func:`key_ref`), or None."""
+    found = _kinds_in(field.metadata)
+    return found if found is not None else key_kinds_of(field.annotation)
+
+
+def declared_key_kinds(model: type[BaseModel] | BaseModel, field: str) -> tuple[str, ...] | None:
+    """The key kinds the field ``field`` of a settings model takes, for
+    ``KeyResolver.resolve(ref, expect=...)``."""
+    cls = model if isinstance(model, type) else type(model)
+    return field_key_kinds(cls.model_fields[field])
 
 
 def _is_key_ref_check(meta: object) -> bool:

@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from privatize.errors import SpecError
-from privatize.settings import KeyRef, StageSettings, field_holds_key_ref
+from privatize.settings import StageSettings, field_holds_key_ref, field_key_kinds, key_ref
 from privatize.stage import registered_kinds
 
 
@@ -43,7 +43,7 @@ class OutputSettings(BaseModel):
     num_shards: int = Field(8, ge=1, le=4096)
     meta_keys: list[str] = Field(default_factory=list)
     """``meta`` keys copied to the output. None by default: metadata often holds PII."""
-    pseudonym_key: KeyRef | None = None
+    pseudonym_key: key_ref("hmac") | None = None
     """An ``hmac`` key for the ``individual_id`` pseudonym; without one the column is emptied."""
 
 
@@ -101,23 +101,52 @@ def key_references(spec: BaseModel) -> list[tuple[str, str]]:
     typed ``KeyRef`` at any depth (a stage's ``key``, a key in a stage's nested
     settings, ``output.pseudonym_key``). Paths are field names and list indexes
     (``stages.3.key``)."""
-    found: list[tuple[str, str]] = []
+    return [(path, ref) for path, ref, _ in key_requirements(spec)]
 
-    def walk(value, path: list[str], is_ref: bool) -> None:
+
+def key_requirements(spec: BaseModel) -> list[tuple[str, str, tuple[str, ...] | None]]:
+    """(field path, reference, key kinds the field takes) for every key reference in
+    ``spec``, as :func:`key_references` finds them; the kinds are what the field's
+    settings class declares (:func:`~privatize.settings.key_ref`), None where it
+    declares none (any kind)."""
+    found: list[tuple[str, str, tuple[str, ...] | None]] = []
+
+    def walk(value, path: list[str], is_ref: bool, kinds: tuple[str, ...] | None) -> None:
         if isinstance(value, BaseModel):
             for name, field in type(value).model_fields.items():
-                walk(getattr(value, name, None), [*path, name], field_holds_key_ref(field))
+                walk(getattr(value, name, None), [*path, name], field_holds_key_ref(field), field_key_kinds(field))
         elif isinstance(value, (list, tuple)):
             for i, v in enumerate(value):
-                walk(v, [*path, str(i)], is_ref)
+                walk(v, [*path, str(i)], is_ref, kinds)
         elif isinstance(value, dict):
             for k, v in value.items():
-                walk(v, [*path, str(k)], is_ref)
+                walk(v, [*path, str(k)], is_ref, kinds)
         elif is_ref and isinstance(value, str):
-            found.append((".".join(path), value))
+            found.append((".".join(path), value, kinds))
 
-    walk(spec, [], False)
+    walk(spec, [], False, None)
     return found
+
+
+def check_file_key_kinds(spec: BaseModel, spec_dir: str | None, *, missing_ok: bool = False) -> None:
+    """Every ``file:`` key of ``spec`` read and checked against the kinds its field takes,
+    before any work: :class:`~privatize.errors.KeyMaterialError` naming the field path
+    and the file (``stages.0.key: file:k.key: key 3f0c… is aes-siv; expected vigenere``).
+    ``missing_ok``: a file not on this machine is left to the workers (a cluster's
+    nodes may hold key files the driver does not)."""
+    from privatize.errors import KeyMaterialError
+    from privatize.keys import KeyResolver
+
+    resolver = KeyResolver(base_dir=spec_dir)
+    for path, ref, kinds in key_requirements(spec):
+        if not ref.startswith("file:"):
+            continue
+        if missing_ok and not resolver.file_path(ref).exists():
+            continue
+        try:
+            resolver.resolve(ref, expect=kinds)
+        except KeyMaterialError as exc:
+            raise KeyMaterialError(f"{path}: {exc}") from None
 
 
 def _format_errors(exc: ValidationError) -> str:

@@ -175,10 +175,11 @@ def _ray(args) -> int:
 
         check_secrets(st)  # the head's workers need the master key file
         h = raycluster.ensure_head(st)
-        _print({"pid": h.pid, "dashboard": h.dashboard_url})
+        _print({"pid": h.pid, "dashboard": h.dashboard_url, "auth_token_file": str(raycluster.auth_token_path(st))})
     else:
         h = raycluster.find_head(st)
-        _print({"running": h is not None, **({"pid": h.pid, "dashboard": h.dashboard_url} if h else {})})
+        _print({"running": h is not None, **({"pid": h.pid, "dashboard": h.dashboard_url,
+                                              "auth_token_file": str(raycluster.auth_token_path(st))} if h else {})})
     return 0
 
 

@@ -551,8 +551,13 @@ class AuditOut(Out):
     detail: dict | None
 
 
+MAX_AUDIT_ID = 2**63 - 1
+"""The largest id an audit entry can have (a signed 64-bit column in SQLite and
+PostgreSQL): a larger ``before`` cursor is refused (422) instead of reaching the database."""
+
+
 @router.get("/v1/audit")
-def list_audit(limit: int = Query(100, ge=1, le=1000), before: int | None = Query(None, ge=1),
+def list_audit(limit: int = Query(100, ge=1, le=1000), before: int | None = Query(None, ge=1, le=MAX_AUDIT_ID),
                action: str | None = Query(None, max_length=64), resource_id: str | None = Query(None, max_length=64),
                tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
     """The tenant's own audit entries, newest first; page with ``before=<next_before>``."""

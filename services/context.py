@@ -38,7 +38,7 @@ class Cluster:
 
                 url = raycluster.dashboard_url(self.settings, start=True)
                 try:
-                    self._client = JobSubmissionClient(url)
+                    self._client = JobSubmissionClient(url, headers=raycluster.auth_headers(self.settings))
                 except (ConnectionError, RuntimeError, OSError) as exc:
                     raise ClusterUnavailable(f"cannot reach the Ray Jobs API at {url}: "
                                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") \

@@ -100,6 +100,10 @@ def _request_id(scope: dict) -> str:
     return uuid.uuid4().hex
 
 
+_INTERNAL_ERROR = json.dumps({"detail": "internal error; the request id names it in the service's log",
+                              "code": "internal"}).encode()
+
+
 class RequestMiddleware:
     """Pure ASGI (streamed uploads and downloads pass through untouched)."""
 
@@ -129,9 +133,17 @@ class RequestMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         except Exception:
-            if not started:
-                await self._audit(scope, 500, rid)
-            raise
+            if started:
+                raise  # mid-response: nothing to answer with; the server closes the connection
+            # a bug, not an input: answer 500 here (logged with the request id) rather than
+            # let the server answer it, which also drops the client's keep-alive connection
+            log.exception("%s %s: unhandled error", scope.get("method", ""),
+                          getattr(scope.get("route"), "path", None) or "unmatched")
+            status = 500
+            await send_wrapper({"type": "http.response.start", "status": 500,
+                                "headers": [(b"content-type", b"application/json"),
+                                            (b"content-length", str(len(_INTERNAL_ERROR)).encode())]})
+            await send({"type": "http.response.body", "body": _INTERNAL_ERROR})
         finally:
             self._done(scope, status, time.perf_counter() - t0)
             request_id_var.reset(token)

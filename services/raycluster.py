@@ -1,13 +1,30 @@
 """The Ray cluster the service submits to.
 
-With ``PRIVATIZE_RAY_ADDRESS`` set, that cluster's Jobs API (its dashboard URL). Without
-it, an **embedded local head**: the service starts ``ray start --head --block`` as a
-daemon of its own (a new session, so it outlives the service and keeps running jobs
-through a service restart), on loopback ports it picks, with ``RAY_AUTH_MODE=disabled``,
-from the service's own interpreter (so jobs run ``python`` from the same venv). Its
-address and process id are recorded in ``<data_dir>/ray-head.json``; a restarted
-service finds it there and reuses it. ``stop_head`` sends it SIGTERM (``--block``
-then stops every Ray process of that head, and nothing else).
+With ``PRIVATIZE_RAY_ADDRESS`` set, that cluster's Jobs API (its dashboard URL), called
+with the token in ``PRIVATIZE_RAY_AUTH_TOKEN_FILE`` when one is set. Without it, an
+**embedded local head**: the service starts ``ray start --head --block`` as a daemon of
+its own (a new session, so it outlives the service and keeps running jobs through a
+service restart), from the service's own interpreter (so jobs run ``python`` from the
+same venv). Its address and process id are recorded in ``<data_dir>/ray-head.json``; a
+restarted service finds it there and reuses it. ``stop_head`` sends it SIGTERM
+(``--block`` then stops every Ray process of that head, and nothing else).
+
+The embedded head is closed to the network twice over:
+
+* **Loopback only.** Every port is bound to 127.0.0.1: the GCS, the raylet's node and
+  object managers, the client server, the dashboard and its agent, the runtime-env
+  agent, the metrics export, and every worker's gRPC port. ``--node-ip-address=127.0.0.1``
+  alone is not enough: ``ray start`` replaces a loopback address with the host's
+  routable one, and Ray's servers bind to the node address (the GCS and raylets to all
+  interfaces). ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is Ray's own switch for a
+  single-machine cluster: the node address stays 127.0.0.1, so every server binds to
+  loopback, and no other node can join.
+* **Token authentication** (``RAY_AUTH_MODE=token``): every gRPC and HTTP endpoint of the
+  head asks for the token in :func:`auth_token_path` (made once, 32 random bytes in hex,
+  mode 0600, beside the master key file), which the head and its workers (the job
+  drivers included) read through ``RAY_AUTH_TOKEN_PATH`` and the service's Jobs client
+  sends as ``Authorization: Bearer``. A head recorded without it (one started by an
+  older version) is stopped and replaced.
 
 The master key reaches the head, and so its workers, as ``PRIVATIZE_MASTER_KEY_FILE``
 in its environment: a deployment secret, never a job argument.
@@ -21,6 +38,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -38,6 +56,8 @@ from services.settings import Settings
 log = logging.getLogger(__name__)
 
 STATE_FILE = "ray-head.json"
+AUTH_TOKEN_FILE = "ray-auth-token"
+AUTH_MODE = "token"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -49,6 +69,9 @@ class HeadState:
     temp_dir: str
     python: str
     started_at: float
+    auth: str = "disabled"
+    """Ray's authentication mode on this head (``token`` since the head is closed to the
+    network; a state file without it is a head started before)."""
 
     @property
     def dashboard_url(self) -> str:
@@ -95,12 +118,26 @@ def _is_our_head(state: HeadState) -> bool:
     return b"--block" in cmd and f"--port={state.gcs_port}".encode() in cmd
 
 
-def _dashboard_up(url: str, timeout: float = 2.0) -> bool:
+UP, DOWN, REFUSED = "up", "down", "refused"
+
+
+def _probe(url: str, path: str, headers: dict[str, str], timeout: float) -> str:
+    """``up`` (200), ``refused`` (401 or 403: the head does not take our token) or ``down``."""
     try:
-        with urllib.request.urlopen(f"{url}/api/version", timeout=timeout) as r:
-            return r.status == 200
+        with urllib.request.urlopen(urllib.request.Request(f"{url}{path}", headers=headers), timeout=timeout) as r:
+            return UP if r.status == 200 else DOWN
+    except urllib.error.HTTPError as exc:
+        return REFUSED if exc.code in (401, 403) else DOWN
     except (urllib.error.URLError, OSError, ValueError):
-        return False
+        return DOWN
+
+
+def _dashboard_state(url: str, headers: dict[str, str], timeout: float = 2.0) -> str:
+    return _probe(url, "/api/version", headers, timeout)
+
+
+def _dashboard_up(url: str, headers: dict[str, str], timeout: float = 2.0) -> bool:
+    return _dashboard_state(url, headers, timeout) == UP
 
 
 def _ray_temp_dir(settings: Settings) -> Path:
@@ -118,16 +155,88 @@ def _ray_cli() -> list[str]:
     return [str(exe), "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"]
 
 
-def head_env(settings: Settings) -> dict[str, str]:
+# ---- the Ray token -------------------------------------------------------------------------
+
+def auth_token_path(settings: Settings) -> Path:
+    """Where the embedded head's Ray token is: ``PRIVATIZE_RAY_AUTH_TOKEN_FILE``, else
+    ``ray-auth-token`` beside the master key file (in the data directory when there is no
+    key file, or when the key's directory is not writable and holds no token yet)."""
+    if settings.ray_auth_token_file is not None:
+        return settings.ray_auth_token_file.expanduser().resolve()
+    fallback = settings.data_path / AUTH_TOKEN_FILE
+    mk = settings.effective_master_key_file
+    if mk is None:
+        return fallback
+    beside = mk.parent / AUTH_TOKEN_FILE
+    if beside.exists() or not fallback.exists() and os.access(mk.parent, os.W_OK):
+        return beside
+    return fallback
+
+
+def _read_token(path: Path) -> str:
+    try:
+        token = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the Ray auth token "
+                          f"({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
+    if len(token) < 32 or any(c.isspace() for c in token):
+        raise ConfigError(f"{path}: not a Ray auth token (one line of at least 32 characters)")
+    return token
+
+
+def ensure_auth_token(settings: Settings) -> Path:
+    """The embedded head's token file, made once (``secrets.token_hex(32)``, mode 0600,
+    never overwritten); a file others can read is made private again."""
+    path = auth_token_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            log.warning("%s was readable by others (mode %o): made private (0600)", path, mode)
+            os.chmod(path, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot create the Ray auth token ({exc.strerror}); set "
+                          "PRIVATIZE_RAY_AUTH_TOKEN_FILE to a writable place") from None
+    else:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(secrets.token_hex(32))  # no newline: Ray reads the file's bytes as the token
+        log.info("made the embedded Ray head's auth token %s (mode 0600)", path)
+    _read_token(path)
+    return path
+
+
+def auth_headers(settings: Settings) -> dict[str, str]:
+    """The ``Authorization`` header for the Ray Jobs API: the embedded head's token, or
+    for ``PRIVATIZE_RAY_ADDRESS`` the one in ``PRIVATIZE_RAY_AUTH_TOKEN_FILE`` (none when
+    that is unset)."""
+    if settings.ray_address:
+        if settings.ray_auth_token_file is None:
+            return {}
+        path = settings.ray_auth_token_file.expanduser()
+    else:
+        path = auth_token_path(settings)
+        if not path.exists():
+            return {}
+    return {"Authorization": f"Bearer {_read_token(path)}"}
+
+
+def head_env(settings: Settings, token_file: Path | None = None) -> dict[str, str]:
     """The environment of the embedded head: the service's, with the venv's ``bin``
-    first on PATH, the project importable, auth off on loopback, and the master key
-    file for workers."""
+    first on PATH, the project importable, a loopback-only node with Ray's token
+    authentication on, and the master key file for workers."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     pp = env.get("PYTHONPATH", "")
     if str(PROJECT_ROOT) not in pp.split(os.pathsep):
         env["PYTHONPATH"] = f"{PROJECT_ROOT}{os.pathsep}{pp}" if pp else str(PROJECT_ROOT)
-    env["RAY_AUTH_MODE"] = "disabled"
+    # the node address stays 127.0.0.1 (``ray start`` would take the host's routable one),
+    # so the GCS, raylet, agents and workers bind to loopback; no other node can join
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    env["RAY_AUTH_MODE"] = AUTH_MODE
+    env["RAY_AUTH_TOKEN_PATH"] = str(token_file or auth_token_path(settings))
+    env.pop("RAY_AUTH_TOKEN", None)  # it would take precedence over the file
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     mk = settings.effective_master_key_file
     if mk is not None:
@@ -160,7 +269,7 @@ def _lock(data_dir: Path):
 
 def find_head(settings: Settings) -> HeadState | None:
     st = read_state(settings.data_path)
-    if st is not None and _is_our_head(st) and _dashboard_up(st.dashboard_url):
+    if st is not None and _is_our_head(st) and _dashboard_up(st.dashboard_url, auth_headers(settings)):
         return st
     return None
 
@@ -169,22 +278,33 @@ def ensure_head(settings: Settings) -> HeadState:
     """The running embedded head, started if there is none."""
     data = settings.data_path
     with _lock(data):
+        token_file = ensure_auth_token(settings)
         st = read_state(data)
         if st is not None and _is_our_head(st):
-            deadline = time.monotonic() + settings.ray_start_timeout_s
-            while time.monotonic() < deadline:  # it may still be starting
-                if _dashboard_up(st.dashboard_url):
-                    log.info("reusing the embedded Ray head (pid %d, dashboard %s)", st.pid, st.dashboard_url)
-                    return st
-                if not _is_our_head(st):
-                    break
-                time.sleep(0.5)
+            if st.auth != AUTH_MODE:
+                log.warning("the embedded Ray head (pid %d) runs without token authentication and may listen "
+                            "on every interface: stopping it and starting a closed one", st.pid)
+            else:
+                headers = auth_headers(settings)
+                deadline = time.monotonic() + settings.ray_start_timeout_s
+                while time.monotonic() < deadline:  # it may still be starting
+                    state = _dashboard_state(st.dashboard_url, headers)
+                    if state == UP:
+                        log.info("reusing the embedded Ray head (pid %d, dashboard %s)", st.pid, st.dashboard_url)
+                        return st
+                    if state == REFUSED:
+                        log.warning("the embedded Ray head (pid %d) refuses the token in %s (a new token?): "
+                                    "restarting it", st.pid, token_file)
+                        break
+                    if not _is_our_head(st):
+                        break
+                    time.sleep(0.5)
             if _is_our_head(st):
                 _terminate(st.pid)
-        return _start_head(settings)
+        return _start_head(settings, token_file)
 
 
-def _start_head(settings: Settings) -> HeadState:
+def _start_head(settings: Settings, token_file: Path) -> HeadState:
     data = settings.data_path
     temp = _ray_temp_dir(settings)
     if len(str(temp)) > 40:
@@ -215,17 +335,18 @@ def _start_head(settings: Settings) -> HeadState:
         "start_new_session=True, close_fds=True)\n"
         "print(p.pid, flush=True)\n"
     )
-    out = subprocess.run([sys.executable, "-c", launcher, str(log_path), *cmd], env=head_env(settings),
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-c", launcher, str(log_path), *cmd],
+                         env=head_env(settings, token_file), capture_output=True, text=True, timeout=60, check=True)
     pid = int(out.stdout.strip())
     st = HeadState(pid=pid, gcs_port=gcs, dashboard_port=dash, temp_dir=str(temp), python=sys.executable,
-                   started_at=time.time())
+                   started_at=time.time(), auth=AUTH_MODE)
     tmp = data / f".{STATE_FILE}.tmp"
     tmp.write_text(json.dumps(asdict(st)))
     os.replace(tmp, data / STATE_FILE)
+    headers = auth_headers(settings)
     deadline = time.monotonic() + settings.ray_start_timeout_s
     while time.monotonic() < deadline:
-        if _dashboard_up(st.dashboard_url) and _jobs_api_up(st.dashboard_url):
+        if _dashboard_up(st.dashboard_url, headers) and _jobs_api_up(st.dashboard_url, headers):
             log.info("started the embedded Ray head (pid %d, %d CPUs, dashboard %s)", pid, num_cpus,
                      st.dashboard_url)
             return st
@@ -238,12 +359,8 @@ def _start_head(settings: Settings) -> HeadState:
                              f"{tail.strip().splitlines()[-1] if tail.strip() else 'no output'}")
 
 
-def _jobs_api_up(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/api/jobs/", timeout=5) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+def _jobs_api_up(url: str, headers: dict[str, str]) -> bool:
+    return _probe(url, "/api/jobs/", headers, 5.0) == UP
 
 
 def _terminate(pid: int, timeout: float = 45.0) -> None:

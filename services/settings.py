@@ -64,6 +64,11 @@ class Settings(BaseSettings):
     """Ray's session directory root for the embedded head (kept short: Ray puts Unix
     sockets under it). Default ``/tmp/privatize-ray-<hash of data_dir>``."""
     ray_start_timeout_s: float = 90.0
+    ray_auth_token_file: Path | None = None
+    """Ray's token (``RAY_AUTH_MODE=token``). For the embedded head: where it is made once
+    (mode 0600); default ``ray-auth-token`` beside the master key file (else in the data
+    directory). With ``ray_address``: the cluster's token, sent to its Jobs API as
+    ``Authorization: Bearer`` (unset: no token is sent)."""
 
     host: str = "127.0.0.1"
     port: int = 8000

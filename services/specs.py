@@ -1,6 +1,7 @@
 """Pipeline specs submitted by tenants: validated by ``privatize.spec.parse_spec`` (422
 with field paths), then checked for what a tenant may reference: no ``file:`` keys,
-and only ``keystore:`` keys of its own that are enabled."""
+and only ``keystore:`` keys of its own that are enabled and of a kind the field takes
+(what its settings class declares: ``privatize.settings.key_ref``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from sqlalchemy.orm import Session
 from privatize.errors import SpecError
 from privatize.spec import InputSettings, PipelineSpec, parse_spec
 from privatize.spec import key_references as spec_key_references
+from privatize.spec import key_requirements
 from services.errors import SpecInvalid
 from services.models import Key
 
@@ -40,9 +42,10 @@ def key_references(spec: PipelineSpec) -> list[tuple[str, str]]:
 
 def check_key_references(s: Session, tenant_id: str, spec: PipelineSpec) -> list[str]:
     """Keystore ids the spec uses; SpecInvalid (with the field path) for a ``file:``
-    reference or a key that is not this tenant's, disabled or destroyed."""
+    reference or a key that is not this tenant's, disabled, destroyed, or of a kind the
+    field does not take."""
     errors, ids = [], []
-    for path, ref in key_references(spec):
+    for path, ref, kinds in sorted(key_requirements(spec)):
         scheme, _, rest = ref.partition(":")
         if scheme == "file":
             errors.append((path, "file: key references are not accepted by the service; create a key with "
@@ -56,6 +59,8 @@ def check_key_references(s: Session, tenant_id: str, spec: PipelineSpec) -> list
             errors.append((path, f"no key {rest!r}"))
         elif row.status != "enabled":
             errors.append((path, f"key {rest} is {row.status}"))
+        elif kinds is not None and row.kind not in kinds:
+            errors.append((path, f"key {rest} is a {row.kind} key; this field takes {' or '.join(kinds)} keys"))
         elif rest not in ids:
             ids.append(rest)
     if errors:

@@ -10,6 +10,11 @@ files take a fast path that keeps memory flat (a streaming UTF-8 check and Arrow
 streaming JSON reader, or Parquet row groups one at a time); when the fast path sees
 anything wrong, the file is read again by ``privatize.records`` in line-aligned pieces
 to find the exact line and reason, so the message is the same whichever path ran.
+Arrow's reader is laxer than ``privatize.records`` (it takes ``NaN``, ``Inf``, any
+nesting, several objects on a line or one over several lines, and ignores the fields
+it is not asked for), so the fast path only vouches for a file that a byte screen
+(:func:`screen_jsonl`) finds free of what it would let through, and whose record count
+is its number of non-blank lines.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from privatize.errors import InputError
-from privatize.records import InputFile, list_inputs, read_jsonl, read_parquet
+from privatize.records import MAX_JSON_DEPTH, InputFile, list_inputs, read_jsonl, read_parquet
 from privatize.stage import QUARANTINE
 from services.errors import CorpusInvalid, UnsupportedFormat
 
@@ -290,6 +295,49 @@ def _count_nonblank(block: bytes) -> int:
     return int(np.count_nonzero(np.logical_or.reduceat(~_WS[b], starts)))
 
 
+_LAX_TOKENS = re.compile(rb"NaN|Inf|\xef\xbb\xbf")
+"""What Arrow's JSON reader takes and ``privatize.records`` refuses (``NaN``, ``Inf``,
+``Infinity``, a byte order mark), as bytes; in a string they are harmless, but the
+screen cannot tell, so the exact path decides."""
+_OPENERS = np.zeros(256, dtype=np.uint8)
+_OPENERS[list(b"[{")] = 1
+
+
+def _max_openers_per_line(block: bytes) -> int:
+    """The most ``[`` and ``{`` bytes on one line of ``block`` (at least its nesting depth)."""
+    b = np.frombuffer(block, dtype=np.uint8)
+    if not len(b):
+        return 0
+    starts = np.concatenate(([0], np.flatnonzero(b == 0x0A) + 1))
+    starts = starts[starts < len(b)]
+    return int(np.add.reduceat(_OPENERS[b], starts, dtype=np.int64).max())
+
+
+def screen_jsonl(path: Path) -> int | None:
+    """The number of non-blank lines, or None when some line might hold what Arrow's
+    reader accepts and ``privatize.records`` does not: ``NaN``/``Inf`` or a byte order
+    mark anywhere, more ``[``/``{`` on one line than :data:`MAX_JSON_DEPTH`."""
+    n = 0
+    with open(path, "rb") as fh:
+        carry = b""
+        while True:
+            data = fh.read(BLOCK)
+            buf = carry + data
+            if data:
+                cut = buf.rfind(b"\n")
+                if cut < 0:
+                    carry = buf
+                    continue
+                block, carry = buf[:cut + 1], buf[cut + 1:]
+            else:
+                block, carry = buf, b""
+            if _LAX_TOKENS.search(block) or _max_openers_per_line(block) > MAX_JSON_DEPTH:
+                return None
+            n += _count_nonblank(block)
+            if not data:
+                return n
+
+
 def _fast_jsonl(path: Path) -> int | None:
     """Row count when Arrow's reader finds every line a JSON object with a non-blank
     string ``text``; None when anything looks off (the exact path then explains).
@@ -337,10 +385,13 @@ def _fast_parquet(path: Path) -> int | None:
     t = pf.schema_arrow.field("text").type
     if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
         return None
-    for rg in range(pf.num_row_groups):
-        text = pf.read_row_group(rg, columns=["text"]).column("text")
-        if text.null_count or pc.any(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)).as_py():
-            return None
+    try:
+        for rg in range(pf.num_row_groups):
+            text = pf.read_row_group(rg, columns=["text"]).column("text")
+            if text.null_count or pc.any(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)).as_py():
+                return None
+    except (OSError, pa.ArrowException):
+        return None  # a corrupt row group: the exact path names it
     return pf.metadata.num_rows
 
 
@@ -361,7 +412,10 @@ def validate_corpus(path: Path, fmt: str, spool: Path, *, utf8: Utf8Checker | No
                 check_utf8(path)
             else:
                 utf8.raise_error()
-            n = _fast_jsonl(path)
+            lines = screen_jsonl(path)
+            n = _fast_jsonl(path) if lines else None
+            if n != lines:  # a line Arrow read as two records, or two lines as one
+                n = None
         except CorpusInvalid:
             n = None  # privatize.records words it its own way: ask it
         if n is None:

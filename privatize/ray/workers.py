@@ -30,6 +30,7 @@ from privatize.execution import (DSTAGE, READ_STAGE, UniqueIds, apply_global_bat
                                  run_stage_batch, split_by_mask)
 from privatize.keys import KeyResolver
 from privatize.routing import Router
+from privatize.settings import declared_key_kinds
 from privatize.stage import DROP, Stage, StageContext, build_stage
 
 INFO = "\x00privatize-info"
@@ -217,7 +218,10 @@ def stage_key_ids(ref: StageRef) -> dict:
 def pseudonym_key(ref: str | None, base_dir: str | None, run: str) -> tuple[bytes | None, str | None]:
     if not ref:
         return None, None
-    km = _local(run, ("pseudonym", ref, base_dir), lambda: KeyResolver(base_dir=base_dir).resolve(ref))
+    from privatize.spec import OutputSettings
+
+    kinds = declared_key_kinds(OutputSettings, "pseudonym_key")
+    km = _local(run, ("pseudonym", ref, base_dir), lambda: KeyResolver(base_dir=base_dir).resolve(ref, expect=kinds))
     return km.secret, km.key_id
 
 

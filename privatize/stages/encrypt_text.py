@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from privatize.ciphers.vigenere import Vigenere, warn_obfuscation
-from privatize.settings import KeyRef, Once, StageSettings
+from privatize.settings import Once, StageSettings, declared_key_kinds, key_ref
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ NO_TEXT = "no text to encrypt"
 class EncryptTextSettings(StageSettings):
     kind: Literal["encrypt_text"] = "encrypt_text"
     order_rules = (Once("encrypt_text appears twice"),)
-    key: KeyRef
+    key: key_ref("vigenere")
     """A ``vigenere`` key, by reference (``file:<path>`` or ``keystore:<id>``)."""
 
 
@@ -44,7 +44,8 @@ class EncryptText(Stage):
     _key_id: str | None = None
 
     def setup(self) -> None:
-        km = self.context.key_resolver.resolve(self.settings.key, expect=("vigenere",))
+        km = self.context.key_resolver.resolve(self.settings.key,
+                                                  expect=declared_key_kinds(self.settings, "key"))
         self._cipher = Vigenere.from_key(km)
         self._key_id = km.key_id
         warn_obfuscation(every_time=True)
