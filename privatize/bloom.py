@@ -26,6 +26,17 @@ import numpy as np
 _CHUNK = 1 << 16  # rows per vectorised step of add_many
 
 
+def bloom_bits(capacity: int, fp_rate: float) -> int:
+    """``m``, the bits of a filter for ``capacity`` items at ``fp_rate`` (the optimum)."""
+    return max(8, math.ceil(-int(capacity) * math.log(float(fp_rate)) / math.log(2) ** 2))
+
+
+def bloom_bytes(capacity: int, fp_rate: float) -> int:
+    """The bytes a :class:`BloomFilter` of this size allocates for its bits, before any
+    item is added (what a settings check can bound)."""
+    return (bloom_bits(capacity, fp_rate) + 7) // 8
+
+
 class BloomFilter:
     def __init__(self, capacity: int, fp_rate: float):
         if capacity < 1:
@@ -34,7 +45,7 @@ class BloomFilter:
             raise ValueError("fp_rate must be in (0, 1)")
         self.capacity = int(capacity)
         self.fp_rate = float(fp_rate)
-        self.m = max(8, math.ceil(-self.capacity * math.log(self.fp_rate) / math.log(2) ** 2))
+        self.m = bloom_bits(self.capacity, self.fp_rate)
         self.k = max(1, round(self.m / self.capacity * math.log(2)))
         self.bits = np.zeros((self.m + 7) // 8, dtype=np.uint8)
         self.count = 0  # items added (duplicates included)

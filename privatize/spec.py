@@ -25,8 +25,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from privatize.errors import SpecError
-from privatize.settings import StageSettings, field_holds_key_ref, field_key_kinds, key_ref
+from privatize.settings import KeyKinds, KeyRef, StageSettings, field_holds_key_ref, field_key_kinds
 from privatize.stage import registered_kinds
+
+
+MAX_SHARDS = 4096
+MAX_STAGES = 32
+"""Bounds of every spec (the service holds tenants to its own, smaller quotas:
+``services.limits``). A stage's own numbers are bounded on its settings class."""
 
 
 class InputSettings(BaseModel):
@@ -40,10 +46,10 @@ class InputSettings(BaseModel):
 class OutputSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_shards: int = Field(8, ge=1, le=4096)
-    meta_keys: list[str] = Field(default_factory=list)
+    num_shards: int = Field(8, ge=1, le=MAX_SHARDS)
+    meta_keys: list[str] = Field(default_factory=list, max_length=64)
     """``meta`` keys copied to the output. None by default: metadata often holds PII."""
-    pseudonym_key: key_ref("hmac") | None = None
+    pseudonym_key: Annotated[KeyRef, KeyKinds("hmac")] | None = None
     """An ``hmac`` key for the ``individual_id`` pseudonym; without one the column is emptied."""
 
 
@@ -62,7 +68,7 @@ class PipelineSpec(BaseModel):
 
     version: Literal[1] = 1
     input: InputSettings = Field(default_factory=InputSettings)
-    stages: list[StageSpec] = Field(min_length=1)  # type: ignore[valid-type]
+    stages: list[StageSpec] = Field(min_length=1, max_length=MAX_STAGES)  # type: ignore[valid-type]
     output: OutputSettings = Field(default_factory=OutputSettings)
 
     @model_validator(mode="after")
@@ -107,7 +113,7 @@ def key_references(spec: BaseModel) -> list[tuple[str, str]]:
 def key_requirements(spec: BaseModel) -> list[tuple[str, str, tuple[str, ...] | None]]:
     """(field path, reference, key kinds the field takes) for every key reference in
     ``spec``, as :func:`key_references` finds them; the kinds are what the field's
-    settings class declares (:func:`~privatize.settings.key_ref`), None where it
+    settings class declares (:class:`~privatize.settings.KeyKinds`), None where it
     declares none (any kind)."""
     found: list[tuple[str, str, tuple[str, ...] | None]] = []
 

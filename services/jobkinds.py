@@ -94,6 +94,12 @@ def _validate_pipeline(data):
     return validate_spec(data)
 
 
+def _pipeline_limits(settings, spec) -> None:
+    from services.limits import check_pipeline_limits
+
+    check_pipeline_limits(settings, spec)
+
+
 def _prepare_pipeline(session, tenant_id: str, corpus, spec):
     """Only the tenant's own enabled ``keystore:`` keys; ``input.format`` fixed to the
     corpus's format."""
@@ -125,7 +131,8 @@ def _pipeline_results(storage, output_path: str) -> dict | None:
     return None if manifest is None else manifest_counts(manifest)
 
 
-register_job_kind(JobKind(PRIVATIZE, _validate_pipeline, "privatize.job", _pipeline_results, _prepare_pipeline))
+register_job_kind(JobKind(PRIVATIZE, _validate_pipeline, "privatize.job", _pipeline_results, _prepare_pipeline,
+                          limits=_pipeline_limits))
 
 
 # ---- training -------------------------------------------------------------------------

@@ -91,18 +91,32 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = "json"
     """One JSON object per log line (with the request id), or plain text."""
 
+    # ---- pipelines: the most a tenant's privatization spec may ask for (422 beyond) ---
+    pipeline_max_bloom_bytes: int = Field(1 * GiB, ge=1 << 20, le=80 * 10**9)
+    """The Bloom filters of a job's ``dedup`` stages (``method: bloom``), computed from
+    ``bloom_capacity`` and ``bloom_fp_rate`` (all partitions' filters, summed over the
+    stages). 1 GiB holds about 3*10^8 distinct records at ``bloom_fp_rate`` 10^-6."""
+    pipeline_max_shards: int = Field(256, ge=1, le=4096)
+    """``output.num_shards`` (the spec's own bound is 4096)."""
+    pipeline_max_stages: int = Field(16, ge=1, le=32)
+    """Stages per spec (the spec's own bound is 32)."""
+    pipeline_max_redact_batch_size: int = Field(1000, ge=1, le=10_000)
+    """A ``redact`` stage's ``batch_size`` (texts per spaCy batch; the stage's own bound is
+    10000)."""
+
     # ---- trainings: the most a tenant's training config may ask for (422 beyond) -----
     train_presets: str = "tiny,small"
     """Model presets tenants may train, comma-separated (``paper-551m``: the paper's 551M)."""
+    # (each at most the bound ``train.config`` declares on the field it limits)
     train_max_workers: int = Field(2, ge=1, le=256)
     train_max_cpus_per_worker: float = Field(4.0, gt=0, le=64)
     train_allow_gpu: bool = False
-    train_max_steps: int = Field(100_000, ge=1)
-    train_max_epochs: int = Field(100, ge=1)
-    train_max_batch_size: int = Field(256, ge=1)
-    train_max_seq_len: int = Field(2048, ge=8)
-    train_max_vocab_size: int = Field(65_536, ge=300)
-    train_max_failures: int = Field(3, ge=0)
+    train_max_steps: int = Field(100_000, ge=1, le=10_000_000)
+    train_max_epochs: int = Field(100, ge=1, le=1000)
+    train_max_batch_size: int = Field(256, ge=1, le=4096)
+    train_max_seq_len: int = Field(2048, ge=8, le=8192)
+    train_max_vocab_size: int = Field(65_536, ge=300, le=262_144)
+    train_max_failures: int = Field(3, ge=0, le=100)
     """Ray Train restarts (from the last checkpoint) a tenant's run may ask for."""
 
     # ---- derived ------------------------------------------------------------------

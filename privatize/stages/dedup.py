@@ -29,6 +29,11 @@ nothing in how records are compared.
 ``min_length`` defaults to 0 (every repeat counts, as in the paper). Corpora with
 templated short segments ("Thank you.", greetings in dialogues) route most records
 private that way; the CRT recipe uses ``min_length: 20``.
+
+Bounds: ``bloom_capacity`` at most 10^10 and ``bloom_fp_rate`` at least 10^-12, so the
+filters of one stage stay under about 72 GB (:meth:`DedupSettings.bloom_memory_bytes`
+says how much a setting asks for; the service holds tenants to a far smaller quota,
+``PRIVATIZE_PIPELINE_MAX_BLOOM_BYTES``); ``min_length`` at most 10^6 characters.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from privatize.bloom import BloomFilter
+from privatize.bloom import BloomFilter, bloom_bytes
 from privatize.settings import AfterOneOf, Before, StageSettings
 from privatize.stage import DECISION_ROW, DROP, NUM_PARTITIONS, GlobalStage, register_stage, set_column
 from privatize.ciphers.tokens import MASK_TOKEN
@@ -51,6 +56,9 @@ from privatize.ciphers.tokens import MASK_TOKEN
 log = logging.getLogger(__name__)
 
 DIGEST_SIZE = 20
+MAX_BLOOM_CAPACITY = 10_000_000_000
+MIN_BLOOM_FP_RATE = 1e-12
+MAX_MIN_LENGTH = 1_000_000
 DROP_DUPLICATE = "duplicate"
 # whitespace for ``normalize``: ASCII whitespace and the Unicode space and line separators
 _WS_RUN = r"[\s\x0b\x{85}\p{Zs}\x{2028}\x{2029}]+"
@@ -70,15 +78,23 @@ class DedupSettings(StageSettings):
     unit: Literal["segment", "document"] = "segment"
     """``segment``: records from a ``split`` before; ``document``: whole documents."""
     action: Literal["mask", "drop"] = "mask"
-    min_length: int = Field(0, ge=0)
+    min_length: int = Field(0, ge=0, le=MAX_MIN_LENGTH)
     """Records with fewer characters (code points) take no part."""
     normalize: Literal["none", "whitespace", "whitespace_case"] = "none"
     """``none``: exact bytes; ``whitespace``: runs of whitespace count as one space and
     leading/trailing whitespace is ignored; ``whitespace_case``: also case-insensitive
     (Unicode lower case)."""
-    bloom_capacity: int = Field(10_000_000, ge=1)
+    bloom_capacity: int = Field(10_000_000, ge=1, le=MAX_BLOOM_CAPACITY)
     """Expected number of distinct keyed records in the corpus (``method: bloom``)."""
-    bloom_fp_rate: float = Field(1e-6, gt=0, lt=1)
+    bloom_fp_rate: float = Field(1e-6, ge=MIN_BLOOM_FP_RATE, lt=1)
+
+    def bloom_memory_bytes(self) -> int:
+        """The bytes of every Bloom filter this stage allocates (one per hash partition,
+        ``bloom_capacity / NUM_PARTITIONS`` items each, at ``bloom_fp_rate``): an upper
+        bound on what its decide tasks hold at once. 0 for ``method: sha1``."""
+        if self.method != "bloom":
+            return 0
+        return NUM_PARTITIONS * bloom_bytes(math.ceil(self.bloom_capacity / NUM_PARTITIONS), self.bloom_fp_rate)
 
 
 def _array(col) -> pa.Array:

@@ -187,6 +187,14 @@ class Service:
         st = json.loads((self.data / "ray-head.json").read_text())
         return f"http://127.0.0.1:{st['dashboard_port']}"
 
+    def ray_jobs(self):
+        """A Ray Jobs client of the embedded head, with its token (the head has Ray's token
+        authentication on; the token is made beside the master key file)."""
+        from ray.job_submission import JobSubmissionClient
+
+        token = (self.master_key_file.parent / "ray-auth-token").read_text().strip()
+        return JobSubmissionClient(self.ray_dashboard(), headers={"Authorization": f"Bearer {token}"})
+
     def new_tenant(self, name: str, *extra: str) -> "Tenant":
         name = f"{name}-{secrets.token_hex(3)}"  # unique even on a database that outlives the session
         out = json.loads(self.cli("admin", "tenant", "create", name, *extra).stdout.strip().splitlines()[-1])

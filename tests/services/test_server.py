@@ -346,7 +346,6 @@ def test_cli_submit_wait(service, corpus_file, tmp_path):
 
 def test_sigkill_while_running_then_restart(service, tmp_path):
     from privatize.corpus import make_corpus
-    from ray.job_submission import JobSubmissionClient
 
     t = service.new_tenant("survivor")
     big = tmp_path / "big.jsonl"
@@ -364,7 +363,7 @@ def test_sigkill_while_running_then_restart(service, tmp_path):
     assert status == "running", status
     killed_at = time.time()
     service.kill()
-    ray = JobSubmissionClient(service.ray_dashboard())
+    ray = service.ray_jobs()
     assert str(ray.get_job_info(jid).status) in ("RUNNING", "JobStatus.RUNNING")  # it goes on without us
     service.start()
     job = t.wait(jid, timeout=300)
@@ -381,8 +380,6 @@ def test_sigkill_while_running_then_restart(service, tmp_path):
 # ---- key material appears nowhere but in the export ---------------------------------------------
 
 def test_key_material_appears_nowhere_but_the_export(service, crt_run, acme):
-    from ray.job_submission import JobSubmissionClient
-
     secrets = []
     for k in crt_run["keys"].values():
         r = acme.http.post(f"/v1/keys/{k['id']}/export")
@@ -402,7 +399,7 @@ def test_key_material_appears_nowhere_but_the_export(service, crt_run, acme):
                 dump += (bytes(v) if isinstance(v, (bytes, memoryview)) else str(v).encode()) + b"\n"
     assert {"keys", "jobs", "tenants", "api_tokens", "corpora"} <= set(tables) and dump
     # the service's log, the Ray head's log, every Ray job's entrypoint, metadata, runtime env and logs
-    ray = JobSubmissionClient(service.ray_dashboard())
+    ray = service.ray_jobs()
     ray_blob = b""
     for j in ray.list_jobs():
         ray_blob += json.dumps({"entrypoint": j.entrypoint, "metadata": j.metadata,

@@ -284,9 +284,7 @@ def test_a_tiny_training_on_a_privatization_output(service, trained):
     assert r.status_code == 200 and r.headers["content-type"] == "application/gzip"
     assert f"training-{tid}-model.tar.gz" in r.headers["content-disposition"]
     # what the job ran: train.job on the privatization output, located by the service
-    from ray.job_submission import JobSubmissionClient
-
-    info = JobSubmissionClient(service.ray_dashboard()).get_job_info(tid)
+    info = service.ray_jobs().get_job_info(tid)
     assert info.entrypoint.startswith("python -m services.jobrun train ")
     assert info.entrypoint.split()[-2].endswith(f"/jobs/{job['id']}/output")
     assert info.metadata["privatize_kind"] == "train" and info.metadata["privatize_input_job"] == job["id"]
@@ -310,8 +308,6 @@ def test_the_audit_log_has_the_training(trained):
 
 @server_test
 def test_no_key_material_reaches_the_training(service, trained):
-    from ray.job_submission import JobSubmissionClient
-
     from privatize.keys import key_from_json
 
     t, tid = trained["tenant"], trained["cli"]["training_id"]
@@ -319,7 +315,7 @@ def test_no_key_material_reaches_the_training(service, trained):
     assert len(secret) == 64
     row = service.query("select * from jobs where id = :id", id=tid)
     assert row and json.loads(dict(zip(_job_columns(service), row[0]))["key_ids"]) == []
-    info = JobSubmissionClient(service.ray_dashboard()).get_job_info(tid)
+    info = service.ray_jobs().get_job_info(tid)
     blobs = {"row": json.dumps(row, default=str).encode(),
              "spec.json": service.files.read(f"tenants/{t.id}/jobs/{tid}/spec.json"),
              "summary.json": service.files.read(f"tenants/{t.id}/jobs/{tid}/output/summary.json"),
