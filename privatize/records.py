@@ -294,14 +294,17 @@ def _lone_surrogate(obj) -> int | None:
 def _add_object(b: _Builder, lineno: int, default_id: str, obj: dict, raw_line: str, *,
                 finite: bool = True) -> None:
     """One record of ``obj``; ``finite``: a number that is not a finite double (``1e999``
-    overflows to infinity) quarantines the record, so ``meta`` stays standard JSON."""
+    overflows to infinity) quarantines the record, so ``meta`` stays standard JSON.
+    Values JSON has no type for (a Parquet column of bytes, timestamps, decimals) go into
+    ``meta`` as their ``str()``."""
     text = obj.get("text")
     raw_id = obj.get("doc_id", obj.get("id"))
     doc_id = _id_string(raw_id) if raw_id is not None else default_id
     ind = obj.get("individual_id")
     meta = {k: v for k, v in obj.items() if k not in ("text", "id", "doc_id", "individual_id")}
     try:
-        meta_s = json.dumps(meta, ensure_ascii=False, sort_keys=True, allow_nan=not finite) if meta else None
+        meta_s = json.dumps(meta, ensure_ascii=False, sort_keys=True, allow_nan=not finite,
+                            default=str) if meta else None
     except ValueError:
         b.add(lineno, default_id, raw_line, reason="invalid JSON: a number is out of range (not a finite double)")
         return
@@ -372,10 +375,13 @@ def read_parquet(f: InputFile, batch_size: int) -> Iterator[pa.Table]:
         try:
             rb = next(batches, None)
             rows = rb.to_pylist() if rb is not None else None
-        except (OSError, pa.ArrowException, ValueError, OverflowError, RecursionError) as exc:
-            # a corrupt page, or a value Python cannot hold (a timestamp past year 9999)
+        except (OSError, pa.ArrowException) as exc:  # a corrupt page
             why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise InputError(f"{f.path}:{row + 1}: not a readable Parquet file ({why})") from None
+        except (ValueError, OverflowError, RecursionError) as exc:  # a timestamp past year 9999
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputError(f"{f.path}:{row + 1}: a value in the {batch_size} rows from here has no Python "
+                             f"equivalent ({why})") from None
         if rows is None:
             break
         for obj in rows:

@@ -13,14 +13,14 @@ spec checks every stage's rules through the registry (``privatize.spec.check_sta
         order_rules = (Once("foo appears twice"),
                        AfterOneOf("split", "foo needs a split stage before it"))
 
-A key reference field names the key kinds it takes in its type, ``key: key_ref("hmac")``
-(``KeyRef`` alone takes any kind); the service checks a tenant's key against it when a
-job is created, ``privatize.run`` checks ``file:`` keys before any work, and the stage
-resolves the key with the same kinds (``declared_key_kinds``)::
+A key reference field names the key kinds it takes in its type (``KeyRef`` alone takes
+any kind); the service checks a tenant's key against it when a job is created,
+``privatize.run`` checks ``file:`` keys before any work, and the stage resolves the key
+with the same kinds (``declared_key_kinds``)::
 
     class FooSettings(StageSettings):
         kind: Literal["foo"] = "foo"
-        key: key_ref("aes-siv")
+        key: Annotated[KeyRef, KeyKinds("aes-siv")]
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ KeyRef = Annotated[str, AfterValidator(_check_key_ref)]
 
 
 class KeyKinds:
-    """Metadata of a :data:`KeyRef` field: the key kinds (``privatize.keys.KINDS``) it takes."""
+    """Metadata of a :data:`KeyRef` field: the key kinds (``privatize.keys.KINDS``) it
+    takes, ``Annotated[KeyRef, KeyKinds("vigenere")]`` (also inside ``| None`` or ``list``)."""
 
     __slots__ = ("kinds",)
 
@@ -63,12 +64,6 @@ class KeyKinds:
         return f"KeyKinds{self.kinds!r}"
 
 
-def key_ref(*kinds: str):
-    """The type of a key reference field that takes keys of these kinds only:
-    ``key: key_ref("vigenere")``, ``key: key_ref("aes-siv", "aes-ecb") | None = None``."""
-    return Annotated[KeyRef, KeyKinds(*kinds)]
-
-
 def _kinds_in(meta: Iterable[object]) -> tuple[str, ...] | None:
     for m in meta:
         if isinstance(m, KeyKinds):
@@ -77,8 +72,8 @@ def _kinds_in(meta: Iterable[object]) -> tuple[str, ...] | None:
 
 
 def key_kinds_of(tp: object) -> tuple[str, ...] | None:
-    """The kinds a type made with :func:`key_ref` takes (through ``| None`` and ``list``);
-    None when it declares none."""
+    """The kinds a type annotated with :class:`KeyKinds` takes (through ``| None`` and
+    ``list``); None when it declares none."""
     if get_origin(tp) is Annotated:
         base, *meta = get_args(tp)
         found = _kinds_in(meta)
@@ -91,7 +86,7 @@ def key_kinds_of(tp: object) -> tuple[str, ...] | None:
 
 
 def field_key_kinds(field: FieldInfo) -> tuple[str, ...] | None:
-    """The key kinds a pydantic field declares (see :func:`key_ref`), or None."""
+    """The key kinds a pydantic field declares (:class:`KeyKinds`), or None."""
     found = _kinds_in(field.metadata)
     return found if found is not None else key_kinds_of(field.annotation)
 

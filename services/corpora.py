@@ -25,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.requests import ClientDisconnect, Request
 
+from services import validation
 from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import Conflict, CorpusInvalid, InvalidRequest, NotFound, StorageLimitExceeded
@@ -32,33 +33,51 @@ from services.jobs import delete_job_data
 from services.models import ACTIVE_JOB_STATES, Corpus, Job, Tenant, new_id
 from services.storage import corpus_dir
 from services.tenants import storage_used
-from services.validation import EXTENSIONS, Utf8Checker, format_for, validate_corpus
+from services.validation import EXTENSIONS, JsonlScreen, Utf8Checker, format_for, validate_corpus
 
 log = logging.getLogger(__name__)
 
 
 class _Sink:
     """Hashes, UTF-8-checks and writes chunks (in a worker thread, while the event loop
-    receives the next chunk)."""
+    receives the next chunk). A JSONL upload past ``EXACT_LIMIT`` bytes (validated by the
+    fast path) is also screened as it comes (``JsonlScreen``), from its first byte."""
 
-    def __init__(self, path: Path, utf8: bool):
+    def __init__(self, path: Path, fmt: str):
         self.path = path
         self.fh = open(path, "xb")
         self.sha = hashlib.sha256()
-        self.utf8 = Utf8Checker() if utf8 else None
+        self.utf8 = Utf8Checker() if fmt in ("jsonl", "text") else None
+        self._screen = JsonlScreen() if fmt == "jsonl" else None
+        self._screening = False
         self.bytes = 0
 
     def write(self, data: bytes) -> None:
         self.sha.update(data)
         if self.utf8 is not None:
             self.utf8.feed(data)
+        if self._screen is not None and self.bytes + len(data) > validation.EXACT_LIMIT:
+            if not self._screening:  # the first bytes, read back once
+                self._screening = True
+                self.fh.flush()
+                with open(self.path, "rb") as back:
+                    while chunk := back.read(4 << 20):
+                        self._screen.feed(chunk)
+            self._screen.feed(data)
         self.fh.write(data)
         self.bytes += len(data)
+
+    @property
+    def screen(self) -> JsonlScreen | None:
+        """The finished screen of the whole upload, when it ran (after ``close``)."""
+        return self._screen if self._screening and self.fh.closed else None
 
     def close(self) -> None:
         if not self.fh.closed:
             if self.utf8 is not None:
                 self.utf8.finish()
+            if self._screening:
+                self._screen.finish()
             self.fh.close()
 
 
@@ -119,7 +138,7 @@ async def receive_upload(ctx: ServiceContext, tenant_id: str, request: Request, 
     writing: asyncio.Task | None = None  # at most one chunk in the writer thread
     stored = False
     try:
-        sink = await anyio.to_thread.run_sync(_Sink, spool_path, fmt in ("jsonl", "text"))
+        sink = await anyio.to_thread.run_sync(_Sink, spool_path, fmt)
         pending: list[bytes] = []
         pending_n = 0
         total = 0
@@ -146,7 +165,7 @@ async def receive_upload(ctx: ServiceContext, tenant_id: str, request: Request, 
         if sink.bytes == 0:
             raise CorpusInvalid("file is empty", line=None, problem="file is empty")
         validated = await anyio.to_thread.run_sync(
-            functools.partial(validate_corpus, spool_path, fmt, ctx.spool, utf8=sink.utf8))
+            functools.partial(validate_corpus, spool_path, fmt, ctx.spool, utf8=sink.utf8, screen=sink.screen))
         await anyio.to_thread.run_sync(ctx.storage.put_file, spool_path, stored_rel)
         stored = True
         corpus = Corpus(id=cid, tenant_id=tenant_id, name=name, format=fmt, bytes=sink.bytes,

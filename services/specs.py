@@ -1,7 +1,7 @@
 """Pipeline specs submitted by tenants: validated by ``privatize.spec.parse_spec`` (422
 with field paths), then checked for what a tenant may reference: no ``file:`` keys,
 and only ``keystore:`` keys of its own that are enabled and of a kind the field takes
-(what its settings class declares: ``privatize.settings.key_ref``)."""
+(what its settings class declares: ``privatize.settings.KeyKinds``)."""
 
 from __future__ import annotations
 

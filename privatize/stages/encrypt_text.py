@@ -17,13 +17,13 @@ is quarantined ("no text to encrypt").
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Annotated, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from privatize.ciphers.vigenere import Vigenere, warn_obfuscation
-from privatize.settings import Once, StageSettings, declared_key_kinds, key_ref
+from privatize.settings import KeyKinds, KeyRef, Once, StageSettings, declared_key_kinds
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ NO_TEXT = "no text to encrypt"
 class EncryptTextSettings(StageSettings):
     kind: Literal["encrypt_text"] = "encrypt_text"
     order_rules = (Once("encrypt_text appears twice"),)
-    key: key_ref("vigenere")
+    key: Annotated[KeyRef, KeyKinds("vigenere")]
     """A ``vigenere`` key, by reference (``file:<path>`` or ``keystore:<id>``)."""
 
 

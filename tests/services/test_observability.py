@@ -51,3 +51,31 @@ def test_log_lines_carry_the_request_id():
     assert TextFormatter().format(rec).endswith("GET /v1/jobs 200 [request req-42]")
     outside = json.loads(JsonFormatter().format(_record("no request")))
     assert "request_id" not in outside
+
+
+def test_an_unhandled_error_is_answered_500_by_the_middleware(caplog):
+    """A bug (an exception no handler maps) is answered here, logged with its request id,
+    instead of reaching the server, which would answer 500 and drop the client's
+    keep-alive connection (issue 23)."""
+    from fastapi import FastAPI
+
+    from services.metrics import Metrics
+    from services.observability import RequestMiddleware
+
+    app = FastAPI()
+    app.add_middleware(RequestMiddleware, metrics=Metrics(ray_state=lambda: "none"))
+
+    @app.get("/boom")
+    def boom():
+        raise RuntimeError("a bug")
+
+    @app.get("/ok")
+    def ok():
+        return {"ok": True}
+
+    with TestClient(app) as client, caplog.at_level(logging.ERROR, logger="services.observability"):
+        r = client.get("/boom", headers={"X-Request-ID": "req-boom"})  # the exception would re-raise here
+        assert r.status_code == 500 and r.json()["code"] == "internal" and r.headers["x-request-id"] == "req-boom"
+        assert "a bug" not in r.text
+        assert client.get("/ok").json() == {"ok": True}
+    assert any(rec.exc_info and "unhandled error" in rec.getMessage() for rec in caplog.records)

@@ -267,6 +267,87 @@ def test_upload_validation_names_problem_and_line(service, tmp_path):
     assert not service.spooled()
 
 
+def _local_port(r) -> int:
+    """The client-side port of the connection a response came on: the same port on two
+    responses means the keep-alive connection was reused, not dropped."""
+    return r.extensions["network_stream"].get_extra_info("client_addr")[1]
+
+
+def _assert_nothing_stored(service, t) -> None:
+    assert t.http.get("/v1/corpora").json() == []
+    assert service.query("select count(*) from corpora where tenant_id = :t", t=t.id) == [(0,)]
+    assert service.files.list(f"tenants/{t.id}") == []
+    assert not service.spooled()
+
+
+def test_hostile_uploads_answer_422_naming_the_line_and_keep_the_connection(service):
+    """issue 23, items 1, 2 and 7: a lone surrogate (was a 500 from Arrow and a dropped
+    connection), 3,000 nested arrays (was a 500: RecursionError), NaN/Infinity (was
+    accepted). Each is a 422 naming the line; nothing is stored; the same connection
+    answers the next request."""
+    t = service.new_tenant("hostile")
+    good = b'{"text": "a fine line"}\n'
+    cases = [
+        (b'{"text":"\\ud800"}\n', "line 1: not a JSONL file (invalid JSON: string holds a lone surrogate (\\ud800)"),
+        (good + b'{"text":"\\ud800"}\n', "line 2: invalid JSON: string holds a lone surrogate (\\ud800)"),
+        (good + b'{"text": "a", "x": ' + b"[" * 3000 + b"]" * 3000 + b"}\n", "line 2: invalid JSON: nested deeper"),
+        (good + good + b'{"text":"a","x":NaN}\n', "line 3: invalid JSON: NaN is not JSON"),
+        (good + b'{"text":"a","x":[Infinity, -Infinity]}\n', "line 2: invalid JSON: Infinity is not JSON"),
+        (good + b'{"text":"a","x":1e999}\n', "line 2: invalid JSON: a number is out of range"),
+    ]
+    first = t.http.get("/v1/tenant")
+    assert first.status_code == 200
+    port = _local_port(first)
+    for data, msg in cases:
+        r = t.http.post("/v1/corpora", params={"format": "jsonl"}, content=data,
+                        headers={"Content-Type": "application/octet-stream"})
+        assert r.status_code == 422, (data[:60], r.status_code, r.text[:300])
+        body = r.json()
+        assert body["code"] == "invalid_corpus" and body["detail"].startswith(msg), (msg, body)
+        assert r.headers.get("connection") != "close"
+        nxt = t.http.get("/v1/corpora")
+        assert nxt.status_code == 200 and nxt.json() == []
+        assert _local_port(r) == _local_port(nxt) == port, "the keep-alive connection was dropped"
+    _assert_nothing_stored(service, t)
+    assert "Traceback" not in service.log_text() and "UnicodeEncodeError" not in service.log_text()
+
+
+def test_audit_cursor_past_64_bits_answers_422_naming_the_parameter(service):
+    """issue 23, item 3: ``before`` past a signed 64-bit integer was a 500 from SQLite."""
+    t = service.new_tenant("cursor")
+    port = None
+    for before in ("9223372036854775808", str(10**30), "0", "-1", "1e3"):
+        r = t.http.get("/v1/audit", params={"before": before})
+        assert r.status_code == 422, (before, r.text)
+        assert [e["loc"] for e in r.json()["detail"]] == [["query", "before"]] and r.json()["detail"][0]["msg"]
+        port = port or _local_port(r)
+        assert _local_port(r) == port
+    r = t.http.get("/v1/audit", params={"before": str(2**63 - 1)})
+    assert r.status_code == 200 and r.json()["next_before"] is None and _local_port(r) == port
+
+
+def test_a_key_of_the_wrong_kind_answers_422_at_job_creation(service, corpus_file):
+    """issue 23, item 4: an aes-siv key for encrypt_text was accepted (201) and the job
+    failed on the worker. The kind a field takes is what its stage's settings declare."""
+    t = service.new_tenant("kinds")
+    cid = t.upload(corpus_file).json()["id"]
+    k = {kind: t.http.post("/v1/keys", json={"kind": kind}).json() for kind in ("vigenere", "aes-siv", "hmac")}
+    redact = {"stages": [{"kind": "split"}, {"kind": "redact", "operator": "encrypt", "key": k["vigenere"]["ref"]}]}
+    cases = [(crt_spec(k["aes-siv"]["ref"]), "stages.3.key", "aes-siv", "vigenere"),
+             (crt_spec(k["hmac"]["ref"]), "stages.3.key", "hmac", "vigenere"),
+             (crt_spec(k["vigenere"]["ref"], k["aes-siv"]["ref"]), "output.pseudonym_key", "aes-siv", "hmac"),
+             (redact, "stages.1.key", "vigenere", "aes-siv or aes-ecb")]
+    for spec, path, kind, takes in cases:
+        r = t.http.post("/v1/jobs", json={"corpus_id": cid, "spec": spec})
+        assert r.status_code == 422, (path, r.text)
+        (err,) = r.json()["errors"]
+        assert err["path"] == path and err["message"] == \
+            f"key {k[kind]['id']} is a {kind} key; this field takes {takes} keys"
+        assert r.json()["detail"].startswith(f"{path}: ")
+    assert t.http.get("/v1/jobs").json() == []
+    assert service.query("select count(*) from jobs where tenant_id = :t", t=t.id) == [(0,)]
+
+
 def test_interrupted_upload_leaves_nothing(service):
     t = service.new_tenant("cutoff")
     body = b'{"text": "a sentence that is long enough to matter here."}\n' * 40000  # ~2.3 MB

@@ -137,3 +137,56 @@ def test_input_format_gives_the_spec_a_new_parse_would():
     reparsed = parse_spec({**s.to_dict(), "input": {**s.to_dict()["input"], "format": "parquet"}})
     assert fixed == reparsed and fixed.sha256() == reparsed.sha256() and fixed.to_dict() == reparsed.to_dict()
     assert with_input_format(fixed, "parquet") == fixed
+
+
+def test_a_key_of_the_wrong_kind_is_refused_at_its_field_path(db):
+    """issue 23: the kind each key field takes is what its settings class declares
+    (``KeyKinds``): encrypt_text a vigenere key, redact's encrypt operator an aes-siv
+    or aes-ecb key, output.pseudonym_key an hmac key."""
+    master = secrets.token_bytes(32)
+    with session_scope(db) as s:
+        a, _, _ = create_tenant(s, "a", storage_limit_bytes=10, max_concurrent_jobs=1)
+        keys = {kind: create_key(s, master, a.id, kind=kind).id for kind in ("vigenere", "aes-siv", "hmac")}
+    ref = {kind: f"keystore:{kid}" for kind, kid in keys.items()}
+
+    def redact(key: str) -> dict:
+        return {"stages": [{"kind": "split"}, {"kind": "redact", "operator": "encrypt", "key": key}]}
+
+    with session_scope(db) as s:
+        assert check_key_references(s, a.id, validate_spec(spec(ref["vigenere"], ref["hmac"]))) == \
+            [keys["hmac"], keys["vigenere"]]  # in field path order
+        assert check_key_references(s, a.id, validate_spec(redact(ref["aes-siv"]))) == [keys["aes-siv"]]
+        for bad, path, kind, takes in ((spec(ref["aes-siv"]), "stages.3.key", "aes-siv", "vigenere"),
+                                       (spec(ref["vigenere"], ref["aes-siv"]), "output.pseudonym_key", "aes-siv",
+                                        "hmac"),
+                                       (redact(ref["vigenere"]), "stages.1.key", "vigenere", "aes-siv or aes-ecb")):
+            with pytest.raises(SpecInvalid) as ei:
+                check_key_references(s, a.id, validate_spec(bad))
+            (err,) = ei.value.extra["errors"]
+            assert err["path"] == path and err["loc"] == ["body", "spec", *path.split(".")]
+            assert err["message"] == f"key {keys[kind]} is a {kind} key; this field takes {takes} keys"
+            assert ei.value.message == f"{path}: {err['message']}"
+
+
+def test_every_key_field_of_every_registered_stage_declares_its_kinds():
+    """A key field without declared kinds would take any key: the registry is checked,
+    so a new stage cannot forget."""
+    from privatize.keys import KINDS
+    from privatize.settings import field_holds_key_ref, field_key_kinds
+    from privatize.spec import OutputSettings
+    from privatize.stage import registered_kinds
+
+    seen = []
+
+    def fields(model, prefix):
+        for name, f in model.model_fields.items():
+            if field_holds_key_ref(f):
+                kinds = field_key_kinds(f)
+                assert kinds and set(kinds) <= set(KINDS), (prefix, name, kinds)
+                seen.append((f"{prefix}.{name}", kinds))
+
+    fields(OutputSettings, "output")
+    for kind, (settings_cls, _) in registered_kinds().items():
+        fields(settings_cls, kind)
+    assert ("encrypt_text.key", ("vigenere",)) in seen and ("redact.key", ("aes-siv", "aes-ecb")) in seen
+    assert ("output.pseudonym_key", ("hmac",)) in seen
