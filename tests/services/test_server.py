@@ -405,13 +405,13 @@ def test_cli_submit_wait(service, corpus_file, tmp_path):
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["status"] == "succeeded" and summary["progress"]["input_records"] == 120
     assert verify(tmp_path / "out") == []
-    # a job that fails on the cluster (a hmac key for the text cipher): exit 1
+    # a hmac key for the text cipher: refused at creation (it used to fail on the cluster),
+    # exit 2 with the field path
     bad = tmp_path / "bad.yaml"
     bad.write_text(spec.read_text().replace(k["ref"], h["ref"]))
     r = service.cli("submit", str(bad), "--corpus-id", summary["corpus_id"], "--wait", "--poll", "0.3",
                     env=env, check=False, timeout=300)
-    assert r.returncode == 1, (r.stdout, r.stderr)
-    assert json.loads(r.stdout.strip().splitlines()[-1])["status"] == "failed"
+    assert r.returncode == 2 and "stages.3.key" in r.stderr, (r.stdout, r.stderr)
     # a spec the service refuses: exit 2, the field path on stderr
     worse = tmp_path / "worse.yaml"
     worse.write_text(spec.read_text().replace("kind: dedup", "kind: dedup\n    method: md5"))
