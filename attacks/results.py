@@ -1,0 +1,194 @@
+"""Result types of the attacks: plain dataclasses, JSON-serialisable with :func:`to_json`.
+
+One evaluation (``evaluation.json``, beside ``report.html``) is an :class:`Evaluation`:
+a list of :class:`ModelResult`, one per attacked model. Every attack's part of a model
+result is optional (``None`` when the attack was not run); the report renders what is
+there. Secrets (canary digits, member names) are never part of a result: canaries are
+named by their index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TprAtFpr:
+    """The largest TPR over thresholds whose FPR <= ``max_fpr``."""
+
+    max_fpr: float
+    tpr: float
+    fpr: float  # the FPR actually reached at that threshold (<= max_fpr)
+    threshold: float | None  # None when no threshold reaches FPR <= max_fpr except "reject all"
+    negatives: int  # how many negatives back the figure (max_fpr * negatives < 1: not resolvable)
+
+
+@dataclass
+class RocResult:
+    """One score's membership-inference result. Higher score = "member"."""
+
+    score: str  # loss | zlib | min_k | min_k_pp | reference
+    auc: float
+    tpr_at: list[TprAtFpr]  # at 1% and 0.1% FPR
+    fpr: list[float]  # the ROC curve, thinned to at most a few hundred points for plots
+    tpr: list[float]
+
+
+@dataclass
+class MiaResult:
+    members: int
+    non_members: int
+    context: str  # how an example is scored, e.g. "whole record" or "USR: My name is {name}."
+    scores: list[RocResult]
+    group: RocResult | None = None  # group inference: summed loss scores over groups
+    group_size: int | None = None
+
+
+@dataclass
+class CanaryExposure:
+    index: int  # the canary's index in its set (never its digits)
+    repeats: int  # times inserted in the training data (0: never inserted, a reference)
+    rank: int  # 1 = the model's most likely candidate
+    exposure: float  # log2 |R| - log2 rank (exact) or the extrapolated figure
+
+
+@dataclass
+class ExposureResult:
+    format: str  # e.g. "My ID is: {secret}"
+    digits: int
+    candidates: int  # |R|
+    method: str  # exact | extrapolated
+    scored: str  # what the score covers, e.g. "log P(digits | prefix)"
+    canaries: list[CanaryExposure]
+    max_exposure: float  # over inserted canaries
+    mean_exposure: float  # over inserted canaries
+    max_reference_exposure: float | None  # over never-inserted canaries
+    seconds: float = 0.0
+
+
+@dataclass
+class SuccessRate:
+    """Name reconstruction: pick the lowest-perplexity candidate in context."""
+
+    trials: int
+    candidates: int
+    successes: int
+    rate: float
+
+
+@dataclass
+class TruePrefixResult:
+    trials: int
+    samples: int
+    mean_best_distance: float  # normalised Levenshtein over content words; higher = more private
+    distances: list[float]
+
+
+@dataclass
+class ExtractionResult:
+    prompts: int
+    min_words: int
+    zlib_threshold: float
+    extracted: int  # generations sharing a run of >= min_words words with the training data
+    dropped_low_zlib: int
+    unique_extracted: int
+    examples: list[str] = field(default_factory=list)  # a few, truncated
+
+
+@dataclass
+class CipherOutputs:
+    """Entity tokens in generations (SoE Table 5)."""
+
+    total_tokens: int
+    unique_tokens: int
+    invalid_tokens: int
+    unique_invalid: int
+    failure_ratio: float
+    resurfaced_plaintext: int  # training-set PII values found in plain text in generations
+
+
+@dataclass
+class TrainingInfo:
+    kind: str  # pretrain | continue | dp | crt
+    protection: str  # what the data went through, e.g. "none", "redacted", "CRT (dedup+redact+DP on private)"
+    epsilon: float | None = None
+    delta: float | None = None
+    confidentiality_epsilon: float | None = None  # CRT's Bayesian confidentiality
+    confidentiality_delta: float | None = None
+    loss_curve: list[list[float]] = field(default_factory=list)  # [[step, loss], ...]
+
+
+@dataclass
+class ModelResult:
+    name: str
+    path: str
+    training: TrainingInfo | None = None
+    perplexity: float | None = None
+    perplexity_data: str | None = None  # what perplexity was measured on
+    exposure: ExposureResult | None = None
+    mia: MiaResult | None = None
+    reconstruction: SuccessRate | None = None
+    true_prefix: TruePrefixResult | None = None
+    extraction: ExtractionResult | None = None
+    cipher_outputs: CipherOutputs | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Evaluation:
+    id: str
+    created: str  # ISO 8601 UTC
+    models: list[ModelResult]
+    corpus_stats: dict[str, Any] | None = None  # name -> {"unigram": H1, "2": H2|1, ...}
+    notes: list[str] = field(default_factory=list)
+
+
+def to_dict(obj: Any) -> Any:
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+
+
+def to_json(obj: Any) -> str:
+    return json.dumps(to_dict(obj), indent=2, sort_keys=False)
+
+
+def _build(cls, data):
+    if data is None:
+        return None
+    kwargs = {}
+    hints = {f.name: f for f in dataclasses.fields(cls)}
+    for name, value in data.items():
+        if name not in hints:
+            continue
+        kwargs[name] = _NESTED.get((cls, name), lambda v: v)(value)
+    return cls(**kwargs)
+
+
+def _list_of(cls):
+    return lambda v: [_build(cls, x) for x in v] if v is not None else None
+
+
+_NESTED = {}
+
+
+def from_dict(data: dict) -> Evaluation:
+    """An :class:`Evaluation` from ``evaluation.json``'s content."""
+    return _build(Evaluation, data)
+
+
+_NESTED.update({
+    (RocResult, "tpr_at"): _list_of(TprAtFpr),
+    (MiaResult, "scores"): _list_of(RocResult),
+    (MiaResult, "group"): lambda v: _build(RocResult, v),
+    (ExposureResult, "canaries"): _list_of(CanaryExposure),
+    (ModelResult, "training"): lambda v: _build(TrainingInfo, v),
+    (ModelResult, "exposure"): lambda v: _build(ExposureResult, v),
+    (ModelResult, "mia"): lambda v: _build(MiaResult, v),
+    (ModelResult, "reconstruction"): lambda v: _build(SuccessRate, v),
+    (ModelResult, "true_prefix"): lambda v: _build(TruePrefixResult, v),
+    (ModelResult, "extraction"): lambda v: _build(ExtractionResult, v),
+    (ModelResult, "cipher_outputs"): lambda v: _build(CipherOutputs, v),
+    (Evaluation, "models"): _list_of(ModelResult),
+})
