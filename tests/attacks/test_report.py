@@ -1,0 +1,234 @@
+"""The privacy report: self-contained, escaped, round-trips its JSON, and its plots really draw.
+
+The Chromium test screenshots the plots in a real browser: a PNG that decodes in Python can
+still render blank (empty axes, a broken data URI), which only pixels show.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.image import imread
+
+from attacks.report import render_from_json, render_report, write_report
+from attacks.results import (
+    CanaryExposure,
+    CipherOutputs,
+    Evaluation,
+    ExposureResult,
+    ExtractionResult,
+    MiaResult,
+    ModelResult,
+    RocResult,
+    SuccessRate,
+    TprAtFpr,
+    TrainingInfo,
+    TruePrefixResult,
+    from_dict,
+    to_json,
+)
+from tests.conftest import need
+
+PLOTS = ("roc", "exposure", "loss", "ppl-exposure", "ppl-auc")
+HOSTILE = "<script>x</script>"
+
+
+def _roc(score: str, auc: float, negatives: int) -> RocResult:
+    """A power-law ROC (tpr = fpr ** b has AUC 1 / (1 + b)) sampled on a log grid."""
+    b = 1 / auc - 1
+    fpr = [0.0, *np.logspace(math.log10(1 / negatives), 0, 60).tolist()]
+    tpr = [f ** b if f > 0 else 0.0 for f in fpr]
+
+    def at(max_fpr: float) -> TprAtFpr:
+        reached = math.floor(max_fpr * negatives) / negatives
+        return TprAtFpr(max_fpr, reached ** b if reached else 0.0, reached, 1.0 if reached else None, negatives)
+
+    return RocResult(score, auc, [at(0.01), at(0.001)], fpr, tpr)
+
+
+def _exposure(digits: int, method: str, ranks: list[tuple[int, int]]) -> ExposureResult:
+    """Canaries from (repeats, rank); exposure = log2|R| - log2 rank."""
+    r = 10 ** digits
+    canaries = [CanaryExposure(i, rep, rank, math.log2(r) - math.log2(rank)) for i, (rep, rank) in enumerate(ranks)]
+    inserted = [c.exposure for c in canaries if c.repeats]
+    refs = [c.exposure for c in canaries if not c.repeats]
+    return ExposureResult("My ID is: {secret}", digits, r, method, "log P(digits | prefix)", canaries,
+                          max(inserted), sum(inserted) / len(inserted), max(refs) if refs else None, 12.5)
+
+
+def _loss(start: float, end: float) -> list[list[float]]:
+    return [[float(s), end + (start - end) * math.exp(-s / 300)] for s in range(0, 2001, 50)]
+
+
+def _evaluation() -> Evaluation:
+    plain = ModelResult(
+        name="gpt2-small plain", path="runs/plain/final",
+        training=TrainingInfo("continue", "none", loss_curve=_loss(3.9, 2.6)),
+        perplexity=18.7, perplexity_data="held-out test split (2,000 records)",
+        exposure=_exposure(6, "exact", [(16, 1), (16, 1), (8, 3), (8, 40), (4, 900), (4, 2100), (2, 31000),
+                                        (1, 120000), (0, 410000), (0, 77000), (0, 655000)]),
+        mia=MiaResult(1000, 1000, "whole record",
+                      [_roc("loss", 0.71, 1000), _roc("zlib", 0.68, 1000), _roc("min_k", 0.74, 1000)],
+                      group=_roc("loss", 0.93, 1000), group_size=10),
+        reconstruction=SuccessRate(200, 100, 46, 0.23),
+        true_prefix=TruePrefixResult(50, 20, 0.41, [0.3, 0.45, 0.48]),
+        extraction=ExtractionResult(500, 50, 0.5, 14, 31, 9, ["USR: my account number is … (truncated)"]),
+        seconds=412.0)
+    redacted = ModelResult(
+        name=r"redacted ($\frac$ v2)", path="runs/redacted/final",
+        training=TrainingInfo("continue", "redacted (Presidio, policy pi)", loss_curve=_loss(4.0, 2.75)),
+        perplexity=19.4, perplexity_data="held-out test split (2,000 records)",
+        exposure=_exposure(6, "exact", [(16, 2200), (16, 5400), (8, 88000), (4, 301000), (1, 520000),
+                                        (0, 380000), (0, 700000)]),
+        mia=MiaResult(1000, 1000, "whole record", [_roc("loss", 0.58, 1000), _roc("zlib", 0.56, 1000)]),
+        reconstruction=SuccessRate(200, 100, 3, 0.015),
+        true_prefix=TruePrefixResult(50, 20, 0.77, [0.7, 0.8]),
+        extraction=ExtractionResult(500, 50, 0.5, 2, 40, 2))
+    crt = ModelResult(
+        name=HOSTILE, path="runs/crt/final",
+        training=TrainingInfo("crt", "CRT (dedup+redact+DP on private)", epsilon=3.0, delta=1e-5,
+                              confidentiality_epsilon=1.0, confidentiality_delta=1e-6),
+        perplexity=22.9, perplexity_data="held-out test split, entity tokens encrypted",
+        exposure=_exposure(9, "extrapolated", [(16, 10 ** 7), (8, 4 * 10 ** 8), (0, 2 * 10 ** 8)]),
+        mia=MiaResult(50, 50, "USR: My name is {name}.", [_roc("loss", 0.52, 50), _roc("reference", 0.55, 50)]),
+        reconstruction=SuccessRate(200, 100, 1, 0.005),
+        extraction=ExtractionResult(500, 50, 0.5, 0, 12, 0),
+        cipher_outputs=CipherOutputs(3120, 418, 57, 22, 0.0183, 0))
+    return Evaluation("ev-2024-06-01-a1b2", "2024-06-01T12:00:00Z", [plain, redacted, crt],
+                      corpus_stats={"train": {"unigram": 9.81, "2": 6.02}, "test": {"unigram": 9.77, "2": 6.1}},
+                      notes=["Canary digits and member names are not part of this file."])
+
+
+@pytest.fixture(scope="module")
+def evaluation() -> Evaluation:
+    return _evaluation()
+
+
+@pytest.fixture(scope="module")
+def page(evaluation) -> str:
+    return render_report(evaluation)
+
+
+def _images(page: str) -> dict[str, str]:
+    """data-plot key -> src of each <img>; every image must carry an id, a key and alt text."""
+    found = {}
+    for tag in re.findall(r"<img\b[^>]*>", page):
+        key = re.search(r'data-plot="([^"]+)"', tag).group(1)
+        assert re.search(rf'id="plot-{key}"', tag) and re.search(r'alt="[^"]{10,}"', tag), tag[:200]
+        found[key] = re.search(r'src="([^"]+)"', tag).group(1)
+    return found
+
+
+def test_page_is_self_contained(page):
+    lowered = page.lower()
+    for needle in ("http://", "https://", 'src="/', "src='/", "url(", "@import", "<script", "<link", "<iframe"):
+        assert needle not in lowered, needle
+    images = _images(page)
+    assert set(images) == set(PLOTS)
+    for src in images.values():
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_data_strings_are_escaped(page):
+    assert HOSTILE not in page
+    assert "&lt;script&gt;x&lt;/script&gt;" in page
+    assert r"redacted ($\frac$ v2)" in page  # a mathtext-breaking name neither crashes the plots nor is lost
+
+
+def test_privacy_cards_state_the_figures_and_their_support(page):
+    assert page.count('class="card"') == 3
+    assert "Each TPR figure is backed by 50 negatives (non-members). Not resolvable: 1% FPR needs ≥ 100" in page
+    assert "Each TPR figure is backed by 1,000 negatives (non-members).</p>" in page
+    assert page.count('class="warn"') == 1 + 2 * 2  # the comparison cell, then each CRT score at both FPRs
+    assert "|R| = 1,000,000" in page and "|R| = 1,000,000,000" in page
+    assert "exact" in page and "extrapolated" in page
+    assert "ε = 3, δ = 1e-05" in page and "(ε, δ) = (1, 1e-06)" in page
+    assert "18.70" in page and "held-out test split (2,000 records)" in page
+    assert "<b>14</b> of 500 generations" in page
+    assert "failure ratio 1.83%" in page
+    assert "group of 10" in page
+
+
+def test_absent_data_is_said_not_plotted():
+    bare = Evaluation("ev-bare", "2024-06-01T00:00:00Z",
+                      [ModelResult("only-ppl", "runs/x", perplexity=30.0, perplexity_data="test")])
+    page = render_report(bare)
+    assert "<img" not in page
+    assert all(f'data-plot-absent="{k}"' in page for k in PLOTS)
+    assert "no model records a training loss curve" in page
+    assert "no model results" in render_report(Evaluation("ev-empty", "2024-06-01T00:00:00Z", []))
+
+
+def test_json_round_trip(evaluation):
+    assert from_dict(json.loads(to_json(evaluation))) == evaluation
+
+
+def test_write_report_and_render_from_json(tmp_path, evaluation, page):
+    html_path = write_report(evaluation, tmp_path / "out")
+    assert html_path == tmp_path / "out" / "report.html"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["evaluation.json", "report.html"]  # no temp left
+    assert from_dict(json.loads((tmp_path / "out" / "evaluation.json").read_text())) == evaluation
+    again = render_from_json(tmp_path / "out" / "evaluation.json", tmp_path / "again.html")
+    assert again.read_text(encoding="utf-8") == html_path.read_text(encoding="utf-8") == page
+
+
+def _screenshot(html: str, tmp_path: Path, name: str, width: int, height: int) -> np.ndarray:
+    src = tmp_path / f"{name}.html"
+    src.write_text(html, encoding="utf-8")
+    shot = tmp_path / f"{name}.png"
+    subprocess.run(
+        [shutil.which("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--hide-scrollbars", "--force-device-scale-factor=1", f"--user-data-dir={tmp_path / f'profile-{name}'}",
+         f"--window-size={width},{height}", f"--screenshot={shot}", src.as_uri()],
+        check=True, capture_output=True, timeout=120)
+    pixels = imread(shot)[..., :3]
+    assert pixels.shape[:2] == (height, width)
+    return pixels
+
+
+def _ink(region: np.ndarray) -> float:
+    """Fraction of pixels visibly off the white page background."""
+    return float((np.abs(region - 1.0).max(axis=-1) > 0.1).mean())
+
+
+def _blank(region: np.ndarray) -> bool:
+    return region.std() < 0.01 or _ink(region) < 0.01
+
+
+def _white_png() -> str:
+    fig = Figure(figsize=(2, 2))
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def test_plots_are_not_blank_in_chromium(tmp_path, page):
+    need(shutil.which("chromium") is not None, "chromium not installed")
+    # Each plot (and a white control, which the check must call blank) in its own known box.
+    w, h, gap = 480, 300, 20
+    sources = [*_images(page).items(), ("control-white", _white_png())]
+    boxes = {key: (gap + (k % 2) * (w + gap), gap + (k // 2) * (h + gap)) for k, (key, _) in enumerate(sources)}
+    imgs = "".join(f'<img alt="" src="{src}" style="position:absolute;left:{boxes[key][0]}px;top:{boxes[key][1]}px;'
+                   f'width:{w}px;height:{h}px">' for key, src in sources)
+    rows = math.ceil(len(sources) / 2)
+    grid = _screenshot(f'<!DOCTYPE html><html><body style="margin:0;background:#fff">{imgs}</body></html>',
+                       tmp_path, "grid", 2 * w + 3 * gap, rows * (h + gap) + gap)
+    for key, (x, y) in boxes.items():
+        region = grid[y + 2:y + h - 2, x + 2:x + w - 2]
+        assert _blank(region) == (key == "control-white"), (key, region.std(), _ink(region))
+
+    report = _screenshot(page, tmp_path, "report", 1280, 2400)
+    assert not _blank(report) and _ink(report) > 0.03
