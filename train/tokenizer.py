@@ -39,7 +39,11 @@ def train_tokenizer(texts: list[str], vocab_size: int, min_frequency: int = 2, m
         raise SpecError("tokenizer: no training text (the data has no records)")
     specials = BASE_SPECIALS + entity_tokens(texts, max_entity_tokens)
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Digits one by one (as Llama does): every number of n digits is n tokens, so all
+    # candidates of a canary ("My ID is: 123456") have the same length and exposure can
+    # rank them by total log-likelihood, sharing prefixes in a trie (attacks/exposure.py).
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=max(vocab_size, len(specials) + 300), min_frequency=min_frequency,
                                   special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),

@@ -1,0 +1,160 @@
+"""One pydantic model per evaluation, read from a YAML file (``privatize attack CONFIG``).
+
+An evaluation attacks one or more trained models with the same inputs, so one report can
+compare them::
+
+    version: 1
+    models:
+      - {name: plain, path: runs/plain}          # a training run folder or a HF checkpoint
+      - {name: crt, path: runs/crt}
+    canaries: {key: keys/canary.key, digits: 4, count: 10, held_out: 10, repeats: 20}
+    mia: {members: corpus/train.jsonl, non_members: corpus/heldout.jsonl, limit: 1000}
+    perplexity: {data: corpus/heldout.jsonl, limit: 500}
+    output: evals/demo
+
+Every part is optional; the report shows what ran. Data sources are a privatization
+output folder (``shards/*.parquet``), a folder of Parquet or JSONL files, one such file,
+or a ``.txt`` file (one text per line). Key references are resolved like the pipeline's:
+the canary secrets are derived from the canary key and never written anywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from privatize.errors import SpecError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\- ]+$")
+    path: str = Field(min_length=1, description="a training run folder (its model/) or a Hugging Face checkpoint")
+    protection: Optional[str] = Field(None, max_length=200,
+                                      description="what the training data went through (default: from the run)")
+
+
+class CanarySpec(_Strict):
+    """The canary set inserted by the ``canaries`` stage: the same key and settings
+    derive the same secrets."""
+
+    key: str = Field(min_length=1, description="the canary stage's key reference")
+    format: str = "My ID is: {secret}"
+    digits: int = Field(6, ge=1, le=7)
+    count: int = Field(10, ge=1, le=1000)
+    held_out: int = Field(10, ge=0, le=1000)
+    repeats: int = Field(20, ge=1, le=10000, description="times each canary was inserted (for the report)")
+    label: str = ""
+    method: Literal["exact", "extrapolated"] = "exact"
+    sample: int = Field(10000, ge=100, le=1_000_000, description="extrapolated: candidates scored for the fit")
+
+    @field_validator("format")
+    @classmethod
+    def _one_placeholder(cls, v: str) -> str:
+        if v.count("{secret}") != 1:
+            raise ValueError("must contain {secret} exactly once")
+        return v
+
+
+class MiaSpec(_Strict):
+    members: str
+    non_members: str
+    text_column: str = "text"
+    limit: int = Field(1000, ge=10, le=1_000_000, description="examples per side (a random sample)")
+    k: float = Field(0.2, gt=0, le=1, description="min-k%: the share of lowest-probability tokens")
+    group_size: int = Field(20, ge=2, le=1000)
+    context: str = Field("{text}", description="how an example is scored, e.g. 'USR: My name is {text}.'")
+    reference: Optional[str] = Field(None, description="a reference model for the likelihood-ratio score")
+    seed: int = 0
+
+    @field_validator("context")
+    @classmethod
+    def _ctx(cls, v: str) -> str:
+        if v.count("{text}") != 1:
+            raise ValueError("must contain {text} exactly once")
+        return v
+
+
+class PerplexitySpec(_Strict):
+    data: str
+    text_column: str = "text"
+    limit: int = Field(500, ge=1, le=1_000_000)
+
+
+class ExtractionSpec(_Strict):
+    prompts: str = Field(description="public text the 5-token prompts are cut from (e.g. wikitext)")
+    training_data: str = Field(description="the training texts generations are matched against")
+    text_column: str = "text"
+    count: int = Field(200, ge=1, le=1_000_000)
+    prompt_tokens: int = Field(5, ge=1, le=64)
+    max_new_tokens: int = Field(64, ge=8, le=1024)
+    min_words: int = Field(35, ge=5, le=1000)
+    zlib_threshold: float = Field(0.275, ge=0, le=1)
+    seed: int = 0
+
+
+class ScoringSpec(_Strict):
+    workers: int = Field(0, ge=0, le=64, description="Ray workers that score MIA batches (0: in this process)")
+    batch_tokens: int = Field(16384, ge=256, le=1 << 22)
+
+
+class AttackConfig(_Strict):
+    version: Literal[1] = 1
+    models: list[ModelSpec] = Field(min_length=1, max_length=16)
+    canaries: Optional[CanarySpec] = None
+    mia: Optional[MiaSpec] = None
+    perplexity: Optional[PerplexitySpec] = None
+    extraction: Optional[ExtractionSpec] = None
+    scoring: ScoringSpec = ScoringSpec()
+    output: str = "evaluation"
+
+    @model_validator(mode="after")
+    def _names_unique(self):
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be unique (got {names})")
+        if not (self.canaries or self.mia or self.perplexity or self.extraction):
+            raise ValueError("nothing to run: give at least one of canaries, mia, perplexity, extraction")
+        return self
+
+    def with_output(self, output: str | None) -> "AttackConfig":
+        return self.model_copy(update={"output": output}) if output else self
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def _loc(err: dict) -> str:
+    return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after")) or "(config)"
+
+
+def parse_config(data, source: str = "config") -> AttackConfig:
+    """A validated config or a :class:`SpecError` naming the first bad field's path."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: an attack config is a mapping, got {type(data).__name__}")
+    try:
+        return AttackConfig.model_validate(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        msg = e["msg"].removeprefix("Value error, ")
+        raise SpecError(f"{source}: {_loc(e)}: {msg}") from None
+
+
+def load_config(path: str | Path) -> AttackConfig:
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{p}: not YAML ({str(exc).splitlines()[0]})") from None
+    return parse_config(data, str(p))

@@ -1,0 +1,240 @@
+"""Run an evaluation: every configured attack against every model, one report.
+
+``run_evaluation(cfg)`` checks everything it can before it writes (model folders, data
+sources, the canary key), then per model: perplexity on held-out text, canary exposure,
+membership inference (scoring spread over Ray workers when ``scoring.workers`` > 0),
+data extraction; and writes ``OUTPUT/evaluation.json`` and ``OUTPUT/report.html``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from attacks.config import AttackConfig
+from attacks.data import read_texts
+from attacks.results import Evaluation, ModelResult, TrainingInfo
+from privatize.errors import SpecError
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="ex", file=sys.stderr, disable=not enabled, leave=False,
+                dynamic_ncols=True)
+
+
+def canary_secrets(cfg: AttackConfig, base_dir: str | None = None) -> list[str]:
+    """Inserted secrets then held-out ones, derived from the canary key (never stored)."""
+    from privatize.keys import KeyMaterialError, KeyResolver
+    from privatize.stages.canaries import derive_secrets
+
+    c = cfg.canaries
+    try:
+        km = KeyResolver(base_dir=base_dir).resolve(c.key, expect=("hmac",))
+    except KeyMaterialError as exc:
+        raise SpecError(f"canaries.key: {exc}") from None
+    return derive_secrets(km.secret, c.digits, c.count + c.held_out, c.label)
+
+
+def training_info(path: str, protection: str | None) -> TrainingInfo | None:
+    """What the run's ``summary.json`` and ``metrics.jsonl`` say (None for a bare checkpoint)."""
+    run = Path(path)
+    summ = run / "summary.json"
+    if not summ.is_file():
+        return TrainingInfo(kind="unknown", protection=protection or "unknown") if protection else None
+    s = json.loads(summ.read_text())
+    curve = []
+    metrics = run / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            try:
+                m = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "step" in m and "loss" in m and m["loss"] is not None:
+                curve.append([float(m["step"]), float(m["loss"])])
+    conf = s.get("confidentiality") or {}
+    kind = s.get("kind", "unknown")
+    default = {"pretrain": "none (plain training)", "continue": "none (continual pre-training)",
+               "dp": "DP-SGD", "crt": "CRT: public split plain, private split DP-SGD"}.get(kind, kind)
+    return TrainingInfo(kind=kind, protection=protection or default, epsilon=s.get("epsilon"), delta=s.get("delta"),
+                        confidentiality_epsilon=conf.get("epsilon"), confidentiality_delta=conf.get("delta"),
+                        loss_curve=curve)
+
+
+def _score(model_path: str, texts: list[str], cfg: AttackConfig, progress: bool, desc: str):
+    """Per-token scores of ``texts``: in this process, or on ``scoring.workers`` Ray actors."""
+    from attacks.model import ModelAdapter
+
+    if cfg.scoring.workers == 0:
+        adapter = ModelAdapter.load(model_path)
+        with _progress(len(texts), desc, progress) as bar:
+            return adapter.token_scores(texts, batch_tokens=cfg.scoring.batch_tokens, progress=bar.update), {os.getpid()}
+    return score_on_ray(model_path, texts, workers=cfg.scoring.workers, batch_tokens=cfg.scoring.batch_tokens)
+
+
+class _Scorer:
+    """Ray Data actor: loads the model once, scores batches of texts."""
+
+    def __init__(self, model_path: str, batch_tokens: int):
+        import torch
+
+        from attacks.model import ModelAdapter
+
+        torch.set_num_threads(1)  # one CPU per actor: the actors are the parallelism
+        self.adapter = ModelAdapter.load(model_path)
+        self.batch_tokens = batch_tokens
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        texts = batch.column("text").to_pylist()
+        got = self.adapter.token_scores(texts, batch_tokens=self.batch_tokens)
+        return pa.table({"i": batch.column("i"),
+                         "logprobs": [s.logprobs.tolist() for s in got], "mu": [s.mu.tolist() for s in got],
+                         "sigma": [s.sigma.tolist() for s in got], "pid": [os.getpid()] * len(texts)})
+
+
+def score_on_ray(model_path: str, texts: list[str], *, workers: int, batch_tokens: int = 16384):
+    """Score ``texts`` on ``workers`` Ray Data actors; returns (scores in input order, pids)."""
+    import ray
+
+    from attacks.model import TokenScores
+    from privatize.ray.cluster import connect
+
+    connect()
+    ds = ray.data.from_items([{"i": i, "text": t} for i, t in enumerate(texts)],
+                             override_num_blocks=max(1, min(len(texts), workers * 4)))
+    # the model folder is a path the actors read, never key material
+    ds = ds.map_batches(_Scorer, fn_constructor_args=(str(model_path), batch_tokens), batch_size=64,
+                        batch_format="pyarrow", concurrency=workers, num_cpus=1)
+    rows = sorted(ds.take_all(), key=lambda r: r["i"])
+    scores = [TokenScores(np.asarray(r["logprobs"], dtype=np.float32), np.asarray(r["mu"], dtype=np.float32),
+                          np.asarray(r["sigma"], dtype=np.float32)) for r in rows]
+    return scores, {int(r["pid"]) for r in rows}
+
+
+def prepare(cfg: AttackConfig, base_dir: str | None = None) -> dict:
+    """Every check that can fail, before anything is written: models, data, keys."""
+    from attacks.model import checkpoint_dir
+
+    for i, m in enumerate(cfg.models):
+        try:
+            checkpoint_dir(m.path)
+        except SpecError as exc:
+            raise SpecError(f"models.{i}.path: {exc}") from None
+    if cfg.mia and cfg.mia.reference:
+        try:
+            checkpoint_dir(cfg.mia.reference)
+        except SpecError as exc:
+            raise SpecError(f"mia.reference: {exc}") from None
+    inputs: dict = {}
+    if cfg.canaries:
+        inputs["secrets"] = canary_secrets(cfg, base_dir)
+    if cfg.mia:
+        m = cfg.mia
+        inputs["members"] = read_texts(m.members, column=m.text_column, limit=m.limit, seed=m.seed, what="mia.members")
+        inputs["non_members"] = read_texts(m.non_members, column=m.text_column, limit=m.limit, seed=m.seed + 1,
+                                           what="mia.non_members")
+    if cfg.perplexity:
+        p = cfg.perplexity
+        inputs["heldout"] = read_texts(p.data, column=p.text_column, limit=p.limit, what="perplexity.data")
+    if cfg.extraction:
+        e = cfg.extraction
+        inputs["prompt_text"] = read_texts(e.prompts, column=e.text_column, what="extraction.prompts")
+        inputs["training_texts"] = read_texts(e.training_data, column=e.text_column, what="extraction.training_data")
+    return inputs
+
+
+def _mia(cfg: AttackConfig, model_path: str, inputs: dict, reference_scores, progress: bool):
+    from attacks.mia import example_scores, mia_result
+
+    m = cfg.mia
+    mem = [m.context.format(text=t) for t in inputs["members"]]
+    non = [m.context.format(text=t) for t in inputs["non_members"]]
+    scores, pids = _score(model_path, mem + non, cfg, progress, "MIA scoring")
+    ref_m = ref_n = None
+    if reference_scores is not None:
+        ref_m, ref_n = reference_scores[: len(mem)], reference_scores[len(mem):]
+    sm = example_scores(mem, scores[: len(mem)], k=m.k, reference_scores=ref_m)
+    sn = example_scores(non, scores[len(mem):], k=m.k, reference_scores=ref_n)
+    ctx = "the whole text" if m.context == "{text}" else f"in the context {m.context!r}"
+    return mia_result(sm, sn, context=ctx, group_size=m.group_size, seed=m.seed), pids
+
+
+def _extraction(cfg: AttackConfig, adapter, inputs: dict, index):
+    from attacks.extraction import extraction_result
+
+    e = cfg.extraction
+    rng = np.random.default_rng(e.seed)
+    prompts = []
+    texts = inputs["prompt_text"]
+    for _ in range(e.count):
+        ids = adapter.tok(texts[int(rng.integers(len(texts)))], add_special_tokens=False)["input_ids"]
+        start = int(rng.integers(max(1, len(ids) - e.prompt_tokens)))
+        prompts.append(adapter.tok.decode(ids[start: start + e.prompt_tokens]))
+    gens = [g[0] for g in adapter.generate(prompts, samples=1, max_new_tokens=e.max_new_tokens, seed=e.seed)]
+    return extraction_result([p + g for p, g in zip(prompts, gens)], index, min_words=e.min_words,
+                             zlib_threshold=e.zlib_threshold)
+
+
+def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: bool = True,
+                   evaluation_id: str | None = None) -> Evaluation:
+    """Run ``cfg``; writes OUTPUT/evaluation.json and OUTPUT/report.html."""
+    from attacks.exposure import canary_exposure
+    from attacks.model import ModelAdapter, checkpoint_dir
+    from attacks.report import write_report
+
+    inputs = prepare(cfg, base_dir)
+    out = Path(cfg.output)
+    ev = Evaluation(id=evaluation_id or uuid.uuid4().hex[:12],
+                    created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), models=[])
+    ref_scores = None
+    if cfg.mia and cfg.mia.reference:
+        ref_scores, _ = _score(cfg.mia.reference, [cfg.mia.context.format(text=t) for t in
+                                                   inputs["members"] + inputs["non_members"]], cfg, progress,
+                               "reference scoring")
+    index = None
+    if cfg.extraction:
+        from attacks.extraction import TrainingIndex
+
+        index = TrainingIndex.build(inputs["training_texts"])
+    pids: set[int] = set()
+    for spec in cfg.models:
+        t0 = time.perf_counter()
+        path = str(checkpoint_dir(spec.path))
+        adapter = ModelAdapter.load(path)
+        res = ModelResult(name=spec.name, path=str(Path(spec.path).resolve()),
+                          training=training_info(spec.path, spec.protection))
+        if cfg.perplexity:
+            res.perplexity = adapter.perplexity(inputs["heldout"], batch_tokens=cfg.scoring.batch_tokens)
+            res.perplexity_data = f"{len(inputs['heldout'])} texts of {cfg.perplexity.data}"
+        if cfg.canaries:
+            c = cfg.canaries
+            secrets = inputs["secrets"]
+            repeats = [c.repeats] * c.count + [0] * c.held_out
+            total = 10 ** c.digits if c.method == "exact" else min(c.sample, 10 ** c.digits)
+            with _progress(total, f"{spec.name}: canary exposure", progress) as bar:
+                res.exposure = canary_exposure(adapter, c.format, c.digits, secrets, repeats, method=c.method,
+                                               sample=c.sample, progress=bar.update)
+        if cfg.mia:
+            res.mia, p = _mia(cfg, path, inputs, ref_scores, progress)
+            pids |= p
+        if cfg.extraction:
+            res.extraction = _extraction(cfg, adapter, inputs, index)
+        res.seconds = round(time.perf_counter() - t0, 2)
+        ev.models.append(res)
+        if progress:
+            print(f"privatize: evaluated {spec.name} in {res.seconds:.1f} s", file=sys.stderr)
+    if cfg.scoring.workers:
+        ev.notes.append(f"membership scoring ran on {len(pids)} Ray worker processes")
+    write_report(ev, out)
+    return ev
