@@ -45,11 +45,11 @@ class CanarySpec(_Strict):
 
     key: str = Field(min_length=1, description="the canary stage's key reference")
     format: str = "My ID is: {secret}"
-    digits: int = Field(6, ge=1, le=7)
+    digits: int = Field(6, ge=1, le=9)
     count: int = Field(10, ge=1, le=1000)
     held_out: int = Field(10, ge=0, le=1000)
     repeats: int = Field(20, ge=1, le=10000, description="times each canary was inserted (for the report)")
-    label: str = ""
+    seed_label: str = Field("", max_length=200, description="the stage's seed_label")
     method: Literal["exact", "extrapolated"] = "exact"
     sample: int = Field(10000, ge=100, le=1_000_000, description="extrapolated: candidates scored for the fit")
 
@@ -59,6 +59,13 @@ class CanarySpec(_Strict):
         if v.count("{secret}") != 1:
             raise ValueError("must contain {secret} exactly once")
         return v
+
+    @model_validator(mode="after")
+    def _exact_size(self):
+        if self.method == "exact" and self.digits > 7:
+            raise ValueError(f"exact exposure scores all 10^{self.digits} candidates; use at most 7 digits "
+                             "or method: extrapolated")
+        return self
 
 
 class MiaSpec(_Strict):

@@ -52,7 +52,7 @@ def canary_exposure(adapter, fmt: str, digits: int, secrets: Sequence[str], repe
         own = adapter.digit_scores_naive(prefix, list(secrets))
         for i, (sc, r) in enumerate(zip(own, repeats)):
             # the rank within the sample, scaled to |R|, is reported beside the fitted figure
-            rank = max(1, int(round(rank_of(sc, sample_scores) * candidates / len(pool))))
+            rank = min(candidates, max(1, int(round(rank_of(sc, sample_scores) * candidates / len(pool)))))
             out.append(CanaryExposure(index=i, repeats=int(r), rank=rank,
                                       exposure=float(extrapolated_exposure(sc, sample_scores, candidates))))
     else:

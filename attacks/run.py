@@ -41,7 +41,7 @@ def canary_secrets(cfg: AttackConfig, base_dir: str | None = None) -> list[str]:
         km = KeyResolver(base_dir=base_dir).resolve(c.key, expect=("hmac",))
     except KeyMaterialError as exc:
         raise SpecError(f"canaries.key: {exc}") from None
-    return derive_secrets(km.secret, c.digits, c.count + c.held_out, c.label)
+    return derive_secrets(km.secret, c.digits, c.count + c.held_out, c.seed_label)
 
 
 def training_info(path: str, protection: str | None) -> TrainingInfo | None:
@@ -114,7 +114,9 @@ def score_on_ray(model_path: str, texts: list[str], *, workers: int, batch_token
     ds = ray.data.from_items([{"i": i, "text": t} for i, t in enumerate(texts)],
                              override_num_blocks=max(1, min(len(texts), workers * 4)))
     # the model folder is a path the actors read, never key material
-    ds = ds.map_batches(_Scorer, fn_constructor_args=(str(model_path), batch_tokens), batch_size=64,
+    # at least four batches per worker, so every actor gets a share once loaded
+    batch = max(1, min(64, -(-len(texts) // (workers * 4))))
+    ds = ds.map_batches(_Scorer, fn_constructor_args=(str(model_path), batch_tokens), batch_size=batch,
                         batch_format="pyarrow", concurrency=workers, num_cpus=1)
     rows = sorted(ds.take_all(), key=lambda r: r["i"])
     scores = [TokenScores(np.asarray(r["logprobs"], dtype=np.float32), np.asarray(r["mu"], dtype=np.float32),
@@ -235,6 +237,7 @@ def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: 
         if progress:
             print(f"privatize: evaluated {spec.name} in {res.seconds:.1f} s", file=sys.stderr)
     if cfg.scoring.workers:
-        ev.notes.append(f"membership scoring ran on {len(pids)} Ray worker processes")
+        ev.notes.append(f"membership scoring ran on Ray ({cfg.scoring.workers} workers asked, "
+                        f"{len(pids - {os.getpid()})} worker processes took batches)")
     write_report(ev, out)
     return ev
