@@ -1,6 +1,7 @@
-"""The control plane: a multi-tenant FastAPI service for corpus uploads, keys and
-privatization jobs on Ray. It holds no privatization logic of its own: it validates,
-stores, records and submits the entrypoints of ``privatize`` as Ray Jobs.
+"""The control plane: a multi-tenant FastAPI service for corpus uploads, keys,
+privatization jobs, trainings and evaluations on Ray. It holds no privatization, training
+or attack logic of its own: it validates, stores, records and submits the entrypoints of
+``privatize``, ``train`` and ``attacks`` as Ray Jobs.
 
 Where things live:
 
@@ -15,7 +16,10 @@ Where things live:
   the ``keystore:`` backend that Ray workers install;
 * ``specs``, ``jobs``, ``raycluster``, ``jobrun`` – spec checks, job submission and
   reconciliation, the embedded Ray head, the Ray Jobs entrypoint;
-* ``cli``, ``admin``, ``client`` – ``privatize serve|submit|admin`` and an HTTP client.
+* ``jobkinds``, ``trainings``, ``evaluations`` – the kinds of job and what is particular
+  to trainings and evaluations (config checks, progress, results);
+* ``cli``, ``admin``, ``client`` – ``privatize serve|submit|submit-training|
+  submit-evaluation|admin`` and an HTTP client.
 
 Nothing in ``privatize``, ``train`` or ``attacks`` imports this package.
 """

@@ -9,7 +9,9 @@ tokens or key material. A tenant reads its own entries with ``GET /v1/audit``.
 
 Adding an endpoint that changes state: give it an action in ``ACTIONS`` (route function
 name -> action, resource type); handlers may add the id of what they created and a few
-non-secret details with ``note(request, resource_id=..., **detail)``.
+non-secret details with ``note(request, resource_id=..., **detail)``. A read worth an
+entry of its own (an evaluation's privacy report: what a model gives away) is a route in
+``AUDITED_READS`` as well: it is recorded like a state change.
 """
 
 from __future__ import annotations
@@ -34,8 +36,14 @@ ACTIONS: dict[str, tuple[str, str | None]] = {
     "cancel_job": ("job.cancel", "job"),
     "delete_job": ("job.delete", "job"),
     "create_training": ("training.create", "job"),
+    "create_evaluation": ("evaluation.create", "job"),
+    "evaluation_report": ("evaluation.report", "job"),
+    "evaluation_report_json": ("evaluation.report", "job"),
 }
 """Route function name -> (action, resource type)."""
+
+AUDITED_READS = frozenset({"evaluation_report", "evaluation_report_json"})
+"""Routes answering GET that are recorded all the same."""
 
 _PATH_RESOURCE = ("corpus_id", "key_id", "job_id")
 NOTE = "privatize_audit"
@@ -51,15 +59,15 @@ def note(request, resource_id: str | None = None, **detail) -> None:
 
 
 def api_event(scope: dict, status: int, request_id: str) -> AuditEvent | None:
-    """The entry for one API call, or None when it changes nothing (safe methods,
-    no route matched)."""
+    """The entry for one API call, or None when it changes nothing (safe methods but
+    ``AUDITED_READS``, no route matched)."""
     method = scope.get("method", "")
     route = scope.get("route")
-    if method in SAFE_METHODS or route is None:
+    name = getattr(route, "name", "")
+    if route is None or (method in SAFE_METHODS and name not in AUDITED_READS):
         return None
     state = scope.get("state") or {}
     who = state.get("privatize_tenant")
-    name = getattr(route, "name", "")
     action, rtype = ACTIONS.get(name, (f"{method.lower()} {getattr(route, 'path', '?')}", None))
     n = state.get(NOTE, {})
     params = scope.get("path_params") or {}

@@ -12,6 +12,11 @@ entry point (``services = "services.cli:register"``):
   ``train/configs/``, without paths): the same exit codes; the summary line carries the
   run's summary (steps, final loss, tokens, epsilon...), and ``--download DIR`` unpacks
   the model into ``DIR/model``;
+* ``privatize submit-evaluation CONFIG [--wait]`` attacks some of the tenant's succeeded
+  trainings (an evaluation config as ``privatize attack`` takes, with ``training_id``,
+  ``{"corpus_id": ...}``/``{"job_id": ...}`` and ``keystore:<id>`` where that takes
+  locations): the same exit codes; the summary line carries the per-model summary, and
+  ``--download DIR`` saves ``report.html`` and ``evaluation.json`` into ``DIR``;
 * ``privatize admin ...`` (see ``services.admin``).
 
 ``python -m services.cli ...`` runs the same commands without the entry point.
@@ -128,8 +133,8 @@ def _client(args: argparse.Namespace):
     return ServiceClient(args.url or cs.url, token)
 
 
-def read_config_file(path: str) -> dict:
-    """A training config file (YAML, or JSON by its name), unvalidated: the service checks it."""
+def read_config_file(path: str, what: str = "a training config is a mapping (kind, data, model, optim...)") -> dict:
+    """A config file (YAML, or JSON by its name), unvalidated: the service checks it."""
     import yaml
 
     from privatize.errors import SpecError
@@ -145,7 +150,7 @@ def read_config_file(path: str) -> dict:
     except (ValueError, yaml.YAMLError):
         raise SpecError(f"{p}: not valid {'JSON' if is_json else 'YAML'}") from None
     if not isinstance(data, dict):
-        raise SpecError(f"{p}: a training config is a mapping (kind, data, model, optim...)")
+        raise SpecError(f"{p}: {what}")
     return data
 
 
@@ -179,6 +184,34 @@ def _submit_training(args: argparse.Namespace) -> int:
     if not args.wait:
         return 0
     return 0 if t["status"] == "succeeded" else 1
+
+
+def _submit_evaluation(args: argparse.Namespace) -> int:
+    from services.client import ApiError
+
+    config = read_config_file(args.config, "an evaluation config is a mapping (models, canaries, mia, perplexity...)")
+    say = (lambda m: print(f"privatize: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None)
+    downloaded = None
+    with _client(args) as c:
+        try:
+            ev = c.create_evaluation(config)
+            say(f"submitted evaluation {ev['id']} of training(s) {', '.join(map(str, ev['training_ids']))}")
+            if args.wait:
+                ev = c.wait(ev["id"], timeout=args.timeout, poll=args.poll, get=c.evaluation,
+                            on_change=lambda e: say(f"evaluation {e['id']}: {e['status']}"))
+            if args.download and ev["status"] == "succeeded":
+                downloaded = c.download_report(ev["id"], args.download)
+                say(f"report in {downloaded[0]}")
+        except ApiError as exc:
+            return _refused(exc, "config")
+    summary = {"evaluation_id": ev["id"], "training_ids": ev.get("training_ids"), "status": ev["status"],
+               "message": ev.get("message"), "summary": ev.get("summary")}
+    if downloaded is not None:
+        summary["downloaded"] = str(downloaded[0].resolve())
+    print(json.dumps(summary))
+    if not args.wait:
+        return 0
+    return 0 if ev["status"] == "succeeded" else 1
 
 
 def register(sub) -> None:
@@ -216,6 +249,19 @@ def register(sub) -> None:
     t.add_argument("--download", metavar="DIR", help="with --wait: unpack the trained model into DIR/model")
     t.add_argument("-q", "--quiet", action="store_true")
     t.set_defaults(func=_submit_training)
+
+    e = sub.add_parser("submit-evaluation", help="attack trained models on the service (canary exposure, "
+                                                 "membership inference, perplexity) and get one report")
+    e.add_argument("config", help="evaluation config (YAML or JSON): models by training_id, data by "
+                                  "corpus_id/job_id, the canary key as keystore:<id>")
+    e.add_argument("--url", help="service URL (default PRIVATIZE_URL)")
+    e.add_argument("--token", help="API token (default PRIVATIZE_TOKEN; prefer the variable)")
+    e.add_argument("--wait", action="store_true", help="wait for the evaluation; exit 1 if it fails")
+    e.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="seconds to wait (default a week)")
+    e.add_argument("--poll", type=float, default=5.0, help="seconds between status checks")
+    e.add_argument("--download", metavar="DIR", help="with --wait: save report.html and evaluation.json in DIR")
+    e.add_argument("-q", "--quiet", action="store_true")
+    e.set_defaults(func=_submit_evaluation)
 
     from services.admin import register_admin
 

@@ -1,5 +1,5 @@
-"""A small HTTP client for the service (``privatize submit``, ``privatize submit-training``,
-the demo, tests and the upload benchmark use it). Uploads and downloads stream in chunks."""
+"""A small HTTP client for the service (``privatize submit``, ``submit-training`` and
+``submit-evaluation``, the demo, tests and the upload benchmark use it). Uploads and downloads stream in chunks."""
 
 from __future__ import annotations
 
@@ -190,3 +190,19 @@ class ServiceClient:
                 tf.extractall(Path(tmp) / "x", filter="data")
             os.replace(Path(tmp) / "x" / "model", dest / "model")
         return dest / "model"
+
+    # ---- evaluations --------------------------------------------------------------------
+    def create_evaluation(self, config: dict) -> dict:
+        return self.request("POST", "/v1/evaluations", json={"config": config}).json()
+
+    def evaluation(self, evaluation_id: str) -> dict:
+        return self.request("GET", f"/v1/evaluations/{evaluation_id}").json()
+
+    def evaluations(self) -> list[dict]:
+        return self.request("GET", "/v1/evaluations").json()
+
+    def download_report(self, evaluation_id: str, dest_dir: str | os.PathLike) -> list[Path]:
+        """``report.html`` and ``evaluation.json`` of a succeeded evaluation into ``dest_dir``."""
+        base = f"/v1/evaluations/{evaluation_id}/report"
+        return [self._stream_to(base, Path(dest_dir) / "report.html"),
+                self._stream_to(f"{base}.json", Path(dest_dir) / "evaluation.json")]

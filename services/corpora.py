@@ -29,7 +29,7 @@ from services import validation
 from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import Conflict, CorpusInvalid, InvalidRequest, NotFound, StorageLimitExceeded
-from services.jobs import delete_job_data
+from services.jobs import active_readers, delete_job_data
 from services.models import ACTIVE_JOB_STATES, Corpus, Job, Tenant, new_id
 from services.storage import corpus_dir
 from services.tenants import storage_used
@@ -207,6 +207,10 @@ def delete_corpus(ctx: ServiceContext, tenant_id: str, corpus_id: str) -> int:
         active = [j.id for j in jobs if j.status in ACTIVE_JOB_STATES]
         if active:
             raise Conflict(f"corpus {corpus_id} has active job(s) {', '.join(active)}; cancel them first")
+        readers = active_readers(s, tenant_id, {corpus_id, *(j.id for j in jobs)})
+        if readers:
+            raise Conflict(f"corpus {corpus_id} or its jobs' output is read by active job(s) {', '.join(readers)}; "
+                           "wait for them or cancel them first")
         for j in jobs:
             delete_job_data(ctx, j)
             s.delete(j)

@@ -17,6 +17,11 @@ A :class:`JobKind` says everything the service needs to know about one kind of j
 * ``input_kind`` (optional): None when the job reads its corpus; else the kind of job
   whose output it reads (a succeeded job of the same tenant, named at creation:
   ``train`` reads a ``privatize`` job's output).
+* ``inputs`` (optional): for a job that reads several of its tenant's corpora and job
+  outputs, named in its spec (``evaluate``): ``(stored spec) -> ids`` of what it reads.
+  Such a job has no corpus and no input job on its row; its ``prepare`` checks what the
+  spec names and writes their locations into it, relative to the tenant's storage folder,
+  which is the job's INPUT. While it is active, what it reads cannot be deleted.
 
 Adding a kind is one :func:`register_job_kind` call below. This module imports no web or
 database code at import time: the job's driver (``services.jobrun``) imports it.
@@ -32,8 +37,10 @@ from typing import Any, Callable
 
 PRIVATIZE = "privatize"
 TRAIN = "train"
+EVALUATE = "evaluate"
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
+EVALUATION = "evaluation.json"
 JOBRUN = "python -m services.jobrun"
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
@@ -56,6 +63,7 @@ class JobKind:
     result_file: str = MANIFEST
     limits: Callable[[Any, Any], None] = _no_limits
     input_kind: str | None = None
+    inputs: Callable[[dict], set[str]] | None = None
 
     def entrypoint(self, spec: str, input: str, output: str) -> str:
         """The Ray Jobs entrypoint for these locations (the service chose them all; no key
@@ -160,3 +168,39 @@ def _train_results(storage, output_path: str) -> dict | None:
 
 register_job_kind(JobKind(TRAIN, _validate_train, "train.job", _train_results, result_file=SUMMARY,
                           limits=_train_limits, input_kind=PRIVATIZE))
+
+
+# ---- evaluation -----------------------------------------------------------------------
+
+def _validate_evaluation(data):
+    from services.evaluations import validate_config
+
+    return validate_config(data)
+
+
+def _evaluation_limits(settings, spec) -> None:
+    from services.evaluations import check_limits
+
+    check_limits(settings, spec)
+
+
+def _prepare_evaluation(session, tenant_id: str, corpus, spec):
+    from services.evaluations import prepare
+
+    return prepare(session, tenant_id, spec)
+
+
+def _evaluation_results(storage, output_path: str) -> dict | None:
+    from services.evaluations import read_results
+
+    return read_results(storage, output_path)
+
+
+def _evaluation_inputs(spec: dict) -> set[str]:
+    from services.evaluations import inputs_of
+
+    return inputs_of(spec)
+
+
+register_job_kind(JobKind(EVALUATE, _validate_evaluation, "attacks.job", _evaluation_results, _prepare_evaluation,
+                          result_file=EVALUATION, limits=_evaluation_limits, inputs=_evaluation_inputs))

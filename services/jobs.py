@@ -7,13 +7,14 @@ the service's memory, Ray the truth about execution: ``reconcile`` reads Ray's s
 into the row, on every read of an active job and from a background task, so a service
 that was killed and started again picks up its running jobs where Ray has them.
 
-What differs between kinds of job (privatization, training; evaluation) is one entry of
-``services.jobkinds``: how a spec is validated and admitted, what it reads (its corpus, or
-the output of a succeeded job: a training reads a privatization job's), which module the
-Ray job runs and how its results are read. The service chooses every location (a tenant
-never supplies a path) and hands them to ``python -m services.jobrun KIND SPEC INPUT
-OUTPUT`` (which runs the kind's module: ``privatize.job`` for privatization,
-``train.job`` for training).
+What differs between kinds of job (privatization, training, evaluation) is one entry of
+``services.jobkinds``: how a spec is validated and admitted, what it reads (its corpus;
+the output of a succeeded job: a training reads a privatization job's; or what its spec
+names: an evaluation reads trainings, corpora and privatization outputs), which module
+the Ray job runs and how its results are read. The service chooses every location (a
+tenant never supplies a path) and hands them to ``python -m services.jobrun KIND SPEC
+INPUT OUTPUT`` (which runs the kind's module: ``privatize.job`` for privatization,
+``train.job`` for training, ``attacks.job`` for evaluation).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections.abc import Collection
 
 from sqlalchemy import Connection, Row, bindparam, func, select, update
 from sqlalchemy.orm import Session, object_session
@@ -29,11 +31,11 @@ from services import audit
 from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import ClusterUnavailable, Conflict, LimitExceeded, NotFound, StorageLimitExceeded
-from services.jobkinds import MANIFEST, PRIVATIZE, TRAIN, job_kind, read_manifest
+from services.jobkinds import EVALUATE, MANIFEST, PRIVATIZE, TRAIN, job_kind, read_manifest
 from services.keystore import bundle_json
 from services.keys import sealed_of
 from services.models import ACTIVE_JOB_STATES, TERMINAL_JOB_STATES, Corpus, Job, Key, Tenant, new_id, utcnow
-from services.storage import job_dir
+from services.storage import job_dir, tenant_prefix
 from services.tenants import storage_used
 
 log = logging.getLogger(__name__)
@@ -78,10 +80,13 @@ def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str | None, spec_
     """Validate (once: the spec object is reused from here on) and bound by the service's
     settings, admit against the tenant's limits, record, write the spec and key bundle,
     and submit. A kind that reads another job's output names it as ``input_job_id`` (its
-    corpus is that job's). A cluster that cannot be reached leaves the job ``queued``; the
-    reconciler submits it later."""
+    corpus is that job's); a kind that reads what its spec names has neither. A cluster
+    that cannot be reached leaves the job ``queued``; the reconciler submits it later."""
     jk = job_kind(kind)
-    if (jk.input_kind is None) != (input_job_id is None):
+    if jk.inputs is not None:
+        if corpus_id is not None or input_job_id is not None:
+            raise ValueError(f"a {kind} job reads what its spec names, not a corpus or a job")
+    elif (jk.input_kind is None) != (input_job_id is None):
         raise ValueError(f"a {kind} job reads {'a ' + jk.input_kind + ' job' if jk.input_kind else 'a corpus'}")
     spec = jk.validate(spec_data)
     jk.limits(ctx.settings, spec)
@@ -90,7 +95,7 @@ def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str | None, spec_
         if input_job_id is not None:
             corpus_id = input_job(ctx, s, tenant_id, input_job_id, jk.input_kind).corpus_id
         corpus = s.get(Corpus, corpus_id) if corpus_id else None
-        if corpus is None or corpus.tenant_id != tenant_id:
+        if jk.inputs is None and (corpus is None or corpus.tenant_id != tenant_id):
             raise NotFound(f"no corpus {corpus_id!r}")
         spec, key_ids = jk.prepare(s, tenant_id, corpus, spec)
         active = s.scalar(select(func.count()).select_from(Job).where(
@@ -106,16 +111,16 @@ def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str | None, spec_
         job = Job(id=jid, tenant_id=tenant_id, corpus_id=corpus_id, kind=jk.name, input_job_id=input_job_id,
                   status="queued", spec=spec_dict, spec_sha256=spec.sha256(), key_ids=key_ids,
                   output_path=f"{job_dir(tenant_id, jid)}/output",
-                  input_bytes=corpus.bytes if input_job_id is None else 0)
+                  input_bytes=corpus.bytes if corpus is not None and input_job_id is None else 0)
         keys = [s.get(Key, k) for k in key_ids]
         ctx.storage.write_bytes(spec_rel(job), json.dumps(spec_dict, indent=2).encode("utf-8"))
         if keys:
             bundle = bundle_json(tenant_id, [{"id": k.id, "kind": k.kind, **_sealed_dict(k)} for k in keys])
             ctx.storage.write_bytes(bundle_rel(job), bundle, private=True)
         s.add(job)
-    log.info("tenant %s: %s job %s created on %s (%d stage(s), %d key(s))", tenant_id, jk.name, job.id,
-             f"job {input_job_id}" if input_job_id else f"corpus {corpus_id}", len(getattr(spec, "stages", ())),
-             len(key_ids))
+    on = f"job {input_job_id}" if input_job_id else f"corpus {corpus_id}" if corpus_id else "its spec's inputs"
+    log.info("tenant %s: %s job %s created on %s (%d stage(s), %d key(s))", tenant_id, jk.name, job.id, on,
+             len(getattr(spec, "stages", ())), len(key_ids))
     submit(ctx, job.id)
     with session_scope(ctx.sessions) as s:
         return s.get(Job, job.id)
@@ -137,11 +142,13 @@ def input_job(ctx: ServiceContext, s: Session, tenant_id: str, job_id: str, kind
     return src
 
 
-def input_rel(job: Job, corpus: Corpus) -> str:
-    """What the job reads, relative to the storage root: its corpus, or the output folder
-    of its input job."""
+def input_rel(job: Job, corpus: Corpus | None) -> str:
+    """What the job reads, relative to the storage root: its corpus, the output folder of
+    its input job, or (a kind that reads what its spec names) its tenant's folder."""
     if job.input_job_id:
         return f"{job_dir(job.tenant_id, job.input_job_id)}/output"
+    if job_kind(job.kind).inputs is not None:
+        return tenant_prefix(job.tenant_id)
     return corpus.storage_path
 
 
@@ -151,7 +158,7 @@ def _sealed_dict(k: Key) -> dict:
             "material_ct": sealed.material_ct}
 
 
-def entrypoint_for(ctx: ServiceContext, job: Job, corpus: Corpus) -> str:
+def entrypoint_for(ctx: ServiceContext, job: Job, corpus: Corpus | None) -> str:
     """``python -m services.jobrun KIND SPEC INPUT OUTPUT`` (locations only; LookupError
     for a kind this service does not know)."""
     st = ctx.storage
@@ -160,7 +167,9 @@ def entrypoint_for(ctx: ServiceContext, job: Job, corpus: Corpus) -> str:
 
 
 def runtime_env_for(ctx: ServiceContext, job: Job) -> dict:
-    env = {"RAY_USAGE_STATS_ENABLED": "0"}
+    """The job's id (what its results may be named by; not a secret) and the location of
+    its key bundle, never key material."""
+    env = {"RAY_USAGE_STATS_ENABLED": "0", "PRIVATIZE_JOB_ID": job.id}
     if job.key_ids:
         env["PRIVATIZE_KEY_BUNDLE"] = ctx.storage.location(bundle_rel(job))
     return {"env_vars": env, "worker_process_setup_hook": SETUP_HOOK}
@@ -185,8 +194,13 @@ def _submit(ctx: ServiceContext, job_id: str) -> None:
         job = s.get(Job, job_id)
         if job is None or job.status != "queued":
             return
+        try:
+            reads_spec = job_kind(job.kind).inputs is not None
+        except LookupError as exc:
+            _finish(ctx, job, "failed", str(exc))
+            return
         corpus = s.get(Corpus, job.corpus_id) if job.corpus_id else None
-        if corpus is None:
+        if corpus is None and not reads_spec:
             _finish(ctx, job, "failed", "the corpus was deleted before the job started")
             return
         if job.input_job_id:
@@ -201,7 +215,9 @@ def _submit(ctx: ServiceContext, job_id: str) -> None:
             return
         runtime_env = runtime_env_for(ctx, job)
         metadata = {"privatize_tenant": job.tenant_id, "privatize_job": job.id, "privatize_kind": job.kind,
-                    "privatize_corpus": corpus.id, "privatize_spec_sha256": job.spec_sha256}
+                    "privatize_spec_sha256": job.spec_sha256}
+        if corpus is not None:
+            metadata["privatize_corpus"] = corpus.id
         if job.input_job_id:
             metadata["privatize_input_job"] = job.input_job_id
         job.submit_attempts += 1
@@ -383,8 +399,9 @@ def results(ctx: ServiceContext, tenant_id: str, job_id: str) -> tuple[Job, dict
     """The job and its manifest; Conflict while the job has no output."""
     job = fresh_job(ctx, tenant_id, job_id)
     if job.kind != PRIVATIZE:
-        raise NotFound(f"job {job_id} is a {job.kind} job: it has no manifest or shards"
-                       + (f" (its model: GET /v1/trainings/{job_id}/model)" if job.kind == TRAIN else ""))
+        where = {TRAIN: f" (its model: GET /v1/trainings/{job_id}/model)",
+                 EVALUATE: f" (its report: GET /v1/evaluations/{job_id}/report)"}.get(job.kind, "")
+        raise NotFound(f"job {job_id} is a {job.kind} job: it has no manifest or shards{where}")
     if job.status != "succeeded":
         raise Conflict(f"job {job_id} is {job.status}; results exist once it has succeeded")
     manifest = read_manifest(ctx.storage, job.output_path)
@@ -417,14 +434,30 @@ def delete_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> None:
         job = get_job(s, tenant_id, job_id)
         if job.status in ACTIVE_JOB_STATES:
             raise Conflict(f"job {job_id} is {job.status}; cancel it first")
-        readers = list(s.scalars(select(Job.id).where(Job.input_job_id == job_id,
-                                                      Job.status.in_(ACTIVE_JOB_STATES))))
+        readers = active_readers(s, tenant_id, {job_id})
         if readers:
             raise Conflict(f"job {job_id}'s output is the input of active job(s) {', '.join(readers)}; "
                            "wait for them or cancel them first")
         delete_job_data(ctx, job)
         s.delete(job)
     log.info("tenant %s: job %s deleted", tenant_id, job_id)
+
+
+def active_readers(s: Session, tenant_id: str, resource_ids: Collection[str]) -> list[str]:
+    """Ids of the tenant's active jobs that read any of ``resource_ids`` (job outputs or
+    corpora): as their input job, or named in their spec (kinds with ``inputs``). A tenant
+    has a few active jobs at most, so their specs are read here rather than indexed."""
+    wanted = set(resource_ids)
+    out = []
+    for j in s.scalars(select(Job).where(Job.tenant_id == tenant_id, Job.status.in_(ACTIVE_JOB_STATES))
+                       .order_by(Job.created_at, Job.id)):
+        try:
+            inputs = job_kind(j.kind).inputs
+        except LookupError:
+            inputs = None
+        if j.input_job_id in wanted or (inputs is not None and wanted & inputs(j.spec)):
+            out.append(j.id)
+    return out
 
 
 def delete_job_data(ctx: ServiceContext, job: Job) -> None:

@@ -119,6 +119,16 @@ class Settings(BaseSettings):
     train_max_failures: int = Field(3, ge=0, le=100)
     """Ray Train restarts (from the last checkpoint) a tenant's run may ask for."""
 
+    # ---- evaluations: the most a tenant's evaluation config may ask for (422 beyond) --
+    eval_max_models: int = Field(8, ge=1, le=16)
+    """Models attacked by one evaluation (the config's own bound is 16)."""
+    eval_max_workers: int = Field(2, ge=0, le=64)
+    """``scoring.workers``: Ray actors scoring membership examples."""
+    eval_max_examples: int = Field(10_000, ge=10, le=1_000_000)
+    """``mia.limit``, ``perplexity.limit``, ``extraction.count`` and ``canaries.sample``."""
+    eval_max_exact_digits: int = Field(6, ge=1, le=7)
+    """``canaries.digits`` with ``method: exact`` (every one of 10^digits candidates is scored)."""
+
     # ---- derived ------------------------------------------------------------------
     @property
     def dev(self) -> bool:

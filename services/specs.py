@@ -46,28 +46,36 @@ def check_key_references(s: Session, tenant_id: str, spec: PipelineSpec) -> list
     field does not take."""
     errors, ids = [], []
     for path, ref, kinds in sorted(key_requirements(spec)):
-        scheme, _, rest = ref.partition(":")
-        if scheme == "file":
-            errors.append((path, "file: key references are not accepted by the service; create a key with "
-                                 "POST /v1/keys and name it keystore:<id>"))
-            continue
-        if scheme != "keystore":
-            errors.append((path, "a key reference is keystore:<id>"))
-            continue
-        row = s.get(Key, rest)
-        if row is None or row.tenant_id != tenant_id:
-            errors.append((path, f"no key {rest!r}"))
-        elif row.status != "enabled":
-            errors.append((path, f"key {rest} is {row.status}"))
-        elif kinds is not None and row.kind not in kinds:
-            errors.append((path, f"key {rest} is a {row.kind} key; this field takes {' or '.join(kinds)} keys"))
-        elif rest not in ids:
-            ids.append(rest)
+        key_id, why = check_key_reference(s, tenant_id, ref, kinds)
+        if why is not None:
+            errors.append((path, why))
+        elif key_id not in ids:
+            ids.append(key_id)
     if errors:
         raise SpecInvalid("; ".join(f"{p}: {m}" for p, m in errors),
                           errors=[{"path": p, "loc": ["body", "spec", *p.split(".")], "message": m}
                                   for p, m in errors])
     return ids
+
+
+def check_key_reference(s: Session, tenant_id: str, ref: str, kinds: tuple[str, ...] | None
+                        ) -> tuple[str | None, str | None]:
+    """(key id, None) for a ``keystore:`` reference to one of the tenant's enabled keys of
+    one of ``kinds`` (any kind when None); (None, why) otherwise."""
+    scheme, _, rest = ref.partition(":")
+    if scheme == "file":
+        return None, ("file: key references are not accepted by the service; create a key with "
+                      "POST /v1/keys and name it keystore:<id>")
+    if scheme != "keystore":
+        return None, "a key reference is keystore:<id>"
+    row = s.get(Key, rest)
+    if row is None or row.tenant_id != tenant_id:
+        return None, f"no key {rest!r}"
+    if row.status != "enabled":
+        return None, f"key {rest} is {row.status}"
+    if kinds is not None and row.kind not in kinds:
+        return None, f"key {rest} is a {row.kind} key; this field takes {' or '.join(kinds)} keys"
+    return rest, None
 
 
 def with_input_format(spec: PipelineSpec, corpus_format: str) -> PipelineSpec:

@@ -12,6 +12,7 @@ Paths handed around the service are relative to the storage root
     tenants/<tenant>/jobs/<job>/output/shards/...
     tenants/<tenant>/jobs/<job>/output.quarantine.jsonl  (never served)
     tenants/<tenant>/jobs/<job>/output/{summary.json,metrics.jsonl,model/,...}  (a training)
+    tenants/<tenant>/jobs/<job>/output/{report.html,evaluation.json}  (an evaluation)
 """
 
 from __future__ import annotations

@@ -1,0 +1,223 @@
+"""The Ray Jobs entrypoint of an evaluation (the service's ``evaluate`` job kind)::
+
+    python -m attacks.job CONFIG_URI ROOT_URI OUTPUT_URI [--id ID] [--overwrite]
+
+The conventions are ``train.job``'s. Each location is a local path or a URI that
+``pyarrow.fs`` opens (``s3://bucket/key``, ``file:///...``). An evaluation reads several
+things (trained models, member and non-member texts, held-out text), so the config names
+each of them by a location *relative to ROOT* (for the service: the tenant's storage
+folder, ``jobs/<training>/output``, ``corpora/<corpus>/data.jsonl``); an absolute path, a
+URI or a ``..`` is refused with the field. Under a remote ROOT each is copied to a local
+temporary folder first. The config must leave ``output`` to this command.
+
+It runs ``attacks.run.run_evaluation`` into a scratch folder, then writes ``report.html``
+and ``evaluation.json`` to OUTPUT with each model and data source named by its location
+in the config, never by a path on this machine. A remote OUTPUT (which must not exist,
+unless ``--overwrite``) gets ``report.html`` first and ``evaluation.json`` last, so a
+reader that finds the result finds its report. ``--id`` defaults to ``PRIVATIZE_JOB_ID``
+(the service sets it to the evaluation's id), else a fresh id.
+
+Canary keys are references (``keystore:<id>`` under the service, whose keystore
+``services.jobrun`` installs); no key material is an argument. The last line of stdout is
+a one-line JSON summary (per model: perplexity, max exposure, best MIA AUC). Exit codes:
+0 success, 2 bad input (config, data, models, keys; one line on stderr, local paths shown
+as the config's locations), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path, PurePosixPath
+
+from privatize.errors import OutputError, PrivatizeError, SpecError
+
+log = logging.getLogger(__name__)
+
+EVALUATION = "evaluation.json"
+REPORT = "report.html"
+SOURCES = (("mia", "members"), ("mia", "non_members"), ("perplexity", "data"), ("extraction", "prompts"),
+           ("extraction", "training_data"))
+"""Config fields that name texts to read (besides the models and ``mia.reference``)."""
+
+
+def locations(data: dict) -> list[tuple[str, str]]:
+    """(field path, location) of everything a config (as a dict) reads: each model, the
+    MIA reference model and every data source."""
+    out = [(f"models.{i}.path", m["path"]) for i, m in enumerate(data.get("models") or [])
+           if isinstance(m, dict) and isinstance(m.get("path"), str)]
+    if isinstance(data.get("mia"), dict) and isinstance(data["mia"].get("reference"), str):
+        out.append(("mia.reference", data["mia"]["reference"]))
+    for section, field in SOURCES:
+        value = (data.get(section) or {}).get(field) if isinstance(data.get(section), dict) else None
+        if isinstance(value, str):
+            out.append((f"{section}.{field}", value))
+    return out
+
+
+def _relative(field: str, location: str) -> str:
+    p = PurePosixPath(location)
+    if "://" in location or location.startswith("file:") or p.is_absolute() or ".." in p.parts or not p.parts:
+        raise SpecError(f"{field}: {location!r}: a location relative to ROOT (no absolute path, URI or '..')")
+    return p.as_posix()
+
+
+def load_config_any(location: str):
+    """The evaluation config at a path or URI (YAML, or JSON by its ``.json`` name)."""
+    import yaml
+
+    from attacks.config import parse_config
+    from privatize.job import _fs
+    from train.job import _is_remote, _local
+
+    try:
+        if _is_remote(location):
+            fs, path = _fs(location)
+            with fs.open_input_stream(path) as fh:
+                text = fh.read().decode("utf-8")
+        else:
+            path = _local(location)
+            text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{location}: cannot read the config ({str(exc).splitlines()[0]})") from None
+    is_json = path.lower().endswith(".json")
+    try:
+        data = json.loads(text) if is_json else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError):
+        raise SpecError(f"{location}: not valid {'JSON' if is_json else 'YAML'}") from None
+    if isinstance(data, dict) and data.get("output") is not None:
+        raise SpecError("output: set by this command (OUTPUT), not by the config")
+    return parse_config(data, location)
+
+
+def localize(cfg, root: str, tmp: Path) -> tuple[object, dict[str, str]]:
+    """The config with every location made a local path under ROOT (copied first when ROOT
+    is remote), and {local path: the config's location} to name them in results."""
+    from privatize.job import localize_input
+    from train.job import _is_remote, _local
+
+    data = cfg.to_dict()
+    local: dict[str, str] = {}
+    remote = _is_remote(root)
+    for n, rel in enumerate(sorted({_relative(f, loc) for f, loc in locations(data)})):
+        if remote:
+            path = localize_input(f"{root.rstrip('/')}/{rel}", tmp / f"in-{n}")
+        else:
+            path = str(Path(_local(root)) / rel)
+        local[rel] = str(Path(path).resolve())
+
+    def swap(loc: str) -> str:
+        return local[_relative("", loc)]
+
+    for m in data["models"]:
+        m["path"] = swap(m["path"])
+    if data.get("mia") and data["mia"].get("reference"):
+        data["mia"]["reference"] = swap(data["mia"]["reference"])
+    for section, field in SOURCES:
+        if data.get(section):
+            data[section][field] = swap(data[section][field])
+    return type(cfg).model_validate(data), {path: rel for rel, path in local.items()}
+
+
+def _named(ev, names: dict[str, str]):
+    """``ev`` with the local paths of models and data replaced by the config's locations."""
+    from train.job import _redact
+
+    for m in ev.models:
+        m.path = names.get(m.path, _redact(m.path, names))
+        if m.perplexity_data:
+            m.perplexity_data = _redact(m.perplexity_data, names)
+    return ev
+
+
+def _upload(local: Path, location: str) -> None:
+    """``report.html``, then ``evaluation.json`` (what the service reads) last."""
+    import pyarrow.fs as pafs
+
+    from privatize.job import _fs
+
+    fs, path = _fs(location)
+    fs.create_dir(path, recursive=True)
+    for name in (REPORT, EVALUATION):
+        pafs.copy_files(str(local / name), f"{path}/{name}", source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=fs)
+
+
+def run_job(config_location: str, root_location: str, output_location: str, *, evaluation_id: str | None = None,
+            overwrite: bool = False, progress: bool = False) -> dict:
+    """Run the evaluation; returns the summary that ``main`` prints."""
+    from attacks.cli import summary
+    from attacks.report import write_report
+    from attacks.run import run_evaluation
+    from train.job import _clear_remote_output, _is_remote, _local, _redact
+
+    remote_out = _is_remote(output_location)
+    with tempfile.TemporaryDirectory(prefix="attack-job-") as tmpname:
+        tmp = Path(tmpname)
+        cfg = load_config_any(config_location)
+        out = tmp / "output" if remote_out else Path(_local(output_location))
+        if remote_out:
+            _clear_remote_output(output_location, overwrite)
+        elif (out / EVALUATION).exists() and not overwrite:
+            raise OutputError(f"{output_location}: output exists (use --overwrite to replace it)")
+        names: dict[str, str] = {}
+        try:
+            cfg, names = localize(cfg, root_location, tmp)
+            base_dir = None if _is_remote(config_location) else str(Path(_local(config_location)).resolve().parent)
+            ev = run_evaluation(cfg.with_output(str(tmp / "scratch")), base_dir=base_dir, progress=progress,
+                                evaluation_id=evaluation_id)
+        except PrivatizeError as exc:
+            line = _redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                           {**names, str(tmp): "<tmp>", tmpname: "<tmp>"})
+            try:
+                err = type(exc)(line)
+            except TypeError:  # an error class with another signature
+                err = PrivatizeError(line)
+            raise err from None
+        write_report(_named(ev, names), out)
+        if remote_out:
+            _upload(out, output_location)
+        where = output_location if remote_out else str(out.resolve())
+    return {**summary(ev, where), "report": f"{where.rstrip('/')}/{REPORT}",
+            "evaluation_json": f"{where.rstrip('/')}/{EVALUATION}"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors exit 2 with one line, like bad input
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="python -m attacks.job", description="Attack trained models and write one privacy report "
+                                                          "(on the current Ray cluster).")
+    p.add_argument("config", help="evaluation config (YAML or JSON) without output; locations relative to ROOT")
+    p.add_argument("root", help="the folder the config's locations are relative to: a path or a URI")
+    p.add_argument("output", help="the report folder: a path or a URI")
+    p.add_argument("--id", default=os.environ.get("PRIVATIZE_JOB_ID") or None,
+                   help="the evaluation's id in its results (default $PRIVATIZE_JOB_ID, else a fresh one)")
+    p.add_argument("--overwrite", action="store_true", help="replace an output that exists")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    warnings.showwarning = lambda message, *a, **k: print(f"attack: warning: {message}", file=sys.stderr)
+    try:
+        summary = run_job(args.config, args.root, args.output, evaluation_id=args.id, overwrite=args.overwrite,
+                          progress=sys.stderr.isatty())
+    except PrivatizeError as exc:
+        print(f"attack: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attack: interrupted", file=sys.stderr)
+        return 130
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

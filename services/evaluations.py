@@ -1,0 +1,333 @@
+"""Evaluations: jobs of kind ``evaluate`` (``attacks.job`` on Ray), privacy attacks on a
+tenant's own succeeded trainings, with one report.
+
+What a tenant submits is an ``attacks.config.AttackConfig`` without any location: models
+name trainings (``{"name": "crt", "training_id": ...}``), data sources name corpora
+(``{"corpus_id": ...}``) or privatization jobs (``{"job_id": ...}``, their output shards),
+``mia.reference`` names a training, and the canary key is ``keystore:<id>`` (an ``hmac``
+key of the tenant's, as the ``canaries`` stage takes it). A field naming a location on
+the server (a string where a reference goes, ``models.<i>.path``, ``output``) answers 422
+with the field, and so does one asking for more than the service's ``eval_*`` settings
+allow. Another tenant's training, job or corpus answers 404, exactly as one that does not
+exist; a training or job that has not succeeded, 409.
+
+At admission the references become locations relative to the tenant's storage folder
+(``jobs/<training>/output``, ``corpora/<corpus>/data.jsonl``): the stored config (the
+row's ``spec``, ``spec.json``) is a complete ``AttackConfig`` but for ``output``, which
+``attacks.job`` sets; it names nothing outside the tenant's folder, which is the job's
+INPUT. The canary key reaches the job as a reference and a key bundle, like a
+privatization's keys.
+
+An evaluation's row is a ``jobs`` row (``kind = 'evaluate'``, no corpus, no input job):
+admission, submission, reconciliation, cancel, logs and deletion are the jobs' own; what
+it reads cannot be deleted while it runs (``services.jobs.active_readers``). Once it has
+succeeded its row's counts are the per-model summary of its ``evaluation.json``
+(perplexity, max exposure, best MIA AUC); ``report.html`` and ``evaluation.json`` are
+served as they are.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.errors import Conflict, NotFound, SpecInvalid
+from services.jobkinds import EVALUATE, EVALUATION, PRIVATIZE
+from services.models import Job
+from services.storage import tenant_prefix
+
+REPORT = "report.html"
+CANARY_KEY_KINDS = ("hmac",)
+_SOURCE_HINT = ('name one of your corpora ({"corpus_id": ...}) or succeeded privatization jobs '
+                '({"job_id": ...})')
+_REF = {"training_id": "training", "corpus_id": "corpus", "job_id": "job"}
+"""Reference field -> the scheme of its placeholder (``training:<id>``) until admission."""
+_REF_FIELD = {scheme: field for field, scheme in _REF.items()}
+_LOCATION = re.compile(r"(?:jobs|corpora)/([^/]+)(?:/|$)")
+
+
+def _sources():
+    from attacks.job import SOURCES
+
+    return SOURCES
+
+
+@dataclass(frozen=True)
+class EvaluationSpec:
+    """A validated evaluation config as the job machinery wants a spec: ``to_dict()``
+    (what is stored and handed to ``attacks.job``: no ``output``) and ``sha256()``.
+    Before admission its locations are placeholders (``training:<id>``)."""
+
+    config: Any  # attacks.config.AttackConfig
+
+    def to_dict(self) -> dict:
+        return self.config.model_dump(mode="json", exclude={"output"})
+
+    def sha256(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode("utf-8")
+        return hashlib.sha256(blob).hexdigest()
+
+
+def _loc(path: str) -> list:
+    return ["body", "config", *(int(p) if p.isdigit() else p for p in path.split(".") if p)]
+
+
+def _invalid(errors: list[tuple[str, str]]) -> SpecInvalid:
+    return SpecInvalid("; ".join(f"{p}: {m}" if p else m for p, m in errors),
+                       errors=[{"path": p, "loc": _loc(p), "message": m} for p, m in errors])
+
+
+def _ref_id(value) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= 64 else None
+
+
+def _reference(value, fields: tuple[str, ...]) -> str | None:
+    """``{"<field>": "<id>"}`` with one of ``fields`` -> its placeholder; None otherwise."""
+    if isinstance(value, dict) and len(value) == 1:
+        (field, rid), = value.items()
+        if field in fields and _ref_id(rid):
+            return f"{_REF[field]}:{rid}"
+    return None
+
+
+def validate_config(data) -> EvaluationSpec:
+    """A tenant's evaluation config -> :class:`EvaluationSpec` (references as
+    placeholders); SpecInvalid with field paths."""
+    from attacks.config import parse_config
+    from privatize.errors import SpecError
+
+    if not isinstance(data, dict):
+        raise _invalid([("", "config: must be a JSON object (an evaluation config: models, canaries, mia, "
+                             "perplexity, extraction)")])
+    data = copy.deepcopy(data)
+    errors: list[tuple[str, str]] = []
+    if data.get("output") is not None:
+        errors.append(("output", "set by the service: an evaluation writes to its own folder"))
+    models = data.get("models")
+    for i, m in enumerate(models if isinstance(models, list) else []):
+        if not isinstance(m, dict):
+            continue  # the config's own validation names it
+        if "path" in m:
+            errors.append((f"models.{i}.path", "a location on the server: name one of your succeeded trainings "
+                                               "as training_id"))
+            continue
+        rid = _ref_id(m.pop("training_id", None))
+        if rid is None:
+            errors.append((f"models.{i}.training_id", "required: the id of one of your succeeded trainings"))
+            continue
+        m["path"] = f"training:{rid}"
+    mia = data.get("mia")
+    if isinstance(mia, dict) and mia.get("reference") is not None:
+        ref = _reference(mia["reference"], ("training_id",))
+        if ref is None:
+            errors.append(("mia.reference", 'a reference model is one of your succeeded trainings: '
+                                            '{"training_id": ...}'
+                           + (" (a string is a location on the server)" if isinstance(mia["reference"], str)
+                              else "")))
+        else:
+            mia["reference"] = ref
+    for section, field in _sources():
+        part = data.get(section)
+        if not isinstance(part, dict) or part.get(field) is None:
+            continue  # absent: the config's own validation says whether it is required
+        ref = _reference(part[field], ("corpus_id", "job_id"))
+        if ref is None:
+            where = "a location on the server: " if isinstance(part[field], str) else ""
+            errors.append((f"{section}.{field}", where + _SOURCE_HINT))
+        else:
+            part[field] = ref
+    if errors:
+        raise _invalid(errors)
+    try:
+        cfg = parse_config(data, "config")
+    except SpecError as exc:
+        # parse_config's one line: "config: <field path>: <message>" ("(config)" for the whole)
+        rest = str(exc).removeprefix("config: ")
+        path, sep, msg = rest.partition(": ")
+        if not sep:
+            path, msg = "", rest
+        raise _invalid([("" if path == "(config)" else path, msg)]) from None
+    return EvaluationSpec(cfg)
+
+
+def check_limits(settings, spec: EvaluationSpec) -> None:
+    """SpecInvalid naming every field that asks for more than the service allows tenants."""
+    c, s = spec.config, settings
+    errors: list[tuple[str, str]] = []
+
+    def most(path: str, value, limit) -> None:
+        if value is not None and value > limit:
+            errors.append((path, f"at most {limit} on this service (asked for {value})"))
+
+    most("models", len(c.models), s.eval_max_models)
+    most("scoring.workers", c.scoring.workers, s.eval_max_workers)
+    if c.mia:
+        most("mia.limit", c.mia.limit, s.eval_max_examples)
+    if c.perplexity:
+        most("perplexity.limit", c.perplexity.limit, s.eval_max_examples)
+    if c.extraction:
+        most("extraction.count", c.extraction.count, s.eval_max_examples)
+    if c.canaries:
+        if c.canaries.method == "exact":
+            most("canaries.digits", c.canaries.digits, s.eval_max_exact_digits)
+        else:
+            most("canaries.sample", c.canaries.sample, s.eval_max_examples)
+    if errors:
+        raise _invalid(errors)
+
+
+# ---- admission: references -> locations in the tenant's folder ---------------------------
+
+def _get(data: dict, path: str):
+    node: Any = data
+    for part in path.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
+
+
+def _set(data: dict, path: str, value) -> None:
+    *parents, last = path.split(".")
+    node = _get(data, ".".join(parents)) if parents else data
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def _location(s: Session, tenant_id: str, field: str, placeholder: str) -> str:
+    """Where the resource a placeholder names lives, relative to the tenant's folder; the
+    same NotFound for another tenant's id as for one that does not exist. Errors name the
+    field as the tenant wrote it (``models.0.training_id``, ``mia.members.job_id``)."""
+    from services.corpora import get_corpus
+    from services.trainings import get_training
+
+    scheme, _, rid = placeholder.partition(":")
+    field = f"{field.removesuffix('.path')}.{_REF_FIELD[scheme]}"
+    try:
+        if scheme == "corpus":
+            return get_corpus(s, tenant_id, rid).storage_path.removeprefix(f"{tenant_prefix(tenant_id)}/")
+        if scheme == "training":
+            job = get_training(s, tenant_id, rid)
+            what = "training"
+        else:
+            job = s.get(Job, rid)
+            if job is None or job.tenant_id != tenant_id:
+                raise NotFound(f"no job {rid!r}")
+            if job.kind != PRIVATIZE:
+                raise Conflict(f"job {rid} is a {job.kind} job; give a {PRIVATIZE} job")
+            what = "job"
+    except (NotFound, Conflict) as exc:
+        raise type(exc)(exc.message, path=field) from None
+    if job.status != "succeeded":
+        raise Conflict(f"{what} {rid} is {job.status}; give a {what} that has succeeded", path=field)
+    return job.output_path.removeprefix(f"{tenant_prefix(tenant_id)}/")
+
+
+def prepare(s: Session, tenant_id: str, spec: EvaluationSpec) -> tuple[EvaluationSpec, list[str]]:
+    """In the admission transaction: each reference checked and replaced by its location,
+    the canary key checked (one of the tenant's enabled hmac keys, 422 at ``canaries.key``
+    otherwise); returns the spec the job runs and its keystore key ids."""
+    from attacks.job import locations
+    from services.specs import check_key_reference
+
+    data = spec.to_dict()
+    for field, placeholder in locations(data):
+        _set(data, field, _location(s, tenant_id, field, placeholder))
+    key_ids: list[str] = []
+    if spec.config.canaries:
+        key_id, why = check_key_reference(s, tenant_id, spec.config.canaries.key, CANARY_KEY_KINDS)
+        if why is not None:
+            raise _invalid([("canaries.key", why)])
+        key_ids.append(key_id)
+    return EvaluationSpec(type(spec.config).model_validate(data)), key_ids
+
+
+def inputs_of(spec: dict) -> set[str]:
+    """Ids of the trainings, privatization jobs and corpora a stored config reads."""
+    from attacks.job import locations
+
+    return {m.group(1) for _, loc in locations(spec) if (m := _LOCATION.match(loc))}
+
+
+def training_ids(spec: dict) -> list[str]:
+    """The training each model of a stored config is, in order."""
+    out = []
+    for m in spec.get("models") or []:
+        hit = _LOCATION.match(m.get("path", ""))
+        out.append(hit.group(1) if hit else None)
+    return out
+
+
+# ---- results ------------------------------------------------------------------------------
+
+def _finite(v):
+    """JSON-safe figures: an overflowing perplexity becomes None."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def summary_counts(evaluation: dict) -> dict | None:
+    """The row's counts: per model, what ``privatize attack`` prints (perplexity, max
+    exposure, best MIA AUC, extracted), from ``evaluation.json``'s content."""
+    from attacks.cli import summary
+    from attacks.results import from_dict
+
+    try:
+        ev = from_dict(evaluation)
+        return _finite({"models": summary(ev, "")["models"]})
+    except (TypeError, KeyError, AttributeError, ValueError):
+        return None
+
+
+def read_results(storage, output_path: str) -> dict | None:
+    try:
+        data = json.loads(storage.read_bytes(f"{output_path}/{EVALUATION}"))
+    except (OSError, ValueError):
+        return None
+    return summary_counts(data) if isinstance(data, dict) else None
+
+
+def summary_of(job: Job) -> dict | None:
+    """A succeeded evaluation's summary, each model with its training id."""
+    if job.status != "succeeded" or not job.counts:
+        return None
+    ids = dict(zip((m.get("name") for m in job.spec.get("models", [])), training_ids(job.spec)))
+    return {"models": [{**m, "training_id": ids.get(m.get("name"))} for m in job.counts.get("models", [])]}
+
+
+# ---- lookups and files ----------------------------------------------------------------------
+
+def get_evaluation(s: Session, tenant_id: str, job_id: str) -> Job:
+    j = s.get(Job, job_id)
+    if j is None or j.tenant_id != tenant_id or j.kind != EVALUATE:
+        raise NotFound(f"no evaluation {job_id!r}")
+    return j
+
+
+def list_evaluations(s: Session, tenant_id: str) -> list[Job]:
+    return list(s.scalars(select(Job).where(Job.tenant_id == tenant_id, Job.kind == EVALUATE)
+                          .order_by(Job.created_at, Job.id)))
+
+
+def result_rel(ctx, job: Job, name: str) -> str:
+    """Storage path of a succeeded evaluation's ``report.html`` or ``evaluation.json``;
+    Conflict before it has succeeded."""
+    if job.status != "succeeded":
+        raise Conflict(f"evaluation {job.id} is {job.status}; its report exists once it has succeeded")
+    rel = f"{job.output_path}/{name}"
+    if not ctx.storage.exists(rel):
+        raise NotFound(f"evaluation {job.id} has no {name} (deleted?)")
+    return rel
