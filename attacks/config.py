@@ -10,12 +10,19 @@ compare them::
     canaries: {key: keys/canary.key, digits: 4, count: 10, held_out: 10, repeats: 20}
     mia: {members: corpus/train.jsonl, non_members: corpus/heldout.jsonl, limit: 1000}
     perplexity: {data: corpus/heldout.jsonl, limit: 500}
+    reconstruction: {data: corpus/train.jsonl, candidates: names/non_members.txt, trials: 1000, n_candidates: 100}
+    true_prefix: {data: corpus/train.jsonl, trials: 100, samples: 100}
+    cipher_outputs: {key: keys/entity.key, prompts: corpus/prompts.txt, count: 200, training_pii: corpus/train.jsonl}
+    corpus_stats: {sources: {plain: corpus/train.jsonl, encrypted: runs/enc}, unit: word}
     output: evals/demo
 
 Every part is optional; the report shows what ran. Data sources are a privatization
 output folder (``shards/*.parquet``), a folder of Parquet or JSONL files, one such file,
 or a ``.txt`` file (one text per line). Key references are resolved like the pipeline's:
 the canary secrets are derived from the canary key and never written anywhere.
+``reconstruction`` and ``true_prefix`` read records with gold entity spans (``.jsonl``,
+the CustomerSim format); ``cipher_outputs`` checks generated entity tokens under the
+entity stage's key.
 """
 
 from __future__ import annotations
@@ -105,9 +112,71 @@ class ExtractionSpec(_Strict):
     seed: int = 0
 
 
+class _NameTrialsSpec(_Strict):
+    """Where name trials come from: records with gold spans (see ``attacks.reconstruction``)."""
+
+    data: str = Field(description="a .jsonl file (or folder of them) of records with text and gold spans")
+    text_column: str = "text"
+    entity_type: str = Field("NAME", min_length=1, max_length=64)
+    context: Literal["turn", "dialogue"] = Field("turn", description="S0: the name's line, or all text before it")
+    max_context_chars: int = Field(512, ge=1, le=100_000)
+    following_turns: int = Field(0, ge=0, le=100, description="S1: the rest of the name's line plus this many lines")
+    seed: int = 0
+
+
+class ReconstructionSpec(_NameTrialsSpec):
+    candidates: str = Field(description="names to draw the other candidates from (.txt, one per line)")
+    trials: int = Field(1000, ge=1, le=1_000_000)
+    n_candidates: int = Field(100, ge=2, le=100_000, description="the true name included")
+
+
+class TruePrefixSpec(_NameTrialsSpec):
+    trials: int = Field(100, ge=1, le=1_000_000)
+    samples: int = Field(100, ge=1, le=10_000)
+    max_new_tokens: int = Field(48, ge=1, le=1024)
+    top_k: int = Field(64, ge=1, le=1_000_000)
+    min_s1_words: int = Field(1, ge=0, le=1000, description="skip trials whose S1 has fewer words (nothing to "
+                                                             "reconstruct after a bare '.')")
+
+
+class CipherOutputsSpec(_Strict):
+    key: str = Field(min_length=1, description="the entity stage's aes-siv (or aes-ecb) key reference")
+    prompts: str = Field(description="texts to prompt with (.txt: one per line)")
+    text_column: str = "text"
+    count: int = Field(200, ge=1, le=1_000_000, description="prompts (a random sample)")
+    prompt_tokens: Optional[int] = Field(None, ge=1, le=4096, description="cut each prompt to its first tokens")
+    samples: int = Field(1, ge=1, le=1000, description="generations per prompt")
+    max_new_tokens: int = Field(64, ge=1, le=1024)
+    training_pii: Optional[str] = Field(None, description="plaintext PII of the training set: a .txt (one value "
+                                                          "per line) or .jsonl records whose gold spans are PII")
+    seed: int = 0
+
+
+class CorpusStatsSpec(_Strict):
+    sources: dict[str, str] = Field(min_length=1, max_length=16, description="corpus name -> data source")
+    unit: Literal["word", "char", "token"] = "word"
+    max_n: int = Field(4, ge=1, le=8)
+    text_column: str = "text"
+    limit: Optional[int] = Field(None, ge=1, le=10_000_000, description="texts per corpus (a random sample)")
+    tokenizer: Optional[str] = Field(None, description="unit token: a model or tokenizer folder (default: the "
+                                                       "first model's)")
+
+    @field_validator("sources")
+    @classmethod
+    def _names(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not name or len(name) > 64:
+                raise ValueError(f"corpus name {name!r} must have 1 to 64 characters")
+        return v
+
+
 class ScoringSpec(_Strict):
     workers: int = Field(0, ge=0, le=64, description="Ray workers that score MIA batches (0: in this process)")
     batch_tokens: int = Field(16384, ge=256, le=1 << 22)
+
+
+ATTACKS = ("canaries", "mia", "perplexity", "extraction", "reconstruction", "true_prefix", "cipher_outputs",
+           "corpus_stats")
 
 
 class AttackConfig(_Strict):
@@ -117,6 +186,10 @@ class AttackConfig(_Strict):
     mia: Optional[MiaSpec] = None
     perplexity: Optional[PerplexitySpec] = None
     extraction: Optional[ExtractionSpec] = None
+    reconstruction: Optional[ReconstructionSpec] = None
+    true_prefix: Optional[TruePrefixSpec] = None
+    cipher_outputs: Optional[CipherOutputsSpec] = None
+    corpus_stats: Optional[CorpusStatsSpec] = None
     scoring: ScoringSpec = ScoringSpec()
     output: str = "evaluation"
 
@@ -125,8 +198,8 @@ class AttackConfig(_Strict):
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique (got {names})")
-        if not (self.canaries or self.mia or self.perplexity or self.extraction):
-            raise ValueError("nothing to run: give at least one of canaries, mia, perplexity, extraction")
+        if not any(getattr(self, a) for a in ATTACKS):
+            raise ValueError(f"nothing to run: give at least one of {', '.join(ATTACKS)}")
         return self
 
     def with_output(self, output: str | None) -> "AttackConfig":

@@ -1,9 +1,11 @@
 """Run an evaluation: every configured attack against every model, one report.
 
 ``run_evaluation(cfg)`` checks everything it can before it writes (model folders, data
-sources, the canary key), then per model: perplexity on held-out text, canary exposure,
-membership inference (scoring spread over Ray workers when ``scoring.workers`` > 0),
-data extraction; and writes ``OUTPUT/evaluation.json`` and ``OUTPUT/report.html``.
+sources, the canary and entity keys), then the corpus statistics, then per model:
+perplexity on held-out text, canary exposure, membership inference (scoring spread over
+Ray workers when ``scoring.workers`` > 0), data extraction, name reconstruction,
+true-prefix, entity tokens in generations; and writes ``OUTPUT/evaluation.json`` and
+``OUTPUT/report.html``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,94 @@ def canary_secrets(cfg: AttackConfig, base_dir: str | None = None) -> list[str]:
     except KeyMaterialError as exc:
         raise SpecError(f"canaries.key: {exc}") from None
     return derive_secrets(km.secret, c.digits, c.count + c.held_out, c.seed_label)
+
+
+def entity_key(cfg: AttackConfig, base_dir: str | None = None):
+    """The entity stage's key (aes-siv, or aes-ecb when reproducing the paper) that
+    generated entity tokens are checked under."""
+    from privatize.keys import KeyMaterialError, KeyResolver
+
+    try:
+        return KeyResolver(base_dir=base_dir).resolve(cfg.cipher_outputs.key, expect=("aes-siv", "aes-ecb"))
+    except KeyMaterialError as exc:
+        raise SpecError(f"cipher_outputs.key: {exc}") from None
+
+
+def _trials(spec, section: str, n: int, records_cache: dict, min_s1_words: int = 0) -> list:
+    from attacks.reconstruction import name_trials, read_records
+
+    key = (spec.data, spec.text_column)
+    if key not in records_cache:
+        records_cache[key] = read_records(spec.data, text_column=spec.text_column, what=f"{section}.data")
+    trials = name_trials(records_cache[key], n, spec.seed, entity_type=spec.entity_type, context=spec.context,
+                         max_context_chars=spec.max_context_chars, following_turns=spec.following_turns,
+                         min_s1_words=min_s1_words)
+    if not trials:
+        more = f" with at least {min_s1_words} word(s) after the name in S1" if min_s1_words else ""
+        raise SpecError(f"{section}.data: {spec.data} has no usable {spec.entity_type} span{more} (spans whose "
+                        "name also occurs in S0 or S1 are skipped)")
+    return trials
+
+
+def _candidates(cfg: AttackConfig, trials: list) -> list[str]:
+    """The candidate names, checked to leave every trial ``n_candidates - 1`` others."""
+    from attacks.reconstruction import candidate_pool
+
+    r = cfg.reconstruction
+    pool = candidate_pool(read_texts(r.candidates, column=r.text_column, what="reconstruction.candidates"))
+    names = set(pool)
+    fewest = min(len(pool) - (t.name in names) for t in trials)
+    if fewest < r.n_candidates - 1:
+        raise SpecError(f"reconstruction.n_candidates: {r.n_candidates} candidates per trial need "
+                        f"{r.n_candidates - 1} names besides the true one; {r.candidates} leaves {fewest}")
+    return pool
+
+
+def _training_pii(c) -> list[str]:
+    """Plaintext PII values: a .txt list, or the gold span texts of .jsonl records."""
+    if Path(c.training_pii).suffix == ".txt":
+        return read_texts(c.training_pii, what="cipher_outputs.training_pii")
+    from attacks.reconstruction import read_records
+
+    records = read_records(c.training_pii, text_column=c.text_column, what="cipher_outputs.training_pii")
+    values = sorted({r["text"][s["start"]:s["end"]] for r in records for s in r["spans"]})
+    if not values:
+        raise SpecError(f"cipher_outputs.training_pii: {c.training_pii} has no gold spans")
+    return values
+
+
+def _corpus_texts(cfg: AttackConfig) -> dict[str, list]:
+    """Each corpus' texts, or token id lists for unit token (the named tokenizer, else
+    the first model's)."""
+    from attacks.model import checkpoint_dir
+
+    s = cfg.corpus_stats
+    out = {name: read_texts(src, column=s.text_column, limit=s.limit, what=f"corpus_stats.sources.{name}")
+           for name, src in s.sources.items()}
+    if s.unit == "token":
+        from train.tokenizer import load_tokenizer
+
+        what = "corpus_stats.tokenizer" if s.tokenizer else "models.0.path"
+        path = s.tokenizer or cfg.models[0].path
+        try:
+            folder = str(checkpoint_dir(path))
+        except SpecError:
+            folder = path  # a bare tokenizer folder
+        tok = load_tokenizer(folder, what=what)
+        out = {name: tok(texts, add_special_tokens=False)["input_ids"] for name, texts in out.items()}
+    return out
+
+
+def corpus_stats(cfg: AttackConfig, corpora: dict[str, list]) -> dict:
+    from attacks.corpus_stats import ngram_entropies
+
+    stats = {}
+    for name, texts in corpora.items():
+        try:
+            stats[name] = ngram_entropies(texts, unit=cfg.corpus_stats.unit, max_n=cfg.corpus_stats.max_n)
+        except ValueError as exc:
+            raise SpecError(f"corpus_stats.sources.{name}: {exc}") from None
+    return stats
 
 
 def training_info(path: str, protection: str | None) -> TrainingInfo | None:
@@ -153,6 +243,28 @@ def prepare(cfg: AttackConfig, base_dir: str | None = None) -> dict:
         e = cfg.extraction
         inputs["prompt_text"] = read_texts(e.prompts, column=e.text_column, what="extraction.prompts")
         inputs["training_texts"] = read_texts(e.training_data, column=e.text_column, what="extraction.training_data")
+    records: dict = {}
+    if cfg.reconstruction:
+        r = cfg.reconstruction
+        inputs["reconstruction_trials"] = _trials(r, "reconstruction", r.trials, records)
+        inputs["candidates"] = _candidates(cfg, inputs["reconstruction_trials"])
+    if cfg.true_prefix:
+        t = cfg.true_prefix
+        inputs["true_prefix_trials"] = _trials(t, "true_prefix", t.trials, records, t.min_s1_words)
+        from attacks.similarity import DEFAULT_MODEL, load_nlp
+
+        try:
+            inputs["nlp"] = load_nlp()
+        except OSError:
+            raise SpecError(f"true_prefix: the spaCy model {DEFAULT_MODEL} (content words) is not installed") from None
+    if cfg.cipher_outputs:
+        c = cfg.cipher_outputs
+        inputs["entity_key"] = entity_key(cfg, base_dir)
+        inputs["cipher_prompts"] = read_texts(c.prompts, column=c.text_column, limit=c.count, seed=c.seed,
+                                              what="cipher_outputs.prompts")
+        inputs["training_pii"] = _training_pii(c) if c.training_pii else []
+    if cfg.corpus_stats:
+        inputs["corpora"] = _corpus_texts(cfg)
     return inputs
 
 
@@ -188,6 +300,19 @@ def _extraction(cfg: AttackConfig, adapter, inputs: dict, index):
                              zlib_threshold=e.zlib_threshold)
 
 
+def _cipher_outputs(cfg: AttackConfig, adapter, inputs: dict):
+    from attacks.cipher_outputs import cipher_outputs
+
+    c = cfg.cipher_outputs
+    prompts = inputs["cipher_prompts"]
+    if c.prompt_tokens:
+        prompts = [adapter.tok.decode(adapter.tok(p, add_special_tokens=False)["input_ids"][: c.prompt_tokens])
+                   for p in prompts]
+    gens = adapter.generate(prompts, samples=c.samples, max_new_tokens=c.max_new_tokens, seed=c.seed)
+    # only the new text: a prompt cut from the data may hold genuine tokens or PII itself
+    return cipher_outputs([g for gs in gens for g in gs], inputs["entity_key"], inputs["training_pii"])
+
+
 def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: bool = True,
                    evaluation_id: str | None = None) -> Evaluation:
     """Run ``cfg``; writes OUTPUT/evaluation.json and OUTPUT/report.html."""
@@ -209,6 +334,10 @@ def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: 
         from attacks.extraction import TrainingIndex
 
         index = TrainingIndex.build(inputs["training_texts"])
+    if cfg.corpus_stats:
+        ev.corpus_stats = corpus_stats(cfg, inputs["corpora"])
+        ev.notes.append(f"corpus statistics: unigram entropy and n-gram conditional entropies (bits) over "
+                        f"{cfg.corpus_stats.unit}s")
     pids: set[int] = set()
     for spec in cfg.models:
         t0 = time.perf_counter()
@@ -232,6 +361,22 @@ def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: 
             pids |= p
         if cfg.extraction:
             res.extraction = _extraction(cfg, adapter, inputs, index)
+        if cfg.reconstruction:
+            from attacks.reconstruction import name_reconstruction
+
+            r, trials = cfg.reconstruction, inputs["reconstruction_trials"]
+            with _progress(len(trials), f"{spec.name}: name reconstruction", progress) as bar:
+                res.reconstruction = name_reconstruction(adapter, trials, inputs["candidates"], r.n_candidates,
+                                                         r.seed, batch_tokens=cfg.scoring.batch_tokens,
+                                                         progress=bar.update)
+        if cfg.true_prefix:
+            from attacks.reconstruction import true_prefix
+
+            t = cfg.true_prefix
+            res.true_prefix = true_prefix(adapter, inputs["true_prefix_trials"], t.samples, t.seed,
+                                          t.max_new_tokens, top_k=t.top_k, nlp=inputs["nlp"])
+        if cfg.cipher_outputs:
+            res.cipher_outputs = _cipher_outputs(cfg, adapter, inputs)
         res.seconds = round(time.perf_counter() - t0, 2)
         ev.models.append(res)
         if progress:
