@@ -1,5 +1,10 @@
-"""Leakage attacks (canary exposure, membership inference, extraction) over trained models.
+"""Leakage attacks on trained models and the privacy report.
 
-Not built yet (a later issue); the package exists so the distribution's layout is
-fixed. It may import ``train`` and ``privatize``, never the reverse.
+Canary exposure (exact by a digit trie, or extrapolated), membership inference (loss,
+zlib, min-k%, min-k%++, reference), data extraction (suffix array), name reconstruction,
+true-prefix, cipher outputs and corpus statistics; one self-contained HTML report per
+evaluation. Only ``attacks.model`` imports torch. It may import ``train`` and
+``privatize``, never the reverse. Entry points: ``privatize attack CONFIG``
+(``attacks.cli``), ``attacks.run.run_evaluation``, and the service's job kind
+``evaluate`` (``attacks.job``).
 """

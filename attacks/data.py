@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privatize.errors import SpecError
+from privatize.errors import InputError, SpecError
 
 
 def read_texts(source: str, *, column: str = "text", limit: int | None = None, seed: int = 0,
@@ -28,8 +28,10 @@ def read_texts(source: str, *, column: str = "text", limit: int | None = None, s
 
         try:
             texts = read_training_texts(str(p), column)
-        except SpecError as exc:
-            raise SpecError(f"{what}: {exc}") from None
+        except (SpecError, InputError) as exc:
+            # the reader names its own field (data.path); say which of ours it was
+            msg = str(exc).split(": ", 1)[1] if str(exc).startswith("data.") else str(exc)
+            raise SpecError(f"{what}: {msg}") from None
     if not texts:
         raise SpecError(f"{what}: {source} has no texts")
     if limit is not None and len(texts) > limit:

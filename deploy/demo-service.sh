@@ -67,7 +67,8 @@ sys.exit("the service did not come up in 180 s")
 PY
 
 echo "== tenant 'demo' (its API token is printed once; only a hash is stored)"
-"${SVC[@]}" admin tenant create demo >"$OUT/tenant.json"
+# three jobs at once: the main job trains three models side by side
+"${SVC[@]}" admin tenant create demo --max-jobs 3 >"$OUT/tenant.json"
 PRIVATIZE_TOKEN=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["token"])' "$OUT/tenant.json")
 export PRIVATIZE_TOKEN
 
@@ -128,4 +129,7 @@ for st in m["stages"]:
     stats = {k: v for k, v in st["stats"].items() if v and not k.startswith("entities.")}
     print(f"  stage {st['index']} {st['kind']:<14} {st['records_in']:>6} -> {st['records_out']:<6} {stats}")
 PY
+echo
+echo "== the main job: upload with canaries -> privatize -> train three models -> attack -> report"
+"$PY" deploy/main_job.py "$OUT/main"
 echo "== stopping the service and its Ray head"

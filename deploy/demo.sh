@@ -2,10 +2,11 @@
 # `make demo`, on the embedded default (local Ray, SQLite, local files):
 #   1. the batch CLI: generate a corpus with fake PII, make keys, run the CRT recipe
 #      (split, dedup, redact with AES-SIV entity tokens, split_private) in-process, verify;
-#      then CRT training on the shards (Ray Train, 2 workers, the tiny preset);
 #   2. the service: start the control plane with an embedded Ray head, create a demo
 #      tenant, upload the same kind of corpus over HTTP, run the CRT recipe with entity
-#      encryption as a Ray job, download the result (deploy/demo-service.sh).
+#      encryption as a Ray job, download the result (deploy/demo-service.sh); then the
+#      main job over the same API (deploy/main_job.py): a corpus with canaries ->
+#      privatize -> three tiny models (plain, redacted, CRT) -> attacks -> one report.
 # Then say where everything is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,14 +46,8 @@ PLAIN=$("${P[@]}" decrypt --key "$B/keys/entity.key" < "$B/sample.txt" 2>"$B/dec
 echo "  decrypted:  '$PLAIN' ($(tr -d '\n' < "$B/decrypt-report.txt"))"
 
 echo
-echo "== 1b. CRT training on those shards: 2 Ray Train workers, tiny model (about two minutes)"
-if ! "${P[@]}" train train/configs/tiny-crt.yaml --data "$B/result" --output "$B/train" 2>"$B/train.log" | grep -v "^{"; then
-  grep "privatize: error" "$B/train.log" || tail -5 "$B/train.log"; exit 1
-fi
-echo "  model:      $(cd "$B/train/model" && pwd)  (Hugging Face format; summary: $B/train/summary.json)"
-
-echo
 echo "== 2. the service (FastAPI + embedded Ray head): upload, job, download"
 DEMO_OUT="$OUT/service" ./deploy/demo-service.sh
 echo
 echo "Demo outputs: $(cd "$OUT" && pwd)/batch (CLI run) and $(cd "$OUT" && pwd)/service (service run)."
+echo "The privacy report of the main job: $(cd "$OUT" && pwd)/service/main/report/report.html"
