@@ -216,19 +216,26 @@ class ModelAdapter:
     @torch.inference_mode()
     def generate(self, prompts: Sequence[str], *, samples: int = 1, max_new_tokens: int = 32,
                  temperature: float = 1.0, top_k: int = 64, seed: int = 0, batch: int = 64) -> list[list[str]]:
-        """``samples`` continuations per prompt (only the new text), sampled with top-k."""
+        """``samples`` continuations per prompt (only the new text, up to the first
+        end-of-text), sampled with top-k. Prompts are batched together, left-padded."""
         torch.manual_seed(seed)
-        out: list[list[str]] = []
-        for p in prompts:
-            ids = torch.tensor([self.encode([p])[0]], device=self.device)
-            ids = ids[:, -(self.max_len - max_new_tokens):]
-            got: list[str] = []
-            while len(got) < samples:
-                n = min(batch, samples - len(got))
-                gen = self.model.generate(ids.repeat(n, 1), attention_mask=torch.ones_like(ids).repeat(n, 1),
-                                          do_sample=True, temperature=temperature, top_k=top_k,
-                                          max_new_tokens=max_new_tokens, pad_token_id=self.tok.pad_token_id,
-                                          eos_token_id=self.bos)
-                got += self.tok.batch_decode(gen[:, ids.shape[1]:], skip_special_tokens=False)
-            out.append([g.split(self.tok.eos_token)[0] for g in got])
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.bos
+        keep = self.max_len - max_new_tokens
+        rows = [(i, ids[-keep:]) for i, ids in enumerate(self.encode(list(prompts))) for _ in range(samples)]
+        out: list[list[str]] = [[] for _ in prompts]
+        for s in range(0, len(rows), batch):
+            part = rows[s: s + batch]
+            width = max(len(ids) for _, ids in part)
+            arr = torch.full((len(part), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(part), width), dtype=torch.long)
+            for r, (_, ids) in enumerate(part):
+                arr[r, width - len(ids):] = torch.tensor(ids)
+                mask[r, width - len(ids):] = 1
+            gen = self.model.generate(arr.to(self.device), attention_mask=mask.to(self.device), do_sample=True,
+                                      temperature=temperature, top_k=top_k, max_new_tokens=max_new_tokens,
+                                      pad_token_id=pad, eos_token_id=self.bos)
+            for (i, _), ids in zip(part, gen[:, width:].tolist()):
+                if self.bos in ids:
+                    ids = ids[: ids.index(self.bos)]
+                out[i].append(self.tok.decode([t for t in ids if t != pad], skip_special_tokens=False))
         return out

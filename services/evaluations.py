@@ -48,6 +48,9 @@ REPORT = "report.html"
 CANARY_KEY_KINDS = ("hmac",)
 _SOURCE_HINT = ('name one of your corpora ({"corpus_id": ...}) or succeeded privatization jobs '
                 '({"job_id": ...})')
+LOCAL_ONLY = ("reconstruction", "true_prefix", "cipher_outputs", "corpus_stats")
+"""Attack config sections whose inputs (gold-span files, name lists, entity keys) the
+service has no references for yet: refused (422) rather than passed through as paths."""
 _REF = {"training_id": "training", "corpus_id": "corpus", "job_id": "job"}
 """Reference field -> the scheme of its placeholder (``training:<id>``) until admission."""
 _REF_FIELD = {scheme: field for field, scheme in _REF.items()}
@@ -124,6 +127,10 @@ def validate_config(data) -> EvaluationSpec:
             errors.append((f"models.{i}.training_id", "required: the id of one of your succeeded trainings"))
             continue
         m["path"] = f"training:{rid}"
+    for section in LOCAL_ONLY:
+        if data.get(section) is not None:
+            errors.append((section, "not offered by the service yet (it reads files by path): run it with "
+                                    "`privatize attack` on your own copy of the model"))
     mia = data.get("mia")
     if isinstance(mia, dict) and mia.get("reference") is not None:
         ref = _reference(mia["reference"], ("training_id",))

@@ -33,7 +33,11 @@ CONFIG = {"models": [{"name": "tiny crt", "training_id": T}],
           "perplexity": {"data": {"corpus_id": C}, "limit": 20}}
 LOCATIONS = [("models.0.path", "/srv/models/other-tenant"), ("output", "/tmp/elsewhere"),
              ("mia.members", "/etc/passwd"), ("mia.non_members", "tenants/x/corpora/y/data.jsonl"),
-             ("mia.reference", "/srv/reference"), ("perplexity.data", "s3://bucket/other/data.jsonl")]
+             ("mia.reference", "/srv/reference"), ("perplexity.data", "s3://bucket/other/data.jsonl"),
+             # sections that read files by path are not offered by the service at all
+             ("reconstruction", {"data": "/etc/passwd", "candidates": "/etc/hosts"}),
+             ("true_prefix", {"data": "/etc/passwd"}), ("corpus_stats", {"sources": {"x": "/etc/passwd"}}),
+             ("cipher_outputs", {"key": "file:/srv/keys/entity.key", "prompts": "/etc/passwd"})]
 
 
 def _with(path: str, value, base: dict = CONFIG) -> dict:
