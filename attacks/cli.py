@@ -23,6 +23,12 @@ def summary(ev, output: str) -> dict:
             row["mia_auc"] = {"score": best.score, "auc": round(best.auc, 4)}
         if m.extraction:
             row["extracted"] = m.extraction.unique_extracted
+        if m.reconstruction:
+            row["name_reconstruction"] = round(m.reconstruction.rate, 4)
+        if m.true_prefix:
+            row["true_prefix_distance"] = round(m.true_prefix.mean_best_distance, 4)
+        if m.cipher_outputs:
+            row["cipher_failure_ratio"] = round(m.cipher_outputs.failure_ratio, 4)
         models.append(row)
     return {"status": "ok", "evaluation": ev.id, "report": str(Path(output) / "report.html"), "models": models}
 

@@ -184,17 +184,28 @@ class _Scorer:
         self.batch_tokens = batch_tokens
 
     def __call__(self, batch):
-        import pyarrow as pa
-
         texts = batch.column("text").to_pylist()
         got = self.adapter.token_scores(texts, batch_tokens=self.batch_tokens)
-        return pa.table({"i": batch.column("i"),
-                         "logprobs": [s.logprobs.tolist() for s in got], "mu": [s.mu.tolist() for s in got],
-                         "sigma": [s.sigma.tolist() for s in got], "pid": [os.getpid()] * len(texts)})
+        return pa_table_of_scores(batch.column("i"), got, os.getpid())
+
+
+def pa_table_of_scores(index, scores, pid: int):
+    """Scores as Arrow list columns built from flat numpy arrays (no Python floats)."""
+    import pyarrow as pa
+
+    offsets = pa.array(np.concatenate([[0], np.cumsum([len(s.logprobs) for s in scores])]).astype(np.int32))
+
+    def col(name: str):
+        flat = np.concatenate([getattr(s, name) for s in scores]) if scores else np.zeros(0)
+        return pa.ListArray.from_arrays(offsets, pa.array(flat.astype(np.float32)))
+
+    return pa.table({"i": index, "logprobs": col("logprobs"), "mu": col("mu"), "sigma": col("sigma"),
+                     "pid": pa.array([pid] * len(scores), pa.int64())})
 
 
 def score_on_ray(model_path: str, texts: list[str], *, workers: int, batch_tokens: int = 16384):
     """Score ``texts`` on ``workers`` Ray Data actors; returns (scores in input order, pids)."""
+    import pyarrow as pa
     import ray
 
     from attacks.model import TokenScores
@@ -203,15 +214,26 @@ def score_on_ray(model_path: str, texts: list[str], *, workers: int, batch_token
     connect()
     ds = ray.data.from_items([{"i": i, "text": t} for i, t in enumerate(texts)],
                              override_num_blocks=max(1, min(len(texts), workers * 4)))
-    # the model folder is a path the actors read, never key material
     # at least four batches per worker, so every actor gets a share once loaded
     batch = max(1, min(64, -(-len(texts) // (workers * 4))))
+    # the model folder is a path the actors read, never key material
     ds = ds.map_batches(_Scorer, fn_constructor_args=(str(model_path), batch_tokens), batch_size=batch,
-                        batch_format="pyarrow", concurrency=workers, num_cpus=1)
-    rows = sorted(ds.take_all(), key=lambda r: r["i"])
-    scores = [TokenScores(np.asarray(r["logprobs"], dtype=np.float32), np.asarray(r["mu"], dtype=np.float32),
-                          np.asarray(r["sigma"], dtype=np.float32)) for r in rows]
-    return scores, {int(r["pid"]) for r in rows}
+                        batch_format="pyarrow", num_cpus=1,
+                        compute=ray.data.ActorPoolStrategy(min_size=workers, max_size=workers))
+    tables = [t for t in ray.get(ds.to_arrow_refs()) if t.num_rows]
+    table = pa.concat_tables(tables).combine_chunks() if tables else None
+    out: list = [None] * len(texts)
+    pids: set[int] = set()
+    if table is not None:
+        cols = {}
+        for name in ("logprobs", "mu", "sigma"):
+            arr = table.column(name).chunk(0)
+            cols[name] = (arr.offsets.to_numpy(), arr.values.to_numpy(zero_copy_only=False))
+        for r, i in enumerate(table.column("i").to_numpy()):
+            parts = [vals[offs[r]: offs[r + 1]] for offs, vals in (cols["logprobs"], cols["mu"], cols["sigma"])]
+            out[int(i)] = TokenScores(*parts)
+        pids = set(table.column("pid").to_pylist())
+    return out, pids
 
 
 def prepare(cfg: AttackConfig, base_dir: str | None = None) -> dict:
