@@ -42,6 +42,12 @@ class Phase:
     steps: int
     split: str  # which materialised dataset
 
+    @property
+    def sample_rate(self) -> float:
+        """A DP phase's Poisson sample rate, 1 / steps: the one place it is derived (the
+        sampler, the accountant and the budget plan all read it here)."""
+        return 1.0 / self.steps
+
 
 def plan_phases(kind: str, sizes: dict[str, int], batch_size: int) -> list[Phase]:
     """Phases of one epoch. Plain phases take ceil(n / batch) steps (every example once, the
@@ -83,7 +89,7 @@ def batch_indices(phase: Phase, n: int, batch_size: int, seed: int, epoch: int, 
     module docstring)."""
     if phase.dp and poisson:
         rng = np.random.default_rng([seed, pi, epoch, step])
-        chosen = np.flatnonzero(rng.random(n) < 1.0 / phase.steps)
+        chosen = np.flatnonzero(rng.random(n) < phase.sample_rate)
     else:
         perm = np.random.default_rng([seed, pi, epoch]).permutation(n)
         chosen = perm[step * batch_size:(step + 1) * batch_size]

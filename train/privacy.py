@@ -83,12 +83,12 @@ class Budget:
         return asdict(self)
 
 
-def plan_budget(dp, n: int, batch_size: int, steps: int) -> Budget:
-    """Noise and sample rate for ``steps`` DP steps over ``n`` examples; a one-line
-    :class:`SpecError` when the config would overspend its target."""
+def plan_budget(dp, n: int, sample_rate: float, steps: int) -> Budget:
+    """Noise for ``steps`` DP steps at ``sample_rate`` (``Phase.sample_rate``) over ``n``
+    examples; a one-line :class:`SpecError` when the config would overspend its target."""
     if n <= 0:
         raise SpecError("data.split: the DP split has no examples")
-    q = 1.0 / max(1, round(n / batch_size))
+    q = sample_rate
     delta = dp.delta if dp.delta is not None else default_delta(n)
     if dp.noise_multiplier is not None:
         sigma = dp.noise_multiplier

@@ -303,7 +303,7 @@ def _saved_plan(output: Path) -> dict | None:
     return json.loads(f.read_text()) if f.is_file() else None
 
 
-def _resumed_budget(cfg: TrainConfig, saved: dict, n: int, dp_steps: int, taken: int):
+def _resumed_budget(cfg: TrainConfig, saved: dict, sample_rate: float, dp_steps: int, taken: int):
     """A resumed DP run keeps the noise, sample rate and delta it started with, and may not
     plan past its target epsilon: the accountant's spending is never reset."""
     from train.privacy import Budget, epsilon
@@ -311,7 +311,7 @@ def _resumed_budget(cfg: TrainConfig, saved: dict, n: int, dp_steps: int, taken:
     sigma, q, delta = saved["noise_multiplier"], saved["sample_rate"], saved["delta"]
     if cfg.dp.noise_multiplier is not None and cfg.dp.noise_multiplier != sigma:
         raise SpecError(f"dp.noise_multiplier: this run started with {sigma}; a resumed run keeps its noise")
-    if abs(1.0 / max(1, round(n / cfg.optim.batch_size)) - q) > 1e-12:
+    if abs(sample_rate - q) > 1e-12:
         raise SpecError(f"data.path: the DP split changed since this run started (sample rate {q:.4g}); "
                         "start a new run")
     target = cfg.dp.target_epsilon if cfg.dp.target_epsilon is not None else saved.get("target_epsilon")
@@ -343,8 +343,8 @@ def _plan(p: Prepared, tok, data: dict, progress: bool):
         before, per_epoch = sum(ph.steps for ph in phases[:i]), sum(ph.steps for ph in phases)
         dp_steps = sum(min(phases[i].steps, max(0, total - e * per_epoch - before)) for e in range(cfg.optim.epochs))
         saved = _saved_plan(p.output)
-        budget = (plan_budget(cfg.dp, sizes[phases[i].split], cfg.optim.batch_size, dp_steps) if saved is None
-                  else _resumed_budget(cfg, saved, sizes[phases[i].split], dp_steps,
+        budget = (plan_budget(cfg.dp, sizes[phases[i].split], phases[i].sample_rate, dp_steps) if saved is None
+                  else _resumed_budget(cfg, saved, phases[i].sample_rate, dp_steps,
                                        (p.resume or {}).get("dp_steps", 0)))
         dp_plan = {**cfg.dp.model_dump(), "noise_multiplier": budget.noise_multiplier,
                    "sample_rate": budget.sample_rate, "delta": budget.delta, "split": phases[i].split}

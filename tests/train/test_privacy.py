@@ -63,7 +63,7 @@ def test_miss_rate_upper_bound_known_values():
 def test_plan_refuses_to_overspend_and_meets_a_target():
     over = DPConfig(noise_multiplier=0.3, target_epsilon=1.0, delta=1e-5)
     with pytest.raises(SpecError, match=r"^dp.noise_multiplier: 0.3 over 100 steps .* > dp.target_epsilon 1.0"):
-        plan_budget(over, n=1000, batch_size=10, steps=100)
-    b = plan_budget(DPConfig(target_epsilon=2.0, delta=1e-5), n=1000, batch_size=10, steps=100)
+        plan_budget(over, n=1000, sample_rate=0.01, steps=100)
+    b = plan_budget(DPConfig(target_epsilon=2.0, delta=1e-5), n=1000, sample_rate=0.01, steps=100)
     assert b.sample_rate == 0.01 and b.planned_epsilon <= 2.0 and b.planned_epsilon == pytest.approx(2.0, rel=0.01)
     assert epsilon(b.noise_multiplier, 0.01, 100, 1e-5) == pytest.approx(b.planned_epsilon)
