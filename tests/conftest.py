@@ -37,3 +37,12 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def project_root() -> Path:
     return ROOT
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The integration suite first. A pytest process runs one local Ray: the integration
+    suite starts it with its probe installed in every worker, and the other suites join
+    it. A suite that started Ray earlier would have it restarted under the integration
+    suite, and Ray Data keeps handles to actors of the earlier session that the restart
+    leaves dangling (a plan then fails with "Can't find actor ..." instead of running)."""
+    items.sort(key=lambda item: 0 if "tests/integration/" in item.nodeid.replace("\\", "/") else 1)
