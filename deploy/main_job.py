@@ -36,7 +36,7 @@ def _train_config(kind: str, epochs: int) -> dict:
            "workers": {"num_workers": 1}, "checkpoint_every": 100000, "report_every": 20}
     if kind == "crt":
         # gamma, delta_2: measured on customersim's gold spans (benchmarks/RESULTS.md)
-        cfg.update(dp={"target_epsilon": 3.0, "max_grad_norm": 1.0, "grad_sample_mode": "ghost"},
+        cfg.update(dp={"target_epsilon": 1.0, "max_grad_norm": 1.0, "grad_sample_mode": "ghost"},
                    crt={"gamma": 0.0382, "delta_2": 0.0033})
     return cfg
 
