@@ -26,15 +26,14 @@ as the config's locations), 1 anything else.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import sys
 import tempfile
-import warnings
 from pathlib import Path, PurePosixPath
 
+from privatize.entrypoint import JobParser, run_entrypoint
 from privatize.errors import OutputError, PrivatizeError, SpecError
 
 log = logging.getLogger(__name__)
@@ -187,13 +186,8 @@ def run_job(config_location: str, root_location: str, output_location: str, *, e
             "evaluation_json": f"{where.rstrip('/')}/{EVALUATION}"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # usage errors exit 2 with one line, like bad input
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m attacks.job", description="Attack trained models and write one privacy report "
+    p = JobParser(prog="python -m attacks.job", description="Attack trained models and write one privacy report "
                                                           "(on the current Ray cluster).")
     p.add_argument("config", help="evaluation config (YAML or JSON) without output; locations relative to ROOT")
     p.add_argument("root", help="the folder the config's locations are relative to: a path or a URI")
@@ -201,22 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--id", default=os.environ.get("PRIVATIZE_JOB_ID") or None,
                    help="the evaluation's id in its results (default $PRIVATIZE_JOB_ID, else a fresh one)")
     p.add_argument("--overwrite", action="store_true", help="replace an output that exists")
-    p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    warnings.showwarning = lambda message, *a, **k: print(f"attack: warning: {message}", file=sys.stderr)
-    try:
-        summary = run_job(args.config, args.root, args.output, evaluation_id=args.id, overwrite=args.overwrite,
-                          progress=sys.stderr.isatty())
-    except PrivatizeError as exc:
-        print(f"attack: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("attack: interrupted", file=sys.stderr)
-        return 130
-    print(json.dumps(summary))
-    return 0
+    return run_entrypoint("attack", args.verbose, lambda: run_job(
+        args.config, args.root, args.output, evaluation_id=args.id, overwrite=args.overwrite,
+        progress=sys.stderr.isatty()))
 
 
 if __name__ == "__main__":

@@ -19,15 +19,14 @@ The last line of stdout is a one-line JSON summary. Exit codes: 0 success, 2 bad
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 import tempfile
-import warnings
 from pathlib import Path, PurePosixPath
 
-from privatize.errors import InputError, OutputError, PrivatizeError, SpecError
+from privatize.entrypoint import JobParser, run_entrypoint
+from privatize.errors import InputError, OutputError, SpecError
 
 log = logging.getLogger(__name__)
 
@@ -159,35 +158,18 @@ def run_job(spec_location: str, input_location: str, output_location: str, *, ba
             "quarantine": quarantine, "seconds": manifest.get("seconds")}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # usage errors exit 2 with one line, like bad input
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m privatize.job", description="Run a pipeline spec on the current Ray cluster.")
+    p = JobParser(prog="python -m privatize.job", description="Run a pipeline spec on the current Ray cluster.")
     p.add_argument("spec", help="pipeline spec (YAML or JSON): a path or a URI")
     p.add_argument("input", help="input file or folder: a path or a URI")
     p.add_argument("output", help="output folder: a path or a URI (must not exist, unless --overwrite)")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--strict", action="store_true", help="record-level problems are errors, not quarantined")
     p.add_argument("--overwrite", action="store_true")
-    p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    warnings.showwarning = lambda message, *a, **k: print(f"privatize: warning: {message}", file=sys.stderr)
-    try:
-        summary = run_job(args.spec, args.input, args.output, batch_size=args.batch_size, strict=args.strict,
-                          overwrite=args.overwrite)
-    except PrivatizeError as exc:
-        print(f"privatize: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("privatize: interrupted", file=sys.stderr)
-        return 130
-    print(json.dumps(summary))
-    return 0
+    return run_entrypoint("privatize", args.verbose, lambda: run_job(
+        args.spec, args.input, args.output, batch_size=args.batch_size, strict=args.strict,
+        overwrite=args.overwrite))
 
 
 if __name__ == "__main__":

@@ -27,16 +27,15 @@ The last line of stdout is a one-line JSON summary. Exit codes: 0 success, 2 bad
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
 import sys
 import tempfile
 import threading
-import warnings
 from pathlib import Path
 
+from privatize.entrypoint import JobParser, run_entrypoint
 from privatize.errors import InputError, OutputError, PrivatizeError, SpecError
 
 log = logging.getLogger(__name__)
@@ -239,13 +238,8 @@ def run_job(config_location: str, input_location: str, output_location: str, *, 
     return {"status": "ok", "output": where, "summary": summary_at, **{k: summary[k] for k in keep if k in summary}}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # usage errors exit 2 with one line, like bad input
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m train.job", description="Train a language model on a privatization job's output "
+    p = JobParser(prog="python -m train.job", description="Train a language model on a privatization job's output "
                                                         "(Ray Train, on the current Ray cluster).")
     p.add_argument("config", help="training config (YAML or JSON) without data.path and output: a path or a URI")
     p.add_argument("input", help="a privatization job's output folder: a path or a URI")
@@ -254,22 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace a remote output that exists")
     p.add_argument("--mirror-every", type=float, default=10.0, metavar="S",
                    help="seconds between copies of metrics.jsonl to a remote output while training")
-    p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    warnings.showwarning = lambda message, *a, **k: print(f"train: warning: {message}", file=sys.stderr)
-    try:
-        summary = run_job(args.config, args.input, args.output, keep_checkpoints=args.keep_checkpoints,
-                          overwrite=args.overwrite, mirror_every=args.mirror_every)
-    except PrivatizeError as exc:
-        print(f"train: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("train: interrupted", file=sys.stderr)
-        return 130
-    print(json.dumps(summary))
-    return 0
+    return run_entrypoint("train", args.verbose, lambda: run_job(
+        args.config, args.input, args.output, keep_checkpoints=args.keep_checkpoints, overwrite=args.overwrite,
+        mirror_every=args.mirror_every))
 
 
 if __name__ == "__main__":
