@@ -30,9 +30,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from privatize.errors import SpecError
+from privatize.configfile import read_mapping, validate
 
 
 class _Strict(BaseModel):
@@ -209,32 +209,11 @@ class AttackConfig(_Strict):
         return self.model_dump(mode="json")
 
 
-def _loc(err: dict) -> str:
-    return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after")) or "(config)"
-
-
 def parse_config(data, source: str = "config") -> AttackConfig:
     """A validated config or a :class:`SpecError` naming the first bad field's path."""
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: an attack config is a mapping, got {type(data).__name__}")
-    try:
-        return AttackConfig.model_validate(data)
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        msg = e["msg"].removeprefix("Value error, ")
-        raise SpecError(f"{source}: {_loc(e)}: {msg}") from None
+    return validate(AttackConfig, data, source, "an attack config")
 
 
 def load_config(path: str | Path) -> AttackConfig:
-    import yaml
-
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: not YAML ({str(exc).splitlines()[0]})") from None
-    return parse_config(data, str(p))
+    """The config at a path or URI (YAML, or JSON by its ``.json`` name)."""
+    return parse_config(read_mapping(str(path)), str(path))

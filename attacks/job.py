@@ -26,7 +26,6 @@ as the config's locations), 1 anything else.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -68,27 +67,10 @@ def _relative(field: str, location: str) -> str:
 
 def load_config_any(location: str):
     """The evaluation config at a path or URI (YAML, or JSON by its ``.json`` name)."""
-    import yaml
-
     from attacks.config import parse_config
-    from privatize.job import _fs
-    from train.job import _is_remote, _local
+    from privatize.configfile import read_mapping
 
-    try:
-        if _is_remote(location):
-            fs, path = _fs(location)
-            with fs.open_input_stream(path) as fh:
-                text = fh.read().decode("utf-8")
-        else:
-            path = _local(location)
-            text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{location}: cannot read the config ({str(exc).splitlines()[0]})") from None
-    is_json = path.lower().endswith(".json")
-    try:
-        data = json.loads(text) if is_json else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError):
-        raise SpecError(f"{location}: not valid {'JSON' if is_json else 'YAML'}") from None
+    data = read_mapping(location)
     if isinstance(data, dict) and data.get("output") is not None:
         raise SpecError("output: set by this command (OUTPUT), not by the config")
     return parse_config(data, location)

@@ -19,7 +19,6 @@ The last line of stdout is a one-line JSON summary. Exit codes: 0 success, 2 bad
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import tempfile
@@ -53,18 +52,9 @@ def load_spec_any(location: str):
     if not _is_uri(location) or location.startswith("file://"):
         path = location[len("file://"):] if location.startswith("file://") else location
         return load_spec(path), str(Path(path).resolve().parent)
-    import yaml
+    from privatize.configfile import read_mapping
 
-    fs, path = _fs(location)
-    try:
-        with fs.open_input_stream(path) as fh:
-            text = fh.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{location}: cannot read spec ({str(exc).splitlines()[0]})") from None
-    try:
-        data = json.loads(text) if path.lower().endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError):
-        raise SpecError(f"{location}: not valid {'JSON' if path.lower().endswith('.json') else 'YAML'}") from None
+    data = read_mapping(location, what="spec")
     try:
         return parse_spec(data), None
     except SpecError as exc:

@@ -135,22 +135,12 @@ def _client(args: argparse.Namespace):
 
 def read_config_file(path: str, what: str = "a training config is a mapping (kind, data, model, optim...)") -> dict:
     """A config file (YAML, or JSON by its name), unvalidated: the service checks it."""
-    import yaml
-
+    from privatize.configfile import read_mapping
     from privatize.errors import SpecError
 
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{p}: cannot read the config ({exc})") from None
-    is_json = p.suffix.lower() == ".json"
-    try:
-        data = json.loads(text) if is_json else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError):
-        raise SpecError(f"{p}: not valid {'JSON' if is_json else 'YAML'}") from None
+    data = read_mapping(path)
     if not isinstance(data, dict):
-        raise SpecError(f"{p}: {what}")
+        raise SpecError(f"{path}: {what}")
     return data
 
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from privatize.errors import SpecError
+from privatize.configfile import read_mapping, validate
 
 Kind = Literal["pretrain", "continue", "dp", "crt"]
 Split = Literal["all", "public", "private"]
@@ -156,32 +156,11 @@ class TrainConfig(_Strict):
         return self.model_dump(mode="json")
 
 
-def _loc(err: dict) -> str:
-    return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after")) or "(config)"
-
-
 def parse_config(data, source: str = "config") -> TrainConfig:
     """A validated config or a :class:`SpecError` naming the first bad field's path."""
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: a training config is a mapping, got {type(data).__name__}")
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        msg = e["msg"].removeprefix("Value error, ")
-        raise SpecError(f"{source}: {_loc(e)}: {msg}") from None
+    return validate(TrainConfig, data, source, "a training config")
 
 
 def load_config(path: str | Path) -> TrainConfig:
-    import yaml
-
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: not YAML ({str(exc).splitlines()[0]})") from None
-    return parse_config(data, str(p))
+    """The config at a path or URI (YAML, or JSON by its ``.json`` name)."""
+    return parse_config(read_mapping(str(path)), str(path))

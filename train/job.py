@@ -27,7 +27,6 @@ The last line of stdout is a one-line JSON summary. Exit codes: 0 success, 2 bad
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import sys
@@ -56,26 +55,9 @@ def _local(location: str) -> str:
 
 def load_config_any(location: str):
     """The training config at a path or URI (YAML, or JSON by its ``.json`` name)."""
-    from train.config import load_config, parse_config
+    from train.config import load_config
 
-    if not _is_remote(location):
-        return load_config(_local(location))
-    import yaml
-
-    from privatize.job import _fs
-
-    fs, path = _fs(location)
-    try:
-        with fs.open_input_stream(path) as fh:
-            text = fh.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{location}: cannot read the config ({str(exc).splitlines()[0]})") from None
-    is_json = path.lower().endswith(".json")
-    try:
-        data = json.loads(text) if is_json else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError):
-        raise SpecError(f"{location}: not valid {'JSON' if is_json else 'YAML'}") from None
-    return parse_config(data, location)
+    return load_config(location)
 
 
 def check_input(path: str) -> None:
