@@ -76,3 +76,23 @@ class ClusterUnavailable(ServiceError):
     """The Ray cluster cannot be reached (503)."""
 
     code = "cluster_unavailable"
+
+
+def config_invalid(errors: list[tuple[str, str]]) -> SpecInvalid:
+    """422 for a config in a request body (``{"config": ...}``): one entry per (field
+    path, message), its ``loc`` the path in the body (list indexes as integers)."""
+    def loc(path: str) -> list:
+        return ["body", "config", *(int(p) if p.isdigit() else p for p in path.split(".") if p)]
+
+    return SpecInvalid("; ".join(f"{p}: {m}" if p else m for p, m in errors),
+                       errors=[{"path": p, "loc": loc(p), "message": m} for p, m in errors])
+
+
+def config_error(exc: Exception) -> SpecInvalid:
+    """:func:`config_invalid` for the one-line ``"config: <field path>: <message>"`` error
+    of a config parser (``train.config``, ``attacks.config``; ``(config)`` is the whole)."""
+    rest = str(exc).removeprefix("config: ")
+    path, sep, msg = rest.partition(": ")
+    if not sep:
+        path, msg = "", rest
+    return config_invalid([("" if path == "(config)" else path, msg)])

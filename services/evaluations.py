@@ -39,7 +39,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.errors import Conflict, NotFound, SpecInvalid
+from services.errors import Conflict, NotFound, config_error, config_invalid
 from services.jobkinds import EVALUATE, EVALUATION, PRIVATIZE
 from services.models import Job
 from services.storage import tenant_prefix
@@ -79,15 +79,6 @@ class EvaluationSpec:
         return hashlib.sha256(blob).hexdigest()
 
 
-def _loc(path: str) -> list:
-    return ["body", "config", *(int(p) if p.isdigit() else p for p in path.split(".") if p)]
-
-
-def _invalid(errors: list[tuple[str, str]]) -> SpecInvalid:
-    return SpecInvalid("; ".join(f"{p}: {m}" if p else m for p, m in errors),
-                       errors=[{"path": p, "loc": _loc(p), "message": m} for p, m in errors])
-
-
 def _ref_id(value) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= 64 else None
 
@@ -108,7 +99,7 @@ def validate_config(data) -> EvaluationSpec:
     from privatize.errors import SpecError
 
     if not isinstance(data, dict):
-        raise _invalid([("", "config: must be a JSON object (an evaluation config: models, canaries, mia, "
+        raise config_invalid([("", "config: must be a JSON object (an evaluation config: models, canaries, mia, "
                              "perplexity, extraction)")])
     data = copy.deepcopy(data)
     errors: list[tuple[str, str]] = []
@@ -152,16 +143,11 @@ def validate_config(data) -> EvaluationSpec:
         else:
             part[field] = ref
     if errors:
-        raise _invalid(errors)
+        raise config_invalid(errors)
     try:
         cfg = parse_config(data, "config")
     except SpecError as exc:
-        # parse_config's one line: "config: <field path>: <message>" ("(config)" for the whole)
-        rest = str(exc).removeprefix("config: ")
-        path, sep, msg = rest.partition(": ")
-        if not sep:
-            path, msg = "", rest
-        raise _invalid([("" if path == "(config)" else path, msg)]) from None
+        raise config_error(exc) from None
     return EvaluationSpec(cfg)
 
 
@@ -188,7 +174,7 @@ def check_limits(settings, spec: EvaluationSpec) -> None:
         else:
             most("canaries.sample", c.canaries.sample, s.eval_max_examples)
     if errors:
-        raise _invalid(errors)
+        raise config_invalid(errors)
 
 
 # ---- admission: references -> locations in the tenant's folder ---------------------------
@@ -252,7 +238,7 @@ def prepare(s: Session, tenant_id: str, spec: EvaluationSpec) -> tuple[Evaluatio
     if spec.config.canaries:
         key_id, why = check_key_reference(s, tenant_id, spec.config.canaries.key, CANARY_KEY_KINDS)
         if why is not None:
-            raise _invalid([("canaries.key", why)])
+            raise config_invalid([("canaries.key", why)])
         key_ids.append(key_id)
     return EvaluationSpec(type(spec.config).model_validate(data)), key_ids
 

@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.errors import Conflict, NotFound, SpecInvalid
+from services.errors import Conflict, NotFound, config_error, config_invalid
 from services.jobkinds import TRAIN
 from services.models import Job
 
@@ -65,12 +65,6 @@ class TrainSpec:
         return hashlib.sha256(blob).hexdigest()
 
 
-def _invalid(errors: list[tuple[str, str]]) -> SpecInvalid:
-    return SpecInvalid("; ".join(f"{p}: {m}" if p else m for p, m in errors),
-                       errors=[{"path": p, "loc": ["body", "config", *(p.split(".") if p else [])], "message": m}
-                               for p, m in errors])
-
-
 def _given(data: dict, path: tuple[str, ...]) -> bool:
     node: Any = data
     for part in path:
@@ -86,22 +80,17 @@ def validate_config(data) -> TrainSpec:
     from train.config import parse_config
 
     if not isinstance(data, dict):
-        raise _invalid([("", "config: must be a JSON object (a training config, as in train/configs/)")])
+        raise config_invalid([("", "config: must be a JSON object (a training config, as in train/configs/)")])
     errors = [(".".join(path), why) for path, why in SERVICE_FIELDS.items() if _given(data, path)]
     if data.get("kind") == "continue":
         errors.append(("kind", "continue needs model.checkpoint, which the service does not take: "
                                "use pretrain, dp or crt"))
     if errors:
-        raise _invalid(errors)
+        raise config_invalid(errors)
     try:
         cfg = parse_config(data, "config")
     except SpecError as exc:
-        # parse_config's one line: "config: <field path>: <message>" ("(config)" for the whole)
-        rest = str(exc).removeprefix("config: ")
-        path, sep, msg = rest.partition(": ")
-        if not sep:
-            path, msg = "", rest
-        raise _invalid([("" if path == "(config)" else path, msg)]) from None
+        raise config_error(exc) from None
     return TrainSpec(cfg)
 
 
@@ -131,7 +120,7 @@ def check_limits(settings, spec: TrainSpec) -> None:
     most("tokenizer.vocab_size", c.tokenizer.vocab_size, s.train_max_vocab_size)
     most("max_failures", c.max_failures, s.train_max_failures)
     if errors:
-        raise _invalid(errors)
+        raise config_invalid(errors)
 
 
 # ---- results and progress -------------------------------------------------------------
