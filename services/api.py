@@ -548,10 +548,16 @@ def list_trainings(tenant: TenantRef = Depends(current_tenant), ctx: ServiceCont
     return [TrainingOut.of(j, trainings_mod.progress_of(ctx, j) if j.status == "succeeded" else None) for j in jobs]
 
 
-def _fresh_training(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
+def _fresh_of(get, ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
+    """The tenant's job of one kind (``get`` raises 404 otherwise), reconciled with Ray
+    while active."""
     with session_scope(ctx.sessions) as s:
-        trainings_mod.get_training(s, tenant_id, job_id)
-    return jobs_mod.fresh_job(ctx, tenant_id, job_id)  # reconciled with Ray while active
+        get(s, tenant_id, job_id)
+    return jobs_mod.fresh_job(ctx, tenant_id, job_id)
+
+
+def _fresh_training(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
+    return _fresh_of(trainings_mod.get_training, ctx, tenant_id, job_id)
 
 
 @router.get("/v1/trainings/{job_id}", response_model=TrainingOut)
@@ -603,9 +609,7 @@ def list_evaluations(tenant: TenantRef = Depends(current_tenant), ctx: ServiceCo
 
 
 def _fresh_evaluation(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
-    with session_scope(ctx.sessions) as s:
-        evaluations_mod.get_evaluation(s, tenant_id, job_id)
-    return jobs_mod.fresh_job(ctx, tenant_id, job_id)  # reconciled with Ray while active
+    return _fresh_of(evaluations_mod.get_evaluation, ctx, tenant_id, job_id)
 
 
 @router.get("/v1/evaluations/{job_id}", response_model=EvaluationOut)
