@@ -48,3 +48,11 @@ def one_core() -> None:
         pass
     for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(v, "1")
+
+
+def save_result(name: str, result: dict) -> Path:
+    """Write ``benchmarks/results/<name>.json`` (the raw figures RESULTS.md cites)."""
+    out = ROOT / "benchmarks" / "results" / f"{name}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return out

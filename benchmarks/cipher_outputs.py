@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import ROOT, machine
+from _common import ROOT, machine, save_result
 
 
 def main() -> None:
@@ -90,8 +90,7 @@ def main() -> None:
         print(f"{name:<10} {r['total_tokens']:>13} {r['unique_tokens']:>7} {r['invalid_tokens']:>8} "
               f"{r['failure_ratio']:>14.3f} {r['resurfaced_plaintext']:>15}")
     print(json.dumps(res))
-    (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
-    (ROOT / "benchmarks" / "results" / "cipher_outputs.json").write_text(json.dumps(res, indent=2) + "\n")
+    save_result("cipher_outputs", res)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import argparse
 import json
 from datetime import UTC, datetime
 
-from _common import ROOT, gutenberg_texts, machine
+from _common import gutenberg_texts, machine, save_result
 
 PAPER = {"plaintext": (10.760, 7.373, 4.608, 2.106), "key 1": (10.756, 7.372, 4.614, 2.109),
          "key 10": (12.276, 7.233, 4.116, 1.839), "key 100": (12.446, 8.049, 3.741, 1.624)}
@@ -50,8 +50,7 @@ def main() -> None:
     res = {"benchmark": "corpus_entropy", "date": datetime.now(UTC).strftime("%Y-%m-%d"), "machine": machine(),
            "docs": len(plain), "vocab": args.vocab, "rows": rows, "paper": PAPER}
     print(json.dumps(res))
-    (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
-    (ROOT / "benchmarks" / "results" / "corpus_entropy.json").write_text(json.dumps(res, indent=2) + "\n")
+    save_result("corpus_entropy", res)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import ROOT, machine, need_data
+from _common import ROOT, machine, need_data, save_result
 
 MIA_CONTEXT = "USR: My name's {text}."
 
@@ -149,9 +149,7 @@ def main() -> None:
            "evaluation": to_dict(Evaluation(id=merged.id, created=merged.created, models=[m], notes=merged.notes)),
            "report": str(work / "report" / "report.html")}
     res["evaluation"]["models"][0]["training"]["loss_curve"] = []  # in the run folder; not needed here
-    out = ROOT / "benchmarks" / "results" / "customersim_attacks.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(res, indent=2) + "\n")
+    out = save_result("customersim_attacks", res)
 
     print(f"CustomerSim attacks, tiny preset, {training['steps']} steps ({training['seconds']} s), "
           f"final loss {training['final_loss']:.3f}, test perplexity {m.perplexity:.2f}")

@@ -17,9 +17,8 @@ import argparse
 import json
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
-from _common import ROOT, gutenberg_texts, machine
+from _common import gutenberg_texts, machine, save_result
 
 
 def main() -> None:
@@ -68,9 +67,7 @@ def main() -> None:
     print(f"exact exposure over {n:,} candidates: trie {trie_s:.1f} s; naive {naive_s:.0f} s "
           f"(extrapolated from {len(sample):,}); speed-up {naive_s / trie_s:.1f}x; max |diff| {max_diff:.2e}")
     print(json.dumps(res))
-    out = ROOT / "benchmarks" / "results" / "exposure_exact.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(res, indent=2) + "\n")
+    save_result("exposure_exact", res)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 
-from _common import ROOT, machine, need_data
+from _common import ROOT, machine, need_data, save_result
 
 
 def main() -> None:
@@ -69,9 +69,7 @@ def main() -> None:
           f"Ray 1 worker {res['ray_1_worker_per_s']}/s, 2 workers {res['ray_2_workers_per_s']}/s "
           f"({res['ray2_over_ray1']}x)")
     print(json.dumps(res))
-    out = ROOT / "benchmarks" / "results" / "mia_throughput.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(res, indent=2) + "\n")
+    save_result("mia_throughput", res)
 
 
 if __name__ == "__main__":
