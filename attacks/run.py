@@ -160,12 +160,13 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
                         loss_curve=curve)
 
 
-def _score(model_path: str, texts: list[str], cfg: AttackConfig, progress: bool, desc: str):
-    """Per-token scores of ``texts``: in this process, or on ``scoring.workers`` Ray actors."""
+def _score(model_path: str, texts: list[str], cfg: AttackConfig, progress: bool, desc: str, adapter=None):
+    """Per-token scores of ``texts``: in this process (with ``adapter`` when the caller
+    has the model loaded already), or on ``scoring.workers`` Ray actors."""
     from attacks.model import ModelAdapter
 
     if cfg.scoring.workers == 0:
-        adapter = ModelAdapter.load(model_path)
+        adapter = adapter or ModelAdapter.load(model_path)
         with _progress(len(texts), desc, progress) as bar:
             return adapter.token_scores(texts, batch_tokens=cfg.scoring.batch_tokens, progress=bar.update), {os.getpid()}
     return score_on_ray(model_path, texts, workers=cfg.scoring.workers, batch_tokens=cfg.scoring.batch_tokens)
@@ -290,13 +291,13 @@ def prepare(cfg: AttackConfig, base_dir: str | None = None) -> dict:
     return inputs
 
 
-def _mia(cfg: AttackConfig, model_path: str, inputs: dict, reference_scores, progress: bool):
+def _mia(cfg: AttackConfig, model_path: str, inputs: dict, reference_scores, progress: bool, adapter=None):
     from attacks.mia import example_scores, mia_result
 
     m = cfg.mia
     mem = [m.context.format(text=t) for t in inputs["members"]]
     non = [m.context.format(text=t) for t in inputs["non_members"]]
-    scores, pids = _score(model_path, mem + non, cfg, progress, "MIA scoring")
+    scores, pids = _score(model_path, mem + non, cfg, progress, "MIA scoring", adapter)
     ref_m = ref_n = None
     if reference_scores is not None:
         ref_m, ref_n = reference_scores[: len(mem)], reference_scores[len(mem):]
@@ -379,7 +380,7 @@ def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: 
                 res.exposure = canary_exposure(adapter, c.format, c.digits, secrets, repeats, method=c.method,
                                                sample=c.sample, progress=bar.update)
         if cfg.mia:
-            res.mia, p = _mia(cfg, path, inputs, ref_scores, progress)
+            res.mia, p = _mia(cfg, path, inputs, ref_scores, progress, adapter)
             pids |= p
         if cfg.extraction:
             res.extraction = _extraction(cfg, adapter, inputs, index)
