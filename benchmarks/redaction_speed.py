@@ -58,6 +58,16 @@ def gutenberg_documents(n: int) -> list[str]:
     return docs
 
 
+def dialogue_turns(n: int) -> list[str]:
+    """Short dialogue turns: CustomerSim test dialogues split into their lines."""
+    turns = []
+    for line in open(need_data() / "customersim" / "test.jsonl", encoding="utf-8"):
+        turns += [t for t in json.loads(line)["text"].split("\n") if t.strip()]
+        if len(turns) >= n:
+            break
+    return turns[:n]
+
+
 def as_batch(texts: list[str]) -> pa.Table:
     n = len(texts)
     return pa.table({"doc_id": [f"d{i}" for i in range(n)], "text": texts, "individual_id": [None] * n,
@@ -71,12 +81,17 @@ def main() -> None:
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--gutenberg", action="store_true")
+    ap.add_argument("--turns", action="store_true", help="short dialogue turns (CustomerSim lines) instead of "
+                                                          "500-word documents; --docs counts turns")
     ap.add_argument("--append", action="store_true", help="append a row to benchmarks/RESULTS.md")
     args = ap.parse_args()
 
     from privatize.stages.redact import Redact, RedactSettings
 
-    texts = gutenberg_documents(args.docs) if args.gutenberg else synth_documents(args.docs)
+    if args.turns:
+        texts = dialogue_turns(args.docs)
+    else:
+        texts = gutenberg_documents(args.docs) if args.gutenberg else synth_documents(args.docs)
     words = statistics.mean(len(t.split()) for t in texts)
     mb = sum(len(t.encode()) for t in texts) / 1e6
     batch = as_batch(texts)
@@ -100,7 +115,8 @@ def main() -> None:
     o, b = statistics.median(ours), statistics.median(base)
     n = len(texts)
     ratio = b / o
-    kind = "Gutenberg" if args.gutenberg else "presidio-research sentences"
+    kind = ("CustomerSim dialogue turns" if args.turns else "Gutenberg" if args.gutenberg
+            else "presidio-research sentences")
     spans = sum(len(s) for s in out["spans"].to_pylist() if s)
     print(f"{n} documents of {words:.0f} words ({kind}, {mb:.2f} MB), model {args.model}, one core, "
           f"median of {args.repeats}")
@@ -112,7 +128,7 @@ def main() -> None:
               "stage_runs_s": ours, "presidio_runs_s": base}
     out_dir = ROOT / "benchmarks" / "results"
     out_dir.mkdir(exist_ok=True)
-    name = f"redaction_speed{'-gutenberg' if args.gutenberg else ''}.json"
+    name = f"redaction_speed{'-gutenberg' if args.gutenberg else '-turns' if args.turns else ''}.json"
     (out_dir / name).write_text(json.dumps(result, indent=1), encoding="utf-8")
     if args.append:
         with open(ROOT / "benchmarks" / "RESULTS.md", "a", encoding="utf-8") as fh:

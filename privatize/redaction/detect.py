@@ -5,8 +5,10 @@
 1. spaCy NER through ``nlp.pipe`` with only the ``ner`` component loaded (the
    ``en_core_web_*`` NER has its own ``tok2vec``); spaCy labels map to Presidio entity
    types with Presidio's own table (``conf/default.yaml``), except that ORGANIZATION is
-   kept (Presidio ignores it) at a lower score. Lines written in upper case go through
-   NER a second time in title case (names in ``JOHN SMITH`` text).
+   kept (Presidio ignores it) at a lower score. Sentences and lines written without case
+   information (upper case: ``JOHN SMITH``; lower case: ``i'm robert matthews``) are
+   re-cased before the one NER pass (capitalised words that are not function words), and
+   only name, place and case-independent labels are taken from them.
 2. the pattern recognizers (Presidio's predefined ones and
    :mod:`privatize.redaction.recognizers`), compiled once, run directly (no per-document
    ``AnalyzerEngine.analyze`` overhead), with Presidio's ``validate_result`` /
@@ -52,6 +54,8 @@ import regex as re
 
 from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
+from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
+                                         url_filter)
 from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        is_speaker_label, merge_intervals, merge_spans, recase)
@@ -72,6 +76,15 @@ KNOWN_ENTITIES: frozenset[str] = frozenset(DEFAULT_ENTITIES) | {"TITLE"}
 """Every type the detector can report (TITLE, job titles, is off by default: weak)."""
 
 DEFAULT_SCORE_THRESHOLD = 0.3
+PROFILES = ("balanced", "high_recall")
+"""``balanced`` (the default) runs the false-positive filters of
+:mod:`privatize.redaction.filters` on pi's hits and keeps context-dependent patterns
+(US driver licence, bank and passport numbers) only with a context word; ``high_recall``
+keeps every NER entity and pattern hit above the threshold (more recall on unusual text,
+about twice the characters flagged on clinical notes). pi_c is the same under both."""
+CONTEXT_REQUIRED = frozenset({"US_DRIVER_LICENSE", "US_BANK_NUMBER", "US_PASSPORT"})
+"""Entity types whose bare patterns match ordinary tokens (``x2``, ``A1``, any 8-17
+digits): under ``balanced`` a hit counts for pi only with a context word near it."""
 NER_SCORE = 0.85  # Presidio's SpacyRecognizer score for every entity
 ORG_SCORE = 0.5  # Presidio ignores ORGANIZATION (false positives); we keep it, lower
 CONTEXT_FACTOR = 0.35  # Presidio's LemmaContextAwareEnhancer defaults
@@ -129,13 +142,13 @@ def default_pattern_recognizers() -> list:
 
     tldextract.extract("example.com")  # load the bundled suffix list now, not inside the first batch
     from presidio_analyzer.predefined_recognizers import (
-        CryptoRecognizer, DateRecognizer, EmailRecognizer, IbanRecognizer, IpRecognizer, MacAddressRecognizer,
+        CryptoRecognizer, EmailRecognizer, IbanRecognizer, IpRecognizer, MacAddressRecognizer,
         MedicalLicenseRecognizer, NhsRecognizer, UrlRecognizer, UsBankRecognizer, UsItinRecognizer,
         UsLicenseRecognizer, UsPassportRecognizer, UsSsnRecognizer, UuidRecognizer)
 
     from privatize.redaction.recognizers import better_recognizers
 
-    presidio = [CryptoRecognizer(), DateRecognizer(), EmailRecognizer(), IbanRecognizer(), IpRecognizer(),
+    presidio = [CryptoRecognizer(), EmailRecognizer(), IbanRecognizer(), IpRecognizer(),
                 MacAddressRecognizer(), MedicalLicenseRecognizer(), NhsRecognizer(), UrlRecognizer(),
                 UsBankRecognizer(), UsItinRecognizer(), UsLicenseRecognizer(), UsPassportRecognizer(),
                 UsSsnRecognizer(), UuidRecognizer()]
@@ -233,6 +246,23 @@ _RELATIVE_DATE = re.compile(
 _SPEAKER_LABEL = re.compile(r"(?<=^|\n)[ \t]*[A-Z]{2,5}(?=:)")
 
 
+def _split_caseless(ents: list[tuple[int, int, str]], regions: list[tuple[int, int]]):
+    """NER entities of a text whose caseless regions were re-cased: (entities outside
+    the regions, entities inside them). Inside, only :data:`CASELESS_LABELS` and labels
+    that do not depend on case (dates, numbers) are kept: re-cased text makes every word
+    look like an organisation's name."""
+    outside, inside = [], []
+    for s, e, lab in ents:
+        if any(a <= s < b for a, b in regions):
+            if lab in CASELESS_LABELS:
+                inside.append((s, e, lab))
+            elif lab not in ("ORG", "PRODUCT", "WORK_OF_ART", "LAW", "EVENT"):
+                outside.append((s, e, lab))
+        else:
+            outside.append((s, e, lab))
+    return outside, inside
+
+
 # ---------------------------------------------------------------------------------------
 # the detector
 
@@ -241,9 +271,12 @@ class Detector:
 
     def __init__(self, model: str = DEFAULT_MODEL, *, entities: Iterable[str] | None = None,
                  score_threshold: float = DEFAULT_SCORE_THRESHOLD, propagate: str = "document",
-                 pi_c: PiCOptions | None = None, batch_size: int = 32, upper_case_names: bool = True):
+                 pi_c: PiCOptions | None = None, batch_size: int = 32, upper_case_names: bool = True,
+                 profile: str = "balanced"):
         if propagate not in ("document", "none"):
             raise ValueError("propagate must be 'document' or 'none'")
+        if profile not in PROFILES:
+            raise ValueError(f"profile must be one of {', '.join(PROFILES)} (got {profile!r})")
         if not 0.0 <= float(score_threshold) <= 1.0:
             raise ValueError(f"score_threshold must be between 0 and 1 (got {score_threshold})")
         unknown = set(entities or ()) - KNOWN_ENTITIES
@@ -253,6 +286,8 @@ class Detector:
         self.entities = frozenset(entities if entities is not None else DEFAULT_ENTITIES)
         self.score_threshold = float(score_threshold)
         self.propagate = propagate
+        self.profile = profile
+        self.filtered = profile == "balanced"
         self.pi_c = pi_c or PiCOptions()
         self.batch_size = batch_size
         self.upper_case_names = upper_case_names
@@ -289,7 +324,8 @@ class Detector:
             out[i].extend((off + e.start_char, off + e.end_char, e.label_) for e in doc.ents)
         return out
 
-    def _map_ner(self, ents: list[tuple[int, int, str]], source: str, text: str) -> list[Span]:
+    def _map_ner(self, ents: list[tuple[int, int, str]], source: str, text: str,
+                 case: TextCase | None = None) -> list[Span]:
         out = []
         for s, e, label in ents:
             etype = self.ner_map.get(label)
@@ -299,31 +335,26 @@ class Detector:
                 continue  # "several days ago", "this morning": no date in it
             if e - s <= 6 and _SPEAKER_LABEL.match(text, s) and text.startswith(":", e):
                 continue  # "USR:", "SYS:" starting a dialogue turn
+            if self.filtered:
+                if etype in NER_NAME_TYPES and "\n" in text[s:e]:
+                    e = s + len(text[s:e].split("\n", 1)[0].rstrip(" \t,;:-"))  # "James\n\nSent": names end a line
+                    if e <= s:
+                        continue
+                if case is None:
+                    case = TextCase(text)
+                if etype in NER_NAME_TYPES and ner_name_filter(text, s, e, etype, source, case):
+                    continue
+                if etype == "DATE_TIME" and ner_date_filter(text, s, e):
+                    continue
             out.append((s, e, etype, ORG_SCORE if etype == "ORGANIZATION" else NER_SCORE, source, False))
         return out
 
-    def _caseless_ner(self, texts: list[str], regions: list[list[tuple[int, int]]]) -> dict[int, list]:
-        """NER over the re-cased caseless regions only (neighbouring regions joined),
-        entities of :data:`CASELESS_LABELS` with offsets into the original texts."""
-        blocks: list[tuple[int, int, int]] = []  # text index, start, end
-        for i, regs in enumerate(regions):
-            for a, b in regs:
-                if blocks and blocks[-1][0] == i and not texts[i][blocks[-1][2]:a].strip():
-                    blocks[-1] = (i, blocks[-1][1], b)
-                else:
-                    blocks.append((i, a, b))
-        out: dict[int, list] = {}
-        if not blocks:
-            return out
-        pieces = [recase(texts[i][a:b], [(0, b - a)]) for i, a, b in blocks]
-        for (i, a, _b), ents in zip(blocks, self._ner(pieces)):
-            out.setdefault(i, []).extend((a + s, a + e, lab) for s, e, lab in ents if lab in CASELESS_LABELS)
-        return out
-
     # ---- patterns -----------------------------------------------------------------
-    def _patterns(self, text: str, wanted: frozenset[str] | None) -> list[Span]:
+    def _patterns(self, text: str, wanted: frozenset[str] | None) -> tuple[list[Span], list[Span]]:
+        """Pattern hits: (candidates for pi, hits the balanced filters keep for pi_c only)."""
         has_digit = _DIGITS.search(text) is not None
         out: list[Span] = []
+        weak: list[Span] = []
         for cr in self.recognizers:
             if wanted is not None and cr.entity not in wanted:
                 continue
@@ -337,11 +368,13 @@ class Detector:
                 ctx = bool(cr.context) and _has_context(text, s, e, cr.context)
                 if ctx and sc < 1.0:
                     sc = max(min(1.0, sc + CONTEXT_FACTOR), CONTEXT_MIN_SCORE)
+                if self.filtered and ((t in CONTEXT_REQUIRED and not ctx) or (t == "URL" and url_filter(text, s, e))):
+                    weak.append((s, e, t, sc, src, ctx))
+                    continue
                 out.append((s, e, t, sc, src, ctx))
-        return out
+        return out, weak
 
-    @staticmethod
-    def _name_lists(text: str, persons: list[Span]) -> list[Span]:
+    def _name_lists(self, text: str, persons: list[Span]) -> list[Span]:
         if not persons or ("," not in text and " and " not in text):
             return []
         out = []
@@ -350,8 +383,11 @@ class Detector:
             if not any(p[0] < le and ls < p[1] for p in persons):
                 continue
             for it in _ITEM_RE.finditer(text, ls, le):
-                if it.group(0) in ("And", "Or"):
-                    continue
+                item = it.group(0)
+                if item in ("And", "Or") or all(w.lower() in stop_words() for w in item.split()):
+                    continue  # "Thanks", "Dear Sir"
+                if self.filtered and " " not in item and is_common_word(item):
+                    continue  # "Appellant, Respondent and John Smith"
                 out.append((it.start(), it.end(), "PERSON", 0.6, "name_list", False))
         return out
 
@@ -406,9 +442,13 @@ class Detector:
         for t in texts:
             if not isinstance(t, str):
                 raise TypeError("detect needs str texts (quarantine null records before)")
-        ner = self._ner(texts)
         upper_regions = [caseless_regions(t) if self.upper_case_names else [] for t in texts]
-        case_ner = self._caseless_ner(texts, upper_regions)
+        # one NER pass per text, over the text with its caseless regions re-cased
+        ner = self._ner([recase(t, r) if r else t for t, r in zip(texts, upper_regions)])
+        case_ner = {}
+        for i, regions in enumerate(upper_regions):
+            if regions:
+                ner[i], case_ner[i] = _split_caseless(ner[i], regions)
         results = []
         pi_c = self.pi_c
         for i, text in enumerate(texts):
@@ -416,7 +456,8 @@ class Detector:
             cands = self._map_ner(ner[i], "spacy", text)
             if i in case_ner:
                 cands += self._map_ner(case_ner[i], "spacy_case", text)
-            cands += self._patterns(text, None if pi_c.recognizer_hits else self.entities)
+            hits, weak = self._patterns(text, None if pi_c.recognizer_hits else self.entities)
+            cands += hits
             cands += self._name_lists(text, [c for c in cands if c[2] == "PERSON" and c[3] >= self.score_threshold])
             cands = _cut_reserved(cands, reserved, text)
             pi = [c for c in cands if c[2] in self.entities and c[3] >= self.score_threshold]
@@ -426,7 +467,7 @@ class Detector:
             # pi_c
             iv = [(sp[0], sp[1]) for sp in pi]
             if pi_c.recognizer_hits:
-                iv += [(c[0], c[1]) for c in cands if c[3] >= pi_c.min_score]
+                iv += [(c[0], c[1]) for c in [*cands, *weak] if c[3] >= pi_c.min_score]
             if pi_c.all_ner_labels:
                 iv += [(s, e) for s, e, lab in [*ner[i], *case_ner.get(i, ())] if self._pi_c_entity(text, s, e, lab)]
             if pi_c.digits or pi_c.capitalized:
@@ -483,13 +524,13 @@ def detector_for(settings) -> Detector:
     if hasattr(pic, "model_dump"):
         pic = PiCOptions(**pic.model_dump())
     key = (settings.model, tuple(settings.entities), float(settings.score_threshold), settings.propagate, pic,
-           int(getattr(settings, "batch_size", 32)))
+           int(getattr(settings, "batch_size", 32)), getattr(settings, "profile", "balanced"))
     with _default_lock:
         return _detector_by_key(key)
 
 
 @functools.lru_cache(maxsize=8)
 def _detector_by_key(key) -> Detector:
-    model, entities, threshold, propagate, pic, batch_size = key
+    model, entities, threshold, propagate, pic, batch_size, profile = key
     return Detector(model, entities=entities, score_threshold=threshold, propagate=propagate, pi_c=pic,
-                    batch_size=batch_size)
+                    batch_size=batch_size, profile=profile)

@@ -157,7 +157,14 @@ class NameLineRecognizer(PatternRecognizer):
 
     def invalidate_result(self, pattern_text: str) -> bool:
         stops = stop_words()
-        return any(w.lower() in stops or w in _NOT_NAMES for w in pattern_text.split())
+        words = pattern_text.split()
+        if any(w.lower() in stops or w in _NOT_NAMES for w in words):
+            return True
+        # a job title on its own line ("Project Manager", "Senior Software Engineer"), unless
+        # it starts with a known first name ("John Baker")
+        from privatize.redaction.filters import is_known_name
+
+        return words[-1].lower() in _OCCUPATION_SET and not is_known_name(words[0])
 
     def analyze(self, text, entities, nlp_artifacts=None, regex_flags=None):  # noqa: D102
         if text.count("\n") < self.min_newlines:

@@ -64,6 +64,7 @@ _DATE_SHAPE = re.compile(r"^(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}
 _TIME_SHAPE = re.compile(r"\d{1,2}:\d{2}")
 _IP_SHAPE = re.compile(r"^(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}$")
 _SSN_SHAPE = re.compile(r"^\d{3}([- ])\d{2}\1\d{4}$")
+_TIME_RANGE = re.compile(r"^(?:[01]\d|2[0-3])[0-5]\d[ \t]?-[ \t]?(?:[01]\d|2[0-3])[0-5]\d$")
 _EXT = re.compile(r"\s*(?:x|ext\.?|extension)\s*\d{1,6}$", re.IGNORECASE)
 _GROUP_SEP = re.compile(r"[ \t.()/-]+")
 
@@ -114,6 +115,10 @@ class InternationalPhoneRecognizer(PatternRecognizer):
             return True
         if _IP_SHAPE.match(core) or _SSN_SHAPE.match(core):
             return True  # an IPv4 address or a US SSN, not a phone number
+        if "/" in core and "." in core:
+            return True  # a lab value series: "7.38/42/88"
+        if _TIME_RANGE.match(core):
+            return True  # a shift: "0700-1900"
         if len(groups) == 1 and not core.startswith("+"):
             # a bare digit run: phone-like lengths only (7-12 digits), no leading 0000
             return not (7 <= n <= 12) or digits.startswith("000")
@@ -228,6 +233,10 @@ _STREET_A = (rf"(?:{_POBOX}|{_HOUSE}(?:[ \t]+(?:{_CAPW}|{_NUMW}|{_SUFFIX}|{_PART
              rf"(?:[ \t]+\d{{1,5}}[A-Za-z]?\.?(?![\w]))?)")
 # street line, lower case text: words up to a street-type word, or up to a house number
 # that ends the line
+# a street named without a house number, after a preposition: "on park street", "at Mill Road"
+_STREET_NAME = (r"(?!(?i:the|a|an|my|your|our|their|his|her|its|this|that|same|other|next|wrong|right|each|every|any|"
+                r"some|which|what|memory)\b)[^\W\d_][\w'’-]*(?:[ \t]+[^\W\d_][\w'’-]*)?[ \t]+"
+                r"(?i:street|road|avenue|lane|drive|boulevard|crescent|terrace|gardens|close|grove|place|square)(?![\w])")
 _STREET_B = (rf"(?:{_HOUSE}(?:[ \t]+(?:{_LOWW}|{_NUMW})){{0,5}}?[ \t]+(?:{_SUFFIX}(?:[ \t]+\d{{1,5}}[a-z]?)?"
              rf"|{_LOWW}[ \t]+\d{{1,5}}[a-z]?\.?(?=[ \t]*(?:\n|,|$))))")
 
@@ -245,6 +254,8 @@ class StreetAddressRecognizer(PatternRecognizer):
 
     PATTERNS = [
         Pattern("street address", rf"(?<![\w.,/-]){_STREET_A}(?:{_CONT}){{0,6}}(?![\w])", 0.35),
+        Pattern("street name after a preposition", rf"(?<=\b(?i:on|at|in|near|off|along|from|onto|via|of|to|about|by|down|up|past|into)[ \t]+)"
+                rf"{_STREET_NAME}", 0.4),
         Pattern("street address (lower case)", rf"(?<![\w.,/-]){_STREET_B}(?:{_JOIN_NL}(?:{_UNIT}|{_PLACE_NL})){{0,5}}(?![\w])", 0.3),
     ]
     CONTEXT = ["address", "live", "lives", "living", "reside", "resides", "located", "ship", "shipping", "deliver",
@@ -320,6 +331,10 @@ class UkPostcodeRecognizer(PatternRecognizer):
                 r"[A-PR-UWYZ][0-9][A-HJKPSTUW]|[A-PR-UWYZ][A-HK-Y][0-9][ABEHMNPRVWXY]) ?[0-9][ABD-HJLNP-UW-Z]{2})"
                 r"(?![\w-])",
                 0.5),
+        Pattern("uk postcode (any case)",
+                r"(?<![\w-])(?i:(?:[a-pr-uwyz][0-9][0-9]?|[a-pr-uwyz][a-hk-y][0-9][0-9]?|[a-pr-uwyz][0-9][a-hjkpstuw]|"
+                r"[a-pr-uwyz][a-hk-y][0-9][abehmnprvwxy]) ?[0-9][abd-hjlnp-uw-z]{2})(?![\w-])",
+                0.4),
     ]
     CONTEXT = ["postcode", "post", "code", "postal", "address", "london", "uk"]
 
@@ -350,6 +365,9 @@ class ReferenceNumberRecognizer(PatternRecognizer):
                 r"(?:[ \t]+(?i:number|no\.?|#|code))?(?:[ \t]*(?::|=|is|was|-)[ \t]*|[ \t]+))"
                 r"(?=[A-Z0-9-]*\d)[A-Z0-9]{2,}(?:-[A-Z0-9]{2,}){0,4}(?![\w-])", 0.6),
         Pattern("digit groups", r"(?<![\w.,/+-])\d{2,8}(?:-\d{2,8}){1,4}(?![\w]|[.,/-]\d)", 0.15),
+        Pattern("US federal case number", r"(?<![\w:/-])\d:\d{2}-(?i:cv|cr|mc|mj|bk|ap)-\d{3,6}(?:-[A-Z]{2,4})?(?![\w-])",
+                0.6),
+        Pattern("case reference with a year", r"(?<![\w/-])[A-Z]{1,4}\d?/(?:19|20)\d\d/\d{2,6}(?![\w/-])", 0.5),
         Pattern("digit run", r"(?<![\w.,/+-])\d{5,20}(?![\w]|[.,/-]\d)", 0.1),
         Pattern("letter code", r"(?<![\w-])[A-Z0-9]{8,20}(?![\w-])", 0.05),
     ]
@@ -364,9 +382,18 @@ class ReferenceNumberRecognizer(PatternRecognizer):
                          patterns=list(self.PATTERNS), context=list(self.CONTEXT),
                          supported_language=supported_language, global_regex_flags=CASE)
 
+    _PERIOD = re.compile(r"^(?:FY|CY|Q[1-4]|H[12])[ -]?(?:\d{2}|\d{4})(?:[-/](?:\d{2}|\d{4}))?$|^Q[1-4]$")
+
     def invalidate_result(self, pattern_text: str) -> bool:
         compact = pattern_text.replace("-", "")
-        if len(compact) < self._TOO_SHORT and not pattern_text.isdigit():
+        if self._PERIOD.match(pattern_text):
+            return True  # a fiscal period: "FY2024", "Q3-24"
+        if compact.isalpha():
+            from privatize.redaction.filters import zipf
+
+            if zipf(compact) >= 2.0:
+                return True  # an upper-case word: "AGREEMENT", "MEMORANDUM"
+        if len(compact) < self._TOO_SHORT and not pattern_text.isdigit() and "/" not in pattern_text:
             return True
         if len(pattern_text) <= 3:
             return True
@@ -394,6 +421,7 @@ class AgeRecognizer(PatternRecognizer):
 
 
 
+from privatize.redaction.dates import ValidatedDateRecognizer  # noqa: E402
 from privatize.redaction.names import NameLineRecognizer, OccupationRecognizer, TitledNameRecognizer  # noqa: E402
 
 
@@ -401,4 +429,4 @@ def better_recognizers() -> list[PatternRecognizer]:
     """New instances of every recognizer in this module."""
     return [InternationalPhoneRecognizer(), LuhnCreditCardRecognizer(), StreetAddressRecognizer(),
             UsZipCodeRecognizer(), UkPostcodeRecognizer(), ReferenceNumberRecognizer(), AgeRecognizer(),
-            TitledNameRecognizer(), NameLineRecognizer(), OccupationRecognizer()]
+            TitledNameRecognizer(), NameLineRecognizer(), OccupationRecognizer(), ValidatedDateRecognizer()]

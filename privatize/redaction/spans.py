@@ -103,6 +103,7 @@ def merge_intervals(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
 # ---------------------------------------------------------------------------------------
 # names: upper-case lines, coordinated lists, name parts
 
+_SPEAKER_PREFIX = re.compile(r"[ \t]*[A-Z]{2,5}:[ \t]*")
 _SEGMENT = re.compile(r"[^\n.!?]+[.!?]*")
 _NAME_ITEM = r"\p{Lu}[\p{Ll}'’-]+(?:[ \t]\p{Lu}[\p{Ll}'’-]+)?"
 _NAME_LIST = re.compile(rf"{_NAME_ITEM}(?:[ \t]*,[ \t]*{_NAME_ITEM})*(?:[ \t]*,?[ \t]+(?:and|or|&)[ \t]+{_NAME_ITEM})"
@@ -118,15 +119,20 @@ def caseless_regions(text: str) -> list[tuple[int, int]]:
     out = []
     for m in _SEGMENT.finditer(text):
         seg = m.group(0)
+        label = _SPEAKER_PREFIX.match(seg)
+        start = m.start()
+        if label:  # "USR: i need a taxi": the turn's text, not its speaker label
+            seg = seg[label.end():]
+            start += label.end()
         words = _LETTER_WORD.findall(seg)
         if len(words) < 2:
             continue
         letters = sum(len(w) for w in words)
         upper = sum(1 for w in words for c in w if c.isupper())
         if upper == 0 and len(words) >= 3:
-            out.append(m.span())
+            out.append((start, m.end()))
         elif upper / max(letters, 1) >= 0.8 and sum(1 for w in words if len(w) >= 2 and w.isupper()) >= 2:
-            out.append(m.span())
+            out.append((start, m.end()))
     return out
 
 

@@ -13,5 +13,6 @@ def stop_words() -> frozenset[str]:
     from spacy.lang.en.stop_words import STOP_WORDS
 
     extra = {"hello", "hi", "hey", "thanks", "thank", "please", "sure", "yes", "ok", "okay", "good", "great",
-             "sorry", "dear", "regards", "bye", "goodbye", "welcome", "well", "oh", "no", "yeah", "yep"}
+             "sorry", "dear", "regards", "bye", "goodbye", "welcome", "well", "oh", "no", "yeah", "yep", "sir",
+             "madam", "shall"}
     return frozenset(STOP_WORDS) | frozenset(extra)
