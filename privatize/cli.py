@@ -21,7 +21,7 @@ from privatize.errors import PrivatizeError
 log = logging.getLogger("privatize")
 
 BUILTIN_COMMANDS = ["privatize.commands.run", "privatize.commands.corpus", "privatize.commands.crypto",
-                    "privatize.commands.detect"]
+                    "privatize.commands.detect", "privatize.commands.ner"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,55 @@
+"""``privatize train-ner``: fine-tune the default spaCy model's NER on generated PII data.
+
+Offline, on ``../shared/data`` (``--data``): see :mod:`privatize.redaction.ner_training`
+for the data, the training and the selection. Writes a spaCy model directory (``--output``,
+which must not exist yet, unless ``--force``) usable as ``--model`` / ``Detector(model=DIR)``.
+Progress goes to stderr; the last line on stdout is a one-line JSON summary. Bad arguments
+(a missing parent directory, ``--epochs`` out of range, data not found) exit 2 with one
+line, before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _train(args: argparse.Namespace) -> int:
+    from privatize.redaction.ner_training import check_arguments, train_ner
+
+    check_arguments(args.output, examples=args.examples, epochs=args.epochs, seed=args.seed, data_dir=args.data,
+                    force=args.force)
+
+    def progress(msg: str) -> None:
+        print(f"train-ner: {msg}", file=sys.stderr, flush=True)
+
+    summary = train_ner(args.output, examples=args.examples, epochs=args.epochs, seed=args.seed, base=args.base,
+                        data_dir=args.data, force=args.force, progress=progress)
+    best = summary["history"][summary["best_epoch"]]
+    print(json.dumps({"output": args.output, "best_epoch": summary["best_epoch"], "epochs_run": summary["epochs_run"],
+                      "gold_dev_f1": best["gold_dev_f1"], "rehearsal_dev_f1": best["rehearsal_dev_f1"],
+                      "base_gold_dev_f1": summary["history"][0]["gold_dev_f1"], "counts": summary["counts"],
+                      "seconds": summary["train_seconds"]}))
+    return 0
+
+
+def register(sub) -> None:
+    try:
+        from privatize.redaction.engine import DEFAULT_MODEL
+        from privatize.redaction.ner_training import DEFAULT_DATA_DIR, DEFAULT_EPOCHS, DEFAULT_EXAMPLES
+    except ImportError:  # the redaction component is absent: no train-ner command
+        return
+
+    p = sub.add_parser("train-ner", help="fine-tune the spaCy NER on generated PII data (offline) into a model dir")
+    p.add_argument("--output", required=True, help="the model directory to write (must not exist)")
+    p.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES,
+                   help="gold records (about half presidio-research generated_large, half CustomerSim user turns), "
+                        f"plus as many rehearsal sentences (default {DEFAULT_EXAMPLES})")
+    p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS,
+                   help=f"at most this many epochs; the best on the dev slice is kept (default {DEFAULT_EPOCHS})")
+    p.add_argument("--seed", type=int, default=0, help="sampling, shuffling and initialisation seed (default 0)")
+    p.add_argument("--data", default=None, help=f"the shared data folder (default {DEFAULT_DATA_DIR})")
+    p.add_argument("--base", default=DEFAULT_MODEL, help=f"the spaCy model to start from (default {DEFAULT_MODEL})")
+    p.add_argument("--force", action="store_true", help="replace --output if it exists")
+    p.set_defaults(func=_train)
