@@ -55,7 +55,7 @@ import regex as re
 from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
-                                         url_filter)
+                                         url_span)
 from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        is_speaker_label, merge_intervals, merge_spans, recase)
@@ -184,6 +184,8 @@ class _CompiledRecognizer:
         self.entity = rec.supported_entities[0]
         self.name = rec.name
         flags = rec.global_regex_flags if rec.global_regex_flags is not None else 0
+        if self.entity == "IBAN_CODE":
+            flags |= re.IGNORECASE  # Presidio's own analyze finds "gb48awjv0722..." too; validation upper-cases
         self.patterns = [(re.compile(p.regex, flags), p.score, p.name) for p in rec.patterns]
         self.context = _context_words(rec.context or ())
         self.has_validate = type(rec).validate_result is not PatternRecognizer.validate_result
@@ -368,7 +370,13 @@ class Detector:
                 ctx = bool(cr.context) and _has_context(text, s, e, cr.context)
                 if ctx and sc < 1.0:
                     sc = max(min(1.0, sc + CONTEXT_FACTOR), CONTEXT_MIN_SCORE)
-                if self.filtered and ((t in CONTEXT_REQUIRED and not ctx) or (t == "URL" and url_filter(text, s, e))):
+                if self.filtered and t == "URL":
+                    fixed = url_span(text, s, e)
+                    if fixed is None:
+                        weak.append((s, e, t, sc, src, ctx))
+                        continue
+                    s, e = fixed
+                if self.filtered and t in CONTEXT_REQUIRED and not ctx:
                     weak.append((s, e, t, sc, src, ctx))
                     continue
                 out.append((s, e, t, sc, src, ctx))

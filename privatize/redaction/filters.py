@@ -70,6 +70,13 @@ def is_known_name(word: str) -> bool:
     return word.lower().strip(".'’") in known_names()
 
 
+@functools.lru_cache(maxsize=1)
+def occupations() -> frozenset[str]:
+    from privatize.redaction.names import _OCCUPATION_SET
+
+    return _OCCUPATION_SET
+
+
 def is_common_word(word: str) -> bool:
     """A common English word that is not a known name."""
     w = word.strip(".'’")
@@ -93,6 +100,11 @@ _ROLE_SUFFIX = re.compile(r"(?:ant|ent|er|or|ee|iff|lord|ist|ary)$")
 _PUBLIC_BODY = re.compile(r"\b(?:Act|Acts|Court|Courts|Tribunal|Regulations|Rules|Convention|Constitution|Directive|"
                           r"Statute)(?:[ \t]+(?:1[6-9]|20)\d\d)?$")
 _SPEAKER = re.compile(r"^[A-Z]{2,5}$")
+_ADDRESS_WORDS = frozenset("box po suite apt apartment unit flat room floor building bldg block lot route highway "
+                           "exit pier gate".split())
+_HEADING_BEFORE = re.compile(r"(?:^|\n)[ \t]*(?:\d+\.?[ \t]+)?$")
+_HEADING_AFTER = re.compile(r"[ \t]*:?[ \t]*(?:\n|$)")
+_DETERMINER = re.compile(r"(?i)\b(?:the|this|that|each|any|such|every)[ \t]+$")
 
 
 class TextCase:
@@ -131,9 +143,12 @@ def ner_name_filter(text: str, s: int, e: int, etype: str, source: str, case: Te
     if source == "spacy_case":
         # NER over re-cased text: every word looks like a name there, so a lone common
         # word ("Settings", "Missing") is dropped unless it is a known name
-        if len(tokens) == 1 and not is_known_name(word):
-            if (etype == "PERSON" and zipf(word) >= COMMON_ZIPF) or zipf(word) >= 4.5:
+        words = [t.strip(",.;:()'’\"") for t in tokens]
+        if all(w and not is_known_name(w) for w in words):
+            if len(words) == 1 and (zipf(word) >= 4.5 or (etype != "LOCATION" and zipf(word) >= COMMON_ZIPF)):
                 return "common word (re-cased)"
+            if len(words) > 1 and etype != "LOCATION" and all(zipf(w) >= 3.5 for w in words):
+                return "common words (re-cased)"  # "SENTENCING REMARKS"
         return None
     case = case or TextCase(text)
     if case.cased and not any(c.isupper() for c in piece):
@@ -144,6 +159,9 @@ def ner_name_filter(text: str, s: int, e: int, etype: str, source: str, case: Te
         return "measurement"  # "O2", "RR 18", "HR 88"
     if _PUBLIC_BODY.search(piece.rstrip(",.;:")):
         return "court or legislation"  # "the Proceeds of Crime Act 2002", "The Crown Court"
+    if len(tokens) == 2 and _NUM_TOKEN.match(tokens[1]) and tokens[0].lower() not in _ADDRESS_WORDS \
+            and is_common_word(tokens[0]) and zipf(tokens[0]) >= 3.5:
+        return "numbered reference"  # "Schedule 1", "Clause 14", "Section 3"
     if len(tokens) > 1:
         kinds = [_NUM_TOKEN.match(t) is not None for t in tokens]
         abbrs = [_ABBR_TOKEN.match(t.strip(",.;:()")) is not None for t in tokens]
@@ -157,14 +175,21 @@ def ner_name_filter(text: str, s: int, e: int, etype: str, source: str, case: Te
     if after.startswith(":") and _sentence_initial(text, s) and not is_known_name(word):
         return "section header"
     initial = _sentence_initial(text, s)
+    if (_HEADING_BEFORE.search(text, max(0, s - 4), s) and _HEADING_AFTER.match(text, e)
+            and not is_known_name(word) and zipf(word) >= COMMON_ZIPF):
+        return "heading"  # "Background", "DEFINITIONS" alone on a line
     if initial and word.lower() in stop_words():
         return "capitalised function word"  # "Thanks", "Hello", "Please"
     if is_known_name(word):
         return None
     if initial and etype == "PERSON" and zipf(word) >= 4.0:
         return "capitalised common word"  # "Lunch", "Shall"; names below 4 ("Ahmed" 3.8) stay
-    if not initial and zipf(word) >= COMMON_ZIPF and _ROLE_SUFFIX.search(word.lower()):
-        return "role noun"  # "the Claimant", "the Employer", "Tenant"
+    defined = _DETERMINER.search(text, max(0, s - 6), s) is not None
+    if (not initial and zipf(word) >= COMMON_ZIPF and _ROLE_SUFFIX.search(word.lower())
+            and word.lower() not in occupations() and (etype in ("PERSON", "ORGANIZATION") or defined)):
+        return "role noun"  # "the Claimant", "the Employer", "Tenant" (not job titles: "Director")
+    if defined and not word.isupper() and zipf(word) >= 4.0:
+        return "defined term"  # "the Company", "the State", "the District"
     return None
 
 
@@ -192,7 +217,10 @@ def _valid_numeric(m) -> bool:
     return (1 <= a <= 12 and 1 <= b <= 31) or (1 <= b <= 12 and 1 <= a <= 31)
 
 
-_LONG_NUMBER = re.compile(r"(?<![\d.,])\d{4,}(?![\d.,]\d)")
+_YEARS = re.compile(r"(?i)\b\d{1,3}[ \t-]*(?:years?|yrs?|y/?o)\b")
+_LONG_NUMBER = re.compile(r"(?<![\d.,])\d{5,}(?![\d.,]\d)")
+_AGE_PHRASE = re.compile(r"(?i)\d{1,3}[ \t-]*(?:years?|yrs?)[ \t-]*(?:old|of age)")
+_BRACKETED_YEAR = re.compile(r"[(\[](?:1[6-9]|20)\d\d[)\]]")
 _INNER_CAPITAL = re.compile(r"(?<=[\p{Ll},;]\s+)\p{Lu}\p{Ll}+")
 
 
@@ -201,8 +229,11 @@ def ner_date_filter(text: str, s: int, e: int) -> str | None:
     month or weekday name, a holiday, a year, an ordinal day or a valid numeric date.
     "5 nights", "a nice day", "130/80, HR 88", "2pm", "at 1900" have none. Hits NER misreads
     are kept when they hold something worth hiding anyway: a number of four digits or
-    more (a postcode, a box number) or a capitalised word inside a sentence (a name)."""
+    more (a postcode, a box number), a number of years (an age) or a capitalised word
+    inside a sentence (a name)."""
     piece = text[s:e]
+    if _BRACKETED_YEAR.fullmatch(text[max(0, s - 1):e + 1]):
+        return "citation year"  # "(1999) 1 WLR 1331", "[2001] UKHL 12"
     for m in _DATE_ANCHOR.finditer(piece):
         num = _NUMERIC_DATE.fullmatch(m.group(0))
         if num is not None and not _valid_numeric(num):
@@ -210,6 +241,10 @@ def ner_date_filter(text: str, s: int, e: int) -> str | None:
         if m.group(0).isdigit() and _MILITARY_TIME.search(text, max(0, s + m.start() - 7), s + m.end()):
             continue  # "at 1900": a clock time, not a year
         return None
+    if _AGE_PHRASE.fullmatch(piece.strip()):
+        return "an age phrase (the age recognizer's)"  # "55 years old": AGE covers the number
+    if _YEARS.search(piece):
+        return None  # "42 years": a duration in years may be an age
     if _LONG_NUMBER.search(piece) and not _MILITARY_TIME.search(text, max(0, s - 7), e):
         return None
     if s > 0 and not _SENTENCE_START.search(text, max(0, s - 6), s) and piece[:1].isupper():
@@ -224,6 +259,30 @@ _FILE_EXTENSIONS = frozenset(
     "pdf doc docx xls xlsx xlsm ppt pptx txt csv tsv json xml yaml yml md rtf odt ods odp jpg jpeg png gif bmp "
     "tif tiff svg webp heic mp3 mp4 mov avi mkv wav flac zip gz tgz tar rar 7z exe dll so dmg iso apk msi bat sh "
     "py js ts java c h cpp rb go rs php pl sql log bak tmp cfg ini conf eml msg ics vcf html htm".split())
+_TOKEN_REST = re.compile(r"[\w-]*(?:\.[\w-]+)*(?:/[^\s<>\"']*)?")
+
+
+def url_span(text: str, s: int, e: int) -> tuple[int, int] | None:
+    """The URL a pattern hit stands for, or ``None``. Presidio's pattern stops at the
+    first top-level domain of its list that fits (``barbarashort.de`` in
+    ``barbarashort.design``): a hit cut inside a word is extended to the end of its
+    token and kept when the token's top-level domain is in the public suffix list
+    (``tldextract``, offline). Then :func:`url_filter` decides."""
+    if e < len(text) and (text[e].isalnum() or text[e] == "-"):
+        m = _TOKEN_REST.match(text, e)
+        e2 = m.end() if m else e
+        while e2 > e and text[e2 - 1] in ".,;:!?)":
+            e2 -= 1
+        host = text[s:e2].split("//", 1)[-1].split("/", 1)[0]
+        import tldextract
+
+        ext = tldextract.extract(host)
+        if not (ext.suffix and ext.domain):
+            return None
+        e = e2
+    return None if url_filter(text, s, e) else (s, e)
+
+
 _SCHEME = re.compile(r"^(?:https?|ftp)://", re.IGNORECASE)
 
 

@@ -297,7 +297,8 @@ class StreetAddressRecognizer(PatternRecognizer):
         if not evidence and self._TRAILING_NO.match(first):
             # "Vesturgata 66": a capitalised or non-ASCII street name before a number
             words = re.findall(r"[^\W\d_][\w'’.-]*", first)
-            evidence = bool(words) and (words[0][0].isupper() or not words[0].isascii())
+            evidence = bool(words) and (words[0][0].isupper() or not words[0].isascii()) and not (
+                len(words[0]) > 1 and words[0].isupper())  # "1 WLR 741": a law report, not a street
         return not evidence
 
 
@@ -411,6 +412,8 @@ class AgeRecognizer(PatternRecognizer):
         Pattern("n-year-old", r"(?<![\w.,-])(?:1[0-4]\d|\d{1,2})(?=[ \t-]*years?[ \t-]old\b)", 0.6),
         Pattern("aged n", r"(?<=\b(?:aged|age|age:|age of|turned|turning|turns)[ \t]{1,3})(?:1[0-4]\d|\d{1,2})(?![\w]|[.,]\d)", 0.6),
         Pattern("n y/o", r"(?<![\w.,-])(?:1[0-4]\d|\d{1,2})(?=[ \t]?(?:y/?o|yo)\b)", 0.5),
+        Pattern("was n when", r"(?<=\b(?:was|were|is|am|being)[ \t]+(?:therefore[ \t]+|then[ \t]+|only[ \t]+|just[ \t]+)?)"
+                              r"(?:1[0-4]\d|\d{1,2})(?=[ \t]+(?:when|at the time)\b)", 0.4),
     ]
     CONTEXT = ["age", "aged", "old", "years", "birthday", "turned", "turning"]
 
@@ -421,6 +424,57 @@ class AgeRecognizer(PatternRecognizer):
 
 
 
+# ---------------------------------------------------------------------------------------
+# organisations and parties
+
+_ORG_SUFFIX = (r"(?:Inc\.?|LLC|L\.L\.C\.|Ltd\.?|Limited|PLC|plc|Corp\.?|Corporation|Co\.|GmbH|AG|S\.A\.|LLP|"
+               r"Group|Holdings|Partners|Associates|Solicitors|Pharmacy|Apothecary|Drugs?|Hospital|Clinic|"
+               r"Medical Cent(?:er|re)|Health Cent(?:er|re)|University|College|Academy|Foundation|Bank)")
+
+
+class OrganizationSuffixRecognizer(PatternRecognizer):
+    """Organisations named with a legal-form or institution suffix: ``Presbia PLC``,
+    ``Wellpoint Health Networks Inc``, ``Crandall Pharmacy``, ``North Kingstown General
+    Hospital``: one to five capitalised words before the suffix (case-sensitive)."""
+
+    PATTERNS = [
+        Pattern("name + suffix", rf"(?<![\w&'’.-])(?!(?:The|A|An|This|That|Our|Your|My|Their|His|Her|Its)\b)"
+                                 rf"(?:\p{{Lu}}[\w&'’.-]*[ \t]+){{1,5}}{_ORG_SUFFIX}(?![\w])", 0.5),
+    ]
+    CONTEXT = ["company", "employer", "works", "work", "firm", "supplier", "client", "admitted", "pharmacy"]
+
+    def __init__(self, supported_language: str = "en", supported_entity: str = "ORGANIZATION"):
+        super().__init__(supported_entity=supported_entity, name="OrganizationSuffixRecognizer",
+                         patterns=list(self.PATTERNS), context=list(self.CONTEXT),
+                         supported_language=supported_language, global_regex_flags=CASE)
+
+
+_ROLES = (r"(?:Plaintiffs?|Defendants?|Petitioners?|Respondents?|Appellants?|Appellees?|Claimants?|Applicants?|"
+          r"Tenants?|Landlords?|Employers?|Employees?|Buyers?|Sellers?|Lenders?|Borrowers?|Licensors?|Licensees?|"
+          r"Suppliers?|Customers?|Consultants?)")
+
+
+class PartyRecognizer(PatternRecognizer):
+    """The parties of a case or a contract, by their role: a court caption line
+    (``EMILIO CRUZ, Plaintiff,``; ``BODEGA CLUB, Defendant.``) or a labelled line
+    (``Respondent: Plan Smart``, ``The Tenant: Elease Carpenter``). The span is the
+    party's name, without a title."""
+
+    PATTERNS = [
+        Pattern("caption", rf"(?m)(?:^|(?<=\n))[ \t]*\K(?!(?:The|THE|and|AND|v|V)\b)[^\W\d_][^\n,:;]{{1,60}}?"
+                           rf"(?=,[ \t]*{_ROLES}[ \t]*[,.]?[ \t]*(?:\n|$))", 0.5),
+        Pattern("labelled line", rf"(?<=(?m:^)[ \t]*(?:The[ \t]+)?{_ROLES}[ \t]*:[ \t]*"
+                                 rf"(?:(?:Mr|Mrs|Ms|Miss|Dr|Mx)\.?[ \t]+)?)(?!(?:Mr|Mrs|Ms|Miss|Dr|Mx)\.?[ \t])[^\W\d_][^\n,;]{{1,60}}?(?=[ \t]*(?:\n|$|,|;))",
+                0.5),
+    ]
+    CONTEXT = ["between", "parties", "party", "v", "versus"]
+
+    def __init__(self, supported_language: str = "en", supported_entity: str = "PERSON"):
+        super().__init__(supported_entity=supported_entity, name="PartyRecognizer",
+                         patterns=list(self.PATTERNS), context=list(self.CONTEXT),
+                         supported_language=supported_language, global_regex_flags=CASE)
+
+
 from privatize.redaction.dates import ValidatedDateRecognizer  # noqa: E402
 from privatize.redaction.names import NameLineRecognizer, OccupationRecognizer, TitledNameRecognizer  # noqa: E402
 
@@ -429,4 +483,5 @@ def better_recognizers() -> list[PatternRecognizer]:
     """New instances of every recognizer in this module."""
     return [InternationalPhoneRecognizer(), LuhnCreditCardRecognizer(), StreetAddressRecognizer(),
             UsZipCodeRecognizer(), UkPostcodeRecognizer(), ReferenceNumberRecognizer(), AgeRecognizer(),
-            TitledNameRecognizer(), NameLineRecognizer(), OccupationRecognizer(), ValidatedDateRecognizer()]
+            TitledNameRecognizer(), NameLineRecognizer(), OccupationRecognizer(), ValidatedDateRecognizer(),
+            OrganizationSuffixRecognizer(), PartyRecognizer()]

@@ -202,3 +202,52 @@ def test_unknown_profile_is_refused():
 
     with pytest.raises(ValueError, match="profile must be one of balanced, high_recall"):
         Detector(profile="paranoid")
+
+
+# ---- organisations and parties ---------------------------------------------------------
+
+@pytest.mark.parametrize("text, org", [
+    ("Meds reconciled w/ Crandall Pharmacy in Sanibel", "Crandall Pharmacy"),
+    ("Admitted to North Kingstown General Hospital 5/9/2011", "North Kingstown General Hospital"),
+    ("Robert Cole\nWellpoint Health Networks Inc\n9 Seaford Road", "Wellpoint Health Networks Inc"),
+    ("shares in Presbia PLC fell", "Presbia PLC"),
+])
+def test_organisations_by_suffix(text, org):
+    assert org in found(rec.OrganizationSuffixRecognizer(), text)
+
+
+@pytest.mark.parametrize("text", ["The Group met on Monday.", "our bank is closed", "The University said no."])
+def test_organisation_suffix_negatives(text):
+    assert found(rec.OrganizationSuffixRecognizer(), text) == []
+
+
+@pytest.mark.parametrize("text, party", [
+    ("DISTRICT OF MARYLAND\nEMILIO CRUZ, Plaintiff,\nv.\nSPECIFIC APPRAISALS, Defendant.", "EMILIO CRUZ"),
+    ("DISTRICT OF MARYLAND\nEMILIO CRUZ, Plaintiff,\nv.\nSPECIFIC APPRAISALS, Defendant.", "SPECIFIC APPRAISALS"),
+    ("Claimant: Mr Severin Akhtar\nRespondent: Plan Smart\nHeard at: London", "Severin Akhtar"),
+    ("Claimant: Mr Severin Akhtar\nRespondent: Plan Smart\nHeard at: London", "Plan Smart"),
+    ("The Tenant: Elease Carpenter\nThe Property: 32 Kent Street", "Elease Carpenter"),
+])
+def test_parties(text, party):
+    assert party in found(rec.PartyRecognizer(), text)
+
+
+def test_party_negatives():
+    text = "The Claimant's case is that the Defendant, a large firm, was negligent.\nv.\nAnd so on, Plaintiff noted"
+    assert found(rec.PartyRecognizer(), text) == []
+
+
+def test_url_span_extends_a_cut_top_level_domain():
+    text = "my portfolio site, barbarashort.design. I think"
+    s = text.index("barbarashort")
+    # Presidio's pattern stops at ".de"; the token's real suffix is ".design"
+    assert filters.url_span(text, s, s + len("barbarashort.de")) == (s, s + len("barbarashort.design"))
+    text = "cont.lasix bid"
+    assert filters.url_span(text, 0, len("cont.la")) is None  # "lasix" is no top-level domain
+
+
+def test_lower_case_iban(detectors):
+    balanced, _ = detectors
+    text = "my iban is gb48awjv07221741105646"
+    assert [(text[s["start"]:s["end"]], s["entity_type"]) for s in balanced.detect([text])[0].spans] == [
+        ("gb48awjv07221741105646", "IBAN_CODE")]
