@@ -104,6 +104,8 @@ _ADDRESS_WORDS = frozenset("box po suite apt apartment unit flat room floor buil
                            "exit pier gate".split())
 _HEADING_BEFORE = re.compile(r"(?:^|\n)[ \t]*(?:\d+\.?[ \t]+)?$")
 _HEADING_AFTER = re.compile(r"[ \t]*:?[ \t]*(?:\n|$)")
+_BLANK_BEFORE = re.compile(r"\n[ \t]*\n[ \t]*(?:\d+\.?[ \t]+)?$")
+_BLANK_AFTER = re.compile(r"[ \t]*:?[ \t]*\n[ \t]*(?:\n|$)")
 _DETERMINER = re.compile(r"(?i)\b(?:the|this|that|each|any|such|every)[ \t]+$")
 
 
@@ -159,7 +161,8 @@ def ner_name_filter(text: str, s: int, e: int, etype: str, source: str, case: Te
         return "measurement"  # "O2", "RR 18", "HR 88"
     if _PUBLIC_BODY.search(piece.rstrip(",.;:")):
         return "court or legislation"  # "the Proceeds of Crime Act 2002", "The Crown Court"
-    if len(tokens) == 2 and _NUM_TOKEN.match(tokens[1]) and tokens[0].lower() not in _ADDRESS_WORDS \
+    if etype in ("PERSON", "ORGANIZATION") and len(tokens) == 2 and _NUM_TOKEN.match(tokens[1]) \
+            and tokens[0].lower() not in _ADDRESS_WORDS \
             and is_common_word(tokens[0]) and zipf(tokens[0]) >= 3.5:
         return "numbered reference"  # "Schedule 1", "Clause 14", "Section 3"
     if len(tokens) > 1:
@@ -175,21 +178,22 @@ def ner_name_filter(text: str, s: int, e: int, etype: str, source: str, case: Te
     if after.startswith(":") and _sentence_initial(text, s) and not is_known_name(word):
         return "section header"
     initial = _sentence_initial(text, s)
-    if (_HEADING_BEFORE.search(text, max(0, s - 4), s) and _HEADING_AFTER.match(text, e)
+    if (_HEADING_BEFORE.search(text, max(0, s - 8), s) and _HEADING_AFTER.match(text, e)
+            and (text.startswith(":", e) or _BLANK_BEFORE.search(text, max(0, s - 12), s) or _BLANK_AFTER.match(text, e))
             and not is_known_name(word) and zipf(word) >= COMMON_ZIPF):
-        return "heading"  # "Background", "DEFINITIONS" alone on a line
+        return "heading"  # "Background", "DEFINITIONS" alone on a line between blank lines ("Leeds" in an address block stays)
     if initial and word.lower() in stop_words():
         return "capitalised function word"  # "Thanks", "Hello", "Please"
     if is_known_name(word):
         return None
     if initial and etype == "PERSON" and zipf(word) >= 4.0:
         return "capitalised common word"  # "Lunch", "Shall"; names below 4 ("Ahmed" 3.8) stay
-    defined = _DETERMINER.search(text, max(0, s - 6), s) is not None
-    if (not initial and zipf(word) >= COMMON_ZIPF and _ROLE_SUFFIX.search(word.lower())
-            and word.lower() not in occupations() and (etype in ("PERSON", "ORGANIZATION") or defined)):
-        return "role noun"  # "the Claimant", "the Employer", "Tenant" (not job titles: "Director")
-    if defined and not word.isupper() and zipf(word) >= 4.0:
-        return "defined term"  # "the Company", "the State", "the District"
+    if etype == "NRP" or _DETERMINER.search(text, max(0, s - 6), s) is None:
+        return None  # nationalities and religions take "the" ("the French"), names and places without one stay
+    if etype != "LOCATION" and not word.isupper() and zipf(word) >= 4.0:
+        return "defined term"  # "the Company", "the State"; not places ("the Netherlands")
+    if zipf(word) >= COMMON_ZIPF and _ROLE_SUFFIX.search(word.lower()) and word.lower() not in occupations():
+        return "role noun"  # "the Claimant", "the Employee" (not job titles: "the Director")
     return None
 
 
@@ -218,7 +222,9 @@ def _valid_numeric(m) -> bool:
 
 
 _YEARS = re.compile(r"(?i)\b\d{1,3}[ \t-]*(?:years?|yrs?|y/?o)\b")
-_LONG_NUMBER = re.compile(r"(?<![\d.,])\d{5,}(?![\d.,]\d)")
+_LONG_NUMBER = re.compile(r"(?<![\d.,])\d{4,}(?![\d.,]\d)")
+_AGE_WORDS = re.compile(r"(?i)\b(?:years?[ \t-]+old|years?[ \t]+of[ \t]+age|y/?o|aged?|\d0s|"
+                        r"(?:twen|thir|for|fif|six|seven|eigh|nine)ties|teens?)\b")
 _AGE_PHRASE = re.compile(r"(?i)\d{1,3}[ \t-]*(?:years?|yrs?)[ \t-]*(?:old|of age)")
 _BRACKETED_YEAR = re.compile(r"[(\[](?:1[6-9]|20)\d\d[)\]]")
 _INNER_CAPITAL = re.compile(r"(?<=[\p{Ll},;]\s+)\p{Lu}\p{Ll}+")
@@ -229,8 +235,9 @@ def ner_date_filter(text: str, s: int, e: int) -> str | None:
     month or weekday name, a holiday, a year, an ordinal day or a valid numeric date.
     "5 nights", "a nice day", "130/80, HR 88", "2pm", "at 1900" have none. Hits NER misreads
     are kept when they hold something worth hiding anyway: a number of four digits or
-    more (a postcode, a box number), a number of years (an age) or a capitalised word
-    inside a sentence (a name)."""
+    more (a postcode, a box number), an age in any form ("forty-two years old", "in her
+    30s"; "55 years old" is left to the age recognizer, which takes the number) or a
+    capitalised word inside a sentence (a name)."""
     piece = text[s:e]
     if _BRACKETED_YEAR.fullmatch(text[max(0, s - 1):e + 1]):
         return "citation year"  # "(1999) 1 WLR 1331", "[2001] UKHL 12"
@@ -243,6 +250,8 @@ def ner_date_filter(text: str, s: int, e: int) -> str | None:
         return None
     if _AGE_PHRASE.fullmatch(piece.strip()):
         return "an age phrase (the age recognizer's)"  # "55 years old": AGE covers the number
+    if _AGE_WORDS.search(piece):
+        return None  # "forty-two years old", "in her 30s", "late twenties": an age
     if _YEARS.search(piece):
         return None  # "42 years": a duration in years may be an age
     if _LONG_NUMBER.search(piece) and not _MILITARY_TIME.search(text, max(0, s - 7), e):

@@ -412,6 +412,7 @@ class AgeRecognizer(PatternRecognizer):
         Pattern("n-year-old", r"(?<![\w.,-])(?:1[0-4]\d|\d{1,2})(?=[ \t-]*years?[ \t-]old\b)", 0.6),
         Pattern("aged n", r"(?<=\b(?:aged|age|age:|age of|turned|turning|turns)[ \t]{1,3})(?:1[0-4]\d|\d{1,2})(?![\w]|[.,]\d)", 0.6),
         Pattern("n y/o", r"(?<![\w.,-])(?:1[0-4]\d|\d{1,2})(?=[ \t]?(?:y/?o|yo)\b)", 0.5),
+        Pattern("name (n)", r"(?<=(?-i:\p{Lu}[\p{Ll}'’-]+)[ \t]?\()(?:1[0-4]\d|[1-9]\d?)(?=\))", 0.4),
         Pattern("was n when", r"(?<=\b(?:was|were|is|am|being)[ \t]+(?:therefore[ \t]+|then[ \t]+|only[ \t]+|just[ \t]+)?)"
                               r"(?:1[0-4]\d|\d{1,2})(?=[ \t]+(?:when|at the time)\b)", 0.4),
     ]

@@ -251,3 +251,16 @@ def test_lower_case_iban(detectors):
     text = "my iban is gb48awjv07221741105646"
     assert [(text[s["start"]:s["end"]], s["entity_type"]) for s in balanced.detect([text])[0].spans] == [
         ("gb48awjv07221741105646", "IBAN_CODE")]
+
+
+@pytest.mark.parametrize("text, age", [
+    ("Tom Smith (42) is our emergency contact", "42"), ("he was therefore 68 when the offences", "68"),
+    ("now aged 13, attends", "13"), ("Pt is a 67 yo male", "67"),
+])
+def test_ages(text, age):
+    assert age in found(rec.AgeRecognizer(), text)
+
+
+@pytest.mark.parametrize("text", ["see page (42) of the report", "it was 5 then"])
+def test_age_negatives(text):
+    assert found(rec.AgeRecognizer(), text) == []
