@@ -87,12 +87,12 @@ def is_common_word(word: str) -> bool:
 # NER names: PERSON, LOCATION, ORGANIZATION, NRP
 
 _TOKEN = re.compile(r"\S+")
-_MEASURE = re.compile(r"^(?:[\p{L}]{0,4}\d+(?:[.,]\d+)?[\p{L}%]{0,2}|[\p{Lu}]{1,4}[ \t]+\d+(?:[.,/]\d+)?%?)$")
+_MEASURE = re.compile(r"^(?:[\p{L}]{0,4}\d{1,3}(?:[.,]\d+)?[\p{L}%]{0,2}|[\p{Lu}]{1,4}[ \t]+\d{1,3}(?:[.,/]\d+)?%?)$")
 _ABBREV = re.compile(r"^[\p{Lu}&]{2,5}s?$")
 _ABBREV_WORD = re.compile(r"(?<![\w&])[\p{Lu}][\p{Lu}&]{1,4}(?![\w&])")
 _CASED_START = re.compile(r"(?:^|[.!?]\s+|\n\s*)(?:[A-Z]{2,5}:\s*)?(\p{L})")  # after a speaker label "USR:"
 # tokens of a measurement or abbreviation phrase: "Vt 450s", "3L NC", "SOB x5 days", "PMH ETOH"
-_NUM_TOKEN = re.compile(r"^[x#~@]?\d[\w%/.,-]*$")
+_NUM_TOKEN = re.compile(r"^[x#~@]?\d{1,3}(?:[.,/-]\d+)*[\p{L}%]{0,3}$")  # 3L, 450s, x5, 1/2NS; not "02138"
 _ABBR_TOKEN = re.compile(r"^\p{Lu}[\p{Lu}\d&]{1,4}s?$")
 _SHORT_TOKEN = re.compile(r"^\p{Lu}\p{Ll}?$")
 _FILE_NAME = re.compile(r"^[\w-]+\.(?:[A-Za-z0-9]{2,5})$")
@@ -223,6 +223,7 @@ def _valid_numeric(m) -> bool:
 
 _YEARS = re.compile(r"(?i)\b\d{1,3}[ \t-]*(?:years?|yrs?|y/?o)\b")
 _LONG_NUMBER = re.compile(r"(?<![\d.,])\d{4,}(?![\d.,]\d)")
+_SMALL_NUMBER = re.compile(r"\d{1,3}")
 _AGE_WORDS = re.compile(r"(?i)\b(?:years?[ \t-]+old|years?[ \t]+of[ \t]+age|y/?o|aged?|\d0s|"
                         r"(?:twen|thir|for|fif|six|seven|eigh|nine)ties|teens?)\b")
 _AGE_PHRASE = re.compile(r"(?i)\d{1,3}[ \t-]*(?:years?|yrs?)[ \t-]*(?:old|of age)")
@@ -250,6 +251,8 @@ def ner_date_filter(text: str, s: int, e: int) -> str | None:
         return None
     if _AGE_PHRASE.fullmatch(piece.strip()):
         return "an age phrase (the age recognizer's)"  # "55 years old": AGE covers the number
+    if _SMALL_NUMBER.fullmatch(piece.strip()):
+        return None  # "55" alone: NER reads a bare age as a date ("I'm 55", "aged 13")
     if _AGE_WORDS.search(piece):
         return None  # "forty-two years old", "in her 30s", "late twenties": an age
     if _YEARS.search(piece):

@@ -99,7 +99,7 @@ def test_ner_name_filter_keeps(text, piece, etype):
 
 
 @pytest.mark.parametrize("piece, keep", [
-    ("5 nights", False), ("a nice day", False), ("130/80, HR 88", False), ("several days", False),
+    ("5 nights", False), ("a nice day", False), ("55", True), ("forty-two years old", True), ("her 30s", True), ("130/80, HR 88", False), ("several days", False),
     ("Tuesday", True), ("12 March 2019", True), ("79976", True), ("1961", True), ("'92", True), ("10/13", True),
     ("the 13th", True), ("Christmas", True), ("Tue 10:30", True),
     ("10:30", False), ("5 pm", False), ("at 1900", False),            # clock times alone are not dates
@@ -264,3 +264,13 @@ def test_ages(text, age):
 @pytest.mark.parametrize("text", ["see page (42) of the report", "it was 5 then"])
 def test_age_negatives(text):
     assert found(rec.AgeRecognizer(), text) == []
+
+
+@pytest.mark.parametrize("text, piece, etype", [
+    ("Boston MA 02138 is home", "MA 02138", "LOCATION"),       # a state and a ZIP code, not a measurement
+    ("Pt on 2L NC, sats fine, BP ok", "2L NC", "ORGANIZATION"),  # is one (checked below)
+])
+def test_measurement_rule_leaves_zip_codes(text, piece, etype):
+    s = text.index(piece)
+    reason = filters.ner_name_filter(text, s, s + len(piece), etype, "spacy")
+    assert (reason == "measurement") is (piece == "2L NC")
