@@ -55,7 +55,7 @@ import regex as re
 from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
-                                         url_span)
+                                         url_span, warm_word_lists)
 from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        is_speaker_label, merge_intervals, merge_spans, recase)
@@ -298,6 +298,7 @@ class Detector:
         self.ner_map = {k: v for k, v in mapping.items()}
         self.ner_ignored = frozenset(ignored) - {"ORGANIZATION"}
         self.recognizers = [_CompiledRecognizer(r) for r in default_pattern_recognizers()]
+        warm_word_lists()  # wordfreq and the census names load here, not inside the first batch
 
     # ---- NER ----------------------------------------------------------------------
     def _chunks(self, text: str) -> list[tuple[int, str]]:

@@ -66,6 +66,12 @@ def zipf(word: str) -> float:
     return zipf_frequency(word.lower(), "en")
 
 
+def warm_word_lists() -> None:
+    """Load wordfreq's English list and the census names now (about 0.4 s once)."""
+    known_names()
+    zipf("the")
+
+
 def is_known_name(word: str) -> bool:
     return word.lower().strip(".'’") in known_names()
 
