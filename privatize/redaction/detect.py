@@ -248,6 +248,22 @@ _RELATIVE_DATE = re.compile(
 _SPEAKER_LABEL = re.compile(r"(?<=^|\n)[ \t]*[A-Z]{2,5}(?=:)")
 
 
+def _line_parts(text: str, s: int, e: int) -> list[tuple[int, int]]:
+    """The non-empty lines of ``text[s:e]`` as (start, end), trimmed of spaces and
+    punctuation at their ends."""
+    out, pos = [], s
+    for line in text[s:e].split("\n"):
+        a, b = pos, pos + len(line)
+        pos = b + 1
+        while a < b and text[a] in " \t>*-|,;:":
+            a += 1
+        while b > a and text[b - 1] in " \t,;:-":
+            b -= 1
+        if b > a:
+            out.append((a, b))
+    return out
+
+
 def _split_caseless(ents: list[tuple[int, int, str]], regions: list[tuple[int, int]]):
     """NER entities of a text whose caseless regions were re-cased: (entities outside
     the regions, entities inside them). Inside, only :data:`CASELESS_LABELS` and labels
@@ -338,18 +354,28 @@ class Detector:
                 continue  # "several days ago", "this morning": no date in it
             if e - s <= 6 and _SPEAKER_LABEL.match(text, s) and text.startswith(":", e):
                 continue  # "USR:", "SYS:" starting a dialogue turn
-            if self.filtered:
-                if etype in NER_NAME_TYPES and "\n" in text[s:e]:
-                    e = s + len(text[s:e].split("\n", 1)[0].rstrip(" \t,;:-"))  # "James\n\nSent": names end a line
-                    if e <= s:
-                        continue
-                if case is None:
-                    case = TextCase(text)
-                if etype in NER_NAME_TYPES and ner_name_filter(text, s, e, etype, source, case):
+            score = ORG_SCORE if etype == "ORGANIZATION" else NER_SCORE
+            if not self.filtered:
+                out.append((s, e, etype, score, source, False))
+                continue
+            if case is None:
+                case = TextCase(text)
+            if etype == "DATE_TIME":
+                if not ner_date_filter(text, s, e):
+                    out.append((s, e, etype, score, source, False))
+                continue
+            if etype not in NER_NAME_TYPES:
+                out.append((s, e, etype, score, source, False))
+                continue
+            # a name ends its line: "James\n\nSent from my iPhone", "Paula Bjelajac\nDemystdata"
+            # are a name and what follows it; each line is judged on its own, and a later
+            # line only counts when it is not made of common words ("Marketing Director")
+            for k, (a, b) in enumerate(_line_parts(text, s, e)):
+                if ner_name_filter(text, a, b, etype, source, case):
                     continue
-                if etype == "DATE_TIME" and ner_date_filter(text, s, e):
+                if k and all(is_common_word(w) or w.lower() in stop_words() for w in text[a:b].split()):
                     continue
-            out.append((s, e, etype, ORG_SCORE if etype == "ORGANIZATION" else NER_SCORE, source, False))
+                out.append((a, b, etype, score, source, False))
         return out
 
     # ---- patterns -----------------------------------------------------------------

@@ -274,3 +274,13 @@ def test_measurement_rule_leaves_zip_codes(text, piece, etype):
     s = text.index(piece)
     reason = filters.ner_name_filter(text, s, s + len(piece), etype, "spacy")
     assert (reason == "measurement") is (piece == "2L NC")
+
+
+def test_a_name_ends_its_line(detectors):
+    balanced, _ = detectors
+    cases = {
+        "Thanks,\nJames\n\nSent from my iPhone": ["James"],
+        "Kind regards,\nPaula Bjelajac\nDemystdata\n12 High St": ["Paula Bjelajac", "Demystdata", "12 High St"],
+    }
+    for text, want in cases.items():
+        assert [text[s["start"]:s["end"]] for s in balanced.detect([text])[0].spans] == want
