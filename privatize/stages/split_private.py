@@ -2,7 +2,7 @@
 
 ``private`` = OR of the flags earlier stages recorded: ``dedup_hit`` (``dedup``: the
 record repeats an earlier one and was masked), ``pi_hit`` (``redact``: policy pi removed
-something) and ``pi_c_hit`` (``redact``: the conservative policy pi_c did not call the
+something), ``mask_hit`` (``mask``: a word was masked) and ``pi_c_hit`` (``redact``: the conservative policy pi_c did not call the
 record clean). D_pri = records with ``private`` true, trained with DP-SGD; D_pub = the
 rest, trained with plain SGD.
 
@@ -30,14 +30,14 @@ from privatize.errors import SpecError
 from privatize.settings import AfterOneOf, StageSettings
 from privatize.stage import Stage, register_stage, set_column
 
-FLAGS = ("dedup_hit", "pi_hit", "pi_c_hit")
-Flag = Literal["dedup_hit", "pi_hit", "pi_c_hit"]
+FLAGS = ("dedup_hit", "pi_hit", "pi_c_hit", "mask_hit")
+Flag = Literal["dedup_hit", "pi_hit", "pi_c_hit", "mask_hit"]
 
 
 class SplitPrivateSettings(StageSettings):
     kind: Literal["split_private"] = "split_private"
-    order_rules = (AfterOneOf(("dedup", "redact"), "split_private needs a dedup or redact stage before it "
-                                                   "(it routes by their flags)"),)
+    order_rules = (AfterOneOf(("dedup", "redact", "mask"), "split_private needs a dedup, redact or mask stage "
+                                                           "before it (it routes by their flags)"),)
     flags: list[Flag] | None = Field(None, min_length=1)
     """Flags to route by; by default every one an earlier stage recorded."""
 

@@ -435,3 +435,16 @@ def test_a_plan_that_cannot_be_scheduled_fails_instead_of_waiting(ray_session, w
             progress=False, stall_timeout_s=4)
     assert time.monotonic() - t0 < 60
     assert not (tmp_path / "stalled").exists() and not list(tmp_path.glob(".stalled.tmp-*"))
+
+
+MASKED = {"stages": [{"kind": "split"}, {"kind": "mask", "technique": "vocab_threshold", "vocab_size": 2000},
+                     {"kind": "split_private"}]}
+
+
+def test_mask_stage_same_shards_on_ray(ray_session, workdir):
+    base = in_process(workdir, MASKED, "mask")
+    got = run_ray(workdir, MASKED, "mask", batch_size=7, read_range_bytes=3000)
+    assert_parity(base, got)
+    stats = {s["kind"]: s["stats"] for s in got[1]["stages"]}
+    assert 0 < stats["mask"]["words_masked"] < stats["mask"]["words"]  # it masked something, not everything
+    assert stats["split_private"]["private"] > 0

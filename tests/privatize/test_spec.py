@@ -43,7 +43,7 @@ def test_errors_name_the_field_path(data, path):
 @pytest.mark.parametrize("stages, msg", [
     ([{"kind": "encrypt_text", "key": KEY}, {"kind": "dedup", "unit": "document"}], "stages.1: dedup after encrypt_text"),
     ([{"kind": "dedup", "unit": "segment"}], "stages.0: dedup with unit 'segment' needs a split"),
-    ([{"kind": "split_private"}], "stages.0: split_private needs a dedup or redact"),
+    ([{"kind": "split_private"}], "stages.0: split_private needs a dedup, redact or mask"),
     ([{"kind": "split"}, {"kind": "split"}], "stages.1: split appears twice"),
 ])
 def test_orders_that_cannot_work_are_refused(stages, msg):
@@ -143,7 +143,8 @@ def test_every_built_in_rule_lives_on_its_settings_class():
     from privatize.stage import registered_kinds
 
     declared = {k: len(s.order_rules) for k, (s, _) in registered_kinds().items()}
-    assert declared == {"split": 2, "dedup": 4, "redact": 1, "split_private": 1, "encrypt_text": 1, "canaries": 1}
+    assert declared == {"split": 2, "dedup": 4, "redact": 1, "split_private": 1, "encrypt_text": 1, "canaries": 1,
+                        "mask": 1}
 
 
 # ---- key references: one walk over the model ------------------------------------------

