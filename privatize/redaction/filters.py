@@ -105,7 +105,6 @@ _FILE_NAME = re.compile(r"^[\w-]+\.(?:[A-Za-z0-9]{2,5})$")
 _ROLE_SUFFIX = re.compile(r"(?:ant|ent|er|or|ee|iff|lord|ist|ary)$")
 _PUBLIC_BODY = re.compile(r"\b(?:Act|Acts|Court|Courts|Tribunal|Regulations|Rules|Convention|Constitution|Directive|"
                           r"Statute)(?:[ \t]+(?:1[6-9]|20)\d\d)?$")
-_SPEAKER = re.compile(r"^[A-Z]{2,5}$")
 _ADDRESS_WORDS = frozenset("box po suite apt apartment unit flat room floor building bldg block lot route highway "
                            "exit pier gate".split())
 _HEADING_BEFORE = re.compile(r"(?:^|\n)[ \t]*(?:\d+\.?[ \t]+)?$")
@@ -234,7 +233,6 @@ _AGE_WORDS = re.compile(r"(?i)\b(?:years?[ \t-]+old|years?[ \t]+of[ \t]+age|y/?o
                         r"(?:twen|thir|for|fif|six|seven|eigh|nine)ties|teens?)\b")
 _AGE_PHRASE = re.compile(r"(?i)\d{1,3}[ \t-]*(?:years?|yrs?)[ \t-]*(?:old|of age)")
 _BRACKETED_YEAR = re.compile(r"[(\[](?:1[6-9]|20)\d\d[)\]]")
-_INNER_CAPITAL = re.compile(r"(?<=[\p{Ll},;]\s+)\p{Lu}\p{Ll}+")
 
 
 def ner_date_filter(text: str, s: int, e: int) -> str | None:
