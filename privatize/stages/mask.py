@@ -145,9 +145,10 @@ class Mask(Stage):
     _words: frozenset[str] | None = None
     _detector = None
 
-    @property
-    def heavy_setup(self) -> bool:  # the entity tagger loads spaCy
-        return self.settings.technique == "entity_tagger"
+    def __init__(self, settings: MaskSettings, **kw):
+        super().__init__(settings, **kw)
+        # the entity tagger loads spaCy: an actor pool on Ray; the word lists are cheap
+        self.heavy_setup = settings.technique == "entity_tagger"
 
     def setup(self) -> None:
         st = self.settings

@@ -90,6 +90,11 @@ def test_only_stages_with_a_heavy_setup_get_actor_pools():
 
     heavy = {kind for kind, (_, cls) in registered_kinds().items() if cls.heavy_setup}
     assert heavy == {"redact"}  # a spaCy model; encrypt_text only resolves a key
+    # mask decides per instance: its entity tagger loads spaCy, its word lists do not
+    from privatize.stages.mask import Mask, MaskSettings
+
+    assert Mask(MaskSettings(technique="entity_tagger")).heavy_setup is True
+    assert Mask(MaskSettings(technique="allow_list")).heavy_setup is False
 
 
 def test_range_scan_streams_in_small_chunks_and_matches_the_whole_range(tmp_path, monkeypatch):
