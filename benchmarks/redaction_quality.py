@@ -36,6 +36,7 @@ import datetime as dt
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections import defaultdict
@@ -159,16 +160,11 @@ def _expand_words(text: str, s: int, e: int) -> tuple[int, int]:
     return s, e
 
 
-_SENTENCE = None
+_SENTENCE = re.compile(r"[^\n.!?]+(?:[.!?]+(?=\s|$)|$)|[^\n]+", re.MULTILINE)
 
 
 def sentences(text: str) -> list[tuple[int, int]]:
     """Sentence-like units (lines, and sentences within lines): the units CRT routes."""
-    import regex as re
-
-    global _SENTENCE
-    if _SENTENCE is None:
-        _SENTENCE = re.compile(r"[^\n.!?]+(?:[.!?]+(?=\s|$)|$)|[^\n]+", re.MULTILINE)
     return [m.span() for m in _SENTENCE.finditer(text) if text[m.start():m.end()].strip()]
 
 

@@ -35,12 +35,13 @@ from presidio_analyzer import Pattern, PatternRecognizer  # noqa: E402
 
 NOCASE = re.MULTILINE | re.IGNORECASE | re.VERSION0
 
-_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
-          r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
+MONTH_NAMES = (r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+               r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?")
+"""Month names and their abbreviations (lower case; the NER date filter uses them too)."""
+_MONTH = rf"(?:{MONTH_NAMES})\.?"
 _DAY = r"(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?"
 _YEAR4 = r"(?:1[89]\d\d|20\d\d|21\d\d)"
 _YEAR = rf"(?:{_YEAR4}|['’]\d\d)"
-_SEP = r"[ \t]*[-/. ,][ \t]*|[ \t]+"
 _END = r"(?![\w]|[/.-]\d)"
 _START = r"(?<![\w/.-])"
 # words after a bare "m/d" that make it a fraction, a dose or a ratio, not a date

@@ -358,8 +358,6 @@ class Detector:
             if not self.filtered:
                 out.append((s, e, etype, score, source, False))
                 continue
-            if case is None:
-                case = TextCase(text)
             if etype == "DATE_TIME":
                 if not ner_date_filter(text, s, e):
                     out.append((s, e, etype, score, source, False))
@@ -488,9 +486,11 @@ class Detector:
         pi_c = self.pi_c
         for i, text in enumerate(texts):
             reserved = reserved_spans(text)
-            cands = self._map_ner(ner[i], "spacy", text)
+            # one look at the whole text's case for the name filters of both NER sources
+            case = TextCase(text) if self.filtered and ner[i] else None
+            cands = self._map_ner(ner[i], "spacy", text, case)
             if i in case_ner:
-                cands += self._map_ner(case_ner[i], "spacy_case", text)
+                cands += self._map_ner(case_ner[i], "spacy_case", text, case)
             hits, weak = self._patterns(text, None if pi_c.recognizer_hits else self.entities)
             cands += hits
             cands += self._name_lists(text, [c for c in cands if c[2] == "PERSON" and c[3] >= self.score_threshold])

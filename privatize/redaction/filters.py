@@ -26,6 +26,7 @@ import os
 
 import regex as re
 
+from privatize.redaction.dates import MONTH_NAMES
 from privatize.redaction.words import stop_words
 
 FIRST_NAMES = 5_000
@@ -205,13 +206,11 @@ def ner_name_filter(text: str, s: int, e: int, etype: str, source: str, case: Te
 # ---------------------------------------------------------------------------------------
 # NER dates
 
-_MONTHS = (r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
-           r"oct(?:ober)?|nov(?:ember)?|dec(?:ember)?")
 _WEEKDAYS = r"mon(?:day)?|tue(?:s(?:day)?)?|wed(?:nesday)?|thu(?:rs(?:day)?)?|fri(?:day)?|sat(?:urday)?|sun(?:day)?"
 _HOLIDAYS = (r"christmas|xmas|easter|thanksgiving|hanukkah|ramadan|eid|diwali|halloween|new\s+year'?s?(?:\s+eve|"
              r"\s+day)?|independence\s+day|memorial\s+day|labou?r\s+day|boxing\s+day|valentine'?s?\s+day|passover")
 _DATE_ANCHOR = re.compile(
-    rf"(?i)\b(?:{_MONTHS}|{_WEEKDAYS}|{_HOLIDAYS})\b"
+    rf"(?i)\b(?:{MONTH_NAMES}|{_WEEKDAYS}|{_HOLIDAYS})\b"
     r"|(?<!\d)(?:1[89]\d\d|20\d\d|21\d\d)s?(?!\d)"  # a year
     r"|(?<![\w'’])['’]\d\d(?:s)?\b"  # '92
     r"|(?<!\d)\d{1,2}(?:st|nd|rd|th)\b"  # 13th
@@ -263,7 +262,7 @@ def ner_date_filter(text: str, s: int, e: int) -> str | None:
         return None  # "42 years": a duration in years may be an age
     if _LONG_NUMBER.search(piece) and not _MILITARY_TIME.search(text, max(0, s - 7), e):
         return None
-    if s > 0 and not _SENTENCE_START.search(text, max(0, s - 6), s) and piece[:1].isupper():
+    if not _sentence_initial(text, s) and piece[:1].isupper():
         return None
     return "no date in it"
 

@@ -36,11 +36,10 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re as std_re
+import re
 from typing import Literal
 
 import pyarrow as pa
-import regex as re
 from pydantic import Field, model_validator
 
 from privatize.ciphers.tokens import MASK_TOKEN, reserved_spans
@@ -50,7 +49,7 @@ from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 log = logging.getLogger(__name__)
 
 NO_TEXT = "no text to mask"
-WORD = std_re.compile(r"[^\W_]+(?:['’][^\W_]+)*(?:-[^\W_]+(?:['’][^\W_]+)*)*")
+WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*(?:-[^\W_]+(?:['’][^\W_]+)*)*")
 """A word: letters and digits, inner apostrophes and hyphens (the standard library's
 ``re``: its scan is 1.6x the ``regex`` module's here)."""
 _JOIN = re.compile(r"[ \t-]*")
