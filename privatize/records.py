@@ -361,9 +361,9 @@ def parse_text_lines(f: InputFile, data: bytes, batch_size: int, first_line: int
 def read_parquet(f: InputFile, batch_size: int) -> Iterator[pa.Table]:
     try:
         pf = pq.ParquetFile(f.path)
-    except (OSError, pa.ArrowException) as exc:
+        names = pf.schema_arrow.names
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:  # a column name that is not UTF-8
         raise InputError(f"{f.path}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-    names = pf.schema_arrow.names
     if "text" not in names:
         raise InputError(f"{f.path}: Parquet file has no 'text' column")
     if pf.metadata.num_rows == 0:

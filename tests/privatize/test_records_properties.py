@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from privatize.errors import PrivatizeError
+from privatize.errors import InputError, PrivatizeError
 from privatize.records import INTERNAL_SCHEMA, InputFile, jsonl_has_record, parse_jsonl, read_inputs
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -202,6 +202,17 @@ def test_parquet_reader_on_damaged_files(tmp_path_factory, data):
     p = tmp_path_factory.mktemp("p") / "c.parquet"
     p.write_bytes(bytes(raw[:cut] if cut is not None else raw))
     _drain([InputFile(str(p), p.name, "parquet", 0)])
+
+
+def test_parquet_column_name_not_utf8_is_an_input_error(tmp_path):
+    # the case the damaged-files property found: pyarrow raises UnicodeDecodeError
+    # reading the schema of a footer whose column name is not UTF-8
+    raw = bytearray(_parquet_bytes(pa.table({"text": ["a"], "idx": [1]}), 1))
+    raw[raw.index(b"idx")] = 0x80
+    p = tmp_path / "c.parquet"
+    p.write_bytes(bytes(raw))
+    tables, error = _drain([InputFile(str(p), p.name, "parquet", 0)])
+    assert tables == [] and isinstance(error, InputError) and "not a readable Parquet file" in str(error)
 
 
 @SETTINGS
