@@ -46,3 +46,30 @@ def pytest_collection_modifyitems(session, config, items):
     suite, and Ray Data keeps handles to actors of the earlier session that the restart
     leaves dangling (a plan then fails with "Can't find actor ..." instead of running)."""
     items.sort(key=lambda item: 0 if "tests/integration/" in item.nodeid.replace("\\", "/") else 1)
+
+
+@pytest.fixture(scope="session")
+def wikitext_docs(shared_data, tmp_path_factory) -> dict:
+    """WikiText-2 paragraphs as JSONL: ``valid`` (1,841 paragraphs) and ``test``."""
+    from train.wikitext import paragraphs, write_jsonl
+
+    d = tmp_path_factory.mktemp("wikitext")
+    src = shared_data / "wikitext2_tokenized"
+    return {split: write_jsonl(paragraphs(src / f"{split}.txt"), d / f"{split}.jsonl") for split in ("valid", "test")}
+
+
+@pytest.fixture(scope="session")
+def tiny_filler(wikitext_docs, tmp_path_factory) -> Path:
+    """A tiny BERT-style masked LM trained with ``privatize train`` kind ``mlm`` (Ray
+    Train) on WikiText-2 valid for a few steps: the refill tests' filler. Its run summary
+    is ``<folder>/../summary.json``."""
+    from train.config import parse_config
+    from train.run import run_training
+
+    out = tmp_path_factory.mktemp("filler") / "run"
+    cfg = parse_config({"kind": "mlm", "data": {"path": str(wikitext_docs["valid"]), "seq_len": 64},
+                        "model": {"preset": "tiny"}, "tokenizer": {"vocab_size": 2048},
+                        "optim": {"batch_size": 32, "max_steps": 40, "lr": 0.002, "warmup_steps": 5},
+                        "checkpoint_every": 40, "report_every": 20, "output": str(out)})
+    run_training(cfg, progress=False)
+    return out / "model"

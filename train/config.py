@@ -12,6 +12,11 @@
   Gaussian noise).
 * ``crt``: confidentially redacted training (Algorithm 1 of the CRT paper): each epoch one
   epoch of plain steps on the public split, then one of DP-SGD on the private split.
+* ``mlm``: a BERT-style masked language model (the ``refill`` stage's filler, paper 002),
+  from a preset or fine-tuned from ``model.checkpoint`` (any local masked-LM folder):
+  each step masks ``data.mlm_probability`` of the target tokens (80% ``<MASK>``, 10% a
+  random token, 10% kept) and predicts them. Tokens with no loss weight (padding,
+  ``<MASK>`` already in the text) are never chosen.
 
 Every number that sizes memory, CPU or time has an upper bound, so a config cannot ask
 a cluster for the impossible. Unknown fields are errors (with their path).
@@ -26,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privatize.configfile import read_mapping, validate
 
-Kind = Literal["pretrain", "continue", "dp", "crt"]
+Kind = Literal["pretrain", "continue", "dp", "crt", "mlm"]
 Split = Literal["all", "public", "private"]
 
 
@@ -44,6 +49,7 @@ class DataConfig(_Strict):
     seq_len: int = Field(128, ge=8, le=8192)
     mask_token_loss: bool = Field(True, description="zero loss weight on <MASK> tokens (paper 002 'Baseline1')")
     max_records: Optional[int] = Field(None, ge=1, le=100_000_000)
+    mlm_probability: float = Field(0.15, gt=0, lt=1, description="kind mlm: the share of target tokens masked per step")
 
 
 class TokenizerConfig(_Strict):
@@ -129,7 +135,7 @@ class TrainConfig(_Strict):
     def _consistent(self):
         if self.kind in ("dp", "crt") and self.dp is None:
             raise ValueError(f"kind {self.kind} needs a 'dp' section")
-        if self.kind in ("pretrain", "continue") and self.dp is not None:
+        if self.kind in ("pretrain", "continue", "mlm") and self.dp is not None:
             raise ValueError(f"kind {self.kind} trains without DP: remove 'dp' or use kind dp")
         if self.kind != "crt" and self.crt is not None:
             raise ValueError("'crt' is only for kind crt")
@@ -139,6 +145,12 @@ class TrainConfig(_Strict):
             raise ValueError("kind continue needs model.checkpoint")
         if self.model.preset is None and not self.model.checkpoint:
             raise ValueError("model: give a preset or a checkpoint")
+        if self.kind == "mlm" and self.model.checkpoint and self.tokenizer.mode == "separate":
+            raise ValueError("tokenizer.mode: kind mlm fine-tunes a checkpoint with its own tokenizer (shared)")
+        if self.kind == "mlm" and self.model.preset == "paper-551m" and not self.model.checkpoint:
+            raise ValueError("model.preset: paper-551m is a causal model; kind mlm takes tiny or small")
+        if "mlm_probability" in self.data.model_fields_set and self.kind != "mlm":
+            raise ValueError("data.mlm_probability is a setting of kind mlm")
         if self.tokenizer.also_on and self.kind != "pretrain":
             raise ValueError("tokenizer.also_on: only a pretrain trains the shared tokenizer")
         return self

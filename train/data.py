@@ -25,34 +25,49 @@ PACK_ROWS = 256  # records concatenated per packing batch
 
 
 def data_files(path: str) -> tuple[str, list[str]]:
-    """(format, files) under a privatization output folder, a folder, or one file."""
+    """(format, files) under a privatization output folder, a folder, or one file:
+    Parquet, JSONL, or plain text (``.txt``: one record per non-blank line, in the
+    column ``text``)."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"data.path: {path} does not exist")
     if p.is_dir():
         root = p / "shards" if (p / "shards").is_dir() else p
-        for fmt, pats in (("parquet", ("*.parquet",)), ("json", ("*.jsonl", "*.json"))):
+        for fmt, pats in (("parquet", ("*.parquet",)), ("json", ("*.jsonl", "*.json")), ("text", ("*.txt",))):
             files = sorted(str(f) for pat in pats for f in root.glob(pat))
             if files:
                 return fmt, files
-        raise InputError(f"data.path: {path} has no .parquet or .jsonl files")
+        raise InputError(f"data.path: {path} has no .parquet, .jsonl or .txt files")
     if p.suffix == ".parquet":
         return "parquet", [str(p)]
     if p.suffix in (".jsonl", ".json"):
         return "json", [str(p)]
-    raise InputError(f"data.path: {path}: expected .parquet or .jsonl")
+    if p.suffix == ".txt":
+        return "text", [str(p)]
+    raise InputError(f"data.path: {path}: expected .parquet, .jsonl or .txt")
+
+
+def _read_table(fmt: str, f: str):
+    import pyarrow as pa
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+
+    if fmt == "parquet":
+        return pq.read_table(f)
+    if fmt == "json":
+        return pj.read_json(f)
+    with open(f, encoding="utf-8") as fh:
+        return pa.table({"text": [line.rstrip("\n") for line in fh if line.strip()]})
 
 
 def read_texts(path: str, column: str, split: str = "all", limit: int | None = None) -> list[str]:
     """The texts of a split, read in this process (tokenizer training, benchmarks)."""
     import pyarrow as pa
-    import pyarrow.json as pj
-    import pyarrow.parquet as pq
 
     fmt, files = data_files(path)
     out: list[str] = []
     for f in files:
-        t = pq.read_table(f) if fmt == "parquet" else pj.read_json(f)
+        t = _read_table(fmt, f)
         _check_columns(t.schema.names, column, split, f)
         if split != "all":
             t = t.filter(pa.compute.equal(t["private"], split == "private"))
@@ -131,7 +146,12 @@ def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len:
     fmt, files = data_files(path)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
-    ds = ray.data.read_parquet(files) if fmt == "parquet" else ray.data.read_json(files)
+    if fmt == "parquet":
+        ds = ray.data.read_parquet(files)
+    elif fmt == "json":
+        ds = ray.data.read_json(files)
+    else:
+        ds = ray.data.read_text(files, drop_empty_lines=True)
     names = ds.schema().names
     _check_columns(names, column, split, path)
     keep = [column] + (["private"] if split != "all" else [])

@@ -14,6 +14,10 @@ so a resumed run draws exactly the batches an uninterrupted one would.
   rank whose share is empty trains on one example with no loss targets (zero gradient),
   so every rank takes part in each all-reduce.
 
+Kind ``mlm`` trains a masked LM: each step masks a seeded draw of the batch's target
+tokens (BERT's 80/10/10 recipe, :func:`mlm_batch`) and the loss is over those positions,
+unshifted.
+
 DP-SGD is Opacus' own pieces, as ``PrivacyEngine.make_private`` assembles them: a grad
 sample module (``hooks`` or ``ghost``) around the DDP model, the DP optimizer class for
 (clipping, distributed, mode), the accountant's step hook, and for ghost clipping Opacus'
@@ -60,7 +64,7 @@ def plan_phases(kind: str, sizes: dict[str, int], batch_size: int) -> list[Phase
     def dp(split: str) -> Phase:
         return Phase("private", True, max(1, round(sizes[split] / batch_size)), split)
 
-    if kind in ("pretrain", "continue"):
+    if kind in ("pretrain", "continue", "mlm"):
         return [plain("train", "train")]
     if kind == "dp":
         return [dp("train")]
@@ -131,6 +135,30 @@ def make_batch(ids, loss, idx: np.ndarray, device):
     return x.to(device), y.to(device)
 
 
+def mlm_batch(ids, loss, idx: np.ndarray, mlm: dict, seed: int, epoch: int, step: int, device):
+    """(inputs, targets) for a masked-LM step: each target token (``loss`` 1) is chosen
+    with probability ``mlm["probability"]``, drawn per example from (seed, epoch, step,
+    example), so a resumed run, or one with another number of workers, draws the same; a
+    chosen token becomes ``<MASK>`` (80%), a random token (10%) or stays (10%), and is the
+    only target."""
+    import torch
+
+    if len(idx) == 0:
+        x = torch.as_tensor(ids[:1].astype(np.int64))
+        return x.to(device), torch.full_like(x, IGNORE).to(device)
+    x = ids[idx].astype(np.int64)
+    y = np.full_like(x, IGNORE)
+    for row, i in enumerate(idx):
+        rng = np.random.default_rng([seed, epoch, step, int(i)])
+        u, how = rng.random(x.shape[1]), rng.random(x.shape[1])
+        chosen = (u < mlm["probability"]) & (loss[i] == 1)
+        y[row, chosen] = x[row, chosen]
+        x[row, chosen & (how < 0.8)] = mlm["mask_id"]
+        rand = chosen & (how >= 0.8) & (how < 0.9)
+        x[row, rand] = rng.integers(0, mlm["vocab_size"], int(rand.sum()))
+    return torch.as_tensor(x).to(device), torch.as_tensor(y).to(device)
+
+
 def param_digest(model) -> str:
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
@@ -158,18 +186,18 @@ def lr_lambda(warmup: int, total: int):
 # ---- the worker ------------------------------------------------------------------------
 
 def _init_model(init: dict):
-    from train.models import build_model, load_checkpoint, preset_config, resize_for_new_vocabulary
+    from train.models import build_model, load_checkpoint, mlm_preset_config, preset_config, resize_for_new_vocabulary
 
+    mlm = init.get("mlm", False)
     if init.get("checkpoint"):
-        model = load_checkpoint(init["checkpoint"])
+        model = load_checkpoint(init["checkpoint"], mlm)
         if init.get("fresh_weights"):
-            model = build_model(model.config, init["seed"])
+            model = build_model(model.config, init["seed"], mlm)
         if init.get("resize_to"):
             resize_for_new_vocabulary(model, init["resize_to"], init["seed"], **init["special"])
         return model
-    return build_model(preset_config(init["preset"], init["vocab_size"], **init["special"]), init["seed"])
-
-
+    config = (mlm_preset_config if mlm else preset_config)(init["preset"], init["vocab_size"], **init["special"])
+    return build_model(config, init["seed"], mlm)
 
 
 class _DP:
@@ -200,9 +228,12 @@ class _DP:
         (self.module.disable_hooks if on else self.module.enable_hooks)()
 
 
-def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = False) -> float:
+def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = False,
+               pad_id: int | None = None) -> float:
     """One optimizer step on (x, y): DP-SGD when ``private`` (Opacus' clipping and noise),
-    else a plain step on the same parameters (grad sample hooks off). Returns the loss."""
+    else a plain step on the same parameters (grad sample hooks off). Returns the loss.
+    With ``pad_id`` the model is a masked LM: padding is left out of attention and the
+    logits are not shifted (``y`` is aligned with ``x``)."""
     import torch
 
     if private and dp is None:
@@ -212,7 +243,10 @@ def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = F
         dp.plain(not private)
         fwd = dp.module
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
-        logits = fwd(input_ids=x, use_cache=False).logits[:, :-1]
+        if pad_id is not None:
+            logits = fwd(input_ids=x, attention_mask=(x != pad_id).long()).logits
+        else:
+            logits = fwd(input_ids=x, use_cache=False).logits[:, :-1]
     if private:
         loss = dp.criterion(logits, y)
         loss.backward()
@@ -328,6 +362,7 @@ def train_loop(cfg: dict) -> None:
     phases = [Phase(**p) for p in cfg["phases"]]
     total, bs, seed = cfg["total_steps"], cfg["batch_size"], cfg["seed"]
     bf16 = cfg["precision"] == "bf16" and cfg["use_gpu"]
+    mlm = cfg.get("mlm")
     run = _Run(cfg, rank, world, data)
     t_last, tok_last, loss_sum, loss_n, last_loss = time.perf_counter(), run.tokens, 0.0, 0, float("nan")
     while run.step < total:
@@ -335,13 +370,16 @@ def train_loop(cfg: dict) -> None:
         ph = phases[pi]
         blocks = data[ph.split]
         chosen = batch_indices(ph, len(blocks), bs, seed, epoch, k, pi, cfg["poisson"])
-        x, y = make_batch(blocks.ids, blocks.loss, chosen[rank::world], run.device)
+        if mlm:
+            x, y = mlm_batch(blocks.ids, blocks.loss, chosen[rank::world], mlm, seed, epoch, run.step, run.device)
+        else:
+            x, y = make_batch(blocks.ids, blocks.loss, chosen[rank::world], run.device)
         if ph.dp and cfg["dp_steps_cap"] is not None and run.dp_steps() >= cfg["dp_steps_cap"]:
             raise RuntimeError("privacy budget spent: the run's DP steps are done (refusing to continue)")
-        last_loss = train_step(run.model, run.dp, run.opt, ph.dp, x, y, bf16)
+        last_loss = train_step(run.model, run.dp, run.opt, ph.dp, x, y, bf16, mlm["pad_id"] if mlm else None)
         run.sched.step()
         run.step += 1
-        run.tokens += int(blocks.loss[chosen, 1:].sum())
+        run.tokens += int(blocks.loss[chosen].sum() if mlm else blocks.loss[chosen, 1:].sum())
         loss_sum, loss_n = loss_sum + last_loss, loss_n + 1
         checkpoint = run.step % cfg["checkpoint_every"] == 0 or run.step == total
         if checkpoint or run.step % cfg["report_every"] == 0:

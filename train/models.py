@@ -1,5 +1,6 @@
 """Llama-style causal language models from presets, or from any local Hugging Face
-checkpoint directory.
+checkpoint directory; and BERT-style masked language models (kind ``mlm``: the
+``refill`` stage's filler) from their own presets.
 
 Input and output embeddings are untied (Opacus' ghost clipping refuses tied ones), and
 dropout is zero, so a training step is a deterministic function of its batch and noise.
@@ -25,6 +26,30 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# name -> BERT sizes (hidden, layers, heads, intermediate, max positions) for kind mlm
+MLM_PRESETS: dict[str, dict] = {
+    # about 1.4M parameters at a 4,096-token vocabulary
+    "tiny": dict(vocab_size=4096, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                 intermediate_size=512, max_position_embeddings=512),
+    # about 17M at 8,192
+    "small": dict(vocab_size=8192, hidden_size=384, num_hidden_layers=8, num_attention_heads=6,
+                  intermediate_size=1536, max_position_embeddings=512),
+}
+
+
+def mlm_preset_config(name: str, vocab_size: int | None = None, **special):
+    """A ``BertConfig`` for a masked-LM preset (dropout zero, as the causal presets)."""
+    from transformers import BertConfig
+
+    if name not in MLM_PRESETS:
+        raise SpecError(f"model.preset: {name!r} has no masked-LM preset (known: {', '.join(MLM_PRESETS)})")
+    kw = dict(MLM_PRESETS[name])
+    if vocab_size is not None:
+        kw["vocab_size"] = vocab_size
+    return BertConfig(**kw, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, type_vocab_size=1,
+                      **special)
+
+
 def preset_config(name: str, vocab_size: int | None = None, **special):
     """A ``LlamaConfig`` for a preset; ``vocab_size`` overrides the preset's (a trained
     tokenizer's length), ``special`` sets bos/eos/pad token ids."""
@@ -39,28 +64,37 @@ def preset_config(name: str, vocab_size: int | None = None, **special):
                        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}, **special)
 
 
-def build_model(config, seed: int):
-    """Fresh weights from ``config``, seeded (the same seed gives the same model)."""
+def _auto(mlm: bool):
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+    return AutoModelForMaskedLM if mlm else AutoModelForCausalLM
+
+
+def build_model(config, seed: int, mlm: bool = False):
+    """Fresh weights from ``config``, seeded (the same seed gives the same model). A causal
+    model's embeddings are untied; a masked LM keeps BERT's tied output layer (it never
+    trains with DP)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
-    model.config.tie_word_embeddings = False
+    model = _auto(mlm).from_config(config)
+    if not mlm:
+        model.config.tie_word_embeddings = False
     return model
 
 
-def load_checkpoint(path: str):
-    """A causal LM from a local Hugging Face directory; a clear error when it is not one."""
-    from transformers import AutoModelForCausalLM
-
+def load_checkpoint(path: str, mlm: bool = False):
+    """A causal (or masked) LM from a local Hugging Face directory; a clear error when it
+    is not one."""
     p = Path(path)
     if not (p / "config.json").is_file():
         raise SpecError(f"model.checkpoint: {path} is not a Hugging Face model folder (no config.json)")
     try:
-        model = AutoModelForCausalLM.from_pretrained(p)
+        model = _auto(mlm).from_pretrained(p)
     except (OSError, ValueError) as exc:
         raise SpecError(f"model.checkpoint: {path}: cannot load ({str(exc).splitlines()[0]})") from None
+    if mlm:
+        return model
     if model.config.tie_word_embeddings:
         model.config.tie_word_embeddings = False
         model.lm_head.weight = type(model.lm_head.weight)(model.lm_head.weight.detach().clone())

@@ -220,6 +220,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
         from transformers import AutoConfig
 
         mconf = AutoConfig.from_pretrained(ck)
+        if cfg.kind == "mlm" and cfg.data.seq_len > getattr(mconf, "max_position_embeddings", cfg.data.seq_len):
+            raise SpecError(f"data.seq_len: {cfg.data.seq_len} is longer than {ck}'s "
+                            f"{mconf.max_position_embeddings} positions")
         init.update(checkpoint=str(ck.resolve()), fresh_weights=cfg.kind == "pretrain")
         if cfg.kind != "pretrain" and cfg.tokenizer.mode == "shared":
             ck_tok = load_tokenizer(str(ck), "model.checkpoint") if (ck / "tokenizer.json").is_file() else None
@@ -236,6 +239,15 @@ def prepare(cfg: TrainConfig) -> Prepared:
                                 f"{len(load_tokenizer(tok_from))}: it was trained with another tokenizer")
     else:
         init["preset"] = cfg.model.preset
+        if cfg.kind == "mlm":
+            from train.models import MLM_PRESETS
+
+            most = MLM_PRESETS[cfg.model.preset]["max_position_embeddings"]
+            if cfg.data.seq_len > most:
+                raise SpecError(f"data.seq_len: {cfg.data.seq_len} is longer than the {cfg.model.preset} masked "
+                                f"LM's {most} positions")
+    if cfg.kind == "mlm":
+        init["mlm"] = True
     resume = None
     latest = _latest_checkpoint(storage_of(cfg, out))
     if latest is not None:
@@ -248,7 +260,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
 def _tokenizer(p: Prepared, progress: bool, dest: Path):
     """Load or train the run's tokenizer, saved to ``dest``."""
     from train.data import read_texts
-    from train.models import PRESETS
+    from train.models import MLM_PRESETS, PRESETS
     from train.tokenizer import load_tokenizer, train_tokenizer
 
     if p.tokenizer_from:
@@ -260,7 +272,7 @@ def _tokenizer(p: Prepared, progress: bool, dest: Path):
             texts += read_texts(extra, cfg.data.text_column, "all", cfg.data.max_records)
         vocab = cfg.tokenizer.vocab_size
         if cfg.model.preset and "vocab_size" not in cfg.tokenizer.model_fields_set:
-            vocab = PRESETS[cfg.model.preset]["vocab_size"]
+            vocab = (MLM_PRESETS if cfg.kind == "mlm" else PRESETS)[cfg.model.preset]["vocab_size"]
         t0 = time.perf_counter()
         tok = train_tokenizer(texts, vocab, cfg.tokenizer.min_frequency, cfg.tokenizer.max_entity_tokens)
         if progress:
@@ -330,6 +342,10 @@ def _plan(p: Prepared, tok, data: dict, progress: bool):
 
     cfg = p.config
     init = dict(p.init, special=special_ids(tok))
+    if cfg.kind == "mlm":
+        if tok.mask_token_id is None:
+            raise SpecError(f"tokenizer: {p.tokenizer_from} has no mask token: a masked LM needs one")
+        init.update(mask_id=tok.mask_token_id, vocab_len=len(tok))
     if "preset" in init:
         init["vocab_size"] = len(tok)
     elif p.init.get("checkpoint") and (cfg.kind == "pretrain" or cfg.tokenizer.mode == "separate"):
@@ -377,6 +393,11 @@ def _stage(p: Prepared, progress: bool, timings: dict):
     return tok, data, plan
 
 
+def _mlm_plan(cfg: TrainConfig, init: dict) -> dict:
+    return {"probability": cfg.data.mlm_probability, "mask_id": init["mask_id"],
+            "vocab_size": init["vocab_len"], "pad_id": init["special"]["pad_token_id"]}
+
+
 def _trainer(p: Prepared, data: dict, plan: tuple, sink):
     """The ``TorchTrainer`` for this run: CPU and gloo, or GPUs and nccl."""
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -396,6 +417,7 @@ def _trainer(p: Prepared, data: dict, plan: tuple, sink):
         "dp": dp_plan, "poisson": cfg.dp.poisson if cfg.dp else True,
         "dp_steps_cap": budget.steps if budget else None,
         "report_every": cfg.report_every, "checkpoint_every": cfg.checkpoint_every,
+        "mlm": _mlm_plan(cfg, init) if cfg.kind == "mlm" else None,
     }
     storage = storage_of(cfg, p.output)
     if "://" not in storage:

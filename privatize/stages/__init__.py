@@ -1,4 +1,5 @@
 """Built-in stages. Importing this package registers them (see ``privatize.stage``).
 ``redact`` imports Presidio and spaCy lazily, on first use."""
 
-from privatize.stages import canaries, dedup, encrypt_text, mask, redact, split, split_private  # noqa: F401  (registration)
+from privatize.stages import (  # noqa: F401  (registration)
+    canaries, dedup, encrypt_text, mask, redact, refill, split, split_private)

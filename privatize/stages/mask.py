@@ -26,6 +26,10 @@ are left as they are and never masked again.
 Columns added: ``mask_spans`` (``list<struct<start, end>>``, the masked character ranges
 in the text as it was before this stage, one per ``<MASK>`` written) and ``mask_hit``
 (anything masked: ``split_private`` routes on it as it routes on ``pi_hit``).
+The masked words themselves travel to a later ``refill`` in the internal column
+``_mask.originals`` (one entry per ``<MASK>`` in the new text, null for a mask that was
+already there), so it can refuse to write a word back where it was; internal columns are
+never written to shards or the quarantine.
 Statistics: ``words`` (words seen), ``words_masked`` and ``masks`` (mask tokens
 written); the manifest's ``words_masked / words`` is the masked share paper 002's
 Table 2 reports (1.3-30.4%). A record with no text is quarantined.
@@ -54,6 +58,7 @@ WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*(?:-[^\W_]+(?:['’][^\W_]+)*)*")
 ``re``: its scan is 1.6x the ``regex`` module's here)."""
 _JOIN = re.compile(r"[ \t-]*")
 SPANS_TYPE = pa.list_(pa.struct([("start", pa.int64()), ("end", pa.int64())]))
+ORIGINALS = "_mask.originals"
 
 
 class MaskSettings(StageSettings):
@@ -128,6 +133,20 @@ def mask_text(text: str, masked: list[tuple[int, int]]) -> tuple[str, list[tuple
         pos = e
     out.append(text[pos:])
     return "".join(out), [(s, e) for s, e in merged]
+
+
+def _originals(text: str, masked: str, merged: list[tuple[int, int]]) -> list[str | None]:
+    """One entry per ``<MASK>`` in ``masked``: the words it hides (from ``text``), or None
+    for a mask that was already in ``text``."""
+    written, shift = {}, 0
+    for s, e in merged:
+        written[s - shift] = text[s:e]
+        shift += (e - s) - len(MASK_TOKEN)
+    out, pos = [], masked.find(MASK_TOKEN)
+    while pos >= 0:
+        out.append(written.get(pos))
+        pos = masked.find(MASK_TOKEN, pos + len(MASK_TOKEN))
+    return out
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
@@ -211,15 +230,18 @@ class Mask(Stage):
         live = [i for i, t in enumerate(texts) if isinstance(t, str)]
         results = self._ranges([texts[i] for i in live])
         new_text, spans, hit = list(texts), [None] * len(texts), [None] * len(texts)
+        originals = [None] * len(texts)
         n_words, n_masked, n_masks = [0] * len(texts), [0] * len(texts), [0] * len(texts)
         for i, (ranges, words, masked) in zip(live, results):
             new_text[i], merged = mask_text(texts[i], ranges)
             spans[i] = [{"start": s, "end": e} for s, e in merged]
             hit[i] = bool(merged)
             n_words[i], n_masked[i], n_masks[i] = words, masked, len(merged)
+            originals[i] = _originals(texts[i], new_text[i], merged)
         batch = set_column(batch, "text", pa.array(new_text, pa.string()))
         batch = set_column(batch, "mask_spans", pa.array(spans, SPANS_TYPE))
         batch = set_column(batch, "mask_hit", pa.array(hit, pa.bool_()))
+        batch = set_column(batch, ORIGINALS, pa.array(originals, pa.list_(pa.string())))
         if len(live) < len(texts):
             reasons = [None if isinstance(t, str) else NO_TEXT for t in texts]
             batch = set_column(batch, QUARANTINE, pa.array(reasons, pa.string()))

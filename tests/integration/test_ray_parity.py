@@ -119,6 +119,19 @@ def assert_parity(base, got):
     assert sorted(rq.read_text().splitlines()) == sorted(bq.read_text().splitlines())
 
 
+def spy_pools(monkeypatch) -> list[tuple[str, bool]]:
+    """(map name, whether in an actor pool) of every Ray Data map the run plans."""
+    pools = []
+    real = cluster.map_batches
+
+    def spy(ds, fn, **kw):
+        pools.append((getattr(fn, "__name__", type(fn).__name__), "compute" in kw))
+        return real(ds, fn, **kw)
+
+    monkeypatch.setattr(cluster, "map_batches", spy)
+    return pools
+
+
 def check_crt_run(m):
     # the run really did something: duplicates masked, records routed, text encrypted,
     # the duplicated id and the bad lines quarantined (3 files x 2)
@@ -219,14 +232,7 @@ def test_redact_recipe_in_an_actor_pool_beside_fused_tasks(ray_session, workdir,
     spec = {"stages": [{"kind": "split"}, {"kind": "dedup", "min_length": 20}, {"kind": "redact"},
                        {"kind": "split_private"}, {"kind": "encrypt_text", "key": "file:keys/text.key"}],
             "output": {"num_shards": 2}}
-    pools = []
-    real = cluster.map_batches
-
-    def spy(ds, fn, **kw):
-        pools.append((getattr(fn, "__name__", type(fn).__name__), "compute" in kw))
-        return real(ds, fn, **kw)
-
-    monkeypatch.setattr(cluster, "map_batches", spy)
+    pools = spy_pools(monkeypatch)
     assert_parity(in_process(workdir, spec, "redact"), run_ray(workdir, spec, "redact", batch_size=16))
     # the spaCy stage runs in an actor pool (set up once per actor); every other stage
     # runs as tasks, which Ray Data fuses with their neighbours
@@ -448,3 +454,19 @@ def test_mask_stage_same_shards_on_ray(ray_session, workdir):
     stats = {s["kind"]: s["stats"] for s in got[1]["stages"]}
     assert 0 < stats["mask"]["words_masked"] < stats["mask"]["words"]  # it masked something, not everything
     assert stats["split_private"]["private"] > 0
+
+
+def test_refill_stage_same_shards_on_ray(ray_session, workdir, tiny_filler, monkeypatch):
+    """mask then refill (a tiny masked LM trained with ``privatize train`` kind mlm): the
+    refill runs in an actor pool on Ray, in batches other than the in-process run's, and
+    writes the same shards."""
+    spec = {"stages": [{"kind": "split"}, {"kind": "mask", "technique": "vocab_threshold", "vocab_size": 2000},
+                       {"kind": "refill", "checkpoint": str(tiny_filler), "strategy": "topk", "seed": 3},
+                       {"kind": "split_private"}]}
+    pools = spy_pools(monkeypatch)
+    base = in_process(workdir, spec, "refill")
+    got = run_ray(workdir, spec, "refill", batch_size=5, read_range_bytes=3000)
+    assert_parity(base, got)
+    stats = {s["kind"]: s["stats"] for s in got[1]["stages"]}
+    assert stats["refill"]["masks_filled"] == stats["mask"]["masks"] > 0
+    assert {name for name, actor in pools if actor} == {"2_refill"}  # the filler in an actor pool

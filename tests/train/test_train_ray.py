@@ -194,3 +194,20 @@ def test_bad_configs_fail_in_one_line_and_write_nothing(train_ray, stories, crt_
 
         assert len(err) == 1 and re.search(pattern, err[0]), (name, err)
         assert not Path(data["output"]).exists(), name
+
+
+def test_mlm_filler_trains_in_ray_train_workers(tiny_filler):
+    """``privatize train`` kind mlm (the session's tiny filler, 40 steps on WikiText-2):
+    a BERT masked LM with its tokenizer, trained in a Ray Train worker, loss going down."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    run = tiny_filler.parent
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["kind"] == "mlm" and summary["steps"] == 40
+    assert os.getpid() not in summary["workers"]["pids"]
+    losses = [json.loads(x)["loss"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(losses) == 2 and losses[1] < losses[0]
+    model = AutoModelForMaskedLM.from_pretrained(tiny_filler)
+    tok = AutoTokenizer.from_pretrained(tiny_filler)
+    assert type(model).__name__ == "BertForMaskedLM" and tok.mask_token == "<MASK>"
+    assert model.config.vocab_size == len(tok)

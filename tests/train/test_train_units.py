@@ -180,3 +180,67 @@ def test_rms_norm_per_example_gradients_match_a_per_example_loop(mode):
         assert torch.allclose(gnorm.weight.grad_sample, expected, atol=1e-5, rtol=1e-4)
     else:  # ghost clipping keeps only the per-example norms
         assert torch.allclose(gnorm.weight._norm_sample, expected.norm(dim=1), atol=1e-5, rtol=1e-4)
+
+
+# ---- kind mlm (the refill stage's filler) ------------------------------------------
+
+def test_mlm_preset_parameter_counts():
+    """Hand count for BERT with a tied output layer: embeddings (V + P + 1) h + 2 h (norm);
+    per layer 4 h^2 + 4 h (attention) + 2 h i + i + h (MLP) + 4 h (two norms); the head's
+    transform h^2 + h + 2 h and its output bias V."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    from train.models import MLM_PRESETS, mlm_preset_config
+
+    for name, expected in (("tiny", 1_404_160), ("small", 17_696_000)):
+        p = MLM_PRESETS[name]
+        v, h, n, i, pos = (p["vocab_size"], p["hidden_size"], p["num_hidden_layers"], p["intermediate_size"],
+                           p["max_position_embeddings"])
+        per_layer = 4 * h * h + 4 * h + 2 * h * i + i + h + 4 * h
+        assert (v + pos + 1) * h + 2 * h + n * per_layer + h * h + 3 * h + v == expected
+        with torch.device("meta"):
+            model = AutoModelForMaskedLM.from_config(mlm_preset_config(name))
+        assert parameter_count(model) == expected, name
+
+
+def test_mlm_batch_masks_only_targets_with_bert_proportions():
+    from train.loop import mlm_batch
+
+    rng = np.random.default_rng(0)
+    n, t, mask_id, vocab = 400, 64, 2, 1000
+    ids = rng.integers(10, vocab, (n, t)).astype(np.int32)
+    loss = np.ones((n, t), np.uint8)
+    loss[:, -10:] = 0  # padding or <MASK>: never chosen
+    cfg = {"probability": 0.15, "mask_id": mask_id, "vocab_size": vocab, "pad_id": 1}
+    idx = np.arange(n)
+    x, y = (a.numpy() for a in mlm_batch(ids, loss, idx, cfg, seed=5, epoch=0, step=3, device="cpu"))
+    chosen = y != IGNORE
+    assert not chosen[:, -10:].any()
+    assert (y[chosen] == ids[chosen]).all()  # the targets are the original tokens
+    assert (x[~chosen] == ids[~chosen]).all()  # nothing else changes
+    share = chosen.sum() / loss.sum()
+    assert 0.14 < share < 0.16
+    masked, kept = (x[chosen] == mask_id).mean(), (x[chosen] == ids[chosen]).mean()
+    assert 0.77 < masked < 0.83 and 0.08 < kept < 0.13  # 80% <MASK>, 10% kept (+ random hits), 10% random
+    # drawn per example: the same example gets the same masks in any batch, on any rank
+    x2, y2 = (a.numpy() for a in mlm_batch(ids, loss, np.array([7, 3]), cfg, 5, 0, 3, "cpu"))
+    assert (x2[1] == x[3]).all() and (y2[0] == y[7]).all()
+    x3, _ = (a.numpy() for a in mlm_batch(ids, loss, idx, cfg, 5, 0, 4, "cpu"))
+    assert (x3 != x).any()  # another step, other masks
+
+
+@pytest.mark.parametrize("data,match", [
+    ({"kind": "mlm", "dp": {"noise_multiplier": 1.0}}, "kind mlm trains without DP"),
+    ({"kind": "mlm", "model": {"preset": "paper-551m"}}, "paper-551m is a causal model"),
+    ({"kind": "pretrain", "data": {"mlm_probability": 0.2}}, "data.mlm_probability is a setting of kind mlm"),
+    ({"kind": "mlm", "model": {"preset": None, "checkpoint": "x"}, "tokenizer": {"mode": "separate"}},
+     "kind mlm fine-tunes a checkpoint with its own tokenizer"),
+    ({"kind": "mlm", "data": {"mlm_probability": 1.0}}, "data.mlm_probability"),
+])
+def test_mlm_config_errors(data, match):
+    from privatize.errors import SpecError
+    from train.config import parse_config
+
+    with pytest.raises(SpecError, match=match):
+        parse_config(data)
