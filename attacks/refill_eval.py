@@ -1,0 +1,222 @@
+"""Paper 002's evaluation (its Tables 3-5): what masking costs a language model, and how
+much refilling the masks wins back.
+
+From one causal LM pre-trained on WikiText-2, continual pre-training on:
+
+* ``oracle``: the raw corpus;
+* ``baseline0``: the masked corpus, ``<MASK>`` an ordinary token;
+* ``baseline1``: the masked corpus, zero loss on ``<MASK>`` (``data.mask_token_loss``);
+* ``top1`` / ``topk``: the corpus masked then refilled by a masked LM (the ``refill``
+  stage), one per strategy;
+
+for each masking technique; then perplexity on a held-back, unmasked test set. The
+paper's order: the oracle best, the refills between it and the baselines. Every corpus
+goes through the product's own ``mask``/``refill`` stages and ``privatize train``
+(Ray Train), with the same seed, steps and tokenizer (the base model's), so the runs
+differ only in their text.
+
+    from attacks.refill_eval import EvalPlan, evaluate
+    result = evaluate(EvalPlan(train=..., test=[...], base_corpus=..., work=...))
+
+``benchmarks/refill_eval.py`` runs the full table and draws it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+METHODS = ("oracle", "baseline0", "baseline1", "top1", "topk")
+TECHNIQUES = ("allow_list", "vocab_threshold", "entity_tagger")
+LABELS = {"oracle": "Oracle", "baseline0": "Baseline0 (<MASK> a token)", "baseline1": "Baseline1 (no loss on <MASK>)",
+          "top1": "Refill Top-1", "topk": "Refill Top-K"}
+
+
+@dataclass
+class EvalPlan:
+    train: Path
+    """The adaptation corpus: JSONL (``doc_id``, ``text``)."""
+    test: list[str]
+    """Held-back, unmasked test texts."""
+    base_corpus: Path
+    """The pre-training corpus of the base model and of a filler trained here (JSONL)."""
+    work: Path
+    filler: Path | None = None
+    """A masked-LM folder; None trains one (kind mlm) on ``base_corpus``."""
+    techniques: tuple[str, ...] = TECHNIQUES
+    methods: tuple[str, ...] = METHODS
+    preset: str = "tiny"
+    vocab_size: int = 4096
+    seq_len: int = 128
+    batch_size: int = 16
+    lr: float = 0.002
+    base_steps: int = 600
+    adapt_steps: int = 300
+    filler_steps: int = 600
+    seed: int = 0
+    refill: dict = field(default_factory=dict)
+    """Extra settings of the refill stage (``k``, ``allow_list_size``...)."""
+
+
+def _train(cfg: dict, out: Path, progress: bool) -> dict:
+    from train.config import parse_config
+    from train.run import SUMMARY, run_training
+
+    if (out / SUMMARY).is_file():  # done in an earlier, interrupted evaluation
+        return json.loads((out / SUMMARY).read_text())
+    return run_training(parse_config({**cfg, "output": str(out)}), progress=progress)
+
+
+def _privatize(stages: list[dict], corpus: Path, out: Path) -> dict:
+    from privatize.api import run
+    from privatize.spec import parse_spec
+
+    if (out / "manifest.json").is_file():
+        return json.loads((out / "manifest.json").read_text())
+    return run(parse_spec({"stages": stages}), corpus, out)
+
+
+def _stats(manifest: dict, kind: str) -> dict:
+    return next(s["stats"] for s in manifest["stages"] if s["kind"] == kind)
+
+
+def evaluate(plan: EvalPlan, progress: bool = True) -> dict:
+    """Train every model of the table and measure it; returns the figures (also written
+    to ``work/result.json``). An interrupted evaluation picks up where it stopped."""
+    from attacks.model import ModelAdapter
+
+    work = plan.work
+    work.mkdir(parents=True, exist_ok=True)
+    optim = {"batch_size": plan.batch_size, "lr": plan.lr, "warmup_steps": min(20, plan.adapt_steps // 5),
+             "seed": plan.seed, "epochs": 1000}
+    common = {"version": 1, "data": {"seq_len": plan.seq_len}, "checkpoint_every": 10_000_000,
+              "report_every": 10_000_000}
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if progress:
+            print(f"[{time.perf_counter() - t0:6.0f} s] {msg}", flush=True)
+
+    say("base model: pretrain on the base corpus")
+    base = work / "base"
+    _train({**common, "kind": "pretrain", "data": {"path": str(plan.base_corpus), "seq_len": plan.seq_len},
+            "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
+            "optim": {**optim, "max_steps": plan.base_steps}}, base, progress)
+    filler = plan.filler
+    if filler is None:
+        say("filler: a masked LM on the base corpus (kind mlm)")
+        _train({**common, "kind": "mlm", "data": {"path": str(plan.base_corpus), "seq_len": plan.seq_len},
+                "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
+                "optim": {**optim, "max_steps": plan.filler_steps}}, work / "filler", progress)
+        filler = work / "filler" / "model"
+
+    def adapt(name: str, data: Path, mask_loss: bool = True) -> float:
+        say(f"{name}: continual pre-training")
+        run = work / "runs" / name
+        _train({**common, "kind": "continue", "data": {"path": str(data), "seq_len": plan.seq_len,
+                                                        "mask_token_loss": mask_loss},
+                "model": {"preset": None, "checkpoint": str(base / "model")},
+                "optim": {**optim, "max_steps": plan.adapt_steps}}, run, progress)
+        return ModelAdapter.load(run / "model").perplexity(plan.test)
+
+    result: dict = {"plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(plan).items()
+                             if k != "test"},
+                    "test_texts": len(plan.test), "filler": str(filler),
+                    "base_perplexity": ModelAdapter.load(base / "model").perplexity(plan.test),
+                    "perplexity": {}, "masked_share": {}, "refill": {}}
+    oracle = adapt("oracle", plan.train) if "oracle" in plan.methods else None
+    for tech in plan.techniques:
+        row: dict = {"oracle": oracle} if oracle is not None else {}
+        mask = {"kind": "mask", "technique": tech}
+        masked = work / "corpora" / tech
+        m = _privatize([mask], plan.train, masked)
+        st = _stats(m, "mask")
+        result["masked_share"][tech] = st["words_masked"] / max(1, st["words"])
+        say(f"{tech}: {100 * result['masked_share'][tech]:.1f}% of words masked")
+        if "baseline0" in plan.methods:
+            row["baseline0"] = adapt(f"{tech}-baseline0", masked, mask_loss=False)
+        if "baseline1" in plan.methods:
+            row["baseline1"] = adapt(f"{tech}-baseline1", masked, mask_loss=True)
+        for strategy in ("top1", "topk"):
+            if strategy not in plan.methods:
+                continue
+            refill = {"kind": "refill", "checkpoint": str(filler), "strategy": strategy, "seed": plan.seed,
+                      **({k: v for k, v in plan.refill.items() if strategy == "topk" or k not in ("k", "word_list")})}
+            out = work / "corpora" / f"{tech}-{strategy}"
+            rm = _privatize([mask, refill], plan.train, out)
+            rs = _stats(rm, "refill")
+            result["refill"][f"{tech}-{strategy}"] = {
+                k: rs.get(k, 0) for k in ("masks_filled", "top_choice_original", "fills_on_allow_list",
+                                          "original_known")}
+            row[strategy] = adapt(f"{tech}-{strategy}", out)
+        result["perplexity"][tech] = row
+        say(f"{tech}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()))
+    result["checks"] = order_checks(result["perplexity"])
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    (work / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def order_checks(table: dict[str, dict[str, float]]) -> dict[str, dict[str, bool]]:
+    """Paper 002's expected order per technique: the oracle best; each refill better than
+    both baselines (between the oracle and them); Baseline1 better than Baseline0."""
+    out = {}
+    for tech, row in table.items():
+        c = {}
+        others = [v for k, v in row.items() if k != "oracle"]
+        if "oracle" in row and others:
+            c["oracle_best"] = all(row["oracle"] <= v for v in others)
+        base = [row[b] for b in ("baseline0", "baseline1") if b in row]
+        for r in ("top1", "topk"):
+            if r in row and base:
+                c[f"{r}_beats_baselines"] = row[r] < min(base)
+                if "oracle" in row:
+                    c[f"{r}_between"] = row["oracle"] <= row[r] < min(base)
+        if "baseline0" in row and "baseline1" in row:
+            c["baseline1_beats_baseline0"] = row["baseline1"] < row["baseline0"]
+        out[tech] = c
+    return out
+
+
+def markdown(result: dict) -> str:
+    """The table as paper 002 prints it: methods down, techniques across."""
+    techs = list(result["perplexity"])
+    lines = ["| method | " + " | ".join(techs) + " |", "|---|" + "---:|" * len(techs)]
+    methods = [m for m in METHODS if any(m in result["perplexity"][t] for t in techs)]
+    for m in methods:
+        cells = [result["perplexity"][t].get(m) for t in techs]
+        lines.append(f"| {LABELS[m]} | " + " | ".join("" if v is None else f"{v:.1f}" for v in cells) + " |")
+    lines.append("| masked share of words | " + " | ".join(f"{100 * result['masked_share'][t]:.1f}%" for t in techs)
+                 + " |")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> Path:
+    """Grouped bars: perplexity per method, one group per technique (log scale), with the
+    base model's perplexity as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    techs = list(result["perplexity"])
+    methods = [m for m in METHODS if any(m in result["perplexity"][t] for t in techs)]
+    fig, ax = plt.subplots(figsize=(1.8 + 2.2 * len(techs), 4))
+    width = 0.8 / len(methods)
+    for j, m in enumerate(methods):
+        xs = [i + (j - (len(methods) - 1) / 2) * width for i in range(len(techs))]
+        ys = [result["perplexity"][t].get(m, math.nan) for t in techs]
+        ax.bar(xs, ys, width, label=LABELS[m])
+    ax.axhline(result["base_perplexity"], color="grey", ls="--", lw=1, label="base model (WikiText-2 only)")
+    ax.set_xticks(range(len(techs)), [f"{t}\n({100 * result['masked_share'][t]:.1f}% masked)" for t in techs])
+    ax.set_yscale("log")
+    ax.set_ylabel("test perplexity (unmasked text)")
+    ax.set_title("Masking and refilling (paper 002): continual pre-training on each corpus")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
