@@ -50,6 +50,12 @@ class DataConfig(_Strict):
     mask_token_loss: bool = Field(True, description="zero loss weight on <MASK> tokens (paper 002 'Baseline1')")
     max_records: Optional[int] = Field(None, ge=1, le=100_000_000)
     mlm_probability: float = Field(0.15, gt=0, lt=1, description="kind mlm: the share of target tokens masked per step")
+    ignore_spans: Optional[str] = Field(None, max_length=200, description=(
+        "a column of character spans (list<struct<start, end[, kind]>>, e.g. the identifiers stage's "
+        "identifier_spans) whose tokens stay in the context but are never prediction targets "
+        "(privacy-preserving causal LM, paper 003) nor chosen as masks by kind mlm (PPMLM)"))
+    ignore_kinds: list[str] = Field(default_factory=list, max_length=16, description=(
+        "only spans whose 'kind' is one of these (direct, indirect); empty: every span"))
 
 
 class TokenizerConfig(_Strict):
@@ -149,6 +155,8 @@ class TrainConfig(_Strict):
             raise ValueError("tokenizer.mode: kind mlm fine-tunes a checkpoint with its own tokenizer (shared)")
         if self.kind == "mlm" and self.model.preset == "paper-551m" and not self.model.checkpoint:
             raise ValueError("model.preset: paper-551m is a causal model; kind mlm takes tiny or small")
+        if self.data.ignore_kinds and not self.data.ignore_spans:
+            raise ValueError("data.ignore_kinds: give data.ignore_spans, the column the kinds are in")
         if "mlm_probability" in self.data.model_fields_set and self.kind != "mlm":
             raise ValueError("data.mlm_probability is a setting of kind mlm")
         if self.tokenizer.also_on and self.kind != "pretrain":

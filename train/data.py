@@ -8,7 +8,9 @@ DP-SGD needs the whole dataset, not a streaming shard).
 A block is ``seq_len`` token ids; documents are concatenated with ``<|endoftext|>``
 between them and cut into blocks (the last block of a batch padded). ``loss`` is 1 where
 the token is a prediction target: 0 on padding and, when ``mask_token_loss`` is on, on
-``<MASK>`` (paper 002's Baseline1). The batching is fixed (``preserve_order``, a fixed
+``<MASK>`` (paper 002's Baseline1), and with ``ignore_spans`` on every token that
+overlaps one of the record's character spans in that column (paper 003's
+privacy-preserving training: identifiers stay in the context, never as targets). The batching is fixed (``preserve_order``, a fixed
 rows-per-batch) so a corpus packs the same way on any cluster.
 """
 
@@ -77,9 +79,12 @@ def read_texts(path: str, column: str, split: str = "all", limit: int | None = N
     return out
 
 
-def _check_columns(names, column: str, split: str, where: str) -> None:
+def _check_columns(names, column: str, split: str, where: str, ignore_spans: str | None = None) -> None:
     if column not in names:
         raise SpecError(f"data.text_column: {where} has no column {column!r} (columns: {', '.join(names)})")
+    if ignore_spans and ignore_spans not in names:
+        raise SpecError(f"data.ignore_spans: {where} has no column {ignore_spans!r} (run the identifiers stage, "
+                        f"or name a column of character spans; columns: {', '.join(names)})")
     if split != "all" and "private" not in names:
         raise SpecError(f"data.split: {split}: {where} has no 'private' column "
                         "(privatize the corpus with a split_private stage first)")
@@ -88,7 +93,8 @@ def _check_columns(names, column: str, split: str, where: str) -> None:
 class Pack:
     """Ray Data callable: a batch of texts -> packed ``ids``/``loss`` blocks."""
 
-    def __init__(self, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool):
+    def __init__(self, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool,
+                 ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = ()):
         from tokenizers import Tokenizer  # the fast tokenizer alone: no transformers import per worker
 
         from privatize.ciphers.tokens import MASK_TOKEN
@@ -100,16 +106,47 @@ class Pack:
         if self.pad is None:  # a foreign tokenizer: pad with EOS (never a target)
             self.pad = self.eos
         self.mask_id = self.tok.token_to_id(MASK_TOKEN) if mask_token_loss else None
+        self.ignore_spans, self.ignore_kinds = ignore_spans, frozenset(ignore_kinds)
 
     def __call__(self, batch: dict) -> dict:
-        texts = [t for t in batch[self.column].tolist() if t]
-        enc = self.tok.encode_batch_fast(texts, add_special_tokens=False) if texts else []
-        return pack([e.ids for e in enc], self.seq_len, self.eos, self.pad, self.mask_id)
+        keep = [i for i, t in enumerate(batch[self.column].tolist()) if t]
+        texts = [batch[self.column][i] for i in keep]
+        if not self.ignore_spans:
+            enc = self.tok.encode_batch_fast(texts, add_special_tokens=False) if texts else []
+            return pack([e.ids for e in enc], self.seq_len, self.eos, self.pad, self.mask_id)
+        enc = self.tok.encode_batch(texts, add_special_tokens=False) if texts else []
+        spans = [batch[self.ignore_spans][i] for i in keep]
+        targets = [token_targets(e.offsets, self._spans(s)) for e, s in zip(enc, spans)]
+        return pack([e.ids for e in enc], self.seq_len, self.eos, self.pad, self.mask_id, targets)
+
+    def _spans(self, spans) -> list[tuple[int, int]]:
+        if spans is None:
+            return []
+        return [(int(s["start"]), int(s["end"])) for s in spans
+                if not self.ignore_kinds or s.get("kind") in self.ignore_kinds]
 
 
-def pack(docs: list[list[int]], seq_len: int, eos: int, pad: int, mask_id: int | None) -> dict:
+def token_targets(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> np.ndarray:
+    """1 for each token that overlaps none of the character ``spans``, else 0."""
+    out = np.ones(len(offsets), np.uint8)
+    if not spans or not offsets:
+        return out
+    spans = sorted(spans)
+    starts = np.array([s for s, _ in spans])
+    ends = np.maximum.accumulate(np.array([e for _, e in spans]))
+    tok = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    # the last span starting before the token's end; it overlaps when it ends after the token starts
+    j = np.searchsorted(starts, tok[:, 1], side="left") - 1
+    hit = (j >= 0) & (ends[np.clip(j, 0, None)] > tok[:, 0]) & (tok[:, 1] > tok[:, 0])
+    out[hit] = 0
+    return out
+
+
+def pack(docs: list[list[int]], seq_len: int, eos: int, pad: int, mask_id: int | None,
+         targets: list[np.ndarray] | None = None) -> dict:
     """Concatenate ``docs`` (each followed by ``eos``), cut into ``seq_len`` blocks, pad
-    the last; ``loss`` zero on padding and on ``mask_id``."""
+    the last; ``loss`` zero on padding, on ``mask_id`` and where ``targets`` (one 0/1 array
+    per document) is 0."""
     if not docs:
         return {"ids": np.zeros((0, seq_len), np.int32), "loss": np.zeros((0, seq_len), np.uint8)}
     flat = np.fromiter((i for d in docs for i in (*d, eos)), np.int32)
@@ -117,7 +154,10 @@ def pack(docs: list[list[int]], seq_len: int, eos: int, pad: int, mask_id: int |
     ids = np.full(n * seq_len, pad, np.int32)
     ids[: len(flat)] = flat
     loss = np.zeros(n * seq_len, np.uint8)
-    loss[: len(flat)] = 1
+    if targets is None:
+        loss[: len(flat)] = 1
+    else:
+        loss[: len(flat)] = np.concatenate([np.append(t, 1) for t in targets])
     if mask_id is not None:
         loss[ids == mask_id] = 0
     return {"ids": ids.reshape(n, seq_len), "loss": loss.reshape(n, seq_len)}
@@ -139,7 +179,7 @@ class Blocks:
 
 
 def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len: int, mask_token_loss: bool,
-                limit: int | None = None):
+                limit: int | None = None, ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = ()):
     """The Ray Data plan for one split (not executed)."""
     import ray
 
@@ -153,24 +193,26 @@ def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len:
     else:
         ds = ray.data.read_text(files, drop_empty_lines=True)
     names = ds.schema().names
-    _check_columns(names, column, split, path)
-    keep = [column] + (["private"] if split != "all" else [])
+    _check_columns(names, column, split, path, ignore_spans)
+    keep = [column] + (["private"] if split != "all" else []) + ([ignore_spans] if ignore_spans else [])
     ds = ds.select_columns(keep)
     if split != "all":
         ds = ds.map_batches(_keep_split, fn_kwargs={"private": split == "private"}, batch_format="pyarrow",
                             batch_size=None)
     if limit:
         ds = ds.limit(limit)
-    return ds.map_batches(_pack_batch, fn_args=(tokenizer_dir, column, seq_len, mask_token_loss),
+    return ds.map_batches(_pack_batch, fn_args=(tokenizer_dir, column, seq_len, mask_token_loss, ignore_spans,
+                                                tuple(ignore_kinds)),
                           batch_size=PACK_ROWS, batch_format="numpy", num_cpus=0.5)
 
 
 _PACKERS: dict = {}
 
 
-def _pack_batch(batch: dict, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool) -> dict:
+def _pack_batch(batch: dict, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool,
+                ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = ()) -> dict:
     """Ray Data task: one :class:`Pack` per worker process and tokenizer, reused."""
-    key = (tokenizer_dir, column, seq_len, mask_token_loss)
+    key = (tokenizer_dir, column, seq_len, mask_token_loss, ignore_spans, ignore_kinds)
     if key not in _PACKERS:
         _PACKERS.clear()
         _PACKERS[key] = Pack(*key)

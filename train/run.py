@@ -205,7 +205,9 @@ def prepare(cfg: TrainConfig) -> Prepared:
     splits = {"crt": {"public": "public", "private": "private"}}.get(cfg.kind, {"train": cfg.data.split})
     if names is not None:
         for s in set(splits.values()):
-            _check_columns(names, cfg.data.text_column, s, files[0])
+            _check_columns(names, cfg.data.text_column, s, files[0], cfg.data.ignore_spans)
+    elif cfg.data.ignore_spans and fmt == "text":
+        raise SpecError("data.ignore_spans: plain text has no span column; give Parquet or JSONL")
     if cfg.kind == "crt" and fmt != "parquet":
         raise SpecError("data.path: kind crt reads the private/public split of privatized Parquet shards")
 
@@ -288,7 +290,7 @@ def _datasets(p: Prepared, tok_dir: str) -> dict:
     out = {}
     for name, split in p.splits.items():
         ds = plan_blocks(p.data, cfg.data.text_column, split, tok_dir, cfg.data.seq_len, cfg.data.mask_token_loss,
-                         cfg.data.max_records).materialize()
+                         cfg.data.max_records, cfg.data.ignore_spans, tuple(cfg.data.ignore_kinds)).materialize()
         n = ds.count()
         if n == 0 and not (cfg.kind == "crt" and split == "public"):
             raise SpecError(f"data.split: the {split} split of {p.data} is empty")

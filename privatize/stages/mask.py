@@ -218,7 +218,8 @@ class Mask(Stage):
             for m in WORD.finditer(low):
                 n += 1
                 w = m.group()
-                if w not in known and not _known(w, known):
+                # already lower case: only a hyphen or a curly apostrophe needs _known
+                if w not in known and not (("-" in w or "’" in w) and _known(w, known)):
                     ranges.append(m.span())
             out.append((ranges, n, len(ranges)))
         return out

@@ -244,3 +244,72 @@ def test_mlm_config_errors(data, match):
 
     with pytest.raises(SpecError, match=match):
         parse_config(data)
+
+
+# ---- privacy-preserving training (paper 003): identifier tokens are no targets ------
+
+def test_token_targets_by_hand():
+    from train.data import token_targets
+
+    offsets = [(0, 4), (4, 9), (9, 13), (13, 14), (14, 14)]  # "Call Zorb lax." and an empty token
+    assert token_targets(offsets, []).tolist() == [1, 1, 1, 1, 1]
+    assert token_targets(offsets, [(5, 12)]).tolist() == [1, 0, 0, 1, 1]  # both pieces of the word
+    assert token_targets(offsets, [(4, 4)]).tolist() == [1, 1, 1, 1, 1]  # an empty span covers nothing
+    assert token_targets(offsets, [(13, 14), (0, 2)]).tolist() == [0, 1, 1, 0, 1]  # any order
+    assert token_targets(offsets, [(0, 10), (2, 3)]).tolist() == [0, 0, 0, 1, 1]  # nested spans
+
+
+def test_ppclm_step_equals_a_plain_step_with_identifier_labels_ignored_by_hand(tmp_path):
+    """The loss mask oracle of issue 22: packing with ``ignore_spans`` and one training step
+    equals packing plainly, setting the identifier tokens' labels to the ignore index by
+    hand, and the same step."""
+    import torch
+
+    from train.data import Pack
+    from train.loop import param_digest
+    from train.tokenizer import special_ids
+
+    tok = train_tokenizer(TEXTS + ["Call Zorblax about the mat today."] * 3, vocab_size=400, min_frequency=1)
+    tok.save_pretrained(tmp_path)
+    texts = np.array(["Call Zorblax about the mat today.", "The cat sat on the mat with Quintessa."], object)
+    spans = np.array([[{"start": 5, "end": 12, "kind": "indirect", "term": "zorblax"}],
+                      [{"start": 28, "end": 37, "kind": "direct", "term": None}]], object)
+    batch = {"text": texts, "identifier_spans": spans}
+    ppclm = Pack(str(tmp_path), "text", 32, True, "identifier_spans")(batch)
+    plain = Pack(str(tmp_path), "text", 32, True)(batch)
+    only_indirect = Pack(str(tmp_path), "text", 32, True, "identifier_spans", ("indirect",))(batch)
+    assert (ppclm["ids"] == plain["ids"]).all()
+    # by hand: the identifiers' tokens are "ĠZorblax" (one token, its space with it) and the
+    # pieces of "Quintessa" (rare: its space is a token of its own, no part of the name)
+    ids = plain["ids"].ravel().tolist()
+
+    def positions(word):
+        piece = tok(word, add_special_tokens=False)["input_ids"]
+        at = next(i for i in range(len(ids)) if ids[i:i + len(piece)] == piece)
+        return list(range(at, at + len(piece)))
+
+    zorblax, quintessa = positions(" Zorblax"), positions("Quintessa")
+    assert len(zorblax) == 1 and len(quintessa) > 3
+    assert np.flatnonzero(ppclm["loss"].ravel() != plain["loss"].ravel()).tolist() == zorblax + quintessa
+    assert np.flatnonzero(only_indirect["loss"].ravel() != plain["loss"].ravel()).tolist() == zorblax
+    special = special_ids(tok)
+    models = [build_model(preset_config("tiny", len(tok), **special), 0) for _ in range(3)]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in models]
+    idx = np.arange(len(plain["ids"]))
+    x, y = make_batch(ppclm["ids"], ppclm["loss"], idx, "cpu")
+    train_step(models[0], None, opts[0], False, x, y)
+    x2, y2 = make_batch(plain["ids"], plain["loss"], idx, "cpu")
+    y_hand = y2.clone().view(-1)
+    for p in zorblax + quintessa:  # target index p - 1 predicts token p (one block here)
+        y_hand[p - 1] = IGNORE
+    train_step(models[1], None, opts[1], False, x2, y_hand.view_as(y2))
+    train_step(models[2], None, opts[2], False, x2, y2)
+    assert param_digest(models[0]) == param_digest(models[1])
+    assert param_digest(models[0]) != param_digest(models[2])  # a plain step learns the identifiers
+    # PPMLM: the masked-LM step never chooses an identifier token as a mask
+    from train.loop import mlm_batch
+
+    cfg = {"probability": 0.99, "mask_id": tok.mask_token_id, "vocab_size": len(tok), "pad_id": tok.pad_token_id}
+    _, ym = mlm_batch(ppclm["ids"], ppclm["loss"], idx, cfg, 0, 0, 0, "cpu")
+    chosen = np.flatnonzero(ym.numpy().ravel() != IGNORE).tolist()
+    assert not set(chosen) & set(zorblax + quintessa) and len(chosen) > 10
