@@ -197,3 +197,12 @@ def test_mask_then_refill_pipeline(tiny_filler, wikitext_docs, tmp_path):
     table = pq.read_table(sorted((tmp_path / "out" / "shards").glob("*.parquet"))[0])
     assert "refill_spans" in table.column_names and not any(c.startswith("_") for c in table.column_names)
     assert not any(MASK_TOKEN in t for t in table["text"].to_pylist())
+
+
+def test_two_tokens_per_mask_fill_two_words_left_to_right(tiny_filler, wiki_masked):
+    out = Refill(RefillSettings(checkpoint=str(tiny_filler), strategy="top1", tokens_per_mask=2)).process_batch(
+        wiki_masked.slice(0, 4))
+    fills = [t[s["start"]:s["end"]] for t, sp in zip(out["text"].to_pylist(), out["refill_spans"].to_pylist())
+             for s in sp]
+    assert len(fills) == sum(t.count(MASK_TOKEN) for t in wiki_masked.slice(0, 4)["text"].to_pylist()) > 5
+    assert all(re.fullmatch(r"[^\W_]+ [^\W_]+", f) for f in fills), fills
