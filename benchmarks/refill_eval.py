@@ -2,7 +2,8 @@
 dialogues of a tiny causal LM pre-trained on WikiText-2, then continually pre-trained on
 CustomerSim dialogues raw (Oracle), masked with ``<MASK>`` a token (Baseline0), masked
 with zero loss on ``<MASK>`` (Baseline1), and masked then refilled by a tiny BERT filler
-(Top-1, Top-K), for each masking technique; the expected order (Oracle best, refills
+(Top-1, Top-K, and Top-K after fine-tuning the filler on the masked corpus), for each
+masking technique; the expected order (Oracle best, refills
 between it and the baselines) checked. Writes benchmarks/results/refill_eval.{json,md}
 and benchmarks/refill_eval.png.
 
@@ -40,6 +41,7 @@ def main() -> None:
     ap.add_argument("--base-steps", type=int, default=600)
     ap.add_argument("--filler-steps", type=int, default=600)
     ap.add_argument("--adapt-steps", type=int, default=200)
+    ap.add_argument("--ft-steps", type=int, default=200, help="fine-tuning steps of the filler on a masked corpus")
     ap.add_argument("--techniques", default="allow_list,vocab_threshold,entity_tagger")
     ap.add_argument("--work", default=str(ROOT / "benchmarks" / "work" / "refill_eval"))
     args = ap.parse_args()
@@ -58,7 +60,7 @@ def main() -> None:
     test = [r["text"] for r in _dialogues(data / "customersim" / "test.jsonl", args.test)]
     plan = EvalPlan(train=train, test=test, base_corpus=base, work=work,
                     techniques=tuple(args.techniques.split(",")), base_steps=args.base_steps,
-                    filler_steps=args.filler_steps, adapt_steps=args.adapt_steps)
+                    filler_steps=args.filler_steps, adapt_steps=args.adapt_steps, ft_steps=args.ft_steps)
     print(f"# {machine()}; {args.train} training and {len(test)} test dialogues (CustomerSim), base and filler "
           f"on WikiText-2 valid+test", flush=True)
     result = evaluate(plan)
