@@ -1,7 +1,9 @@
 """Pipeline specs submitted by tenants: validated by ``privatize.spec.parse_spec`` (422
 with field paths), then checked for what a tenant may reference: no ``file:`` keys,
 and only ``keystore:`` keys of its own that are enabled and of a kind the field takes
-(what its settings class declares: ``privatize.settings.KeyKinds``)."""
+(what its settings class declares: ``privatize.settings.KeyKinds``). Settings that name
+a file on the server (a word list, a filler model) are refused before the spec is parsed,
+so a tenant cannot probe the server's file system through validation errors."""
 
 from __future__ import annotations
 
@@ -24,10 +26,33 @@ def _structured_errors(exc: SpecError) -> list[dict]:
     return [{"path": ".".join(loc), "loc": ["body", "spec", *loc], "message": msg} for loc, msg in fields]
 
 
+SERVER_FILE_FIELDS: dict[str, tuple[str, ...]] = {"mask": ("word_list",), "refill": ("checkpoint", "word_list")}
+"""Stage settings that name a file on the server: not taken from tenants."""
+
+
+def _server_files(data: dict) -> list[dict]:
+    stages = data.get("stages")
+    errors = []
+    for i, st in enumerate(stages if isinstance(stages, list) else []):
+        if not isinstance(st, dict):
+            continue
+        kind = st.get("kind")
+        for field in SERVER_FILE_FIELDS.get(kind, ()):
+            if st.get(field) is not None:
+                path = f"stages.{i}.{kind}.{field}"
+                errors.append({"path": path, "loc": ["body", "spec", *path.split(".")],
+                               "message": "not taken by the service: it names a file on the server (run this "
+                                          "stage with the privatize CLI or a Ray job of your own)"})
+    return errors
+
+
 def validate_spec(data) -> PipelineSpec:
     if not isinstance(data, dict):
         raise SpecInvalid("spec: must be a JSON object with 'stages'",
                           errors=[{"path": "", "loc": ["body", "spec"], "message": "must be a JSON object"}])
+    errors = _server_files(data)
+    if errors:
+        raise SpecInvalid("; ".join(f"{e['path']}: {e['message']}" for e in errors), errors=errors)
     try:
         return parse_spec(data)
     except SpecError as exc:

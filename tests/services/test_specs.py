@@ -190,3 +190,20 @@ def test_every_key_field_of_every_registered_stage_declares_its_kinds():
         fields(settings_cls, kind)
     assert ("encrypt_text.key", ("vigenere",)) in seen and ("redact.key", ("aes-siv", "aes-ecb")) in seen
     assert ("output.pseudonym_key", ("hmac",)) in seen
+
+
+def test_settings_naming_server_files_are_refused_before_parsing(monkeypatch):
+    """A tenant cannot point a stage at a file on the server (a word list, a filler
+    model); the spec is refused at the field before validation would look at the path."""
+    import os
+
+    looked = []
+    real = os.path.isfile
+    monkeypatch.setattr(os.path, "isfile", lambda p: looked.append(p) or real(p))
+    with pytest.raises(SpecInvalid) as ei:
+        validate_spec({"stages": [{"kind": "mask", "technique": "allow_list", "word_list": "/etc/passwd"},
+                                  {"kind": "refill", "checkpoint": "/srv/models/x"}]})
+    assert [e["path"] for e in ei.value.extra["errors"]] == ["stages.0.mask.word_list", "stages.1.refill.checkpoint"]
+    assert all("names a file on the server" in e["message"] for e in ei.value.extra["errors"])
+    assert looked == []  # refused before any path was looked at
+    assert validate_spec({"stages": [{"kind": "mask", "technique": "allow_list"}]}).stages[0].kind == "mask"
