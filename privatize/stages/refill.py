@@ -131,14 +131,12 @@ class Vocabulary:
         """Whether a space before a gap belongs to the fill's token (not WordPiece)."""
         return self.style != "wordpiece"
 
-    def candidates(self, after_space: bool, first: bool) -> np.ndarray:
-        """Ids that can fill this slot: a word-starting token after a space (or for a
-        further word of a multi-token fill); at the very start, or right after
-        punctuation, a token without the leading space."""
-        if self.style == "wordpiece":
-            return self.ok & self.starts
-        want = after_space or not first
-        return self.ok & (self.starts if want else ~self.starts)
+    def candidates(self) -> np.ndarray:
+        """Ids that can fill a slot: whole words that start a word (in byte-level BPE and
+        SentencePiece the tokens with the leading space: a fill at the start of a line
+        or after "(" is written without it). A token without the space may be a piece
+        of a word ("ing"), which no gap wants."""
+        return self.ok & self.starts
 
 
 @register_stage("refill", RefillSettings)
@@ -170,7 +168,7 @@ class Refill(Stage):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        for k in ("_model", "_tok", "_vocab", "_device", "_around"):
+        for k in ("_model", "_tok", "_vocab", "_device", "_around"):  # rebuilt by setup()
             state.pop(k, None)
         return state
 
@@ -189,18 +187,16 @@ class Refill(Stage):
             gaps = [({w for w in _words(o)} if o else None) for o in (originals or [None] * n)]
         ids: list[int] = []
         slots: list[tuple[int, int, int]] = []  # (position in ids, gap, token index)
-        spaces = []  # whether the gap's fill takes the space before it (then cut here)
         for g, seg in enumerate(segs):
             strip = g < n and self._vocab.strips_space and seg.endswith(" ")
             if strip:
                 seg = seg[:-1]
             ids.extend(self._tok(seg, add_special_tokens=False)["input_ids"] if seg else [])
             if g < n:
-                spaces.append(strip)
                 for t in range(self.settings.tokens_per_mask):
                     slots.append((len(ids), g, t))
                     ids.append(self._tok.mask_token_id)
-        return {"segs": segs, "ids": ids, "slots": slots, "spaces": spaces, "hidden": gaps,
+        return {"segs": segs, "ids": ids, "slots": slots, "hidden": gaps,
                 "fills": [[] for _ in range(n)], "known": [o is not None for o in gaps]}
 
     def _window(self, ids: list[int], pos: int) -> tuple[list[int], int]:
@@ -213,8 +209,7 @@ class Refill(Stage):
 
     def _choose(self, logits, st: dict, gap: int, t: int, rng, counts: dict) -> int:
         v = self._vocab
-        after_space = st["spaces"][gap] if t == 0 else True
-        cand = v.candidates(after_space, t == 0)
+        cand = v.candidates()
         if not cand.any():
             cand = v.ok
         scores = np.where(cand, logits, -np.inf)

@@ -56,8 +56,8 @@ def _logits(st: Refill, ranked: list[str]) -> np.ndarray:
     return x
 
 
-def _gap_state(hidden=None, after_space=True):
-    return {"spaces": [after_space], "hidden": [hidden]}
+def _gap_state(hidden=None):
+    return {"hidden": [hidden]}
 
 
 def _counts():
@@ -76,15 +76,19 @@ def test_vocabulary_knows_words_word_starts_and_the_allow_list(random_filler):
     assert not v.allowed[_id(st, "Ġdog")]
 
 
-def test_top1_takes_the_best_word_that_fits_the_gap(random_filler):
+def test_top1_takes_the_best_whole_word(random_filler):
     st = _stage(random_filler, strategy="top1")
     rng = np.random.default_rng(0)
-    # "," and "cat" (no leading space) rank higher, but after a space only a word start fits
+    # "," is no word and "cat" (no leading space) may be a piece of one: the best whole
+    # word is "Ġdog", written with the space the gap had, or without at a line start
     got = st._choose(_logits(st, [",", "cat", "Ġdog", "Ġcat"]), _gap_state(), 0, 0, rng, _counts())
     assert got == _id(st, "Ġdog")
-    # at the start of a text (no space before the gap) the word without a space fits
-    got = st._choose(_logits(st, [",", "Ġdog", "cat"]), _gap_state(after_space=False), 0, 0, rng, _counts())
-    assert got == _id(st, "cat")
+    state = st._prepare(f"{MASK_TOKEN}: the cat ({MASK_TOKEN}) sat on {MASK_TOKEN}.", None)
+    for gap in range(3):
+        state["fills"][gap].append(_id(st, "Ġdog"))
+    text, spans = st._render(state)
+    assert text == "dog: the cat (dog) sat on dog."
+    assert [text[s["start"]:s["end"]] for s in spans] == ["dog"] * 3
 
 
 def test_topk_never_picks_an_allow_list_word_when_another_candidate_exists(random_filler, tmp_path):
