@@ -157,7 +157,8 @@ class TrainConfig(_Strict):
             raise ValueError("model.preset: paper-551m is a causal model; kind mlm takes tiny or small")
         if self.data.ignore_kinds and not self.data.ignore_spans:
             raise ValueError("data.ignore_kinds: give data.ignore_spans, the column the kinds are in")
-        if "mlm_probability" in self.data.model_fields_set and self.kind != "mlm":
+        # by value, not by "was it given": a stored config (every field written) must parse again
+        if self.data.mlm_probability != 0.15 and self.kind != "mlm":
             raise ValueError("data.mlm_probability is a setting of kind mlm")
         if self.tokenizer.also_on and self.kind != "pretrain":
             raise ValueError("tokenizer.also_on: only a pretrain trains the shared tokenizer")

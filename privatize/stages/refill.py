@@ -87,7 +87,8 @@ class RefillSettings(StageSettings):
             raise ValueError(f"checkpoint {self.checkpoint!r} is a {arch[0]}, not a masked language model")
         if self.word_list and not os.path.isfile(self.word_list):
             raise ValueError(f"word_list {self.word_list!r} is not a file")
-        if self.strategy == "top1" and ("k" in self.model_fields_set or self.word_list):
+        # by value: a stored spec (every field written) must parse again
+        if self.strategy == "top1" and (self.k != 10 or self.word_list):
             raise ValueError("k and word_list are settings of strategy topk")
         return self
 

@@ -210,3 +210,11 @@ def test_two_tokens_per_mask_fill_two_words_left_to_right(tiny_filler, wiki_mask
              for s in sp]
     assert len(fills) == sum(t.count(MASK_TOKEN) for t in wiki_masked.slice(0, 4)["text"].to_pylist()) > 5
     assert all(re.fullmatch(r"[^\W_]+ [^\W_]+", f) for f in fills), fills
+
+
+def test_a_stored_spec_parses_again(random_filler):
+    """What the runners store (every field written) is what they parse again on Ray."""
+    for strategy in ("top1", "topk"):
+        spec = parse_spec({"stages": [{"kind": "mask", "technique": "allow_list"},
+                                      {"kind": "refill", "checkpoint": str(random_filler), "strategy": strategy}]})
+        assert parse_spec(json.loads(json.dumps(spec.to_dict()))).to_dict() == spec.to_dict()

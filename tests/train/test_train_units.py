@@ -313,3 +313,11 @@ def test_ppclm_step_equals_a_plain_step_with_identifier_labels_ignored_by_hand(t
     _, ym = mlm_batch(ppclm["ids"], ppclm["loss"], idx, cfg, 0, 0, 0, "cpu")
     chosen = np.flatnonzero(ym.numpy().ravel() != IGNORE).tolist()
     assert not set(chosen) & set(zorblax + quintessa) and len(chosen) > 10
+
+
+def test_a_stored_config_parses_again():
+    from train.config import parse_config
+
+    for kind in ("pretrain", "mlm"):
+        cfg = parse_config({"kind": kind})
+        assert parse_config(cfg.to_dict()).to_dict() == cfg.to_dict()
