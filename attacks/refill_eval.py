@@ -65,6 +65,20 @@ class EvalPlan:
     """Extra settings of the refill stage (``k``, ``allow_list_size``...)."""
 
 
+def customersim_dialogues(path: str | Path, n: int) -> list[dict]:
+    """The first ``n`` dialogues (``doc_id``, ``text``) of a CustomerSim split, canaries
+    left out."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            r = json.loads(line)
+            if r["kind"] == "dial":
+                out.append({"doc_id": r["id"], "text": r["text"]})
+                if len(out) == n:
+                    break
+    return out
+
+
 def _train(cfg: dict, out: Path, progress: bool) -> dict:
     from train.config import parse_config
     from train.run import SUMMARY, run_training

@@ -22,18 +22,6 @@ from pathlib import Path
 from _common import ROOT, machine, need_data, save_result
 
 
-def _dialogues(path: Path, n: int) -> list[dict]:
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            r = json.loads(line)
-            if r["kind"] == "dial":
-                out.append({"doc_id": r["id"], "text": r["text"]})
-                if len(out) == n:
-                    break
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--train", type=int, default=1500, help="CustomerSim training dialogues")
@@ -46,7 +34,7 @@ def main() -> None:
     ap.add_argument("--work", default=str(ROOT / "benchmarks" / "work" / "refill_eval"))
     args = ap.parse_args()
 
-    from attacks.refill_eval import EvalPlan, evaluate, markdown, plot
+    from attacks.refill_eval import EvalPlan, customersim_dialogues, evaluate, markdown, plot
     from train.wikitext import paragraphs, write_jsonl
 
     data = need_data()
@@ -55,9 +43,9 @@ def main() -> None:
     wiki = data / "wikitext2_tokenized"
     base = write_jsonl(paragraphs(wiki / "valid.txt") + paragraphs(wiki / "test.txt"), work / "wikitext2.jsonl")
     train = work / "customersim-train.jsonl"
-    train.write_text("".join(json.dumps(r) + "\n" for r in _dialogues(data / "customersim" / "train.jsonl",
+    train.write_text("".join(json.dumps(r) + "\n" for r in customersim_dialogues(data / "customersim" / "train.jsonl",
                                                                         args.train)))
-    test = [r["text"] for r in _dialogues(data / "customersim" / "test.jsonl", args.test)]
+    test = [r["text"] for r in customersim_dialogues(data / "customersim" / "test.jsonl", args.test)]
     plan = EvalPlan(train=train, test=test, base_corpus=base, work=work,
                     techniques=tuple(args.techniques.split(",")), base_steps=args.base_steps,
                     filler_steps=args.filler_steps, adapt_steps=args.adapt_steps, ft_steps=args.ft_steps)

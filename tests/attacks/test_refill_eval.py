@@ -9,20 +9,8 @@ import math
 
 import pyarrow.parquet as pq
 
-from attacks.refill_eval import EvalPlan, evaluate, markdown, order_checks, plot
+from attacks.refill_eval import EvalPlan, customersim_dialogues, evaluate, markdown, order_checks, plot
 from privatize.ciphers.tokens import MASK_TOKEN
-
-
-def _dialogues(path, n):
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            r = json.loads(line)
-            if r["kind"] == "dial":
-                out.append({"doc_id": r["id"], "text": r["text"]})
-            if len(out) == n:
-                return out
-    return out
 
 
 def _texts(folder):
@@ -31,8 +19,8 @@ def _texts(folder):
 
 def test_the_paper_002_table_end_to_end(shared_data, wikitext_docs, tiny_filler, tmp_path):
     train = tmp_path / "train.jsonl"
-    train.write_text("".join(json.dumps(r) + "\n" for r in _dialogues(shared_data / "customersim" / "train.jsonl", 48)))
-    test = [r["text"] for r in _dialogues(shared_data / "customersim" / "test.jsonl", 12)]
+    train.write_text("".join(json.dumps(r) + "\n" for r in customersim_dialogues(shared_data / "customersim" / "train.jsonl", 48)))
+    test = [r["text"] for r in customersim_dialogues(shared_data / "customersim" / "test.jsonl", 12)]
     plan = EvalPlan(train=train, test=test, base_corpus=wikitext_docs["valid"], work=tmp_path / "eval",
                     filler=tiny_filler, techniques=("vocab_threshold",), vocab_size=1024, seq_len=64,
                     batch_size=8, base_steps=30, adapt_steps=12, ft_steps=6)
