@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from privatize.routing import Router, packed_order, routed
-from privatize.stage import (DECISION_ROW, DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX, GlobalStage,
-                             Stage, set_column)
+from privatize.stage import (DECISION_ROW, DROP, KEY_INDEX, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX,
+                             GlobalStage, Stage, set_column)
 
 QSTAGE = "_qstage"  # which stage quarantined a row (-1: reading)
 DSTAGE = "_dstage"  # which stage dropped a row
@@ -146,18 +146,47 @@ def partition_of(keys: pa.Array) -> np.ndarray:
 
 
 def key_rows(stage: GlobalStage, batch: pa.Table) -> pa.Table:
-    """The keyed rows of one batch's live rows: doc_id, key, order columns, partition."""
+    """The keyed rows of one batch's live rows: doc_id, key, order columns, the columns
+    ``keys`` added (when it returned a table), :data:`KEY_INDEX` for a multi-key stage,
+    and the partition ``_part``."""
     live, _ = split_marked(batch)
     keys = stage.keys(live)
+    extra: dict = {}
+    if isinstance(keys, pa.Table):
+        extra = {c: keys[c] for c in keys.column_names if c != "key"}
+        keys = keys["key"]
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
+    rows = {"doc_id": live["doc_id"], **{c: live[c] for c in ORDER_COLUMNS}, **extra}
+    if stage.multi_key:
+        return _multi_key_rows(stage, rows, keys)
     part = partition_of(keys)
-    t = pa.table({"doc_id": live["doc_id"], "key": keys,
-                  **{c: live[c] for c in ORDER_COLUMNS}, "_part": pa.array(part)})
+    t = pa.table({"doc_id": rows.pop("doc_id"), "key": keys, **rows, "_part": pa.array(part)})
     return t.filter(pc.greater_equal(t["_part"], 0)) if keys.null_count else t  # -1: a null key
 
 
-DECIDE_COLUMNS = ("doc_id", "key", *ORDER_COLUMNS)
+def _multi_key_rows(stage: GlobalStage, rows: dict, keys) -> pa.Table:
+    """One keyed row per key of a multi-key stage: the row's columns repeated, the key's
+    position in its row's list (:data:`KEY_INDEX`)."""
+    if not (pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type)):
+        raise TypeError(f"{stage.kind}: keys() of a multi-key stage must return a list per row, not {keys.type}")
+    lengths = pc.fill_null(pc.list_value_length(keys), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = pc.list_flatten(keys)
+    if isinstance(flat, pa.ChunkedArray):
+        flat = flat.combine_chunks()
+    parent = np.repeat(np.arange(len(lengths)), lengths)
+    first = np.cumsum(lengths) - lengths
+    index = np.arange(len(flat), dtype=np.int64) - np.repeat(first, lengths)
+    take = pa.array(parent)
+    t = pa.table({"doc_id": rows.pop("doc_id").take(take), "key": flat,
+                  **{c: v.take(take) for c, v in rows.items()},
+                  KEY_INDEX: pa.array(index.astype(np.int32)), "_part": pa.array(partition_of(flat))})
+    return t.filter(pc.greater_equal(t["_part"], 0)) if flat.null_count else t
+
+
+def decide_columns(keyed: pa.Table) -> list[str]:
+    """The columns of keyed rows that ``decide`` sees: all but the partition."""
+    return [c for c in keyed.column_names if c != "_part"]
 
 
 def sort_partition(partition: pa.Table) -> pa.Table:
@@ -167,7 +196,7 @@ def sort_partition(partition: pa.Table) -> pa.Table:
 def decide_partition(stage: GlobalStage, partition: pa.Table, packed: np.ndarray | None = None) -> pa.Table:
     """``decide`` over the keyed rows of one hash partition, in the global order, and its
     decisions routed to their rows (:func:`privatize.routing.routed`)."""
-    rows = partition.select(list(DECIDE_COLUMNS))
+    rows = partition.select(decide_columns(partition))
     return routed(stage.kind, stage.decide(rows), rows, packed)
 
 
@@ -217,14 +246,14 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) ->
         parts = keyed["_part"].to_numpy().astype(np.uint8)
         order = np.argsort(parts, kind="stable")
         in_order = _in_global_order(keyed)
-        keyed = _take(keyed.select(list(DECIDE_COLUMNS)), order)
+        keyed = _take(keyed.select(decide_columns(keyed)), order)
         bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
         for p in range(NUM_PARTITIONS):
             lo, hi = int(bounds[p]), int(bounds[p + 1])
             if hi > lo:
                 part = keyed.slice(lo, hi - lo)
                 tables.append(decide_partition(stage, part if in_order else sort_partition(part)))
-    router = Router(tables, partial(no_decisions, stage))
+    router = Router(tables, partial(no_decisions, stage), multi=stage.multi_key)
     return [apply_global_batch(stage, index, b, router) for b in batches]
 
 

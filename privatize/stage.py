@@ -17,6 +17,15 @@ three steps that any runner can distribute:
 3. ``apply(batch, decisions)`` applies them: ``decisions`` is aligned to ``batch`` (row
    ``i`` is the decision for row ``i``, nulls where ``decide`` made none).
 
+``keys`` may also return a table: its column ``key`` holds the keys, every other column
+travels with each keyed row to ``decide`` (a value ``decide`` needs that is not the key,
+such as an individual). A stage with ``multi_key = True`` gives each row a *list* of keys
+(the words of a record): each key becomes a keyed row of its own, with the key's
+position in the row's list in the column :data:`KEY_INDEX`, so the keys of one row are
+decided in their own partitions; ``decide`` may then return several decisions for one
+row, and ``apply`` gets, per row, a list of them in each decision column (in no
+particular order; null where there is none).
+
 The partition count is fixed, so results never depend on batch size or worker count.
 
 Reserved columns (stages may set them; the runner interprets them):
@@ -42,6 +51,8 @@ DROP = "_drop"
 STAT_PREFIX = "_stat."
 ORDER_COLUMNS = ("_src", "_line", "_seg")
 NUM_PARTITIONS = 64
+KEY_INDEX = "_ki"
+"""A multi-key stage's keyed rows: the key's position in its row's list of keys."""
 DECISION_ROW = "row"
 """The column of ``GlobalStage.decide``'s result holding each decision's row: its position
 in the partition ``decide`` was given."""
@@ -80,6 +91,9 @@ class Stage:
 
 class GlobalStage(Stage):
     """A stage that decides over the whole corpus; see the module docstring."""
+
+    multi_key: ClassVar[bool] = False
+    """``keys`` gives each row a list of keys; ``apply`` gets a list of decisions per row."""
 
     def keys(self, batch: pa.Table) -> pa.Array:
         raise NotImplementedError

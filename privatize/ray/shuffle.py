@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from privatize import allocator
-from privatize.execution import DECIDE_COLUMNS, concat, decide_partition, key_rows, no_decisions
+from privatize.execution import concat, decide_columns, decide_partition, key_rows, no_decisions
 from privatize.ray import cluster
 from privatize.ray.workers import StageRef, ready_stage
 from privatize.routing import Router, packed_order
@@ -52,7 +52,7 @@ def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: t
         block = key_rows(ready_stage(ref), block)
     # what decide needs, the partition as one byte (NUM_PARTITIONS <= 256)
     part = block["_part"].to_numpy().astype(np.uint8)
-    block = block.select(list(DECIDE_COLUMNS)).append_column("_part", pa.array(part))
+    block = block.select(decide_columns(block)).append_column("_part", pa.array(part))
     g = part % groups
     return (*[block.filter(pa.array(g == i)) for i in range(groups)], time.perf_counter() - t0)
 
@@ -68,7 +68,7 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
         return Decided(seconds=time.perf_counter() - t0)
     keyed = concat(rows)
     part = keyed["_part"].to_numpy().astype(np.uint8)  # a stable sort of bytes is a radix sort
-    keyed = keyed.select(list(DECIDE_COLUMNS))
+    keyed = keyed.select(decide_columns(keyed))
     packed = packed_order(keyed)
     # the global order (then by partition, keeping that order within each); where the
     # order columns do not pack, each partition is sorted on its own below
@@ -101,7 +101,8 @@ def collect_decisions(ref: StageRef, groups: int, *results) -> tuple[Router, Dec
     parts_done = [p for d in decided for p in d.parts]
     if len(set(parts_done)) != len(parts_done):
         raise RuntimeError(f"stage {ref.kind}: a hash partition was decided in pieces")
-    router = Router([t for d in decided for t in d.tables], lambda: no_decisions(ready_stage(ref)))
+    router = Router([t for d in decided for t in d.tables], lambda: no_decisions(ready_stage(ref)),
+                    multi=type(ref.build()).multi_key)
     seconds = sum(d.seconds for d in decided) + sum(results[groups:]) + time.perf_counter() - t0
     return router, DecisionStats(router.num_decisions, seconds)
 

@@ -470,3 +470,28 @@ def test_refill_stage_same_shards_on_ray(ray_session, workdir, tiny_filler, monk
     stats = {s["kind"]: s["stats"] for s in got[1]["stages"]}
     assert stats["refill"]["masks_filled"] == stats["mask"]["masks"] > 0
     assert {name for name, actor in pools if actor} == {"2_refill"}  # the filler in an actor pool
+
+
+IDENTIFIERS = {"stages": [{"kind": "split"}, {"kind": "identifiers", "max_n": 3, "digits": "zero"}],
+               "output": {"num_shards": 3, "pseudonym_key": "file:keys/pseudo.key"}}
+
+
+def test_identifiers_stage_same_shards_on_ray_at_one_and_two_cpus(ray_session, workdir, monkeypatch, tmp_path):
+    """The multi-key GlobalStage: every term of every record hash-partitioned, decided per
+    partition, a list of decisions per row. Ray (2 CPUs, small batches and byte ranges, the
+    detector in an actor pool) and a one-CPU cluster write the in-process run's shards."""
+    pools = spy_pools(monkeypatch)
+    base = in_process(workdir, IDENTIFIERS, "identifiers")
+    got = run_ray(workdir, IDENTIFIERS, "identifiers", batch_size=4, read_range_bytes=2500)
+    assert_parity(base, got)
+    stats = {s["kind"]: s["stats"] for s in got[1]["stages"]}["identifiers"]
+    assert 0 < stats["identifiers_n1"] < stats["terms_n1"] and stats["identifiers_n3"] > 0
+    assert ("1_identifiers", True) in [(n, a) for n, a in pools if "identifiers" in n]  # apply in an actor pool
+    # one CPU, without the detector (its terms are the graph's; spaCy would only add time)
+    plain = json.loads(json.dumps(IDENTIFIERS))
+    plain["stages"][1]["direct"] = "none"
+    out = tmp_path / "one-cpu"
+    proc = subprocess.run([sys.executable, "-c", ONE_CPU, json.dumps(plain), str(workdir / "corpus"), str(out),
+                           str(workdir)], cwd=ROOT, env=ray_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert shard_hashes(out) == shard_hashes(in_process(workdir, plain, "identifiers-plain")[0])

@@ -95,6 +95,11 @@ def test_only_stages_with_a_heavy_setup_get_actor_pools():
 
     assert Mask(MaskSettings(technique="entity_tagger")).heavy_setup is True
     assert Mask(MaskSettings(technique="allow_list")).heavy_setup is False
+    # so does identifiers: its direct identifiers come from the redaction detector
+    from privatize.stages.identifiers import Identifiers, IdentifiersSettings
+
+    assert Identifiers(IdentifiersSettings()).heavy_setup is True
+    assert Identifiers(IdentifiersSettings(direct="none")).heavy_setup is False
 
 
 def test_range_scan_streams_in_small_chunks_and_matches_the_whole_range(tmp_path, monkeypatch):
@@ -274,3 +279,25 @@ def test_collect_decisions_refuses_a_partition_decided_twice():
         collect_decisions(ref, 2, Decided([_routed([(0, 9, 0, "b")])], [1, 3]), Decided([], [3]))
     router, stats = collect_decisions(ref, 0)  # nothing keyed: the stage's own empty decisions
     assert stats.decisions == 0 and "dedup_hit" in router.values.column_names
+
+
+def test_a_multi_key_router_gathers_a_row_s_decisions_into_lists():
+    """A multi-key stage (identifiers) decides one row in several partitions: the router
+    gives each row the list of its decisions, from packed and unpacked orders alike."""
+    def routed(rows, terms):
+        t = _routed(rows)
+        return pa.table({"term": pa.array(terms, pa.int32()), ORDER_KEY: t[ORDER_KEY]})
+
+    router = Router([routed([(0, 3, 0, "a"), (0, 5, 0, "c")], [4, 1]), routed([(0, 3, 0, "a")], [2])],
+                    multi=True)
+    assert router.num_decisions == 3
+    got = router.for_batch(_live([0, 0, 0], [3, 4, 5], [0, 0, 0], ["a", "b", "c"]))["term"].to_pylist()
+    assert [sorted(x) if x else x for x in got] == [[2, 4], None, [1]]
+    big = 1 << 33
+    t = pa.table({"term": pa.array([7, 8], pa.int32()), "_src": pa.array([0, 0], pa.int64()),
+                  "_line": pa.array([big, big], pa.int64()), "_seg": pa.array([0, 0], pa.int64())})
+    router = Router([t, routed([(0, 3, 0, "a")], [9])], multi=True)
+    got = router.for_batch(_live([0, 0, 0], [big, 3, 4], [0, 0, 0], ["x", "a", "b"]))["term"].to_pylist()
+    assert [sorted(x) if x else x for x in got] == [[7, 8], [9], None]
+    empty = Router([], lambda: pa.table({"row": pa.array([], pa.int64()), "term": pa.array([], pa.int32())}), multi=True)
+    assert empty.for_batch(_live([0], [1], [0], ["a"]))["term"].to_pylist() == [None]

@@ -1,0 +1,140 @@
+"""The ``identifiers`` stage (issue 22, paper 003): the bipartite graph individual <->
+term against hand-computed answers at k = 1, 2 and 3, n-grams that stop at sentence ends
+and masks, answers independent of batching, direct identifiers from the redaction
+detector, and the errors for bad input."""
+
+import json
+import re
+
+import pyarrow as pa
+import pytest
+
+from privatize import run
+from privatize.ciphers.tokens import RESERVED_RE
+from privatize.errors import RecordError, SpecError
+from privatize.execution import run_global_stage
+from privatize.spec import parse_spec
+from privatize.stages.identifiers import _RESERVED, Identifiers, IdentifiersSettings
+
+# five individuals; A has two records (a repeat by the same person counts once)
+FIVE = [("a1", "A", "Red fox runs. Blue sky"), ("b1", "B", "red fox sleeps"), ("c1", "C", "blue sky falls"),
+        ("d1", "D", "Red car runs"), ("e1", "E", "green fox runs"), ("a2", "A", "Blue sky")]
+# by hand: who uses each word and bigram (no bigram crosses "runs. Blue")
+#   red A B D, fox A B E, runs A D E, blue A C, sky A C, sleeps B, falls C, car D, green E
+#   red fox A B, fox runs A E, blue sky A C, fox sleeps B, sky falls C, red car D, car runs D, green fox E
+WORDS_UNDER = {1: set(), 2: {"sleeps", "falls", "car", "green"},
+               3: {"sleeps", "falls", "car", "green", "blue", "sky"}}
+BIGRAMS_UNDER = {1: set(), 2: {"fox sleeps", "sky falls", "red car", "car runs", "green fox"},
+                 3: {"fox sleeps", "sky falls", "red car", "car runs", "green fox", "red fox", "fox runs", "blue sky"}}
+
+
+def _batch(docs, line0=0):
+    return pa.table({"doc_id": [d[0] for d in docs], "individual_id": [d[1] for d in docs],
+                     "text": [d[2] for d in docs], "_src": pa.array([0] * len(docs), pa.int64()),
+                     "_line": pa.array(range(line0, line0 + len(docs)), pa.int64()),
+                     "_seg": pa.array([0] * len(docs), pa.int64())})
+
+
+def _run(docs, batch_rows=None, **settings):
+    stage = Identifiers(IdentifiersSettings(direct="none", **settings))
+    size = batch_rows or len(docs)
+    batches = [_batch(docs[i:i + size], i) for i in range(0, len(docs), size)]
+    out = pa.concat_tables(run_global_stage(stage, 0, batches))
+    return out
+
+
+def _terms(out) -> set[str]:
+    return {s["term"] for spans in out["identifier_spans"].to_pylist() for s in spans}
+
+
+def _stats(out) -> dict:
+    return {c.split(".", 2)[2]: sum(out[c].to_pylist()) for c in out.column_names if c.startswith("_stat.")}
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_five_individuals_by_hand(k):
+    out = _run(FIVE, k=k, max_n=2)
+    assert _terms(out) == WORDS_UNDER[k] | BIGRAMS_UNDER[k]
+    for row in out.to_pylist():  # offsets point at the terms (case folded)
+        for s in row["identifier_spans"]:
+            assert re.sub(r"\s+", " ", row["text"][s["start"]:s["end"]].lower()) == s["term"]
+            assert s["kind"] == "indirect"
+    stats = _stats(out)
+    assert (stats["terms_n1"], stats["terms_n2"]) == (9, 8)  # distinct words and bigrams, counted once
+    assert (stats["identifiers_n1"], stats["identifiers_n2"]) == (len(WORDS_UNDER[k]), len(BIGRAMS_UNDER[k]))
+    assert stats["words"] == 19  # 5 + 3 + 3 + 3 + 3 + 2
+
+
+def test_trigrams_and_where_terms_stop():
+    out = _run(FIVE, k=2, max_n=3)
+    trigrams = {t for t in _terms(out) if t.count(" ") == 2}
+    assert trigrams == {"red fox runs", "red fox sleeps", "blue sky falls", "red car runs", "green fox runs"}
+    # one individual: every term is theirs; no term crosses . ! ? a line break or a
+    # reserved token, and reserved tokens are no terms
+    text = "Alpha beta. gamma <MASK> delta\nepsilon Person_[QUJD] zeta! eta-theta iota"
+    out = _run([("x", "P", text)], k=2, max_n=2)
+    got = _terms(out)
+    assert {t for t in got if " " not in t} == {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta-theta",
+                                                "iota"}
+    assert {t for t in got if " " in t} == {"alpha beta", "eta-theta iota"}
+    assert re.findall(_RESERVED, text) == [m.group() for m in RESERVED_RE.finditer(text)]
+
+
+def test_case_and_digits_settings():
+    docs = [("1", "P", "Call 555-1234 today"), ("2", "Q", "call 555-9876 today")]
+    assert _terms(_run(docs, max_n=1)) == {"555-1234", "555-9876"}
+    assert _terms(_run(docs, max_n=1, digits="zero")) == set()  # one shape, two individuals
+    assert _terms(_run(docs, max_n=1, case="keep")) == {"Call", "call", "555-1234", "555-9876"}
+
+
+def test_answers_do_not_depend_on_batching():
+    whole = _run(FIVE, k=2, max_n=3)
+    for rows in (1, 2, 4):
+        got = _run(FIVE, batch_rows=rows, k=2, max_n=3)
+        assert got.select(["doc_id", "identifier_spans"]).to_pylist() == \
+            whole.select(["doc_id", "identifier_spans"]).to_pylist()
+        assert _stats(got) == _stats(whole)
+
+
+def test_records_without_an_individual():
+    docs = [("1", "P", "some words here"), ("2", None, "other words there")]
+    with pytest.raises(RecordError, match=r"identifiers: record '2' has no individual_id"):
+        _run(docs)
+    out = _run(docs, on_missing="quarantine")
+    assert out["_quarantine"].to_pylist() == [None, "no individual_id"]
+    # the quarantined record takes no part: "words" has one individual only
+    assert "words" in _terms(out.slice(0, 1))
+
+
+def test_bad_settings_name_their_field():
+    for stage, path in (({"kind": "identifiers", "k": 0}, "stages.0.identifiers.k"),
+                        ({"kind": "identifiers", "max_n": 6}, "stages.0.identifiers.max_n"),
+                        ({"kind": "identifiers", "direct": "none", "entities": ["PERSON"]}, "stages.0.identifiers")):
+        with pytest.raises(SpecError, match=re.escape(path)):
+            parse_spec({"stages": [stage]})
+    with pytest.raises(SpecError, match="identifiers after encrypt_text"):
+        parse_spec({"stages": [{"kind": "encrypt_text", "key": "file:k"}, {"kind": "identifiers"}]})
+
+
+def test_a_pipeline_run_with_direct_identifiers(tmp_path):
+    """In a run, with the redaction detector: direct spans are the names it finds, the
+    manifest sums the statistics, and the column reaches the shards."""
+    corpus = tmp_path / "in"
+    corpus.mkdir()
+    rows = [{"id": "1", "individual_id": "p1", "text": "My name is John Smith and I love kayaking."},
+            {"id": "2", "individual_id": "p2", "text": "I love reading books."},
+            {"id": "3", "text": "No individual here."}]
+    (corpus / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    spec = parse_spec({"stages": [{"kind": "identifiers", "max_n": 1, "on_missing": "quarantine"}]})
+    m = run(spec, corpus, tmp_path / "out")
+    stats = m["stages"][0]["stats"]
+    # p1: my name is john smith and kayaking; p2: reading books ("i" and "love": both)
+    assert stats["direct_spans"] >= 1 and stats["identifiers_n1"] == 9
+    assert stats["terms_n1"] == 11 and m["counts"]["quarantined"] == 1
+    import pyarrow.parquet as pq
+
+    shard = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out" / "shards").glob("*.parquet"))])
+    spans = {r["doc_id"]: r["identifier_spans"] for r in shard.to_pylist()}
+    direct = [s["term"] for s in spans["1"] if s["kind"] == "direct"]
+    assert "John Smith" in direct
+    assert {s["term"] for s in spans["2"]} == {"reading", "books"}
