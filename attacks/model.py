@@ -37,6 +37,7 @@ class TokenScores:
     logprobs: np.ndarray  # log p(token_i | tokens_<i)
     mu: np.ndarray  # E_{z~p(.|<i)} log p(z): min-k%++ normalisation
     sigma: np.ndarray  # the standard deviation of log p(z) under the same distribution
+    greedy: np.ndarray | None = None  # token_i is the model's top choice (``token_scores(greedy=True)``)
 
 
 class ModelAdapter:
@@ -68,6 +69,12 @@ class ModelAdapter:
         ids = self.tok(list(texts), add_special_tokens=False)["input_ids"]
         return [[self.bos] + x[: self.max_len - 1] for x in ids]
 
+    def offsets(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Each scored token's character range in its text, ``(n, 2)``, aligned to
+        :meth:`token_scores` (the leading EOS is not scored; the same truncation)."""
+        enc = self.tok(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+        return [np.array(o[: self.max_len - 1], dtype=np.int64).reshape(-1, 2) for o in enc["offset_mapping"]]
+
     def _batches(self, seqs: list[list[int]], batch_tokens: int):
         """Batches of (indices, padded ids, lengths), grouped by length to waste little."""
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
@@ -92,8 +99,10 @@ class ModelAdapter:
 
     @torch.inference_mode()
     def token_scores(self, texts: Sequence[str], *, batch_tokens: int = 16384,
-                     progress: Callable[[int], None] | None = None) -> list[TokenScores]:
-        """Per-token log-probabilities (and min-k%++ statistics) of each text."""
+                     progress: Callable[[int], None] | None = None, greedy: bool = False) -> list[TokenScores]:
+        """Per-token log-probabilities (and min-k%++ statistics) of each text; with
+        ``greedy``, also whether each token is the model's top choice in its context
+        (what it would predict there: paper 003's "the model predicts the identifier")."""
         seqs = self.encode(texts)
         out: list[TokenScores | None] = [None] * len(seqs)
         for idx, ids, lens in self._batches(seqs, batch_tokens):
@@ -105,9 +114,11 @@ class ModelAdapter:
             p = logp.exp()
             mu = (p * logp).sum(-1)
             sigma = ((p * logp * logp).sum(-1) - mu * mu).clamp_min(0).sqrt()
+            top = (logp.argmax(-1) == target) if greedy else None
             for r, k in enumerate(idx):
                 n = lens[r] - 1
-                out[k] = TokenScores(lp[r, :n].cpu().numpy(), mu[r, :n].cpu().numpy(), sigma[r, :n].cpu().numpy())
+                out[k] = TokenScores(lp[r, :n].cpu().numpy(), mu[r, :n].cpu().numpy(), sigma[r, :n].cpu().numpy(),
+                                     None if top is None else top[r, :n].cpu().numpy())
             if progress:
                 progress(len(idx))
         return out  # type: ignore[return-value]

@@ -38,8 +38,24 @@ LABELS = {"oracle": "Oracle", "baseline0": "Baseline0 (<MASK> a token)", "baseli
           "top1": "Refill Top-1", "topk": "Refill Top-K", "topk_ft": "Refill Top-K, fine-tuned filler"}
 
 
+@dataclass(kw_only=True)
+class SmallLM:
+    """How the small causal LMs of an evaluation are trained: a base model from a preset
+    (``base_steps`` on a public corpus, its own tokenizer of ``vocab_size``), then
+    ``adapt_steps`` of continual pre-training per corpus under comparison."""
+
+    preset: str = "tiny"
+    vocab_size: int = 4096
+    seq_len: int = 128
+    batch_size: int = 16
+    lr: float = 0.002
+    base_steps: int = 600
+    adapt_steps: int = 300
+    seed: int = 0
+
+
 @dataclass
-class EvalPlan:
+class EvalPlan(SmallLM):
     train: Path
     """The adaptation corpus: JSONL (``doc_id``, ``text``)."""
     test: list[str]
@@ -51,16 +67,8 @@ class EvalPlan:
     """A masked-LM folder; None trains one (kind mlm) on ``base_corpus``."""
     techniques: tuple[str, ...] = TECHNIQUES
     methods: tuple[str, ...] = METHODS
-    preset: str = "tiny"
-    vocab_size: int = 4096
-    seq_len: int = 128
-    batch_size: int = 16
-    lr: float = 0.002
-    base_steps: int = 600
-    adapt_steps: int = 300
     filler_steps: int = 600
     ft_steps: int = 200
-    seed: int = 0
     refill: dict = field(default_factory=dict)
     """Extra settings of the refill stage (``k``, ``allow_list_size``...)."""
 

@@ -36,6 +36,15 @@ def median_time(fn, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+def wikitext_corpus(work: Path) -> Path:
+    """WikiText-2 valid and test paragraphs as one JSONL in ``work``: the public corpus of
+    the evaluations' base models."""
+    from train.wikitext import paragraphs, write_jsonl
+
+    wiki = need_data() / "wikitext2_tokenized"
+    return write_jsonl(paragraphs(wiki / "valid.txt") + paragraphs(wiki / "test.txt"), work / "wikitext2.jsonl")
+
+
 def machine() -> str:
     return f"{os.cpu_count()}-core {platform.machine()} {platform.system()}, Python {platform.python_version()}"
 

@@ -19,7 +19,7 @@ import json
 from datetime import date
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result
+from _common import ROOT, machine, need_data, save_result, wikitext_corpus
 
 
 def main() -> None:
@@ -35,13 +35,11 @@ def main() -> None:
     args = ap.parse_args()
 
     from attacks.refill_eval import EvalPlan, customersim_dialogues, evaluate, markdown, plot
-    from train.wikitext import paragraphs, write_jsonl
 
     data = need_data()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    wiki = data / "wikitext2_tokenized"
-    base = write_jsonl(paragraphs(wiki / "valid.txt") + paragraphs(wiki / "test.txt"), work / "wikitext2.jsonl")
+    base = wikitext_corpus(work)
     train = work / "customersim-train.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in customersim_dialogues(data / "customersim" / "train.jsonl",
                                                                         args.train)))

@@ -182,11 +182,7 @@ class _Terms:
         is_word = np.zeros(len(tokens), bool)
         norm = []
         for i, tok in enumerate(tokens):
-            w = tok
-            if st.case == "fold":
-                w = w.lower()
-            if st.digits == "zero":
-                w = w.translate(_DIGITS)
+            w = normalize(tok, st)
             norm.append(w)
             if WORD.fullmatch(tok) is None:  # a sentence end or a reserved token
                 continue
@@ -208,6 +204,36 @@ class _Terms:
     def term_text(self, first: int, n: int) -> str:
         """The normalised words of an occurrence, joined by spaces."""
         return " ".join(self.norm[t] for t in self.tid[first:first + n])
+
+
+def normalize(word: str, st: IdentifiersSettings) -> str:
+    """A word as terms compare it (``case``, ``digits``)."""
+    if st.case == "fold":
+        word = word.lower()
+    if st.digits == "zero":
+        word = word.translate(_DIGITS)
+    return word
+
+
+def sentences(text: str, st: IdentifiersSettings) -> list[list[str]]:
+    """The normalised words of ``text``, in runs no term crosses (sentence ends and
+    reserved tokens split them)."""
+    out: list[list[str]] = [[]]
+    for tok in TOKEN.findall(text):
+        if WORD.fullmatch(tok):
+            out[-1].append(normalize(tok, st))
+        elif out[-1]:
+            out.append([])
+    return [s for s in out if s]
+
+
+def term_strings(text: str, st: IdentifiersSettings, max_n: int | None = None) -> set[str]:
+    """Every term of ``text`` (runs of 1 to ``max_n`` words, default the setting's),
+    written as the stage writes ``term``: for finding identifiers in other text, such as
+    a model's generations."""
+    n_max = max_n or st.max_n
+    return {" ".join(s[i:i + n]) for s in sentences(text, st) for i in range(len(s))
+            for n in range(1, min(n_max, len(s) - i) + 1)}
 
 
 def _hash64(values: list) -> np.ndarray:

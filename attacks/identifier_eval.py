@@ -1,0 +1,253 @@
+"""Paper 003's evaluation at small scale: does a model trained with privacy-preserving
+causal language modelling (PPCLM: identifier tokens stay in the context but are never
+prediction targets) give away fewer identifiers than one trained plainly, and at what
+cost in perplexity?
+
+1. The corpus (JSONL with ``individual_id``) is split by individual: ``member_share`` of
+   the individuals are members, the rest held out.
+2. The ``identifiers`` stage runs twice through the product's own runner: over the
+   members' records (the training data and its identifiers) and over everyone's (the
+   auditor's graph for the membership inference, as in the paper's section 6.4).
+3. From one base model pre-trained on a public corpus (its tokenizer too, so no
+   identifier of the private corpus is in the vocabulary), continual pre-training on the
+   members' records with ``privatize train``: ``plain``; ``ppclm`` (no loss on direct or
+   indirect identifiers); optionally ``ppclm_indirect`` and ``ppclm_direct`` (paper
+   003's IPPCLM and DPPCLM, one kind each).
+4. Each model, and the base model as the floor, is asked about the records
+   (:mod:`attacks.identifiers`): Privacy overall, direct and indirect; the low-cost
+   membership inference; the loss attack per individual; perplexity on the held-out
+   individuals' records (the utility cost).
+
+    from attacks.identifier_eval import IdentifierPlan, evaluate
+    result = evaluate(IdentifierPlan(corpus=..., base_corpus=..., work=...))
+
+``benchmarks/identifier_eval.py`` runs it on CustomerSim and draws the result.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attacks.refill_eval import SmallLM
+
+METHODS = {"plain": None, "ppclm": [], "ppclm_indirect": ["indirect"], "ppclm_direct": ["direct"]}
+"""Method -> the span kinds whose tokens carry no loss (None: no ignore_spans at all; []:
+every kind)."""
+LABELS = {"base": "base model (no private data)", "plain": "plain (CLM)", "ppclm": "PPCLM",
+          "ppclm_indirect": "IPPCLM (indirect only)", "ppclm_direct": "DPPCLM (direct only)"}
+
+
+@dataclass
+class IdentifierPlan(SmallLM):
+    corpus: Path
+    """JSONL: ``id``, ``individual_id``, ``text``."""
+    base_corpus: Path
+    """The public pre-training corpus of the base model and its tokenizer."""
+    work: Path
+    methods: tuple[str, ...] = ("plain", "ppclm")
+    member_share: float = 0.5
+    k: int = 2
+    max_n: int = 3
+    direct: str = "detect"
+    samples: int = 2
+    max_new_tokens: int = 48
+
+
+def read_corpus(path: Path) -> list[dict]:
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                r = json.loads(line)
+                out.append({"id": r.get("id", r.get("doc_id")), "individual_id": r["individual_id"], "text": r["text"]})
+    return out
+
+
+def customersim_by_customer(path: str | Path, n: int) -> list[dict]:
+    """The first ``n`` CustomerSim dialogues, each with its customer (the name the
+    customer gives; some customers call more than once) as ``individual_id``."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            r = json.loads(line)
+            names = [s["text"] for s in r.get("spans", []) if s["type"] == "NAME"]
+            if r["kind"] == "dial" and names:
+                out.append({"id": r["id"], "individual_id": names[0], "text": r["text"]})
+                if len(out) == n:
+                    break
+    return out
+
+
+def split_members(rows: list[dict], share: float, seed: int) -> set[str]:
+    """``share`` of the distinct individuals, drawn at ``seed``."""
+    people = sorted({r["individual_id"] for r in rows})
+    order = np.random.default_rng(seed).permutation(len(people))
+    return {people[i] for i in order[: max(1, int(round(share * len(people))))]}
+
+
+def _write(rows: list[dict], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _records(folder: Path, who: dict[str, str]):
+    import pyarrow.parquet as pq
+
+    from attacks.identifiers import Record
+
+    out = []
+    for f in sorted((folder / "shards").glob("*.parquet")):
+        t = pq.read_table(f, columns=["doc_id", "text", "identifier_spans"])
+        for d, text, spans in zip(*(t[c].to_pylist() for c in ("doc_id", "text", "identifier_spans"))):
+            out.append(Record(d, who[d], text, spans or []))
+    return sorted(out, key=lambda r: r.doc_id)
+
+
+def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
+    """Train every model and ask each about the records; returns the figures (also in
+    ``work/result.json``). An interrupted evaluation picks up where it stopped."""
+    from attacks.identifiers import leaks, loss_mia, low_cost_mia, privacy
+    from attacks.model import ModelAdapter
+    from attacks.refill_eval import _privatize, _stats, _train
+    from privatize.stages.identifiers import IdentifiersSettings
+
+    work = plan.work
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if progress:
+            print(f"[{time.perf_counter() - t0:6.0f} s] {msg}", flush=True)
+
+    rows = read_corpus(plan.corpus)
+    members = split_members(rows, plan.member_share, plan.seed)
+    who = {r["id"]: r["individual_id"] for r in rows}
+    stage = {"kind": "identifiers", "k": plan.k, "max_n": plan.max_n, "direct": plan.direct}
+    settings = IdentifiersSettings(**{k: v for k, v in stage.items() if k != "kind"})
+    say(f"{len(rows)} records of {len(set(who.values()))} individuals, {len(members)} members: "
+        "the identifiers stage over the members' records and over everyone's")
+    m_members = _privatize([stage], _write([r for r in rows if r["individual_id"] in members],
+                                           work / "members.jsonl"), work / "corpora" / "members")
+    m_all = _privatize([stage], _write(rows, work / "all.jsonl"), work / "corpora" / "all")
+    member_records = _records(work / "corpora" / "members", who)
+    all_records = _records(work / "corpora" / "all", who)
+    held_out = [r.text for r in all_records if r.individual not in members]
+    graph = _stats(m_members, "identifiers")
+    per_person: dict[str, set] = {}
+    for r in all_records:
+        per_person.setdefault(r.individual, set()).update(s["term"] for s in r.spans if s["kind"] == "indirect")
+    counts = np.array([len(v) for v in per_person.values()])
+
+    optim = {"batch_size": plan.batch_size, "lr": plan.lr, "warmup_steps": min(20, plan.adapt_steps // 5),
+             "seed": plan.seed, "epochs": 1000}
+    common = {"version": 1, "checkpoint_every": 10_000_000, "report_every": 10_000_000}
+    say("base model: pretrain on the public corpus")
+    base = work / "base"
+    _train({**common, "kind": "pretrain", "data": {"path": str(plan.base_corpus), "seq_len": plan.seq_len},
+            "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
+            "optim": {**optim, "max_steps": plan.base_steps}}, base, progress)
+
+    def measure(name: str, model: Path) -> dict:
+        adapter = ModelAdapter.load(model)
+        found = leaks(adapter, member_records, settings, samples=plan.samples, max_new_tokens=plan.max_new_tokens,
+                      seed=plan.seed)
+        audit = leaks(adapter, all_records, settings, samples=0)
+        mia = loss_mia(all_records, audit, members)
+        row = {"perplexity": adapter.perplexity(held_out), "privacy": privacy(member_records, found, settings),
+               "low_cost_mia": low_cost_mia(all_records, audit, members),
+               "loss_mia": {"auc": mia.auc, "tpr_at_1pct_fpr": mia.tpr_at[0].tpr, "curve": asdict(mia)}}
+        p = row["privacy"]
+        say(f"{name}: perplexity {row['perplexity']:.1f}, Privacy {p['all']['privacy']:.3f} (direct "
+            f"{p['direct']['privacy']:.3f}, indirect {p['indirect']['privacy']:.3f}), low-cost MIA F1 "
+            f"{row['low_cost_mia']['f1']:.2f}, loss MIA AUC {mia.auc:.2f}")
+        return row
+
+    result: dict = {
+        "plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(plan).items()},
+        "records": len(rows), "individuals": len(per_person), "members": len(members),
+        "graph": {"distinct_words": graph.get("terms_n1", 0), "identifier_words": graph.get("identifiers_n1", 0),
+                  "share_of_distinct_words": graph.get("identifiers_n1", 0) / max(1, graph.get("terms_n1", 0)),
+                  "share_of_word_occurrences": graph.get("identifier_words", 0) / max(1, graph.get("words", 0)),
+                  "distinct_terms": sum(v for k, v in graph.items() if k.startswith("terms_n")),
+                  "identifier_terms": sum(v for k, v in graph.items() if k.startswith("identifiers_n")),
+                  "direct_spans": graph.get("direct_spans", 0), "indirect_spans": graph.get("indirect_spans", 0),
+                  "identifier_seconds": next(s["seconds"] for s in m_all["stages"] if s["kind"] == "identifiers"),
+                  "indirect_per_individual": {"median": float(np.median(counts)) if len(counts) else 0.0,
+                                              "mean": float(counts.mean()) if len(counts) else 0.0,
+                                              "with_none": int((counts == 0).sum())}},
+        "models": {"base": measure("base", base / "model")}, "train_seconds": {}}
+    for method in plan.methods:
+        kinds = METHODS[method]
+        data = {"path": str(work / "corpora" / "members"), "seq_len": plan.seq_len}
+        if kinds is not None:
+            data.update(ignore_spans="identifier_spans", ignore_kinds=kinds)
+        say(f"{method}: continual pre-training on the members' records")
+        run = work / "runs" / method
+        summary = _train({**common, "kind": "continue", "data": data,
+                          "model": {"preset": None, "checkpoint": str(base / "model")},
+                          "optim": {**optim, "max_steps": plan.adapt_steps}}, run, progress)
+        result["train_seconds"][method] = summary.get("seconds")
+        result["models"][method] = measure(method, run / "model")
+    result["checks"] = checks(result)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    (work / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def checks(result: dict) -> dict[str, bool]:
+    """Paper 003's claims, where the models to check them were trained: PPCLM gives away
+    fewer indirect (and direct) identifiers than plain training, and its low-cost
+    membership inference recalls fewer members."""
+    m = result["models"]
+    out = {}
+    if "plain" in m and "ppclm" in m:
+        for kind in ("indirect", "direct", "all"):
+            if m["plain"]["privacy"][kind]["identifiers"]:  # none found (direct: none): nothing to compare
+                out[f"ppclm_{kind}_privacy_higher"] = m["ppclm"]["privacy"][kind]["privacy"] > \
+                    m["plain"]["privacy"][kind]["privacy"]
+        out["ppclm_low_cost_mia_recall_lower"] = m["ppclm"]["low_cost_mia"]["recall"] < \
+            m["plain"]["low_cost_mia"]["recall"]
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = ["| model | perplexity (held out) | Privacy | direct | indirect | low-cost MIA P / R / F1 | "
+             "loss MIA AUC | TPR @ 1% FPR |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, row in result["models"].items():
+        p, mia = row["privacy"], row["low_cost_mia"]
+        lines.append(f"| {LABELS[name]} | {row['perplexity']:.1f} | {p['all']['privacy']:.3f} | "
+                     f"{p['direct']['privacy']:.3f} | {p['indirect']['privacy']:.3f} | "
+                     f"{mia['precision']:.2f} / {mia['recall']:.2f} / {mia['f1']:.2f} | "
+                     f"{row['loss_mia']['auc']:.3f} | {row['loss_mia']['tpr_at_1pct_fpr']:.3f} |")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> Path:
+    """Privacy (direct, indirect) against held-out perplexity, one point per model: the
+    paper's utility / privacy trade-off (its Figure 9)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, kind in zip(axes, ("indirect", "direct")):
+        for name, row in result["models"].items():
+            ax.scatter(row["perplexity"], row["privacy"][kind]["privacy"], s=40)
+            ax.annotate(LABELS[name], (row["perplexity"], row["privacy"][kind]["privacy"]), fontsize=7,
+                        xytext=(4, 4), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_xlabel("perplexity on held-out individuals (lower is better)")
+        ax.set_ylabel(f"{kind} Privacy (1 = nothing predicted or regurgitated)")
+        ax.set_title(f"{kind} identifiers")
+    fig.suptitle("Privacy-preserving causal LM (paper 003): what each model gives away")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

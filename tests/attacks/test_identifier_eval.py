@@ -1,0 +1,60 @@
+"""Paper 003's metrics (issue 22): Privacy and the low-cost membership inference against
+hand-computed answers, then the evaluation end to end at tiny scale: a model trained
+plainly on CustomerSim dialogues gives away indirect identifiers that the PPCLM model,
+trained on the same records with those tokens never prediction targets, does not."""
+
+import math
+
+from attacks.identifier_eval import IdentifierPlan, _write, customersim_by_customer, evaluate, markdown, plot
+from attacks.identifiers import Leaks, Record, low_cost_mia, privacy
+from privatize.stages.identifiers import IdentifiersSettings, term_strings
+
+ST = IdentifiersSettings(direct="none", max_n=2)
+
+
+def _span(kind, term):
+    return {"start": 0, "end": 1, "kind": kind, "term": term}
+
+
+def test_privacy_and_low_cost_mia_by_hand():
+    records = [Record("1", "ann", "x", [_span("indirect", "kayak"), _span("indirect", "red kayak"),
+                                        _span("direct", "Ann Lee")]),
+               Record("2", "ann", "x", [_span("indirect", "kayak")]),
+               Record("3", "bob", "x", [_span("indirect", "oboe"), _span("direct", "Bob")]),
+               Record("4", "cy", "x", [_span("indirect", "zither")])]
+    found = Leaks(predicted={"1": set(), "2": {0}, "3": {1}, "4": {0}})
+    found.regurgitated["indirect"] = {"oboe", "never seen"}
+    p = privacy(records, found, ST)
+    # indirect: kayak, red kayak, oboe, zither; predicted kayak (record 2) and zither,
+    # regurgitated oboe ("never seen" is no identifier of these records)
+    assert p["indirect"] == {"identifiers": 4, "predicted": 2, "regurgitated": 1, "leaked": 3, "privacy": 0.25}
+    # direct: "ann lee", "bob"; Bob predicted in record 3
+    assert p["direct"]["privacy"] == 0.5 and (p["all"]["identifiers"], p["all"]["leaked"]) == (6, 4)
+    assert math.isclose(p["all"]["privacy"], 1 / 3)
+    # members ann and bob; guessed: ann (kayak predicted), cy (zither); bob's only
+    # prediction is a direct identifier, which the low-cost attack does not use
+    mia = low_cost_mia(records, found, members={"ann", "bob"})
+    assert (mia["precision"], mia["recall"]) == (0.5, 0.5) and math.isclose(mia["f1"], 0.5)
+
+
+def test_term_strings_match_what_the_stage_writes():
+    assert term_strings("Call me at 555-1234. Thanks!", ST) == {
+        "call", "me", "at", "555-1234", "thanks", "call me", "me at", "at 555-1234"}
+
+
+def test_ppclm_gives_away_fewer_identifiers_than_plain_training(shared_data, wikitext_docs, tmp_path):
+    corpus = _write(customersim_by_customer(shared_data / "customersim" / "train.jsonl", 32), tmp_path / "c.jsonl")
+    plan = IdentifierPlan(corpus=corpus, base_corpus=wikitext_docs["valid"], work=tmp_path / "eval",
+                          vocab_size=1024, seq_len=128, batch_size=8, base_steps=20, adapt_steps=120, samples=1)
+    r = evaluate(plan, progress=False)
+    g = r["graph"]
+    assert g["direct_spans"] > 0 and g["indirect_spans"] > 0 and 0 < g["share_of_distinct_words"] < 1
+    plain, pp = r["models"]["plain"], r["models"]["ppclm"]
+    assert plain["privacy"]["indirect"]["leaked"] > 0  # the plain model memorised some
+    assert pp["privacy"]["indirect"]["privacy"] > plain["privacy"]["indirect"]["privacy"]
+    assert pp["low_cost_mia"]["recall"] < plain["low_cost_mia"]["recall"]
+    assert r["checks"]["ppclm_indirect_privacy_higher"] and r["checks"]["ppclm_low_cost_mia_recall_lower"]
+    for row in r["models"].values():
+        assert math.isfinite(row["perplexity"]) and 0 <= row["loss_mia"]["auc"] <= 1
+    assert "| PPCLM |" in markdown(r)
+    assert plot(r, tmp_path / "p.png").stat().st_size > 10_000
