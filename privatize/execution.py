@@ -235,11 +235,11 @@ def _take(table: pa.Table, indices: np.ndarray) -> pa.Table:
     return pa.table({name: table[name].take(idx) for name in table.column_names})
 
 
-def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) -> list[pa.Table]:
-    """In-process execution of a GlobalStage over all batches of the corpus: keys, the
-    keyed rows grouped by hash partition (a radix sort on one byte), ``decide`` per
-    partition in the global order, then ``apply`` per batch through the same
-    :class:`~privatize.routing.Router` the Ray runner uses."""
+def decide_global_stage(stage: GlobalStage, batches: list[pa.Table]) -> Router:
+    """In process, the first two steps of a GlobalStage over all batches of the corpus:
+    keys, the keyed rows grouped by hash partition (a radix sort on one byte), ``decide``
+    per partition in the global order; returns the :class:`~privatize.routing.Router`
+    the Ray runner also builds."""
     keyed = concat([key_rows(stage, b) for b in batches]) if batches else None
     tables = []
     if keyed is not None and keyed.num_rows:
@@ -253,7 +253,13 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) ->
             if hi > lo:
                 part = keyed.slice(lo, hi - lo)
                 tables.append(decide_partition(stage, part if in_order else sort_partition(part)))
-    router = Router(tables, partial(no_decisions, stage), multi=stage.multi_key)
+    return Router(tables, partial(no_decisions, stage), multi=stage.multi_key)
+
+
+def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) -> list[pa.Table]:
+    """In-process execution of a GlobalStage over all batches of the corpus:
+    :func:`decide_global_stage`, then ``apply`` per batch through its router."""
+    router = decide_global_stage(stage, batches)
     return [apply_global_batch(stage, index, b, router) for b in batches]
 
 

@@ -117,10 +117,11 @@ def _mix(a: np.ndarray, b: np.ndarray, m: np.uint64) -> np.ndarray:
 class _Terms:
     """The terms of a batch of texts. Token arrays (one entry per token, rows in order):
     ``row``, ``tid`` (its distinct token), ``start``/``end`` (only with offsets).
-    Occurrence arrays (one per term occurrence): ``orow``, ``ofirst`` (its first token),
-    ``on`` (words), ``oa``/``ob`` (the digest's lanes), ``oki`` (its index in its row's
-    sorted distinct terms, the key index of ``keys``). Per row: ``dstart`` (its first
-    distinct term in ``da``/``db``)."""
+    Occurrence arrays (one per term occurrence, row by row; within a row by length, then
+    position, so the numbering depends on the row alone): ``orow``, ``ofirst`` (its first
+    token), ``on`` (words), ``oa``/``ob`` (the digest's lanes). Per row: ``ostart`` (its
+    first occurrence; an occurrence's number in its row, ``i - ostart[orow[i]]``, is its
+    key index) and ``ocount``."""
 
     def __init__(self, texts: list, settings: IdentifiersSettings, offsets: bool = False):
         n_rows = len(texts)
@@ -156,23 +157,13 @@ class _Terms:
             ns.append(np.full(len(at), n, np.int8))
             las.append(g1[at])
             lbs.append(g2[at])
-        self.orow = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-        self.ofirst = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
-        self.on = np.concatenate(ns) if ns else np.zeros(0, np.int8)
-        self.oa = np.concatenate(las) if las else np.zeros(0, np.uint64)
-        self.ob = np.concatenate(lbs) if lbs else np.zeros(0, np.uint64)
-        # each row's distinct terms, sorted by digest: the keys, and each occurrence's index
-        order = np.lexsort((self.ob, self.oa, self.orow))
-        r, a, b = self.orow[order], self.oa[order], self.ob[order]
-        new = np.ones(len(order), bool)
-        if len(order) > 1:
-            new[1:] = (r[1:] != r[:-1]) | (a[1:] != a[:-1]) | (b[1:] != b[:-1])
-        group = np.cumsum(new) - 1
-        self.da, self.db, drow = a[new], b[new], r[new]
-        self.dcount = np.bincount(drow, minlength=n_rows).astype(np.int64)
-        self.dstart = np.cumsum(self.dcount) - self.dcount
-        self.oki = np.empty(len(order), np.int64)
-        self.oki[order] = group - self.dstart[r] if len(order) else group
+        # row by row (a stable sort merges the max_n runs, each already in row order):
+        # each row's occurrences are its keys, numbered from 0 (the key index)
+        cat = [np.concatenate(x) for x in (rows, firsts, ns, las, lbs)]
+        order = np.argsort(cat[0], kind="stable")
+        self.orow, self.ofirst, self.on, self.oa, self.ob = (x[order] for x in cat)
+        self.ocount = np.bincount(self.orow, minlength=n_rows).astype(np.int64)
+        self.ostart = np.cumsum(self.ocount) - self.ocount
 
     @staticmethod
     def _entries(tokens: list[str], st: IdentifiersSettings):
@@ -193,11 +184,11 @@ class _Terms:
         return norm, h1, h2, is_word
 
     def keys(self, skip: np.ndarray) -> pa.Array:
-        """Per row, its distinct terms' digests (``list<binary(16)>``); null where ``skip``."""
-        d = np.empty((len(self.da), 2), np.uint64)
-        d[:, 0], d[:, 1] = self.da, self.db
+        """Per row, its term occurrences' digests (``list<binary(16)>``); null where ``skip``."""
+        d = np.empty((len(self.oa), 2), np.uint64)
+        d[:, 0], d[:, 1] = self.oa, self.ob
         values = pa.FixedSizeBinaryArray.from_buffers(KEY_TYPE, len(d), [None, pa.py_buffer(d.astype("<u8").tobytes())])
-        offsets = np.r_[self.dstart, self.dstart[-1] + self.dcount[-1] if len(self.dcount) else 0].astype(np.int32)
+        offsets = np.r_[self.ostart, len(self.oa)].astype(np.int32)
         mask = pa.array(skip) if skip.any() else None
         return pa.ListArray.from_arrays(pa.array(offsets), values, mask=mask)
 
@@ -289,17 +280,19 @@ class Identifiers(GlobalStage):
         key = partition["key"].combine_chunks()
         if not pa.types.is_fixed_size_binary(key.type):
             key = key.cast(KEY_TYPE)
-        # the terms' numbers in order of first appearance (the partition is in the global order)
-        enc = pc.dictionary_encode(key)
-        number = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        n_terms = len(enc.dictionary)
-        first = np.zeros(len(number), bool)
-        first[np.unique(number, return_index=True)[1]] = True
-        # distinct individuals per term: distinct (term, individual) pairs, counted per term
-        who = partition[WHO].combine_chunks().to_numpy(zero_copy_only=False)
-        pairs = np.unique(np.stack([number.astype(np.uint64), who]), axis=1)
-        users = np.bincount(pairs[0].astype(np.int64), minlength=n_terms)
-        ident = users[number] < self.settings.k
+        # the terms numbered in order of first appearance (the partition is in the global
+        # order): a row holds a term's first occurrence when its number is above every one before
+        number = pc.dictionary_encode(key).indices
+        num = number.to_numpy(zero_copy_only=False).astype(np.int64)
+        first = np.ones(len(num), bool)
+        if len(num) > 1:
+            np.greater(num[1:], np.maximum.accumulate(num[:-1]), out=first[1:])
+        # distinct individuals per term (Arrow's hash aggregation)
+        users = pa.table({"t": number, "w": partition[WHO].combine_chunks()}).group_by("t") \
+            .aggregate([("w", "count_distinct")])
+        count = np.zeros(int(num.max()) + 1, np.int64)
+        count[users["t"].to_numpy()] = users["w_count_distinct"].to_numpy()
+        ident = count[num] < self.settings.k
         rows = np.flatnonzero(ident | first)
         flag = (ident[rows].astype(np.int8) | (first[rows].astype(np.int8) << 1)).astype(np.int8)
         term = partition[KEY_INDEX].combine_chunks().to_numpy(zero_copy_only=False)[rows]
@@ -337,24 +330,18 @@ class Identifiers(GlobalStage):
         d_row = np.repeat(np.arange(n_rows, dtype=np.int64), lengths)
         d_term = pc.list_flatten(term_lists).to_numpy(zero_copy_only=False).astype(np.int64)
         d_flag = pc.list_flatten(flag_lists).to_numpy(zero_copy_only=False).astype(np.int8)
-        # each decided term's word count, from any of its occurrences in the row
-        occ_key = terms.orow * (1 << 32) + terms.oki
-        d_key = d_row * (1 << 32) + d_term
-        o_order = np.argsort(occ_key, kind="stable")
-        at = np.searchsorted(occ_key[o_order], d_key)
-        found = at < len(o_order)
-        found[found] &= occ_key[o_order[at[found]]] == d_key[found]
-        if not found.all():
+        # each decision's occurrence: the row's first plus the key index
+        if len(d_term) and ((d_term < 0) | (d_term >= terms.ocount[d_row])).any():
             raise RuntimeError("identifiers: a decision for a term its record does not have (keys and apply disagree)")
-        d_n = terms.on[o_order[at]] if len(d_key) else np.zeros(0, np.int8)
+        d_occ = terms.ostart[d_row] + d_term
+        d_n = terms.on[d_occ]
         stats: dict[str, np.ndarray] = {}
         first, ident = (d_flag & 2) > 0, (d_flag & 1) > 0
         for n in range(1, st.max_n + 1):
             stats[f"terms_n{n}"] = np.bincount(d_row[first & (d_n == n)], minlength=n_rows)
             stats[f"identifiers_n{n}"] = np.bincount(d_row[first & ident & (d_n == n)], minlength=n_rows)
-        # identifier occurrences
-        ident_keys = np.unique(d_key[ident])
-        is_ident = np.isin(occ_key, ident_keys)
+        is_ident = np.zeros(len(terms.orow), bool)
+        is_ident[d_occ[ident]] = True
         spans: list[list[dict]] = [[] for _ in range(n_rows)]
         for o in np.flatnonzero(is_ident):
             f, n = int(terms.ofirst[o]), int(terms.on[o])
