@@ -27,6 +27,20 @@ def gutenberg_texts() -> list[str]:
             for line in open(d / f"{f}.jsonl", encoding="utf-8")]
 
 
+def individuals_corpus(mb: float, individuals: int) -> tuple[list[str], list[str]]:
+    """Gutenberg paragraphs repeated to ``mb`` MB as records of ``individuals`` people,
+    each opened by a sentence unique to it (so that identifiers exist): (texts, people)."""
+    paras = [p for d in gutenberg_texts() for p in d.split("\n\n") if len(p) > 200]
+    texts, people, size, i = [], [], 0, 0
+    while size < mb * 1e6:
+        p = f"Record {i} of reader {i % individuals} ends here. " + paras[i % len(paras)]
+        texts.append(p)
+        people.append(f"person-{(i * 7919) % individuals:06d}")
+        size += len(p.encode())
+        i += 1
+    return texts, people
+
+
 def median_time(fn, repeats: int = 5) -> float:
     times = []
     for _ in range(repeats):

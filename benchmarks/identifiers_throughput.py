@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import gutenberg_texts, machine, median_time, need_data, one_core
+from _common import individuals_corpus, machine, median_time, need_data, one_core
 
 one_core()
 
@@ -55,18 +55,6 @@ def naive(texts: list[str], people: list[str], max_n: int, k: int = 2) -> int:
     return sum(1 for v in users.values() if len(v) < k)
 
 
-def corpus(mb: float, individuals: int) -> tuple[list[str], list[str]]:
-    paras = [p for d in gutenberg_texts() for p in d.split("\n\n") if len(p) > 200]
-    texts, people, size, i = [], [], 0, 0
-    while size < mb * 1e6:
-        p = f"Record {i} of reader {i % individuals} ends here. " + paras[i % len(paras)]
-        texts.append(p)
-        people.append(f"person-{(i * 7919) % individuals:06d}")
-        size += len(p.encode())
-        i += 1
-    return texts, people
-
-
 def batches(texts: list[str], people: list[str], size: int) -> list[pa.Table]:
     out = []
     for i in range(0, len(texts), size):
@@ -80,7 +68,7 @@ def batches(texts: list[str], people: list[str], size: int) -> list[pa.Table]:
 
 
 def throughput(args) -> None:
-    texts, people = corpus(args.mb, args.individuals)
+    texts, people = individuals_corpus(args.mb, args.individuals)
     mb = sum(len(t.encode()) for t in texts) / 1e6
     bs = batches(texts, people, args.batch_docs)
     print(f"corpus: {len(texts)} Gutenberg paragraphs = {mb:.0f} MB of {len(set(people))} individuals, batches of "

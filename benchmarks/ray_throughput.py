@@ -23,10 +23,16 @@ Modes (each prints its figures, the ratio to its baseline, and the targets):
     (split, dedup, split_private, whole-text cipher) with the object store at Ray's
     75 MiB minimum, in a fresh Ray session; completes, shards verified; peak resident
     memory of the driver and of all Ray processes together, sampled every 0.25 s.
+``identifiers``
+    The ``identifiers`` stage (graph build of paper 003, ``direct: none``, ``max_n`` from
+    ``--max-n``, default 2) on ``--mb`` MB of Gutenberg paragraphs, each record of one of
+    100,000 individuals, at 1 and then 2 CPUs (fresh sessions, shards compared): seconds
+    and MB/s per stage, and the peak resident memory of the driver and of every Ray
+    process; run it at several ``--mb`` to see how memory grows with the corpus.
 
 Records/s and MB/s per stage come from the manifest (``seconds`` per stage).
 
-    python benchmarks/ray_throughput.py cipher|dedup|redact|stream [--mb N] [--docs N] [--repeat N] [--pin-ray] [--distinct]
+    python benchmarks/ray_throughput.py cipher|dedup|redact|stream|identifiers [--mb N] [--docs N] [--repeat N] [--pin-ray] [--distinct]
 """
 
 from __future__ import annotations
@@ -383,9 +389,52 @@ def run_stream(mb_target: float, work: Path) -> None:
         print(line)
 
 
+def run_identifiers(mb_target: float, work: Path, max_n: int) -> None:
+    import ray
+
+    from _common import individuals_corpus
+    from privatize import RunOptions, run
+    from privatize.ray import local_init_args
+    from privatize.spec import parse_spec
+
+    texts, people = individuals_corpus(mb_target, 100_000)
+    (work / "in").mkdir(parents=True, exist_ok=True)
+    per = (len(texts) + FILES - 1) // FILES
+    for f in range(FILES):
+        with open(work / "in" / f"part-{f}.jsonl", "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps({"id": f"d{i}", "individual_id": people[i], "text": texts[i]}) + "\n"
+                          for i in range(f * per, min(len(texts), (f + 1) * per)))
+    mb = sum(p.stat().st_size for p in (work / "in").iterdir()) / 1e6
+    spec = parse_spec({"version": 1, "stages": [{"kind": "identifiers", "direct": "none", "max_n": max_n}],
+                       "output": {"num_shards": 8}})
+    print(f"identifiers (max_n {max_n}, direct none): {mb:.0f} MB of JSONL, {len(texts)} records of "
+          f"{len(set(people))} individuals; {machine()}")
+    hashes, secs = {}, {}
+    for cpus in (1, 2):
+        ray.init(num_cpus=cpus, include_dashboard=False, **local_init_args(cpus))
+        try:
+            with PeakRSS() as peak:
+                t = time.perf_counter()
+                m = run(spec, work / "in", work / f"out-{cpus}", runner="ray", options=RunOptions(progress=False))
+                secs[cpus] = time.perf_counter() - t
+        finally:
+            ray.shutdown()
+        hashes[cpus] = shard_hashes(work / f"out-{cpus}")
+        st = m["stages"][0]["stats"]
+        print(f"  {cpus} CPU(s): {secs[cpus]:6.1f} s, {mb / secs[cpus]:5.2f} MB/s end to end ({mb / secs[cpus] / cpus:.2f} "
+              f"per CPU); peak resident memory: driver {peak.peak_driver / 2**30:.2f} GiB, driver + Ray processes "
+              f"{peak.peak_total / 2**30:.2f} GiB")
+        print(f"    {st['identifiers_n1']} of {st['terms_n1']} distinct words are identifiers; "
+              f"{st['indirect_spans']} identifier spans written")
+        for line in per_stage(m, mb):
+            print(line)
+    print(f"  scaling 1 -> 2 CPUs: {secs[1] / secs[2]:.2f}x; shards identical: {hashes[1] == hashes[2]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=["cipher", "dedup", "redact", "stream"])
+    ap.add_argument("mode", choices=["cipher", "dedup", "redact", "stream", "identifiers"])
+    ap.add_argument("--max-n", type=int, default=2, help="identifiers: the longest term")
     ap.add_argument("--mb", type=float, default=None)
     ap.add_argument("--docs", type=int, default=240, help="documents for the redact mode")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
@@ -405,6 +454,8 @@ def main() -> None:
             run_throughput(args.mode, args.mb or 1024, work, max(1, args.repeat), args.distinct)
         elif args.mode == "redact":
             run_redact(args.docs, work)
+        elif args.mode == "identifiers":
+            run_identifiers(args.mb or 250, work, args.max_n)
         else:
             run_stream(args.mb or 1100, work)
     finally:

@@ -73,7 +73,20 @@ KEY_TYPE = pa.binary(16)
 # a reserved token (privatize.ciphers.tokens.RESERVED_RE without its groups, so that
 # findall returns whole matches), a word, or a sentence end: one scan finds all three
 _RESERVED = r"(?<![A-Za-z0-9])[A-Z][A-Za-z0-9]*_\[[A-Za-z0-9+/_-]+={0,2}\]|<[A-Z][A-Z0-9_]*>"
-TOKEN = re.compile(f"{_RESERVED}|{WORD.pattern}|[.!?\u2026\\n\\r]")
+_END = "[.!?\u2026\\n\\r]"
+TOKEN = re.compile(f"{_RESERVED}|{WORD.pattern}|{_END}")
+_TOKEN_PLAIN = re.compile(f"{WORD.pattern}|{_END}")
+"""TOKEN for a text without ``<`` or ``_[`` (no reserved token can match): twice as fast."""
+
+
+def tokens(text: str) -> list[str]:
+    """The words, sentence ends and reserved tokens of ``text``, in order."""
+    return (TOKEN if "<" in text or "_[" in text else _TOKEN_PLAIN).findall(text)
+
+
+def _is_word(tok: str) -> bool:
+    """Whether a token of :func:`tokens` is a word (not a sentence end or reserved token)."""
+    return tok[0] not in ".!?\u2026\n\r<" and "_[" not in tok
 _DIGITS = str.maketrans({c: "0" for c in "123456789"})
 _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
 
@@ -126,12 +139,13 @@ class _Terms:
     def __init__(self, texts: list, settings: IdentifiersSettings, offsets: bool = False):
         n_rows = len(texts)
         if offsets:
-            spans = [[m.span() for m in TOKEN.finditer(t)] if isinstance(t, str) else [] for t in texts]
+            spans = [[m.span() for m in (TOKEN if "<" in t or "_[" in t else _TOKEN_PLAIN).finditer(t)]
+                     if isinstance(t, str) else [] for t in texts]
             toks = [[t[a:b] for a, b in sp] for t, sp in zip(texts, spans)]
             flat_spans = np.array(list(chain.from_iterable(spans)), dtype=np.int64).reshape(-1, 2)
             self.start, self.end = flat_spans[:, 0], flat_spans[:, 1]
         else:
-            toks = [TOKEN.findall(t) if isinstance(t, str) else [] for t in texts]
+            toks = [tokens(t) if isinstance(t, str) else [] for t in texts]
         lengths = np.fromiter((len(x) for x in toks), dtype=np.int64, count=n_rows)
         self.row = np.repeat(np.arange(n_rows, dtype=np.int64), lengths)
         flat = pa.array(list(chain.from_iterable(toks)), pa.string())
@@ -175,7 +189,7 @@ class _Terms:
         for i, tok in enumerate(tokens):
             w = normalize(tok, st)
             norm.append(w)
-            if WORD.fullmatch(tok) is None:  # a sentence end or a reserved token
+            if not _is_word(tok):  # a sentence end or a reserved token
                 continue
             is_word[i] = True
             d = hashlib.blake2b(w.encode("utf-8"), digest_size=16).digest()
@@ -210,8 +224,8 @@ def sentences(text: str, st: IdentifiersSettings) -> list[list[str]]:
     """The normalised words of ``text``, in runs no term crosses (sentence ends and
     reserved tokens split them)."""
     out: list[list[str]] = [[]]
-    for tok in TOKEN.findall(text):
-        if WORD.fullmatch(tok):
+    for tok in tokens(text):
+        if _is_word(tok):
             out[-1].append(normalize(tok, st))
         elif out[-1]:
             out.append([])
