@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def build_stages(spec: PipelineSpec, base_dir: str | None) -> list[Stage]:
-    ctx = StageContext(base_dir=base_dir)
+    ctx = StageContext(base_dir=base_dir, run=uuid.uuid4().hex)
     return [build_stage(s, ctx) for s in spec.stages]
 
 

@@ -133,9 +133,11 @@ class StageContext:
     with (``self.context.key_resolver.resolve(ref)``; by default one for ``base_dir``,
     made on first use, so it sees the ``keystore:`` backend of the process it runs in)."""
 
-    def __init__(self, base_dir: str | None = None, key_resolver: Any = None):
+    def __init__(self, base_dir: str | None = None, key_resolver: Any = None, run: str | None = None):
         self.base_dir = base_dir
         self._key_resolver = key_resolver
+        self.run = run
+        """The run's random id (every process of one run sees the same), or None outside a run."""
 
     @property
     def key_resolver(self):

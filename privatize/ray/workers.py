@@ -81,7 +81,7 @@ class StageRef:
     def build(self) -> Stage:
         if self.settings is None:
             return UniqueIds()
-        return build_stage(self.settings, StageContext(base_dir=self.base_dir))
+        return build_stage(self.settings, StageContext(base_dir=self.base_dir, run=self.run or None))
 
     def _cache_key(self) -> tuple:
         body = None if self.settings is None else self.settings.model_dump_json()

@@ -1,0 +1,214 @@
+"""The ``synthesize`` stage (issue 20, SoE paper 001): the entity graph against
+hand-computed answers, score parsing, and the stage against a scripted OpenAI-compatible
+server on loopback (tests/llm_double.py, a labelled test double at the paid-API
+boundary): exact output, faults that change nothing, a budget that stops a run before it
+overspends and writes nothing, a resumed run that sends only what was not cached, and an
+API key that reaches the server and nothing else."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+import pytest
+
+from privatize import run
+from privatize.errors import SpecError
+from privatize.spec import parse_spec
+from privatize.synthesis import graph, prompts
+from privatize.synthesis.client import BudgetExceeded
+from tests.llm_double import ScriptedLLM
+
+Q, R, O = "Person_[QUJD]", "Person_[RUZH]", "Org_[T0xE]"
+ARTICLES = [{"id": "a1", "individual_id": "w1", "title": "Payments",
+             "text": f"{Q} met {R} in town. {Q} paid {O}. {R} left early."},
+            {"id": "a2", "text": f"{O} hired {R}. Nobody else came."}]
+
+
+def test_edges_and_tuples_by_hand():
+    a, b, c, d = "A", "B", "C", "D"
+    scores = {(a, b): 0.9, (a, c): 0.6, (a, d): 0.2, (b, c): 0.7, (b, d): 0.5, (c, d): 0.4}
+    edges = graph.kept_edges(scores, 0.5)
+    assert edges == {(a, b): 0.9, (a, c): 0.6, (b, c): 0.7, (b, d): 0.5}  # 0.5 is kept, 0.4 and 0.2 go
+    # A: B .9, C .6 -> (A, B, C); B's and C's best tuples have the same members; D: B
+    assert graph.tuples([a, b, c, d], edges, max_k=3) == [(a, b, c), (d, b)]
+    assert graph.tuples([a, b, c, d], edges, max_k=2) == [(a, b), (c, b), (d, b)]
+    # ties go to the neighbour ranked first
+    assert graph.tuples([a, b, c], {(a, b): 0.7, (a, c): 0.7}, max_k=2) == [(a, b), (c, a)]
+    assert graph.rank_entities([c, a, c, b, a, d], cap=3) == [c, a, b]  # 2, 2 (c first), 1
+    near = graph.candidate_pairs([a, b, c], {a: {0}, b: {1}, c: {5}}, window=1)
+    assert near == [(a, b)] and len(graph.candidate_pairs([a, b, c, d])) == 6
+
+
+@pytest.mark.parametrize("answer, value, problem", [
+    ("Causal ...\n\nScore: 0.8", 0.8, None), ("...\nScore：0,65", 0.65, None), ("**Score:** 1", 1.0, None),
+    ("因果关系：有。\n依赖：弱。\n分数：0.3", 0.3, None), ("Score: 0.2 then Score: 0.7.", 0.7, None),
+    ("Score: <Assign a score between 0 and 1>", None, "missing"), ("no number here", None, "missing"),
+    ("Score: 1.4", None, "out_of_range"), ("Score: -0.1", None, "out_of_range"), ("Score: 8/10", None, "out_of_range"),
+    ("Score: 75%", None, "out_of_range")])
+def test_score_parsing(answer, value, problem):
+    assert graph.parse_score(answer) == graph.Score(value, problem)
+
+
+def test_samples_that_do_not_follow_the_instruction():
+    assert prompts.problem("qa", "Q: Who?\nA: A and B.", ("A", "B")) is None
+    assert prompts.problem("qa", "A and B are friends.", ("A", "B")) == "format"
+    assert prompts.problem("relation", "A is nice.", ("A", "B")) == "entities"
+    assert prompts.problem("description", "  ", ("A",)) == "empty"
+    assert prompts.parse_entities("Here:\n- A\n* B\n- A\nnot a line", 5) == ["A", "B"]
+
+
+def _spec(url, **extra):
+    llm = {"base_url": url, "model": "scripted", **extra.pop("llm", {})}
+    return parse_spec({"stages": [{"kind": "synthesize", "allow_plaintext": True, "llm": llm, **extra}],
+                       "output": {"num_shards": 2}})
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps(a) + "\n" for a in ARTICLES), encoding="utf-8")
+    return tmp_path
+
+
+def _rows(out):
+    import pyarrow.parquet as pq
+
+    rows = [r for p in sorted((out / "shards").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    return {r["doc_id"]: r for r in rows}
+
+
+def _hashes(out):
+    return [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((out / "shards").glob("*.parquet"))]
+
+
+def test_the_stage_against_the_scripted_server(corpus):
+    with ScriptedLLM(scores={(Q, R): 0.9, (Q, O): 0.6}, broken={(R, O)}) as llm:
+        m = run(_spec(llm.url, cache="cache"), corpus / "in", corpus / "out", spec_dir=str(corpus))
+    rows = _rows(corpus / "out")
+    st = m["stages"][0]["stats"]
+    # a1: entities Q (2 mentions), R (2), O (1); pairs QR .9, QO .6, RO unreadable -> edges QR, QO;
+    # tuples (Q, R, O), (R, Q), (O, Q): 3 descriptions + 6 samples. a2: O, R; pair OR .9; tuple (O, R)
+    assert st["score_missing"] == 1 and st["edges"] == 3 and st["tuples"] == 4
+    assert st["requests"] == 12 + 5 == len(llm.requests) and st["requests_cached"] == 0
+    a1 = sorted((r for r in rows.values() if r["synthesis_source"] == "a1"), key=lambda r: r["doc_id"])
+    assert [r["synthesis_prompt"] for r in a1] == ["description"] * 3 + ["qa", "relation"] * 3
+    assert [r["synthesis_entities"] for r in a1[3::2]] == [[Q, R, O], [R, Q], [O, Q]]
+    assert a1[0]["doc_id"] == "a1/syn-00001" and a1[0]["individual_id"] == rows["a1"]["individual_id"]
+    assert rows["a1"]["synthesis_source"] is None and rows["a1"]["text"] == ARTICLES[0]["text"]
+    assert st["samples"] == 9 + 4 and m["counts"]["output_records"] == 2 + 13
+    assert st["synthetic_words"] == sum(len(r["text"].split()) for r in rows.values() if r["synthesis_source"])
+    # a re-run answers from the cache: no request, the same shards
+    with ScriptedLLM(scores={(Q, R): 0.9, (Q, O): 0.6}, broken={(R, O)}) as again:
+        m2 = run(_spec(again.url, cache="cache"), corpus / "in", corpus / "again", spec_dir=str(corpus))
+    assert again.requests == [] and m2["stages"][0]["stats"]["requests_cached"] == 17
+    assert _hashes(corpus / "again") == _hashes(corpus / "out")
+
+
+def test_faults_change_nothing_and_a_resumed_run_sends_only_what_is_missing(corpus):
+    with ScriptedLLM() as clean:
+        run(_spec(clean.url, cache="c0"), corpus / "in", corpus / "clean", spec_dir=str(corpus))
+    total = len(clean.requests)
+    faults = {2: 429, 3: 500, 5: "timeout", 6: 503}
+    with ScriptedLLM(faults=faults, hang_s=1.5) as flaky:
+        m = run(_spec(flaky.url, cache="c1", llm={"timeout_s": 0.5, "backoff_s": 0.01}), corpus / "in",
+                corpus / "flaky", spec_dir=str(corpus))
+    assert len(flaky.requests) == total + 4 and _hashes(corpus / "flaky") == _hashes(corpus / "clean")
+    assert m["stages"][0]["stats"]["requests"] == total
+    # a budget stops the run before it overspends: nothing is written
+    with ScriptedLLM() as first:
+        with pytest.raises(BudgetExceeded, match="max_requests 6 reached"):
+            run(_spec(first.url, cache="c2", max_requests=6), corpus / "in", corpus / "cut", spec_dir=str(corpus))
+    assert len(first.requests) <= 6 and not (corpus / "cut").exists()
+    cached = len(list((corpus / "c2" / "responses").rglob("*.json")))
+    assert 0 < cached <= 6
+    with ScriptedLLM() as rest:
+        run(_spec(rest.url, cache="c2"), corpus / "in", corpus / "resumed", spec_dir=str(corpus))
+    assert len(rest.requests) == total - cached
+    assert _hashes(corpus / "resumed") == _hashes(corpus / "clean")
+
+
+def test_the_api_key_reaches_the_server_and_nothing_else(corpus, monkeypatch, caplog):
+    secret = "sk-test-" + "9" * 24
+    monkeypatch.setenv("SYNTH_KEY", secret)
+    caplog.set_level(logging.DEBUG)
+    with ScriptedLLM() as llm:
+        m = run(_spec(llm.url, cache="ck", llm={"api_key": "env:SYNTH_KEY"}), corpus / "in", corpus / "out",
+                spec_dir=str(corpus))
+    assert {r["auth"] for r in llm.requests} == {f"Bearer {secret}"}
+    stored = [p.read_bytes() for p in (corpus / "ck").rglob("*") if p.is_file()]
+    stored += [p.read_bytes() for p in (corpus / "out").rglob("*") if p.is_file()]
+    assert not any(secret.encode() in b for b in stored) and secret not in json.dumps(m)
+    assert secret not in caplog.text
+    with pytest.raises(SpecError, match="stages.0.synthesize.llm.api_key"):
+        parse_spec({"stages": [{"kind": "synthesize", "allow_plaintext": True,
+                                "llm": {"base_url": "http://x", "model": "m", "api_key": secret}}]})
+
+
+def test_the_validator_wants_redaction_first():
+    llm = {"base_url": "http://127.0.0.1:1/v1", "model": "m"}
+    with pytest.raises(SpecError, match="synthesize sends its articles to an LLM"):
+        parse_spec({"stages": [{"kind": "synthesize", "llm": llm}]})
+    parse_spec({"stages": [{"kind": "redact", "operator": "tag"}, {"kind": "synthesize", "llm": llm}]})
+    with pytest.raises(SpecError, match="put split after it"):
+        parse_spec({"stages": [{"kind": "split"}, {"kind": "synthesize", "llm": llm, "allow_plaintext": True}]})
+
+
+@pytest.fixture(scope="module")
+def served_model(tmp_path_factory):
+    """``transformers serve`` (a real OpenAI-compatible server) on loopback, serving a tiny
+    Llama with random weights and a chat template: the protocol path of a real server."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from train.models import build_model, preset_config
+    from train.tokenizer import special_ids, train_tokenizer
+
+    d = tmp_path_factory.mktemp("chat-model")
+    tok = train_tokenizer([a["text"] for a in ARTICLES] * 40, 300)
+    tok.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant: {% endif %}")
+    build_model(preset_config("tiny", vocab_size=len(tok), **special_ids(tok)), seed=1).save_pretrained(d)
+    tok.save_pretrained(d)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = os.path.join(os.path.dirname(sys.executable), "transformers")
+    proc = subprocess.Popen([exe, "serve", str(d), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        for _ in range(120):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None:
+                pytest.fail("transformers serve exited: " + proc.stdout.read().decode()[-2000:])
+            time.sleep(0.5)
+        else:
+            pytest.fail("transformers serve did not answer /health within 60 s")
+        yield f"http://127.0.0.1:{port}/v1", str(d)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_the_stage_against_transformers_serve(corpus, served_model):
+    url, model = served_model
+    spec = _spec(url, cache="real", llm={"model": model, "max_tokens": 12, "max_in_flight": 4})
+    m = run(spec, corpus / "in", corpus / "out", spec_dir=str(corpus))
+    st = m["stages"][0]["stats"]
+    # 5 descriptions and 4 pairs asked; a random model writes no "Score:", so no edge and
+    # no tuple: every pair is counted as unreadable, never guessed
+    assert st["requests"] == 9 and st["requests_cached"] == 0 and st["tokens_out"] > 0
+    assert st["score_missing"] + st["score_out_of_range"] == 4 and st["edges"] == 0 and st["tuples"] == 0
+    assert st["samples"] + st["filtered_entities"] + st["filtered_empty"] == 5
+    again = run(spec, corpus / "in", corpus / "again", spec_dir=str(corpus))
+    assert again["stages"][0]["stats"]["requests_cached"] == 9 and _hashes(corpus / "again") == _hashes(corpus / "out")
