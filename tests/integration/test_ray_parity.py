@@ -495,3 +495,27 @@ def test_identifiers_stage_same_shards_on_ray_at_one_and_two_cpus(ray_session, w
                            str(workdir)], cwd=ROOT, env=ray_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert shard_hashes(out) == shard_hashes(in_process(workdir, plain, "identifiers-plain")[0])
+
+
+def test_synthesize_stage_same_shards_on_ray_from_the_cache(ray_session, tmp_path, monkeypatch):
+    """The synthesize stage in an actor pool on Ray: with the in-process run's cached
+    answers it sends no request and writes the same shards (a scripted OpenAI-compatible
+    server on loopback stands in for the paid LLM API: tests/llm_double.py)."""
+    from tests.llm_double import ScriptedLLM
+    from tests.privatize.test_synthesize_stage import ARTICLES
+
+    (tmp_path / "in").mkdir()
+    rows = [{**a, "id": f"art{i}"} for i, a in enumerate(ARTICLES * 3)]
+    (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    pools = spy_pools(monkeypatch)
+    with ScriptedLLM() as llm:
+        spec = {"stages": [{"kind": "synthesize", "allow_plaintext": True, "cache": str(tmp_path / "cache"),
+                            "llm": {"base_url": llm.url, "model": "scripted"}}], "output": {"num_shards": 2}}
+        base = run(parse_spec(spec), tmp_path / "in", tmp_path / "local")
+        sent = len(llm.requests)
+        got = run(parse_spec(spec), tmp_path / "in", tmp_path / "ray", runner="ray", progress=False, batch_size=2)
+        assert len(llm.requests) == sent > 0  # every answer came from the cache
+    assert shard_hashes(tmp_path / "ray") == shard_hashes(tmp_path / "local")
+    assert got["counts"] == base["counts"] and got["stages"][0]["stats"]["samples"] == base["stages"][0]["stats"][
+        "samples"] > 0
+    assert ("0_synthesize", True) in pools

@@ -212,3 +212,45 @@ def test_the_stage_against_transformers_serve(corpus, served_model):
     assert st["samples"] + st["filtered_entities"] + st["filtered_empty"] == 5
     again = run(spec, corpus / "in", corpus / "again", spec_dir=str(corpus))
     assert again["stages"][0]["stats"]["requests_cached"] == 9 and _hashes(corpus / "again") == _hashes(corpus / "out")
+
+
+def test_after_redaction_the_llm_sees_only_what_redaction_missed(shared_data, tmp_path):
+    """CustomerSim dialogues with gold PII spans through redact (operator encrypt, AES-SIV)
+    then synthesize: every prompt the (scripted) server receives holds no gold PII string
+    that the redacted articles do not hold, and the share of gold strings in the prompts
+    and in the synthetic records is at most the redaction's miss rate on the same data."""
+    from privatize.keys import new_key, write_key_file
+
+    rows = []
+    with open(shared_data / "customersim" / "train.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            r = json.loads(line)
+            if r["kind"] == "dial":
+                rows.append(r)
+            if len(rows) == 12:
+                break
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "d.jsonl").write_text("".join(json.dumps({"id": r["id"], "text": r["text"]}) + "\n"
+                                                     for r in rows), encoding="utf-8")
+    write_key_file(new_key("aes-siv"), tmp_path / "entity.key")
+    gold = sorted({s["text"] for r in rows for s in r["spans"]})
+    with ScriptedLLM() as llm:
+        spec = parse_spec({"stages": [{"kind": "redact", "operator": "encrypt", "key": "file:entity.key"},
+                                      {"kind": "synthesize", "cache": "cache", "max_entities": 4,
+                                       "llm": {"base_url": llm.url, "model": "scripted"}}]})
+        m = run(spec, tmp_path / "in", tmp_path / "out", spec_dir=str(tmp_path))
+        sent = llm.prompts()
+    out = _rows(tmp_path / "out")
+    articles = [r["text"] for r in out.values() if r["synthesis_source"] is None]
+    synthetic = [r["text"] for r in out.values() if r["synthesis_source"] is not None]
+    assert len(articles) == 12 and synthetic and m["stages"][1]["stats"]["requests"] == len(llm.requests)
+
+    def share(texts):
+        return sum(1 for g in gold if any(g in t for t in texts)) / len(gold)
+
+    missed = share(articles)  # the gold strings redaction left in the articles
+    for p in sent:
+        assert {g for g in gold if g in p} <= {g for g in gold if any(g in a for a in articles)}
+    assert share(sent) <= missed and share(synthetic) <= missed
+    assert missed < 0.5  # redaction removed most of it: the figure means something
+    assert any("_[" in p for p in sent)  # entities reached the server as tokens

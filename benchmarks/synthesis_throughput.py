@@ -1,0 +1,99 @@
+"""The synthesize stage's LLM client against a local OpenAI-compatible server that answers
+after a fixed delay (issue 20): does it keep ``max_in_flight`` requests busy?
+
+The server runs in a child process (a threading HTTP server: every request waits
+``--delay`` seconds, then answers a fixed chat completion). The client
+(:class:`privatize.synthesis.client.ChatClient`, what the stage calls) sends ``--requests``
+distinct prompts with ``max_in_flight`` 1, 16 and 64, nothing cached; the ideal rate is
+``in_flight / delay``. Goal: >= 90% of it at 64 in flight. With ``--delay 0`` the figure is
+the client's own cost per request (the server's included). The client process is pinned
+to one core (``--cores 2``: not pinned).
+
+    python benchmarks/synthesis_throughput.py [--delay 0.2] [--requests 1280] [--cores 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import machine
+
+SERVER = r"""
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+delay = float(sys.argv[1])
+BODY = json.dumps({"id": "x", "object": "chat.completion", "model": "m",
+                   "choices": [{"index": 0, "message": {"role": "assistant", "content": "Score: 0.7"},
+                                "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": 10, "completion_tokens": 3}}).encode()
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
+    def log_message(self, *a): pass
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if delay: time.sleep(delay)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(BODY)))
+        self.end_headers()
+        self.wfile.write(BODY)
+class S(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+s = S(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--delay", type=float, default=0.2)
+    ap.add_argument("--requests", type=int, default=1280)
+    ap.add_argument("--cores", type=int, default=1, choices=[1, 2])
+    args = ap.parse_args()
+
+    from privatize.synthesis.client import ChatClient
+
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.delay)], stdout=subprocess.PIPE, text=True)
+    port = int(server.stdout.readline())
+    if args.cores == 1:
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    results = {}
+    try:
+        print(f"# {machine()}; server delay {args.delay * 1000:.0f} ms, {args.requests} requests, client on "
+              f"{args.cores} core(s)")
+        print(f"{'in flight':>9} {'requests/s':>11} {'ideal':>9} {'share':>7} {'client CPU s/request':>21}")
+        for flight in (1, 16, 64):
+            n = args.requests if flight > 1 else min(args.requests, 50 if args.delay else args.requests)
+            with tempfile.TemporaryDirectory() as tmp:
+                client = ChatClient(f"http://127.0.0.1:{port}/v1", "m", api_key=None, cache_dir=Path(tmp),
+                                    max_in_flight=flight, max_tokens=16)
+                convs = [[{"role": "user", "content": f"prompt {flight}-{i}"}] for i in range(n)]
+                c0, t0 = time.process_time(), time.perf_counter()
+                client.complete(convs)
+                secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+            rate = n / secs
+            ideal = flight / args.delay if args.delay else float("inf")
+            share = rate / ideal if args.delay else float("nan")
+            results[flight] = {"rate": rate, "ideal": ideal, "share": share, "cpu_per_request": cpu / n}
+            print(f"{flight:>9} {rate:11.1f} {ideal:9.1f} {share:7.1%} {1000 * cpu / n:18.2f} ms")
+        if args.delay:
+            ok = results[64]["share"] >= 0.9
+            print(f"goal >= 90% of the ideal rate at 64 in flight: {'met' if ok else 'NOT met'}")
+        print(json.dumps({"delay": args.delay, "cores": args.cores, "results": results}))
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
