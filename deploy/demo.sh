@@ -6,7 +6,9 @@
 #      tenant, upload the same kind of corpus over HTTP, run the CRT recipe with entity
 #      encryption as a Ray job, download the result (deploy/demo-service.sh); then the
 #      main job over the same API (deploy/main_job.py): a corpus with canaries ->
-#      privatize -> three tiny models (plain, redacted, CRT) -> attacks -> one report.
+#      privatize -> three tiny models (plain, redacted, CRT) -> attacks -> one report;
+#   3. synthesis: redact then synthesize a small sample against `transformers serve` of a
+#      tiny model trained here (deploy/synthesis-demo.sh; no network).
 # Then say where everything is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,5 +51,9 @@ echo
 echo "== 2. the service (FastAPI + embedded Ray head): upload, job, download"
 DEMO_OUT="$OUT/service" ./deploy/demo-service.sh
 echo
-echo "Demo outputs: $(cd "$OUT" && pwd)/batch (CLI run) and $(cd "$OUT" && pwd)/service (service run)."
+echo "== 3. synthesis against a local OpenAI-compatible server (transformers serve)"
+DEMO_OUT="$OUT/synthesis" ./deploy/synthesis-demo.sh
+echo
+echo "Demo outputs: $(cd "$OUT" && pwd)/batch (CLI run), $(cd "$OUT" && pwd)/service (service run) and"
+echo "  $(cd "$OUT" && pwd)/synthesis (synthesis run)."
 echo "The privacy report of the main job: $(cd "$OUT" && pwd)/service/main/report/report.html"
