@@ -14,6 +14,7 @@ compare them::
     true_prefix: {data: corpus/train.jsonl, trials: 100, samples: 100}
     cipher_outputs: {key: keys/entity.key, prompts: corpus/prompts.txt, count: 200, training_pii: corpus/train.jsonl}
     corpus_stats: {sources: {plain: corpus/train.jsonl, encrypted: runs/enc}, unit: word}
+    identifiers: {members: runs/members-ids, non_members: runs/heldout-ids, samples: 2, limit: 500}
     output: evals/demo
 
 Every part is optional; the report shows what ran. Data sources are a privatization
@@ -22,7 +23,12 @@ or a ``.txt`` file (one text per line). Key references are resolved like the pip
 the canary secrets are derived from the canary key and never written anywhere.
 ``reconstruction`` and ``true_prefix`` read records with gold entity spans (``.jsonl``,
 the CustomerSim format); ``cipher_outputs`` checks generated entity tokens under the
-entity stage's key.
+entity stage's key. ``identifiers`` measures paper 003's Privacy (the share of the
+identifiers the ``identifiers`` stage found that a model predicts or regurgitates) and,
+with ``non_members``, its two membership inferences per individual; its sources carry
+``identifier_spans`` and ``individual_id`` (the output of a run with that stage and
+``output.pseudonym_key``, or Parquet/JSONL with those columns), and ``case`` and
+``digits`` must be the stage's.
 """
 
 from __future__ import annotations
@@ -170,13 +176,41 @@ class CorpusStatsSpec(_Strict):
         return v
 
 
+class IdentifiersSpec(_Strict):
+    """Paper 003's identifier metrics (:mod:`attacks.identifiers`). Identifiers are read
+    from the sources' ``identifier_spans``; ``max_n``, ``case`` and ``digits`` only say how
+    generated text is normalised before it is matched against them, so they must be the
+    ``identifiers`` stage's."""
+
+    members: str = Field(description="records the models were trained on: a privatization output with "
+                                     "identifier_spans and individual_id (or Parquet/JSONL with those columns)")
+    non_members: Optional[str] = Field(None, description="records of held-out individuals, likewise: needed for "
+                                                         "the low-cost and the loss membership inference")
+    max_n: int = Field(3, ge=1, le=5, description="the identifiers stage's max_n")
+    case: Literal["fold", "keep"] = Field("fold", description="the identifiers stage's case")
+    digits: Literal["keep", "zero"] = Field("keep", description="the identifiers stage's digits")
+    samples: int = Field(2, ge=0, le=1000, description="generations per member record (0: predictions only)")
+    prompt_chars: int = Field(24, ge=1, le=10_000, description="generations start from each record's first "
+                                                               "characters")
+    max_new_tokens: int = Field(48, ge=1, le=1024)
+    limit: Optional[int] = Field(None, ge=1, le=10_000_000, description="records per source (a random sample)")
+    seed: int = 0
+
+    def settings(self):
+        """The stage settings generated text is normalised under (no detector: the direct
+        identifiers come from the spans)."""
+        from privatize.stages.identifiers import IdentifiersSettings
+
+        return IdentifiersSettings(direct="none", max_n=self.max_n, case=self.case, digits=self.digits)
+
+
 class ScoringSpec(_Strict):
     workers: int = Field(0, ge=0, le=64, description="Ray workers that score MIA batches (0: in this process)")
     batch_tokens: int = Field(16384, ge=256, le=1 << 22)
 
 
 ATTACKS = ("canaries", "mia", "perplexity", "extraction", "reconstruction", "true_prefix", "cipher_outputs",
-           "corpus_stats")
+           "corpus_stats", "identifiers")
 
 
 class AttackConfig(_Strict):
@@ -190,6 +224,7 @@ class AttackConfig(_Strict):
     true_prefix: Optional[TruePrefixSpec] = None
     cipher_outputs: Optional[CipherOutputsSpec] = None
     corpus_stats: Optional[CorpusStatsSpec] = None
+    identifiers: Optional[IdentifiersSpec] = None
     scoring: ScoringSpec = ScoringSpec()
     output: str = "evaluation"
 

@@ -38,3 +38,71 @@ def read_texts(source: str, *, column: str = "text", limit: int | None = None, s
         idx = np.sort(np.random.default_rng(seed).choice(len(texts), size=limit, replace=False))
         texts = [texts[i] for i in idx]
     return texts
+
+
+IDENTIFIER_COLUMNS = ("identifier_spans", "individual_id", "text")
+
+
+def read_identifier_records(source: str, *, limit: int | None = None, seed: int = 0, what: str = "data") -> list:
+    """Up to ``limit`` :class:`attacks.identifiers.Record` of ``source`` (a seeded random
+    sample when there are more), in source order: a privatization output whose shards
+    carry ``identifier_spans`` and pseudonymised ``individual_id``, or Parquet/JSONL with
+    those columns (and ``doc_id``, else ``id``, else the row number). Records without text
+    are skipped; one without an individual is an error, as is a missing column."""
+    from attacks.identifiers import Record
+    from train.data import _read_table, data_files
+
+    if not Path(source).exists():
+        raise SpecError(f"{what}: {source} does not exist")
+    try:
+        fmt, files = data_files(source)
+    except InputError as exc:
+        msg = str(exc).split(": ", 1)[1] if str(exc).startswith("data.") else str(exc)
+        raise SpecError(f"{what}: {msg}") from None
+    hints = {"identifier_spans": "run the identifiers stage",
+             "individual_id": "the identifiers stage needs it; keep it with output.pseudonym_key",
+             "text": "the text the spans index"}
+    rows: list[tuple] = []
+    no_individual = 0
+    for f in files:
+        try:
+            t = _read_table(fmt, f)
+        except Exception as exc:  # an unreadable file: one line naming it
+            raise SpecError(f"{what}: cannot read {f}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+        for col in IDENTIFIER_COLUMNS:
+            if col not in t.column_names:
+                where = source if f == files[0] else f  # a later file that differs: name it
+                raise SpecError(f"{what}: {where} has no column {col} ({hints[col]})")
+        ids = next((t[c].to_pylist() for c in ("doc_id", "id") if c in t.column_names), None)
+        if ids is None:
+            ids = [f"{Path(f).name}:{i}" for i in range(t.num_rows)]
+        for d, spans, who, text in zip(ids, *(t[c].to_pylist() for c in IDENTIFIER_COLUMNS)):
+            if not text:
+                continue
+            if who is None or who == "":
+                no_individual += 1
+                continue
+            rows.append((str(d), str(who), text, spans or []))
+    if no_individual:
+        if not rows:
+            raise SpecError(f"{what}: {source}: individual_id is empty: run the pipeline with output.pseudonym_key "
+                            "so individuals stay distinguishable")
+        raise SpecError(f"{what}: {source}: individual_id is empty in {no_individual} of "
+                        f"{no_individual + len(rows)} records")
+    if not rows:
+        raise SpecError(f"{what}: {source} has no texts")
+    seen: set[str] = set()
+    for d, _, _, spans in rows:
+        if d in seen:
+            raise SpecError(f"{what}: {source}: doc_id {d!r} occurs more than once")
+        seen.add(d)
+        for sp in spans:
+            ok = isinstance(sp, dict) and sp.get("kind") in ("direct", "indirect") and isinstance(sp.get("term"), str) \
+                and all(isinstance(sp.get(k), int) for k in ("start", "end"))
+            if not ok:
+                raise SpecError(f"{what}: {source}: record {d!r}: identifier_spans must be "
+                                "{start, end, kind: direct|indirect, term} (the identifiers stage's column)")
+    if limit is not None and len(rows) > limit:
+        idx = np.sort(np.random.default_rng(seed).choice(len(rows), size=limit, replace=False))
+        rows = [rows[i] for i in idx]
+    return [Record(d, who, text, spans) for d, who, text, spans in rows]

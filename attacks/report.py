@@ -284,6 +284,53 @@ def _comparison(models: Sequence[ModelResult]) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
+def _privacy_cell(p: dict | None) -> str:
+    """One kind's Privacy with the counts behind it (never the terms)."""
+    if not p or not p.get("identifiers"):
+        return f'<td>{_DASH} <span class="hint">(none found)</span></td>'
+    how = (f' title="predicted {p["predicted"]:,}, regurgitated {p["regurgitated"]:,}"'
+           if "predicted" in p and "regurgitated" in p else "")
+    return (f'<td class="num"{how}>{p["privacy"]:.3f} '
+            f'<span class="hint">({p["leaked"]:,} of {p["identifiers"]:,} leaked)</span></td>')
+
+
+def _identifiers(models: Sequence[ModelResult]) -> str:
+    """Paper 003's table, or "" when no model has identifier results."""
+    rows = [(i, m, m.identifiers) for i, m in enumerate(models) if m.identifiers is not None]
+    if not rows:
+        return ""
+    head = ("<tr><th>Model</th><th>Privacy</th><th>direct</th><th>indirect</th>"
+            "<th>Low-cost MIA precision / recall / F1</th><th>Loss MIA AUC</th>"
+            f"<th>TPR@{_pct(TARGET_FPR)} FPR</th></tr>")
+    body = []
+    for i, m, x in rows:
+        low = x.low_cost_mia
+        low_cell = (f"<td>{_DASH}</td>" if low is None else
+                    f'<td class="num" title="{low["guessed_members"]:,} of {low["individuals"]:,} individuals '
+                    f'called members">{low["precision"]:.2f} / {low["recall"]:.2f} / {low["f1"]:.2f}</td>')
+        roc = x.loss_mia
+        auc = f"<td>{_DASH}</td>" if roc is None else f'<td class="num">{roc.auc:.3f}</td>'
+        tpr = _tpr_cell(_tpr_at(roc, TARGET_FPR) if roc else None, per_cell_negatives=True)
+        body.append(f'<tr><td><a href="#model-{i}">{_e(m.name)}</a></td>'
+                    + "".join(_privacy_cell(x.privacy.get(k)) for k in ("all", "direct", "indirect"))
+                    + low_cell + auc + tpr + "</tr>")
+    x = rows[0][2]
+    gens = f"{x.samples} generation{'s' if x.samples != 1 else ''} each" if x.samples else "predictions only"
+    support = f"Privacy over {x.records:,} member records of {x.individuals:,} individuals ({gens})."
+    if x.non_member_individuals:
+        support += (f" Membership inference per individual: {x.individuals:,} members vs "
+                    f"{x.non_member_individuals:,} held-out individuals ({x.non_member_records:,} records).")
+    else:
+        support += " No held-out individuals given: no membership inference."
+    reading = ("Privacy is 1 − the share of the distinct identifiers in the members' records that the model "
+               "predicts (each of its tokens the model's top choice after the real text before it) or "
+               "regurgitates (in its generations); 1 = none given away. The low-cost attack calls an individual "
+               "a member when any of their indirect identifiers is predicted; the loss attack scores an "
+               "individual by their records' mean token loss.")
+    return (f"<table>{head}{''.join(body)}</table>"
+            f'<p class="hint">{_e(support)}</p><p class="hint">{_e(reading)}</p>')
+
+
 def _corpus_stats(stats: dict) -> str:
     keys = list(dict.fromkeys(k for v in stats.values() if isinstance(v, dict) for k in v))
     head = "<tr><th>Corpus</th>" + "".join(f"<th>{_e(k)}</th>" for k in keys) + "</tr>"
@@ -461,8 +508,10 @@ def render_report(evaluation: Evaluation) -> str:
     notes = ("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(s)}</li>" for s in ev.notes) + "</ul>") if ev.notes else ""
     stats = f"<h2>Corpus statistics</h2>{_corpus_stats(ev.corpus_stats)}" if ev.corpus_stats else ""
     if ev.models:
+        ids = _identifiers(ev.models)
         body = (f"<h2>Comparison</h2>{_comparison(ev.models)}"
-                f'<h2>Privacy cards</h2><div class="cards">'
+                + (f'<h2 id="identifiers">Identifiers (paper 003)</h2>{ids}' if ids else "")
+                + '<h2>Privacy cards</h2><div class="cards">'
                 + "".join(_card(i, m) for i, m in enumerate(ev.models))
                 + f"</div><h2>Plots</h2>{_plots(ev.models)}")
     else:

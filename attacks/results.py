@@ -3,8 +3,8 @@
 One evaluation (``evaluation.json``, beside ``report.html``) is an :class:`Evaluation`:
 a list of :class:`ModelResult`, one per attacked model. Every attack's part of a model
 result is optional (``None`` when the attack was not run); the report renders what is
-there. Secrets (canary digits, member names) are never part of a result: canaries are
-named by their index.
+there. Secrets (canary digits, member names, identifier terms) are never part of a result:
+canaries are named by their index.
 """
 
 from __future__ import annotations
@@ -111,6 +111,25 @@ class CipherOutputs:
 
 
 @dataclass
+class IdentifierLeakage:
+    """Paper 003's identifier metrics for one model (:mod:`attacks.identifiers`). Only
+    counts and rates: identifier terms are personal data and never part of a result."""
+
+    records: int  # member records asked about
+    individuals: int  # their distinct individuals
+    samples: int  # generations per member record (0: predictions only)
+    # "direct", "indirect": {identifiers, predicted, regurgitated, leaked, privacy};
+    # "all": {identifiers, leaked, privacy}. Privacy = 1 - leaked / identifiers (distinct terms)
+    privacy: dict[str, dict[str, float]]
+    non_member_records: int = 0
+    non_member_individuals: int = 0
+    # "member if any indirect identifier is predicted", per individual: {individuals, members,
+    # guessed_members, precision, recall, f1}; None without non-members
+    low_cost_mia: dict[str, float] | None = None
+    loss_mia: RocResult | None = None  # the loss attack per individual; None without non-members
+
+
+@dataclass
 class TrainingInfo:
     kind: str  # pretrain | continue | dp | crt
     protection: str  # what the data went through, e.g. "none", "redacted", "CRT (dedup+redact+DP on private)"
@@ -134,6 +153,7 @@ class ModelResult:
     true_prefix: TruePrefixResult | None = None
     extraction: ExtractionResult | None = None
     cipher_outputs: CipherOutputs | None = None
+    identifiers: IdentifierLeakage | None = None
     seconds: float = 0.0
 
 
@@ -190,5 +210,7 @@ _NESTED.update({
     (ModelResult, "true_prefix"): lambda v: _build(TruePrefixResult, v),
     (ModelResult, "extraction"): lambda v: _build(ExtractionResult, v),
     (ModelResult, "cipher_outputs"): lambda v: _build(CipherOutputs, v),
+    (ModelResult, "identifiers"): lambda v: _build(IdentifierLeakage, v),
+    (IdentifierLeakage, "loss_mia"): lambda v: _build(RocResult, v),
     (Evaluation, "models"): _list_of(ModelResult),
 })

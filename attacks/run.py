@@ -4,8 +4,8 @@
 sources, the canary and entity keys), then the corpus statistics, then per model:
 perplexity on held-out text, canary exposure, membership inference (scoring spread over
 Ray workers when ``scoring.workers`` > 0), data extraction, name reconstruction,
-true-prefix, entity tokens in generations; and writes ``OUTPUT/evaluation.json`` and
-``OUTPUT/report.html``.
+true-prefix, entity tokens in generations, paper 003's identifier metrics; and writes
+``OUTPUT/evaluation.json`` and ``OUTPUT/report.html``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from attacks.config import AttackConfig
-from attacks.data import read_texts
-from attacks.results import Evaluation, ModelResult, TrainingInfo
+from attacks.data import read_identifier_records, read_texts
+from attacks.results import Evaluation, IdentifierLeakage, ModelResult, TrainingInfo
 from privatize.errors import SpecError
 
 
@@ -288,7 +288,61 @@ def prepare(cfg: AttackConfig, base_dir: str | None = None) -> dict:
         inputs["training_pii"] = _training_pii(c) if c.training_pii else []
     if cfg.corpus_stats:
         inputs["corpora"] = _corpus_texts(cfg)
+    if cfg.identifiers:
+        inputs.update(_identifier_records(cfg))
     return inputs
+
+
+def _identifier_records(cfg: AttackConfig) -> dict:
+    """The members' records and, when given, the held-out individuals' (none of whom may
+    be a member: the membership inferences score individuals)."""
+    s = cfg.identifiers
+    out = {"identifier_settings": s.settings(),
+           "identifier_members": read_identifier_records(s.members, limit=s.limit, seed=s.seed,
+                                                         what="identifiers.members"),
+           "identifier_non_members": []}
+    if s.non_members:
+        non = read_identifier_records(s.non_members, limit=s.limit, seed=s.seed + 1, what="identifiers.non_members")
+        both = {r.individual for r in out["identifier_members"]} & {r.individual for r in non}
+        if both:
+            raise SpecError(f"identifiers.non_members: {len(both)} of its individuals are also in identifiers.members "
+                            "(non-members must be held-out individuals, pseudonymised under the same "
+                            "output.pseudonym_key)")
+        out["identifier_non_members"] = non
+    return out
+
+
+def _identifiers(cfg: AttackConfig, adapter, inputs: dict) -> IdentifierLeakage:
+    """Privacy over the members' records (teacher-forced predictions and ``samples``
+    generations each); with non-members, both membership inferences per individual over
+    everyone's records (predictions only: the members' are the ones already made)."""
+    from attacks.identifiers import Leaks, Record, leaks, loss_mia, low_cost_mia, privacy
+
+    s, st = cfg.identifiers, inputs["identifier_settings"]
+    members, non = inputs["identifier_members"], inputs["identifier_non_members"]
+    found = leaks(adapter, members, st, samples=s.samples, prompt_chars=s.prompt_chars,
+                  max_new_tokens=s.max_new_tokens, seed=s.seed)
+    who = {r.individual for r in members}
+    res = IdentifierLeakage(records=len(members), individuals=len(who), samples=s.samples,
+                            privacy=privacy(members, found, st))
+    if non:
+        held = leaks(adapter, non, st, samples=0)
+        # doc ids may repeat across the two sources: tag them by side
+        records = [Record(f"m/{r.doc_id}", r.individual, r.text, r.spans) for r in members] + \
+                  [Record(f"n/{r.doc_id}", r.individual, r.text, r.spans) for r in non]
+        audit = Leaks()
+        for tag, got in (("m/", found), ("n/", held)):
+            audit.predicted.update({tag + d: v for d, v in got.predicted.items()})
+            audit.loss.update({tag + d: v for d, v in got.loss.items()})
+            audit.tokens.update({tag + d: v for d, v in got.tokens.items()})
+        res.non_member_records = len(non)
+        res.non_member_individuals = len({r.individual for r in non})
+        res.low_cost_mia = low_cost_mia(records, audit, who)
+        try:
+            res.loss_mia = loss_mia(records, audit, who)
+        except ValueError:  # every record of one side too short to score: no ROC
+            res.loss_mia = None
+    return res
 
 
 def _mia(cfg: AttackConfig, model_path: str, inputs: dict, reference_scores, progress: bool, adapter=None):
@@ -400,6 +454,8 @@ def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: 
                                           t.max_new_tokens, top_k=t.top_k, nlp=inputs["nlp"])
         if cfg.cipher_outputs:
             res.cipher_outputs = _cipher_outputs(cfg, adapter, inputs)
+        if cfg.identifiers:
+            res.identifiers = _identifiers(cfg, adapter, inputs)
         res.seconds = round(time.perf_counter() - t0, 2)
         ev.models.append(res)
         if progress:

@@ -48,7 +48,7 @@ REPORT = "report.html"
 CANARY_KEY_KINDS = ("hmac",)
 _SOURCE_HINT = ('name one of your corpora ({"corpus_id": ...}) or succeeded privatization jobs '
                 '({"job_id": ...})')
-LOCAL_ONLY = ("reconstruction", "true_prefix", "cipher_outputs", "corpus_stats")
+LOCAL_ONLY = ("reconstruction", "true_prefix", "cipher_outputs", "corpus_stats", "identifiers")
 """Attack config sections whose inputs (gold-span files, name lists, entity keys) the
 service has no references for yet: refused (422) rather than passed through as paths."""
 _REF = {"training_id": "training", "corpus_id": "corpus", "job_id": "job"}

@@ -29,6 +29,12 @@ def _structured_errors(exc: SpecError) -> list[dict]:
 SERVER_FILE_FIELDS: dict[str, tuple[str, ...]] = {"mask": ("word_list",), "refill": ("checkpoint", "word_list")}
 """Stage settings that name a file on the server: not taken from tenants."""
 
+NOT_OFFERED: dict[str, str] = {
+    "synthesize": "not offered by the service yet: its LLM credentials would be references to the server's "
+                  "environment or files, and its base_url a request from the server to any address; run it with "
+                  "the privatize CLI or a Ray job of your own"}
+"""Stage kinds the service refuses outright, with why."""
+
 
 def _server_files(data: dict) -> list[dict]:
     stages = data.get("stages")
@@ -37,6 +43,10 @@ def _server_files(data: dict) -> list[dict]:
         if not isinstance(st, dict):
             continue
         kind = st.get("kind")
+        if kind in NOT_OFFERED:
+            path = f"stages.{i}.{kind}"
+            errors.append({"path": path, "loc": ["body", "spec", *path.split(".")], "message": NOT_OFFERED[kind]})
+            continue
         for field in SERVER_FILE_FIELDS.get(kind, ()):
             if st.get(field) is not None:
                 path = f"stages.{i}.{kind}.{field}"

@@ -37,7 +37,8 @@ LOCATIONS = [("models.0.path", "/srv/models/other-tenant"), ("output", "/tmp/els
              # sections that read files by path are not offered by the service at all
              ("reconstruction", {"data": "/etc/passwd", "candidates": "/etc/hosts"}),
              ("true_prefix", {"data": "/etc/passwd"}), ("corpus_stats", {"sources": {"x": "/etc/passwd"}}),
-             ("cipher_outputs", {"key": "file:/srv/keys/entity.key", "prompts": "/etc/passwd"})]
+             ("cipher_outputs", {"key": "file:/srv/keys/entity.key", "prompts": "/etc/passwd"}),
+             ("identifiers", {"members": "/srv/tenants/other/identifiers"})]
 
 
 def _with(path: str, value, base: dict = CONFIG) -> dict:

@@ -207,3 +207,13 @@ def test_settings_naming_server_files_are_refused_before_parsing(monkeypatch):
     assert all("names a file on the server" in e["message"] for e in ei.value.extra["errors"])
     assert looked == []  # refused before any path was looked at
     assert validate_spec({"stages": [{"kind": "mask", "technique": "allow_list"}]}).stages[0].kind == "mask"
+
+
+def test_synthesize_is_not_offered_to_tenants():
+    """A tenant's synthesize stage could name the server's environment as its API key and
+    send it to an address of its choosing: refused at the stage, before parsing."""
+    with pytest.raises(SpecInvalid) as ei:
+        validate_spec({"stages": [{"kind": "redact"}, {"kind": "synthesize", "llm": {
+            "base_url": "http://attacker.example/v1", "model": "m", "api_key": "env:PRIVATIZE_MASTER_KEY"}}]})
+    assert [e["path"] for e in ei.value.extra["errors"]] == ["stages.1.synthesize"]
+    assert "not offered by the service" in ei.value.extra["errors"][0]["message"]
