@@ -146,9 +146,9 @@ def partition_of(keys: pa.Array) -> np.ndarray:
 
 
 def key_rows(stage: GlobalStage, batch: pa.Table) -> pa.Table:
-    """The keyed rows of one batch's live rows: doc_id, key, order columns, the columns
-    ``keys`` added (when it returned a table), :data:`KEY_INDEX` for a multi-key stage,
-    and the partition ``_part``."""
+    """The keyed rows of one batch's live rows: doc_id (unless the stage needs none), key,
+    order columns, the columns ``keys`` added (when it returned a table), :data:`KEY_INDEX`
+    for a multi-key stage, and the partition ``_part``."""
     live, _ = split_marked(batch)
     keys = stage.keys(live)
     extra: dict = {}
@@ -157,15 +157,16 @@ def key_rows(stage: GlobalStage, batch: pa.Table) -> pa.Table:
         keys = keys["key"]
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
-    rows = {"doc_id": live["doc_id"], **{c: live[c] for c in ORDER_COLUMNS}, **extra}
+    ids = {"doc_id": live["doc_id"]} if stage.keyed_doc_id else {}
+    rows = {**{c: live[c] for c in ORDER_COLUMNS}, **extra}
     if stage.multi_key:
-        return _multi_key_rows(stage, rows, keys)
+        return _multi_key_rows(stage, ids, rows, keys)
     part = partition_of(keys)
-    t = pa.table({"doc_id": rows.pop("doc_id"), "key": keys, **rows, "_part": pa.array(part)})
+    t = pa.table({**ids, "key": keys, **rows, "_part": pa.array(part)})
     return t.filter(pc.greater_equal(t["_part"], 0)) if keys.null_count else t  # -1: a null key
 
 
-def _multi_key_rows(stage: GlobalStage, rows: dict, keys) -> pa.Table:
+def _multi_key_rows(stage: GlobalStage, ids: dict, rows: dict, keys) -> pa.Table:
     """One keyed row per key of a multi-key stage: the row's columns repeated, the key's
     position in its row's list (:data:`KEY_INDEX`)."""
     if not (pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type)):
@@ -178,7 +179,7 @@ def _multi_key_rows(stage: GlobalStage, rows: dict, keys) -> pa.Table:
     first = np.cumsum(lengths) - lengths
     index = np.arange(len(flat), dtype=np.int64) - np.repeat(first, lengths)
     take = pa.array(parent)
-    t = pa.table({"doc_id": rows.pop("doc_id").take(take), "key": flat,
+    t = pa.table({**{c: v.take(take) for c, v in ids.items()}, "key": flat,
                   **{c: v.take(take) for c, v in rows.items()},
                   KEY_INDEX: pa.array(index.astype(np.int32)), "_part": pa.array(partition_of(flat))})
     return t.filter(pc.greater_equal(t["_part"], 0)) if flat.null_count else t

@@ -94,6 +94,9 @@ class GlobalStage(Stage):
 
     multi_key: ClassVar[bool] = False
     """``keys`` gives each row a list of keys; ``apply`` gets a list of decisions per row."""
+    keyed_doc_id: ClassVar[bool] = True
+    """Whether ``decide`` sees ``doc_id`` (a stage that does not need it saves its bytes on
+    every keyed row of the shuffle)."""
 
     def keys(self, batch: pa.Table) -> pa.Array:
         raise NotImplementedError

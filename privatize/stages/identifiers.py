@@ -184,17 +184,13 @@ class _Terms:
         """Per distinct token: its normalised form, digest lanes, whether it is a word."""
         h1 = np.zeros(len(tokens), np.uint64)
         h2 = np.zeros(len(tokens), np.uint64)
-        is_word = np.zeros(len(tokens), bool)
-        norm = []
-        for i, tok in enumerate(tokens):
-            w = normalize(tok, st)
-            norm.append(w)
-            if not _is_word(tok):  # a sentence end or a reserved token
-                continue
-            is_word[i] = True
-            d = hashlib.blake2b(w.encode("utf-8"), digest_size=16).digest()
-            h1[i] = int.from_bytes(d[:8], "little")
-            h2[i] = int.from_bytes(d[8:], "little")
+        norm = [normalize(t, st) for t in tokens]
+        is_word = np.fromiter(map(_is_word, tokens), bool, len(tokens))  # not a sentence end or reserved token
+        blake = hashlib.blake2b
+        digests = b"".join([blake(w.encode("utf-8"), digest_size=16).digest()
+                            for w, ok in zip(norm, is_word.tolist()) if ok])
+        lanes = np.frombuffer(digests, "<u8").reshape(-1, 2)
+        h1[is_word], h2[is_word] = lanes[:, 0], lanes[:, 1]
         return norm, h1, h2, is_word
 
     def keys(self, skip: np.ndarray) -> pa.Array:
@@ -250,6 +246,7 @@ def _hash64(values: list) -> np.ndarray:
 @register_stage("identifiers", IdentifiersSettings)
 class Identifiers(GlobalStage):
     multi_key = True
+    keyed_doc_id = False  # decide counts individuals; a term occurrence's doc_id would only be carried
     _detector = None
 
     def __init__(self, settings: IdentifiersSettings, **kw):
