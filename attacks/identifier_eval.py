@@ -236,16 +236,17 @@ def plot(result: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    markers = dict(zip(LABELS, "osD^v"))
     for ax, kind in zip(axes, ("indirect", "direct")):
         for name, row in result["models"].items():
-            ax.scatter(row["perplexity"], row["privacy"][kind]["privacy"], s=40)
-            ax.annotate(LABELS[name], (row["perplexity"], row["privacy"][kind]["privacy"]), fontsize=7,
-                        xytext=(4, 4), textcoords="offset points")
+            ax.scatter(row["perplexity"], row["privacy"][kind]["privacy"], s=50, marker=markers.get(name, "o"),
+                       label=LABELS[name], alpha=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("perplexity on held-out individuals (lower is better)")
-        ax.set_ylabel(f"{kind} Privacy (1 = nothing predicted or regurgitated)")
+        ax.set_ylabel("Privacy (1 = nothing given away)")
         ax.set_title(f"{kind} identifiers")
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle("Privacy-preserving causal LM (paper 003): what each model gives away")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
