@@ -45,6 +45,33 @@ def _check_key_ref(value: str) -> str:
 KeyRef = Annotated[str, AfterValidator(_check_key_ref)]
 """A reference to key material (``file:<path>`` or ``keystore:<id>``), never the key."""
 
+SECRET_SCHEMES = ("env:", "file:")
+
+
+def _check_secret_ref(value: str) -> str:
+    if not value.startswith(SECRET_SCHEMES) or value.split(":", 1)[1] == "":
+        raise ValueError("a credential reference is 'env:<NAME>' or 'file:<path>', never the credential")
+    return value
+
+
+SecretRef = Annotated[str, AfterValidator(_check_secret_ref)]
+"""A reference to a credential that is not key material (an LLM API key: ``env:<NAME>``
+or ``file:<path>``), never the credential; resolved where it is used."""
+
+
+def field_holds_secret_ref(field: FieldInfo) -> bool:
+    """Whether a pydantic field is typed with :data:`SecretRef` (or ``SecretRef | None``)."""
+    def check(meta):
+        return isinstance(meta, AfterValidator) and meta.func is _check_secret_ref
+
+    def holds(tp):
+        if get_origin(tp) is Annotated:
+            base, *meta = get_args(tp)
+            return any(map(check, meta)) or holds(base)
+        return any(holds(a) for a in get_args(tp))
+
+    return any(map(check, field.metadata)) or holds(field.annotation)
+
 
 class KeyKinds:
     """Metadata of a :data:`KeyRef` field: the key kinds (``privatize.keys.KINDS``) it

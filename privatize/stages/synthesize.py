@@ -51,7 +51,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privatize.ciphers.tokens import ENTITY_TOKEN_RE
-from privatize.settings import AfterOneOf, Before, StageSettings
+from privatize.settings import AfterOneOf, Before, SecretRef, StageSettings
 from privatize.stage import DROP, QUARANTINE, Stage, register_stage, set_column
 from privatize.synthesis import graph, prompts
 
@@ -68,8 +68,8 @@ class LLMSettings(BaseModel):
 
     base_url: str = Field(min_length=1, max_length=500, pattern=r"^https?://")
     model: str = Field(min_length=1, max_length=200)
-    api_key: Optional[str] = Field(None, max_length=300, pattern=r"^(env|file):.+",
-                                   description="a reference: env:NAME or file:PATH, never the key")
+    api_key: Optional[SecretRef] = Field(None, max_length=300,
+                                         description="a reference: env:NAME or file:PATH, never the key")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=1, le=32_768, description="per answer")
     timeout_s: float = Field(60.0, gt=0, le=3600)

@@ -89,7 +89,8 @@ def test_only_stages_with_a_heavy_setup_get_actor_pools():
     from privatize.stage import registered_kinds
 
     heavy = {kind for kind, (_, cls) in registered_kinds().items() if cls.heavy_setup}
-    assert heavy == {"redact", "refill"}  # a spaCy model, a transformer; encrypt_text only resolves a key
+    # a spaCy model, a transformer, an LLM client and its cache; encrypt_text only resolves a key
+    assert heavy == {"redact", "refill", "synthesize"}
     # mask decides per instance: its entity tagger loads spaCy, its word lists do not
     from privatize.stages.mask import Mask, MaskSettings
 

@@ -144,7 +144,7 @@ def test_every_built_in_rule_lives_on_its_settings_class():
 
     declared = {k: len(s.order_rules) for k, (s, _) in registered_kinds().items()}
     assert declared == {"split": 2, "dedup": 4, "redact": 1, "split_private": 1, "encrypt_text": 1, "canaries": 1,
-                        "mask": 1, "refill": 2, "identifiers": 1}
+                        "mask": 1, "refill": 2, "identifiers": 1, "synthesize": 3}
 
 
 # ---- key references: one walk over the model ------------------------------------------
@@ -196,7 +196,7 @@ def test_every_key_like_field_of_a_stage_is_a_key_ref():
 
     from pydantic import BaseModel
 
-    from privatize.settings import field_holds_key_ref
+    from privatize.settings import field_holds_key_ref, field_holds_secret_ref
     from privatize.spec import OutputSettings
     from privatize.stage import registered_kinds
 
@@ -213,8 +213,9 @@ def test_every_key_like_field_of_a_stage_is_a_key_ref():
             continue
         seen.add(model)
         for name, field in model.model_fields.items():
-            if name == "key" or name.endswith("_key"):
-                assert field_holds_key_ref(field), f"{model.__name__}.{name} is not a KeyRef"
+            if name == "key" or name.endswith("_key"):  # key material, or another credential (an API key)
+                assert field_holds_key_ref(field) or field_holds_secret_ref(field), \
+                    f"{model.__name__}.{name} is neither a KeyRef nor a SecretRef"
             todo.extend(models_in(field.annotation))
     assert len(seen) > len(registered_kinds())  # nested settings (redact's pi_c) were visited
 
