@@ -124,13 +124,20 @@ def first_occurrences(digests: np.ndarray) -> np.ndarray:
     dictionary numbers distinct digests in the order they first appear, so a row is
     first when its number is above every number before it."""
     n = len(digests)
-    first = np.ones(n, dtype=bool)
     if n < 2:
-        return first
+        return np.ones(n, dtype=bool)
     d = np.ascontiguousarray(digests)
     keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(d.shape[1]), n, [None, pa.py_buffer(d)])
-    number = pc.dictionary_encode(keys).indices.to_numpy()
-    np.greater(number[1:], np.maximum.accumulate(number[:-1]), out=first[1:])
+    return first_numbered(pc.dictionary_encode(keys).indices.to_numpy())
+
+
+def first_numbered(number: np.ndarray) -> np.ndarray:
+    """Boolean mask over values numbered in order of first appearance (a dictionary
+    encoding's indices): row ``i`` is a value's first row when its number is above every
+    number before it."""
+    first = np.ones(len(number), dtype=bool)
+    if len(number) > 1:
+        np.greater(number[1:], np.maximum.accumulate(number[:-1]), out=first[1:])
     return first
 
 

@@ -60,6 +60,7 @@ from pydantic import Field, model_validator
 from privatize.errors import RecordError
 from privatize.settings import Before, StageSettings
 from privatize.stage import DECISION_ROW, KEY_INDEX, QUARANTINE, GlobalStage, register_stage, set_column
+from privatize.stages.dedup import first_numbered
 from privatize.stages.mask import WORD
 
 NO_TEXT = "no text to search for identifiers"
@@ -295,9 +296,7 @@ class Identifiers(GlobalStage):
         # order): a row holds a term's first occurrence when its number is above every one before
         number = pc.dictionary_encode(key).indices
         num = number.to_numpy(zero_copy_only=False).astype(np.int64)
-        first = np.ones(len(num), bool)
-        if len(num) > 1:
-            np.greater(num[1:], np.maximum.accumulate(num[:-1]), out=first[1:])
+        first = first_numbered(num)
         # distinct individuals per term (Arrow's hash aggregation)
         users = pa.table({"t": number, "w": partition[WHO].combine_chunks()}).group_by("t") \
             .aggregate([("w", "count_distinct")])
@@ -314,15 +313,9 @@ class Identifiers(GlobalStage):
 
     def _detect(self, texts: list[str]) -> list[list[tuple[int, int]]]:
         if self._detector is None:
-            from privatize.redaction.detect import detector_for
-            from privatize.stages.redact import RedactSettings
+            from privatize.stages.redact import detector_like
 
-            st = self.settings
-            fields = {"profile": st.profile}
-            for name in ("model", "entities", "score_threshold"):
-                if getattr(st, name) is not None:
-                    fields[name] = getattr(st, name)
-            self._detector = detector_for(RedactSettings(**fields))
+            self._detector = detector_like(self.settings)
         return [[(sp["start"], sp["end"]) for sp in det.spans] for det in self._detector.detect(texts)]
 
     def apply(self, batch: pa.Table, decisions: pa.Table) -> pa.Table:

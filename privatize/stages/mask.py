@@ -171,15 +171,9 @@ class Mask(Stage):
     def setup(self) -> None:
         st = self.settings
         if st.technique == "entity_tagger":
-            from privatize.stages.redact import RedactSettings
+            from privatize.stages.redact import detector_like
 
-            from privatize.redaction.detect import detector_for
-
-            fields = {"profile": st.profile}
-            for name in ("model", "entities", "score_threshold"):
-                if getattr(st, name) is not None:
-                    fields[name] = getattr(st, name)
-            self._detector = detector_for(RedactSettings(**fields))
+            self._detector = detector_like(st)
         else:
             size = st.allow_list_size if st.technique == "allow_list" else st.vocab_size
             self._words = load_words(st.word_list, size)

@@ -148,6 +148,19 @@ def replace_spans(text: str, spans: list[dict], replacement) -> str:
     return "".join(out)
 
 
+
+def detector_like(st):
+    """The redaction detector (policy pi) configured by another stage's ``profile`` and, where
+    set, its ``model``, ``entities`` and ``score_threshold`` (unset: redact's defaults);
+    what ``mask``'s entity tagger and ``identifiers``' direct identifiers use."""
+    from privatize.redaction.detect import detector_for
+
+    fields = {"profile": st.profile}
+    for name in ("model", "entities", "score_threshold"):
+        if getattr(st, name) is not None:
+            fields[name] = getattr(st, name)
+    return detector_for(RedactSettings(**fields))
+
 @register_stage("redact", RedactSettings)
 class Redact(Stage):
     heavy_setup = True  # a spaCy pipeline: seconds and hundreds of MB per process
