@@ -134,6 +134,7 @@ TWO_NODES = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     import ray
+    import ray.data
     from ray.cluster_utils import Cluster
     from privatize import run
     from privatize.spec import parse_spec
@@ -146,6 +147,10 @@ TWO_NODES = textwrap.dedent("""
     cluster.wait_for_nodes()
     ray.init(address=cluster.address,
              runtime_env={"worker_process_setup_hook": "tests.integration.conftest.install_probe"})
+    # every redaction actor loads its detector before the first block is handed out, as on
+    # a long-lived cluster: on a loaded machine the second node's actor may otherwise come
+    # up after the first has taken every block of this small input
+    ray.data.DataContext.get_current().wait_for_min_actors_s = 120
     t0 = time.time()
     # a plan that cannot be scheduled fails within the stall timeout instead of waiting forever
     m = run(parse_spec(json.loads(spec)), corpus, out, runner="ray", spec_dir=spec_dir, batch_size=16,

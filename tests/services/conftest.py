@@ -275,6 +275,44 @@ def crt_spec(text_key: str, pseudonym_key: str | None = None, num_shards: int = 
             "output": out}
 
 
+TINY = {"version": 1, "kind": "pretrain", "data": {"seq_len": 32}, "model": {"preset": "tiny"},
+        "optim": {"batch_size": 4, "max_steps": 4}, "workers": {"num_workers": 1},
+        "checkpoint_every": 4, "report_every": 4}
+"""The tiny training config of the training and evaluation tests."""
+
+CANARIES = {"digits": 3, "count": 2, "repeats": 5, "held_out": 2}
+
+
+@pytest.fixture(scope="session")
+def tiny_training(service, corpus_file, tmp_path_factory):
+    """A tenant's privatization job (canaries inserted with its HMAC key) and a tiny
+    training on its output run with ``privatize submit-training --wait --download``:
+    shared by the training and the evaluation tests (a Ray Train run costs about 15 s
+    before its first step, so they share one per back end)."""
+    import yaml
+
+    t = service.new_tenant("trainer")
+    corpus = t.upload(corpus_file).json()
+    key = t.http.post("/v1/keys", json={"kind": "hmac"}).json()
+    spec = {"version": 1, "stages": [{"kind": "canaries", "key": key["ref"], **CANARIES}], "output": {"num_shards": 2}}
+    r = t.http.post("/v1/jobs", json={"corpus_id": corpus["id"], "spec": spec})
+    assert r.status_code == 201, r.text
+    job = t.wait(r.json()["id"])
+    assert job["status"] == "succeeded", job["message"]
+    tmp = tmp_path_factory.mktemp("training")
+    (tmp / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    env = {"PRIVATIZE_URL": service.url, "PRIVATIZE_TOKEN": t.token}
+    t0 = time.monotonic()
+    r = service.cli("submit-training", str(tmp / "tiny.yaml"), "--job", job["id"], "--wait",
+                    "--poll", "0.5", "--download", str(tmp / "dl"), env=env, check=False, timeout=480)
+    seconds = time.monotonic() - t0
+    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
+    logs = t.http.get(f"/v1/jobs/{out['training_id']}/logs").text if out.get("training_id") else ""
+    assert r.returncode == 0, (r.stderr[-2000:], out.get("message"), logs[-6000:])
+    return {"tenant": t, "job": job, "key": key, "cli": out, "stderr": r.stderr, "dir": tmp, "env": env,
+            "seconds": seconds, "logs": logs, "training": t.wait(out["training_id"])}
+
+
 @pytest.fixture(scope="session")
 def acme(service):
     return service.new_tenant("acme")

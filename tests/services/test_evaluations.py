@@ -24,9 +24,9 @@ import pytest
 
 from services.errors import SpecInvalid
 from tests.secrets_scan import leaks
-from tests.services.test_trainings import TINY, _job_columns, server_test
+from tests.services.conftest import CANARIES
+from tests.services.test_trainings import _job_columns, server_test
 
-CANARIES = {"digits": 3, "count": 2, "repeats": 5, "held_out": 2}
 T, J, C = "0123456789abcdef", "1111111111111111", "2222222222222222"
 CONFIG = {"models": [{"name": "tiny crt", "training_id": T}],
           "mia": {"members": {"job_id": J}, "non_members": {"corpus_id": C}, "limit": 20, "group_size": 5},
@@ -263,29 +263,19 @@ def _secrets(key: bytes) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def evaluated(service, corpus_file, tmp_path_factory):
-    """A tenant's privatization job with canaries, a tiny training on it, and an evaluation
-    of it (perplexity, MIA, canary exposure) run with ``privatize submit-evaluation --wait
-    --download`` (shared by the server tests below)."""
+def evaluated(service, tiny_training, tmp_path_factory):
+    """An evaluation (perplexity, MIA, canary exposure) of the shared tiny training on a
+    privatization output with canaries (``tests/services/conftest.py``), run with
+    ``privatize submit-evaluation --wait --download`` (shared by the server tests below)."""
     import yaml
 
     from privatize.corpus import make_corpus
 
-    t = service.new_tenant("evaluator")
-    corpus = t.upload(corpus_file).json()
+    t, job, key, training = (tiny_training[k] for k in ("tenant", "job", "key", "training"))
+    assert training["status"] == "succeeded", training["message"]
     tmp = tmp_path_factory.mktemp("evaluation")
     make_corpus(tmp / "heldout.jsonl", n_docs=40, seed=8)
     heldout = t.upload(tmp / "heldout.jsonl").json()
-    key = t.http.post("/v1/keys", json={"kind": "hmac"}).json()
-    spec = {"version": 1, "stages": [{"kind": "canaries", "key": key["ref"], **CANARIES}], "output": {"num_shards": 1}}
-    r = t.http.post("/v1/jobs", json={"corpus_id": corpus["id"], "spec": spec})
-    assert r.status_code == 201, r.text
-    job = t.wait(r.json()["id"])
-    assert job["status"] == "succeeded", job["message"]
-    r = t.http.post("/v1/trainings", json={"job_id": job["id"], "config": TINY})
-    assert r.status_code == 201, r.text
-    training = t.wait(r.json()["id"], timeout=480)
-    assert training["status"] == "succeeded", (training["message"], t.http.get(f"/v1/jobs/{training['id']}/logs").text)
     config = {"models": [{"name": "tiny crt", "training_id": training["id"], "protection": "canaries only"}],
               "canaries": {"key": key["ref"], **CANARIES},
               "mia": {"members": {"job_id": job["id"]}, "non_members": {"corpus_id": heldout["id"]}, "limit": 20,

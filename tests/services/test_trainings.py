@@ -24,7 +24,7 @@ import pytest
 
 from services.errors import SpecInvalid
 from tests.secrets_scan import leaks
-from tests.services.conftest import crt_spec
+from tests.services.conftest import TINY
 
 
 
@@ -34,10 +34,6 @@ def server_test(fn):
         fn = mark(fn)
     return fn
 
-
-TINY = {"version": 1, "kind": "pretrain", "data": {"seq_len": 32}, "model": {"preset": "tiny"},
-        "optim": {"batch_size": 4, "max_steps": 4}, "workers": {"num_workers": 1},
-        "checkpoint_every": 4, "report_every": 4}
 
 
 def _with(path: str, value, base: dict = TINY) -> dict:
@@ -207,28 +203,12 @@ def _tiny_yaml(path: Path, **changes) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def trained(service, corpus_file, tmp_path_factory):
-    """A tenant's privatization job, and a tiny training on its output run with
-    ``privatize submit-training --wait --download`` (shared by the server tests below)."""
-    t = service.new_tenant("trainer")
-    corpus = t.upload(corpus_file).json()
-    key = t.http.post("/v1/keys", json={"kind": "vigenere", "length": 64}).json()
-    r = t.http.post("/v1/jobs", json={"corpus_id": corpus["id"], "spec": crt_spec(key["ref"], num_shards=2)})
-    assert r.status_code == 201, r.text
-    job = t.wait(r.json()["id"])
-    assert job["status"] == "succeeded", job["message"]
-    tmp = tmp_path_factory.mktemp("training")
-    env = {"PRIVATIZE_URL": service.url, "PRIVATIZE_TOKEN": t.token}
-    t0 = time.monotonic()
-    r = service.cli("submit-training", str(_tiny_yaml(tmp / "tiny.yaml")), "--job", job["id"], "--wait",
-                    "--poll", "0.5", "--download", str(tmp / "dl"), env=env, check=False, timeout=480)
-    seconds = time.monotonic() - t0
-    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
-    logs = t.http.get(f"/v1/jobs/{out['training_id']}/logs").text if out.get("training_id") else ""
-    assert r.returncode == 0, (r.stderr[-2000:], out.get("message"), logs[-6000:])
-    return {"tenant": t, "job": job, "key": key, "cli": out, "stderr": r.stderr, "dir": tmp, "env": env,
-            "seconds": seconds, "logs": logs}
+@pytest.fixture
+def trained(tiny_training):
+    """The shared tiny training (``tests/services/conftest.py``): a privatization job with
+    canaries, and a tiny training on its output run with ``privatize submit-training --wait
+    --download``."""
+    return tiny_training
 
 
 @server_test
@@ -312,7 +292,7 @@ def test_no_key_material_reaches_the_training(service, trained):
 
     t, tid = trained["tenant"], trained["cli"]["training_id"]
     secret = key_from_json(t.http.post(f"/v1/keys/{trained['key']['id']}/export").json(), "export").secret
-    assert len(secret) == 64
+    assert len(secret) == 32
     row = service.query("select * from jobs where id = :id", id=tid)
     assert row and json.loads(dict(zip(_job_columns(service), row[0]))["key_ids"]) == []
     info = service.ray_jobs().get_job_info(tid)
