@@ -8,7 +8,8 @@ A key file is JSON, mode 0600, written atomically (format in docs/KEYS.md)::
 Kinds: ``vigenere`` (the whole-text cipher; ``material`` is the key letters, with the
 alphabet named and its SHA-256 recorded), ``aes-siv`` (64 bytes: AES-256-SIV),
 ``aes-ecb`` (32 bytes, for reproducing the SoE paper only), ``hmac`` (32 bytes, for
-``individual_id`` pseudonyms).
+``individual_id`` pseudonyms), ``api-key`` (an LLM provider's API key, imported, never
+generated: 8 to 4,096 visible ASCII characters; synthesis sends it as a bearer token).
 
 Specs hold key *references* (``file:<path>``, ``keystore:<id>``); a :class:`KeyResolver`
 turns one into :class:`KeyMaterial` inside a stage's ``setup()``, on the worker, so key
@@ -38,7 +39,7 @@ from privatize.errors import KeyMaterialError
 
 FORMAT = "privatize-key/1"
 _KEY_ID = re.compile(r"[0-9a-f]{16}")
-KINDS = ("vigenere", "aes-siv", "aes-ecb", "hmac")
+KINDS = ("vigenere", "aes-siv", "aes-ecb", "hmac", "api-key")
 _BYTES = {"aes-siv": 64, "aes-ecb": 32, "hmac": 32}
 DEFAULT_VIGENERE_LENGTH = 100
 
@@ -99,6 +100,10 @@ class KeyMaterial:
                                        f"{self.alphabet or 'letters52'} alphabet")
             if set(letters) == {alpha[-1]}:
                 raise KeyMaterialError(f"key {self.key_id}: identity key (every shift is 0) refused")
+        elif self.kind == "api-key":
+            if not 8 <= len(self._secret) <= 4096 or any(b < 0x21 or b > 0x7E for b in self._secret):
+                raise KeyMaterialError(f"key {self.key_id}: an api-key key is 8 to 4096 visible ASCII characters "
+                                       "(no spaces or line breaks)")
         elif len(self._secret) != _BYTES[self.kind]:
             raise KeyMaterialError(f"key {self.key_id}: {self.kind} key must be {_BYTES[self.kind]} bytes")
 
@@ -129,6 +134,9 @@ def new_key(kind: str, *, length: int | None = None, alphabet: str = "letters52"
             letters = "".join(secrets.choice(alpha) for _ in range(n))
             if set(letters) != {alpha[-1]}:  # never the identity key
                 return KeyMaterial(kind, letters.encode("utf-8"), alphabet=alphabet)
+    if kind == "api-key":
+        raise KeyMaterialError("api-key keys are issued by the LLM provider: import one ('keys import --kind "
+                               "api-key' or POST /v1/keys with its material)")
     if kind not in _BYTES:
         raise KeyMaterialError(f"unknown key kind {kind!r} (one of {', '.join(KINDS)})")
     if length is not None:
@@ -137,9 +145,13 @@ def new_key(kind: str, *, length: int | None = None, alphabet: str = "letters52"
 
 
 def import_key(kind: str, value: str, alphabet: str = "letters52") -> KeyMaterial:
-    """Key material from a value the user holds (vigenere: the key letters)."""
+    """Key material from a value the user holds (vigenere: the key letters; api-key: the
+    provider's key)."""
+    if kind == "api-key":
+        return KeyMaterial(kind, value.encode("utf-8"))
     if kind != "vigenere":
-        raise KeyMaterialError("only vigenere keys can be imported (generate AES and HMAC keys with 'keys new')")
+        raise KeyMaterialError("only vigenere and api-key keys can be imported (generate AES and HMAC keys with "
+                               "'keys new')")
     return KeyMaterial(kind, value.encode("utf-8"), alphabet=alphabet)
 
 

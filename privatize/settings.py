@@ -45,18 +45,24 @@ def _check_key_ref(value: str) -> str:
 KeyRef = Annotated[str, AfterValidator(_check_key_ref)]
 """A reference to key material (``file:<path>`` or ``keystore:<id>``), never the key."""
 
-SECRET_SCHEMES = ("env:", "file:")
+SECRET_SCHEMES = ("env:", "file:", "keystore:")
+SECRET_KEY_KINDS = ("api-key",)
+"""The key kind a ``keystore:`` credential reference takes."""
 
 
 def _check_secret_ref(value: str) -> str:
     if not value.startswith(SECRET_SCHEMES) or value.split(":", 1)[1] == "":
-        raise ValueError("a credential reference is 'env:<NAME>' or 'file:<path>', never the credential")
+        raise ValueError("a credential reference is 'env:<NAME>', 'file:<path>' or 'keystore:<id>', never the "
+                         "credential")
     return value
 
 
 SecretRef = Annotated[str, AfterValidator(_check_secret_ref)]
-"""A reference to a credential that is not key material (an LLM API key: ``env:<NAME>``
-or ``file:<path>``), never the credential; resolved where it is used."""
+"""A reference to a credential that is not key material (an LLM API key): ``env:<NAME>``,
+``file:<path>`` (the file holds the credential alone), or ``keystore:<id>`` (an
+``api-key`` key of the key store: what the service takes); never the credential;
+resolved where it is used. A ``keystore:`` one is a key reference of kind ``api-key``
+to ``privatize.spec.key_requirements``, so the service checks it as any key."""
 
 
 def field_holds_secret_ref(field: FieldInfo) -> bool:

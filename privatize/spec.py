@@ -25,7 +25,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from privatize.errors import SpecError
-from privatize.settings import KeyKinds, KeyRef, StageSettings, field_holds_key_ref, field_key_kinds
+from privatize.settings import (SECRET_KEY_KINDS, KeyKinds, KeyRef, StageSettings, field_holds_key_ref,
+                                field_holds_secret_ref, field_key_kinds)
 from privatize.stage import registered_kinds
 
 
@@ -114,13 +115,19 @@ def key_requirements(spec: BaseModel) -> list[tuple[str, str, tuple[str, ...] | 
     """(field path, reference, key kinds the field takes) for every key reference in
     ``spec``, as :func:`key_references` finds them; the kinds are what the field's
     settings class declares (:class:`~privatize.settings.KeyKinds`), None where it
-    declares none (any kind)."""
+    declares none (any kind). A :data:`~privatize.settings.SecretRef` credential is one
+    when it names the key store (``keystore:<id>``, kind ``api-key``)."""
     found: list[tuple[str, str, tuple[str, ...] | None]] = []
 
     def walk(value, path: list[str], is_ref: bool, kinds: tuple[str, ...] | None) -> None:
         if isinstance(value, BaseModel):
             for name, field in type(value).model_fields.items():
-                walk(getattr(value, name, None), [*path, name], field_holds_key_ref(field), field_key_kinds(field))
+                v = getattr(value, name, None)
+                if field_holds_secret_ref(field):  # a credential: a key reference when in the key store
+                    if isinstance(v, str) and v.startswith("keystore:"):
+                        found.append((".".join([*path, name]), v, SECRET_KEY_KINDS))
+                    continue
+                walk(v, [*path, name], field_holds_key_ref(field), field_key_kinds(field))
         elif isinstance(value, (list, tuple)):
             for i, v in enumerate(value):
                 walk(v, [*path, str(i)], is_ref, kinds)

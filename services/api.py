@@ -23,7 +23,7 @@ import anyio
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from sqlalchemy import func, select
 from starlette.requests import ClientDisconnect
 
@@ -90,7 +90,10 @@ class CorpusOut(Out):
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["vigenere", "aes-siv", "hmac", "aes-ecb"]
+    kind: Literal["vigenere", "aes-siv", "hmac", "aes-ecb", "api-key"]
+    material: SecretStr | None = None
+    """An ``api-key`` key's value (an LLM provider's API key: sealed at once, never shown
+    again, never exported); the other kinds are generated here."""
     length: int | None = None
     alphabet: Literal["letters52", "latin"] | None = None
     label: str | None = Field(None, max_length=256)
@@ -338,7 +341,8 @@ def create_key(body: KeyCreate, request: Request, tenant: TenantRef = Depends(cu
                ctx: ServiceContext = Depends(get_ctx)):
     with session_scope(ctx.sessions) as s:
         k = keys_mod.create_key(s, ctx.master, tenant.id, kind=body.kind, length=body.length,
-                                alphabet=body.alphabet, label=body.label)
+                                alphabet=body.alphabet, label=body.label,
+                                material=body.material.get_secret_value() if body.material is not None else None)
         out = KeyOut.of(k)
     audit_mod.note(request, out.id, kind=out.kind)
     return out
@@ -385,6 +389,9 @@ def export_key(key_id: str, response: Response, tenant: TenantRef = Depends(curr
     owner: the only response that ever carries key material."""
     with session_scope(ctx.sessions) as s:
         row = keys_mod.get_key(s, tenant.id, key_id)
+        if row.kind in keys_mod.WRITE_ONLY_KINDS:
+            raise Conflict(f"key {key_id} is an {row.kind} key: its owner holds it already, the service never "
+                           "gives it out")
         km = keys_mod.material(ctx.master, row)
     response.headers["Cache-Control"] = "no-store"
     return km.to_json()

@@ -109,12 +109,12 @@ def _pipeline_limits(settings, spec) -> None:
 
 
 def _prepare_pipeline(session, tenant_id: str, corpus, spec):
-    """Only the tenant's own enabled ``keystore:`` keys; ``input.format`` fixed to the
-    corpus's format."""
-    from services.specs import check_key_references, with_input_format
+    """Only the tenant's own enabled ``keystore:`` keys (an LLM API key among them);
+    ``input.format`` fixed to the corpus's format; synthesis without a disk cache."""
+    from services.specs import check_key_references, for_service, with_input_format
 
     key_ids = check_key_references(session, tenant_id, spec)
-    return with_input_format(spec, corpus.format), key_ids
+    return for_service(with_input_format(spec, corpus.format)), key_ids
 
 
 def read_manifest(storage, output_path: str) -> dict | None:

@@ -9,7 +9,8 @@ asked for and the service's limit.
 * ``stages.<i>.bloom_capacity``: the Bloom filters of the spec's ``dedup`` stages
   (``method: bloom``), sized from ``bloom_capacity`` and ``bloom_fp_rate``
   (``DedupSettings.bloom_memory_bytes``), at most ``pipeline_max_bloom_bytes`` in all;
-* ``stages.<i>.batch_size`` of a ``redact`` stage: at most ``pipeline_max_redact_batch_size``.
+* ``stages.<i>.batch_size`` of a ``redact`` stage: at most ``pipeline_max_redact_batch_size``;
+* ``stages.<i>.llm.base_url`` of a ``synthesize`` stage: one of ``llm_base_urls``.
 
 The quotas of trainings are ``services.trainings.check_limits`` (``PRIVATIZE_TRAIN_*``);
 the number of jobs a tenant runs at once is the tenant's ``max_concurrent_jobs``
@@ -53,6 +54,13 @@ def pipeline_limits(settings, spec) -> list[tuple[str, str]]:
         if st.kind == "redact" and st.batch_size > s.pipeline_max_redact_batch_size:
             errors.append((f"stages.{i}.batch_size", f"at most {s.pipeline_max_redact_batch_size} on this "
                                                      f"service (asked for {st.batch_size})"))
+        if st.kind == "synthesize":
+            allowed = s.llm_base_url_list
+            if st.llm.base_url.rstrip("/") not in allowed:
+                errors.append((f"stages.{i}.llm.base_url",
+                               f"not an LLM endpoint of this service (it calls {', '.join(allowed)})" if allowed
+                               else "this service calls no LLM endpoint (its operator lists them in "
+                                    "PRIVATIZE_LLM_BASE_URLS)"))
     return errors
 
 

@@ -104,6 +104,12 @@ class Settings(BaseSettings):
     """A ``redact`` stage's ``batch_size`` (texts per spaCy batch; the stage's own bound is
     10000)."""
 
+    # ---- synthesis: where a tenant's synthesize stage may send its requests ---------
+    llm_base_urls: str = ""
+    """OpenAI-compatible endpoints (exact base URLs, comma-separated) a tenant's
+    ``synthesize`` stage may call, with its own ``api-key`` key; empty: the service offers
+    no synthesis (the server makes no request to an address a tenant chose)."""
+
     # ---- trainings: the most a tenant's training config may ask for (422 beyond) -----
     train_presets: str = "tiny,small"
     """Model presets tenants may train, comma-separated (``paper-551m``: the paper's 551M)."""
@@ -133,6 +139,10 @@ class Settings(BaseSettings):
     @property
     def dev(self) -> bool:
         return self.env == "development"
+
+    @property
+    def llm_base_url_list(self) -> list[str]:
+        return [u.strip().rstrip("/") for u in self.llm_base_urls.split(",") if u.strip()]
 
     @property
     def train_preset_list(self) -> list[str]:

@@ -26,14 +26,17 @@ def _structured_errors(exc: SpecError) -> list[dict]:
     return [{"path": ".".join(loc), "loc": ["body", "spec", *loc], "message": msg} for loc, msg in fields]
 
 
-SERVER_FILE_FIELDS: dict[str, tuple[str, ...]] = {"mask": ("word_list",), "refill": ("checkpoint", "word_list")}
-"""Stage settings that name a file on the server: not taken from tenants."""
+SERVER_FILE_FIELDS: dict[str, tuple[str, ...]] = {"mask": ("word_list",), "refill": ("checkpoint", "word_list"),
+                                                   "synthesize": ("cache",)}
+"""Stage settings that name a file on the server: not taken from tenants (a service job's
+synthesis keeps no answers on disk: :func:`for_service`)."""
 
-NOT_OFFERED: dict[str, str] = {
-    "synthesize": "not offered by the service yet: its LLM credentials would be references to the server's "
-                  "environment or files, and its base_url a request from the server to any address; run it with "
-                  "the privatize CLI or a Ray job of your own"}
-"""Stage kinds the service refuses outright, with why."""
+NOT_OFFERED: dict[str, str] = {}
+"""Stage kinds the service refuses outright, with why (none today)."""
+
+KEYSTORE_CREDENTIALS: dict[str, tuple[str, ...]] = {"synthesize": ("llm", "api_key")}
+"""Credential references a tenant gives only as ``keystore:<id>`` (an ``api-key`` key of
+its own): ``env:`` and ``file:`` would name the server's environment and files."""
 
 
 def _server_files(data: dict) -> list[dict]:
@@ -47,6 +50,15 @@ def _server_files(data: dict) -> list[dict]:
             path = f"stages.{i}.{kind}"
             errors.append({"path": path, "loc": ["body", "spec", *path.split(".")], "message": NOT_OFFERED[kind]})
             continue
+        cred = KEYSTORE_CREDENTIALS.get(kind)
+        if cred is not None:
+            parent, name = st.get(cred[0]), cred[1]
+            ref = parent.get(name) if isinstance(parent, dict) else None
+            if isinstance(ref, str) and not ref.startswith("keystore:"):
+                path = f"stages.{i}.{kind}.{'.'.join(cred)}"
+                errors.append({"path": path, "loc": ["body", "spec", *path.split(".")],
+                               "message": "the service takes keystore:<id> of one of your api-key keys (POST "
+                                          "/v1/keys with kind api-key and its material), never env: or file:"})
         for field in SERVER_FILE_FIELDS.get(kind, ()):
             if st.get(field) is not None:
                 path = f"stages.{i}.{kind}.{field}"
@@ -111,6 +123,16 @@ def check_key_reference(s: Session, tenant_id: str, ref: str, kinds: tuple[str, 
     if kinds is not None and row.kind not in kinds:
         return None, f"key {rest} is a {row.kind} key; this field takes {' or '.join(kinds)} keys"
     return rest, None
+
+
+def for_service(spec: PipelineSpec) -> PipelineSpec:
+    """The spec as a service job runs it: a ``synthesize`` stage keeps no answers on disk
+    (``cache: null``; a node's disk is no tenant's, and a shared cache would answer one
+    tenant from another's requests); its budget is the run's ledger actor."""
+    stages = [st.model_copy(update={"cache": None}) if st.kind == "synthesize" else st for st in spec.stages]
+    if all(a is b for a, b in zip(stages, spec.stages)):
+        return spec
+    return spec.model_copy(update={"stages": stages})
 
 
 def with_input_format(spec: PipelineSpec, corpus_format: str) -> PipelineSpec:

@@ -119,6 +119,20 @@ def _key_ids(tally: Tally, refs: list[StageRef], protos: list, spec: PipelineSpe
         tally.key_ids["output.pseudonym_key"] = cluster.get(task.remote(spec.output.pseudonym_key, spec_dir, run))
 
 
+def _start_ledgers(protos: list) -> list:
+    """A spending ledger actor for each budgeted stage (synthesis: ``max_requests``,
+    ``max_tokens``), owned by this driver so that it lives as long as the run: the stage's
+    workers, on every node, draw on it (:mod:`privatize.synthesis.client`)."""
+    from privatize.synthesis.client import start_run_ledger
+
+    out = []
+    for p in protos:
+        b = p.budget() if hasattr(p, "budget") else None
+        if b is not None:
+            out.append(start_run_ledger(*b))
+    return out
+
+
 def _execute(spec: PipelineSpec, files: list[InputFile], writer: OutputWriter, spec_dir: str | None,
              opts: RunOptions, guard: StallGuard) -> dict:
     import ray
@@ -128,6 +142,7 @@ def _execute(spec: PipelineSpec, files: list[InputFile], writer: OutputWriter, s
     run = uuid.uuid4().hex  # names this run's set-up stages in worker processes; not a secret
     refs = [StageRef(s, spec_dir, i, run) for i, s in enumerate(spec.stages)]
     protos = [r.build() for r in refs]  # settings only: never set up on the driver
+    ledgers = _start_ledgers(protos)  # held (the driver owns them) until the run ends
     budget = Budget.for_cluster(sum(1 for s in protos if s.heavy_setup))
     driver_node = ray.get_runtime_context().get_node_id()
     scheduling = {"scheduling_strategy": NodeAffinitySchedulingStrategy(driver_node, soft=False)} \
@@ -161,6 +176,8 @@ def _execute(spec: PipelineSpec, files: list[InputFile], writer: OutputWriter, s
     if qrows is None:
         qrows = pa.table({"doc_id": pa.array([], pa.string())})
     nq = write_quarantine(qrows, quarantine_path(writer.output_dir), stage_names)
+    for h in ledgers:  # (on an error, the handles going out of scope end them)
+        ray.kill(h)
     return build_manifest(spec, tally, [p.kind for p in protos], shards=shards,
                           quarantine=str(quarantine_path(writer.output_dir)) if nq else None,
                           quarantine_records=nq, files=[f.path for f in files], runner="ray")
@@ -183,8 +200,12 @@ def run_ray(spec: PipelineSpec, files: list[InputFile], output_dir: Path, *, spe
         import ray.data
 
         ctx = ray.data.DataContext.get_current()
-        saved = ctx.enable_progress_bars, ctx.shuffle_strategy
+        saved = ctx.enable_progress_bars, ctx.shuffle_strategy, ctx.raise_original_map_exception
         ctx.enable_progress_bars = options.progress
+        # a stage's own error, not Ray Data's UserCodeException: that one is raised "from"
+        # the error, and the cause is lost on its way to the driver when the stage runs in
+        # an actor (a synthesis budget spent, an LLM that failed for good)
+        ctx.raise_original_map_exception = True
         # The sort-based shuffle runs plain tasks: Ray 2.60's default hash shuffle starts
         # aggregator actors for every group-by, seconds of fixed cost each
         ctx.shuffle_strategy = "sort_shuffle_pull_based"
@@ -205,7 +226,7 @@ def run_ray(spec: PipelineSpec, files: list[InputFile], output_dir: Path, *, spe
         raise
     finally:
         if ctx is not None and saved is not None:
-            ctx.enable_progress_bars, ctx.shuffle_strategy = saved
+            ctx.enable_progress_bars, ctx.shuffle_strategy, ctx.raise_original_map_exception = saved
         if connected:
             ray.shutdown()
     return manifest

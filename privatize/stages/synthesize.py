@@ -30,10 +30,11 @@ manifest's ``synthetic_words / source_words`` is the growth factor).
 
 The LLM: ``llm: {base_url, model, api_key}`` for any OpenAI-compatible chat-completions
 server (hosted APIs, vLLM, SGLang, Ollama, ``transformers serve``); ``api_key`` is a
-reference (``env:NAME``, ``file:PATH``) resolved in the worker, never a key. Answers are
-cached under ``cache`` (a folder, relative to the spec's), so a re-run sends no request
-twice and, at temperature 0, writes the same output; ``max_requests`` and
-``max_tokens`` stop a run before it overspends (:mod:`privatize.synthesis.client`).
+reference (``env:NAME``, ``file:PATH``, ``keystore:ID``) resolved in the worker, never a
+key. Answers are cached under ``cache`` (a folder, relative to the spec's; null keeps
+none), so a re-run sends no request twice and, at temperature 0, writes the same output;
+``max_requests`` and ``max_tokens`` stop a run before it overspends, on every node of a
+Ray run (one ledger actor per run: :mod:`privatize.synthesis.client`).
 Ray Data's LLM processors (``ray.data.llm``) transform a whole Dataset, which the
 in-process runner and this stage's per-article graph (scores before samples) do not fit;
 the stage sends its own concurrent requests from an actor pool instead.
@@ -69,7 +70,8 @@ class LLMSettings(BaseModel):
     base_url: str = Field(min_length=1, max_length=500, pattern=r"^https?://")
     model: str = Field(min_length=1, max_length=200)
     api_key: Optional[SecretRef] = Field(None, max_length=300,
-                                         description="a reference: env:NAME or file:PATH, never the key")
+                                         description="a reference: env:NAME, file:PATH or keystore:ID (an api-key "
+                                                     "key), never the key")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(512, ge=1, le=32_768, description="per answer")
     timeout_s: float = Field(60.0, gt=0, le=3600)
@@ -98,7 +100,9 @@ class SynthesizeSettings(StageSettings):
     threshold: float = Field(0.5, ge=0.0, le=1.0)
     max_k: int = Field(10, ge=2, le=50)
     keep_source: bool = True
-    cache: str = Field(".llm-cache", min_length=1, max_length=500)
+    cache: Optional[str] = Field(".llm-cache", min_length=1, max_length=500,
+                                 description="the answers' folder (relative to the spec's); null: none kept "
+                                             "(a re-run sends its requests again)")
     max_requests: Optional[int] = Field(None, ge=1)
     max_tokens: Optional[int] = Field(None, ge=1)
 
@@ -123,13 +127,29 @@ class Synthesize(Stage):
 
         st, llm = self.settings, self.settings.llm
         base = self.context.base_dir
-        cache = Path(st.cache) if Path(st.cache).is_absolute() or not base else Path(base) / st.cache
-        self._client = ChatClient(llm.base_url, llm.model, api_key=resolve_api_key(llm.api_key, base),
-                                  cache_dir=cache, temperature=llm.temperature, max_tokens=llm.max_tokens,
-                                  timeout_s=llm.timeout_s, max_in_flight=llm.max_in_flight,
+        cache = None if st.cache is None else \
+            Path(st.cache) if Path(st.cache).is_absolute() or not base else Path(base) / st.cache
+        key = resolve_api_key(llm.api_key, base, self.context.key_resolver)
+        self._client = ChatClient(llm.base_url, llm.model, api_key=key, cache_dir=cache, temperature=llm.temperature,
+                                  max_tokens=llm.max_tokens, timeout_s=llm.timeout_s, max_in_flight=llm.max_in_flight,
                                   requests_per_second=llm.requests_per_second, max_retries=llm.max_retries,
                                   backoff_s=llm.backoff_s, max_requests=st.max_requests,
-                                  max_total_tokens=st.max_tokens, run=self.context.run)
+                                  max_total_tokens=st.max_tokens, ledger=self.ledger_name())
+
+    def ledger_name(self) -> str | None:
+        """The name of this run's budget ledger actor on Ray (None without a budget or a run)."""
+        from privatize.synthesis.client import ledger_name
+
+        st = self.settings
+        if self.context.run is None or (st.max_requests is None and st.max_tokens is None):
+            return None
+        return ledger_name(self.context.run, st.model_dump_json())
+
+    def budget(self) -> tuple[str, int | None, int | None] | None:
+        """(ledger name, max_requests, max_tokens) for the Ray runner's driver, which starts
+        the ledger every worker of the run shares; None when unbudgeted."""
+        name = self.ledger_name()
+        return None if name is None else (name, self.settings.max_requests, self.settings.max_tokens)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

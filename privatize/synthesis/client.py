@@ -10,27 +10,27 @@ Ollama and ``transformers serve`` all speak ``POST {base_url}/chat/completions``
   clear error (what was answered is cached, so a re-run resumes).
 * **Cached**: every answer is stored under the SHA-256 of (model, messages, parameters)
   in ``cache_dir`` (written to a temporary name, then renamed), so a re-run or a resumed
-  job sends no request twice and, at temperature 0, writes byte-identical output.
+  job sends no request twice and, at temperature 0, writes byte-identical output. No
+  ``cache_dir``: nothing is kept on disk (the service's jobs).
 * **Budgeted**: ``max_requests`` and ``max_tokens`` (prompt plus completion, with each
-  request's ``max_tokens`` reserved before it is sent) are kept in a ledger file of the
-  run beside the cache, under a file lock, so every process of a run on one machine (or
-  on a shared POSIX file system) draws on one budget; a request that would overspend is never sent
-  and the run stops with :class:`BudgetExceeded`.
+  request's ``max_tokens`` reserved before it is sent) are kept in the run's ledger: in
+  memory in the in-process runner, a Ray actor of the run's driver on Ray, so every
+  worker of a run, on any node, draws on one budget; a request that would overspend is
+  never sent and the run stops with :class:`BudgetExceeded`.
 
-The API key is a reference (``env:NAME`` or ``file:PATH``) resolved where the requests are
-sent; it is never logged, cached, or part of an error message.
+The API key is a reference (``env:NAME``, ``file:PATH`` or ``keystore:ID``) resolved where
+the requests are sent; it is never logged, cached, or part of an error message.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import time
-import uuid
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,12 +57,22 @@ class Completion:
     cached: bool
 
 
-def resolve_api_key(ref: str | None, base_dir: str | None = None) -> str | None:
+def resolve_api_key(ref: str | None, base_dir: str | None = None, resolver=None) -> str | None:
     """``env:NAME`` -> that environment variable; ``file:PATH`` -> the file's first line
-    (relative to ``base_dir``); None -> no key (a local server)."""
+    (relative to ``base_dir``); ``keystore:ID`` -> the ``api-key`` key of the process's key
+    store (through ``resolver``, a :class:`~privatize.keys.KeyResolver`); None -> no key
+    (a local server)."""
     if not ref:
         return None
     scheme, _, rest = ref.partition(":")
+    if scheme == "keystore" and rest:
+        from privatize.keys import KeyResolver
+
+        try:
+            km = (resolver or KeyResolver(base_dir)).resolve(ref, expect=("api-key",))
+        except KeyMaterialError as exc:
+            raise KeyMaterialError(f"llm.api_key: {exc}") from None
+        return km.secret.decode("ascii")
     if scheme == "env" and rest:
         value = os.environ.get(rest)
         if not value:
@@ -75,7 +85,7 @@ def resolve_api_key(ref: str | None, base_dir: str | None = None) -> str | None:
         except (OSError, IndexError):
             raise KeyMaterialError(f"llm.api_key: cannot read a key from {rest}") from None
         return value
-    raise KeyMaterialError("llm.api_key: a reference is env:NAME or file:PATH")
+    raise KeyMaterialError("llm.api_key: a reference is env:NAME, file:PATH or keystore:ID")
 
 
 def request_key(model: str, messages: list[dict], params: dict) -> str:
@@ -85,58 +95,100 @@ def request_key(model: str, messages: list[dict], params: dict) -> str:
 
 
 class Ledger:
-    """The run's spending so far (requests sent, tokens reserved or used), in a JSON file
-    updated under an exclusive lock."""
+    """A run's spending so far (requests sent, tokens reserved or used), in memory: the
+    in-process runner's ledger, and, as a Ray actor (:func:`start_run_ledger`), the one
+    every worker of a Ray run draws on, on any node."""
 
-    def __init__(self, path: Path, max_requests: int | None, max_tokens: int | None):
-        self.path = path
+    def __init__(self, max_requests: int | None, max_tokens: int | None):
         self.max_requests, self.max_tokens = max_requests, max_tokens
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.state = {"requests": 0, "tokens": 0}
+        self._lock = threading.Lock()
 
-    def _update(self, fn):
-        with open(self.path.with_suffix(".lock"), "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                state = json.loads(self.path.read_text()) if self.path.exists() else {"requests": 0, "tokens": 0}
-                out = fn(state)
-                tmp = self.path.with_name(self.path.name + f".tmp-{os.getpid()}")
-                tmp.write_text(json.dumps(state))
-                os.replace(tmp, self.path)
-                return out
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    def try_reserve(self, tokens: int) -> str | None:
+        """Count one request and reserve ``tokens``; or, when that would overspend, leave
+        the ledger as it is and return why."""
+        with self._lock:
+            st = self.state
+            if self.max_requests is not None and st["requests"] + 1 > self.max_requests:
+                return f"llm budget: max_requests {self.max_requests} reached ({st['requests']} sent); raise it to go on"
+            if self.max_tokens is not None and st["tokens"] + tokens > self.max_tokens:
+                return (f"llm budget: max_tokens {self.max_tokens} would be exceeded ({st['tokens']} used, the next "
+                        f"request may take {tokens}); raise it to go on")
+            st["requests"] += 1
+            st["tokens"] += tokens
+            return None
 
-    def reserve(self, tokens: int) -> None:
-        """Count one request and reserve ``tokens``, or raise before it is sent."""
-        def fn(state):
-            if self.max_requests is not None and state["requests"] + 1 > self.max_requests:
-                raise BudgetExceeded(f"llm budget: max_requests {self.max_requests} reached "
-                                     f"({state['requests']} sent); raise it to go on (answers so far are cached)")
-            if self.max_tokens is not None and state["tokens"] + tokens > self.max_tokens:
-                raise BudgetExceeded(f"llm budget: max_tokens {self.max_tokens} would be exceeded "
-                                     f"({state['tokens']} used, the next request may take {tokens}); raise it "
-                                     "to go on (answers so far are cached)")
-            state["requests"] += 1
-            state["tokens"] += tokens
-        self._update(fn)
+    async def reserve(self, tokens: int) -> None:
+        why = self.try_reserve(tokens)
+        if why:
+            raise BudgetExceeded(why)
 
-    def settle(self, reserved: int, used: int) -> None:
+    def settle_now(self, reserved: int, used: int) -> None:
         """Replace a request's reservation by the tokens it used."""
-        def fn(state):
-            state["tokens"] += used - reserved
-        self._update(fn)
+        with self._lock:
+            self.state["tokens"] += used - reserved
+
+    async def settle(self, reserved: int, used: int) -> None:
+        self.settle_now(reserved, used)
 
     def spent(self) -> dict:
-        return self._update(lambda state: dict(state))
+        with self._lock:
+            return dict(self.state)
+
+
+class _ActorLedger:
+    """A Ray run's ledger actor, as the client uses it (awaiting its answers, so the
+    requests in flight are not held up)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    async def reserve(self, tokens: int) -> None:
+        why = await self.handle.try_reserve.remote(tokens)
+        if why:
+            raise BudgetExceeded(why)
+
+    async def settle(self, reserved: int, used: int) -> None:
+        await self.handle.settle_now.remote(reserved, used)
+
+
+def ledger_name(run: str, settings_json: str) -> str:
+    """The Ray actor name of one stage's ledger in one run."""
+    return f"privatize-llm-budget-{run}-{hashlib.sha256(settings_json.encode()).hexdigest()[:12]}"
+
+
+def start_run_ledger(name: str, max_requests: int | None, max_tokens: int | None):
+    """The Ray runner's driver starts each budgeted stage's ledger (an actor it owns, so
+    it lives as long as the run) before any stage is set up; it kills it at the end."""
+    import ray
+
+    return ray.remote(Ledger).options(name=name, num_cpus=0, max_restarts=0).remote(max_requests, max_tokens)
+
+
+def run_ledger(name: str | None, max_requests: int | None, max_tokens: int | None):
+    """The ledger a client of this process draws on: the run's ledger actor when the
+    Ray runner started one (every worker of the run shares it), else one in memory."""
+    if max_requests is None and max_tokens is None:
+        return None  # nothing to keep
+    if name:
+        import ray
+
+        if ray.is_initialized():
+            try:
+                return _ActorLedger(ray.get_actor(name))
+            except ValueError:  # not started: the in-process runner (beside some Ray session)
+                pass
+    return Ledger(max_requests, max_tokens)
 
 
 class ChatClient:
     """Chat completions against ``base_url`` for one run; see the module docstring."""
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None, cache_dir: Path, temperature: float = 0.0,
+    def __init__(self, base_url: str, model: str, *, api_key: str | None, cache_dir: Path | None,
+                 temperature: float = 0.0,
                  max_tokens: int = 512, timeout_s: float = 60.0, max_in_flight: int = 16,
                  requests_per_second: float | None = None, max_retries: int = 5, backoff_s: float = 0.5,
-                 max_requests: int | None = None, max_total_tokens: int | None = None, run: str | None = None):
+                 max_requests: int | None = None, max_total_tokens: int | None = None, ledger: str | None = None):
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self._key = api_key
@@ -144,11 +196,9 @@ class ChatClient:
         self.timeout_s, self.max_in_flight = timeout_s, max_in_flight
         self.interval = 1.0 / requests_per_second if requests_per_second else 0.0
         self.max_retries, self.backoff_s = max_retries, backoff_s
-        self.cache_dir = Path(cache_dir)
-        # one ledger per run: every process of the run draws on it; a later run starts afresh.
-        # Without a budget there is nothing to keep (and no file lock per request)
-        self.ledger = Ledger(self.cache_dir / "budget" / f"{run or uuid.uuid4().hex}.json", max_requests,
-                             max_total_tokens) if max_requests is not None or max_total_tokens is not None else None
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        # one ledger per run: every process of the run draws on it; a later run starts afresh
+        self.ledger = run_ledger(ledger, max_requests, max_total_tokens)
         self.stats = {"requests": 0, "cached": 0, "retries": 0, "tokens_in": 0, "tokens_out": 0}
 
     def __getstate__(self) -> dict:  # never pickled with its key
@@ -165,6 +215,8 @@ class ChatClient:
         return self.cache_dir / "responses" / key[:2] / f"{key}.json"
 
     def _cached(self, key: str) -> Completion | None:
+        if self.cache_dir is None:
+            return None
         p = self._cache_path(key)
         if not p.is_file():
             return None
@@ -172,6 +224,8 @@ class ChatClient:
         return Completion(r["text"], r["tokens_in"], r["tokens_out"], cached=True)
 
     def _store(self, key: str, c: Completion) -> None:
+        if self.cache_dir is None:
+            return
         p = self._cache_path(key)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(p.name + f".tmp-{os.getpid()}")
@@ -230,7 +284,12 @@ class ChatClient:
 
         reserve = self.params["max_tokens"] + _estimate_tokens(messages)
         if self.ledger is not None:
-            self.ledger.reserve(reserve)
+            try:
+                await self.ledger.reserve(reserve)
+            except BudgetExceeded as e:
+                if self.cache_dir is None:
+                    raise
+                raise BudgetExceeded(f"{e} (answers so far are cached)") from None
         body = {"model": self.model, "messages": messages, **self.params}
         for attempt in range(self.max_retries + 1):
             delay = self.backoff_s * (2 ** attempt)
@@ -243,7 +302,7 @@ class ChatClient:
                 if status == 200:
                     c = _completion(text)
                     if self.ledger is not None:
-                        self.ledger.settle(reserve, c.tokens_in + c.tokens_out)
+                        await self.ledger.settle(reserve, c.tokens_in + c.tokens_out)
                     self.stats["requests"] += 1
                     self.stats["tokens_in"] += c.tokens_in
                     self.stats["tokens_out"] += c.tokens_out
@@ -254,8 +313,8 @@ class ChatClient:
                 if after and after.replace(".", "", 1).isdigit():
                     delay = max(delay, float(after))
             if attempt == self.max_retries:
-                raise LLMError(f"llm: {self.url} failed {self.max_retries + 1} times ({problem}); answers so far "
-                               "are cached, a re-run resumes")
+                raise LLMError(f"llm: {self.url} failed {self.max_retries + 1} times ({problem})"
+                               + ("; answers so far are cached, a re-run resumes" if self.cache_dir else ""))
             self.stats["retries"] += 1
             log.info("llm: %s, retry %d in %.2fs", problem, attempt + 1, delay)
             await asyncio.sleep(delay)

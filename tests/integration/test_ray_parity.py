@@ -519,3 +519,35 @@ def test_synthesize_stage_same_shards_on_ray_from_the_cache(ray_session, tmp_pat
     assert got["counts"] == base["counts"] and got["stages"][0]["stats"]["samples"] == base["stages"][0]["stats"][
         "samples"] > 0
     assert ("0_synthesize", True) in pools
+
+
+def test_synthesis_budget_holds_across_the_actor_pool_on_ray(ray_session, tmp_path):
+    """``max_requests`` on Ray: every synthesize actor draws on one ledger, an actor that
+    the run's driver owns. A run that needs N requests stops at N - 1 (none kept on disk:
+    ``cache: null``), having sent at most N - 1 (a ledger per actor would have let each
+    spend N - 1); with N it finishes."""
+    from privatize.synthesis.client import BudgetExceeded
+    from tests.llm_double import ScriptedLLM
+    from tests.privatize.test_synthesize_stage import ARTICLES
+
+    (tmp_path / "in").mkdir()
+    rows = [{**a, "id": f"art{i}"} for i, a in enumerate(ARTICLES * 3)]
+    (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    def spec(url, **budget):
+        return parse_spec({"stages": [{"kind": "synthesize", "allow_plaintext": True, "cache": None, **budget,
+                                       "llm": {"base_url": url, "model": "scripted"}}], "output": {"num_shards": 2}})
+
+    with ScriptedLLM() as llm:
+        base = run(spec(llm.url), tmp_path / "in", tmp_path / "local")
+        need = len(llm.requests)
+    with ScriptedLLM() as llm:
+        with pytest.raises(BudgetExceeded, match=f"^llm budget: max_requests {need - 1} reached"):
+            run(spec(llm.url, max_requests=need - 1), tmp_path / "in", tmp_path / "cut", runner="ray",
+                progress=False, batch_size=2)
+        assert len(llm.requests) <= need - 1 and not (tmp_path / "cut").exists()
+    with ScriptedLLM() as llm:
+        got = run(spec(llm.url, max_requests=need), tmp_path / "in", tmp_path / "ray", runner="ray", progress=False,
+                  batch_size=2)
+        assert len(llm.requests) == need
+    assert shard_hashes(tmp_path / "ray") == shard_hashes(tmp_path / "local") and got["counts"] == base["counts"]

@@ -187,3 +187,20 @@ def test_resolver_file_relative_to_base_and_keystore(tmp_path):
         register_keystore(None)
     with pytest.raises(KeyMaterialError, match="no key store configured"):
         r.resolve("keystore:abc")
+
+
+def test_api_keys_are_imported_checked_and_round_trip(tmp_path):
+    """An LLM provider's API key: imported (never generated), 8 to 4096 visible ASCII
+    characters, stored as Base64 in a key file that loads back to the same bytes."""
+    secret = "sk-proj-" + "Ab9_-" * 10
+    km = import_key("api-key", secret)
+    assert km.kind == "api-key" and km.secret == secret.encode() and secret not in repr(km)
+    again = load_key_file(write_key_file(km, tmp_path / "llm.key"))
+    assert again.secret == km.secret and again.key_id == km.key_id
+    assert secret not in (tmp_path / "llm.key").read_text()  # Base64, as every byte key
+    for bad in ("short", "sk-with space-123", "sk-line\nbreak-123", "x" * 4097, "sk-ünïcode-123"):
+        with pytest.raises(KeyMaterialError, match="8 to 4096 visible ASCII characters") as e:
+            import_key("api-key", bad)
+        assert bad not in str(e.value)
+    with pytest.raises(KeyMaterialError, match="issued by the LLM provider: import one"):
+        new_key("api-key")

@@ -14,7 +14,7 @@ import logging
 import pytest
 
 from privatize import run
-from privatize.errors import SpecError
+from privatize.errors import KeyMaterialError, SpecError
 from privatize.spec import parse_spec
 from privatize.synthesis import graph, prompts
 from privatize.synthesis.client import BudgetExceeded
@@ -145,6 +145,38 @@ def test_the_api_key_reaches_the_server_and_nothing_else(corpus, monkeypatch, ca
     with pytest.raises(SpecError, match="stages.0.synthesize.llm.api_key"):
         parse_spec({"stages": [{"kind": "synthesize", "allow_plaintext": True,
                                 "llm": {"base_url": "http://x", "model": "m", "api_key": secret}}]})
+
+
+def test_a_key_store_api_key_without_a_cache_keeps_nothing_on_disk(corpus):
+    """``keystore:<id>`` of an ``api-key`` key (the service's way: its workers resolve it
+    from the job's sealed bundle; here a key store in memory) and ``cache: null``: the key
+    reaches the server, nothing is written but the output, and a key of another kind is
+    refused in the worker before any request."""
+    from privatize.keys import import_key, new_key, register_keystore
+
+    secret = "sk-store-" + "7" * 30
+    keys = {"a1": import_key("api-key", secret), "h1": new_key("hmac")}
+    register_keystore(lambda key_id: keys[key_id])
+    try:
+        with ScriptedLLM() as llm:
+            run(_spec(llm.url, cache=None, llm={"api_key": "keystore:a1"}), corpus / "in", corpus / "out",
+                spec_dir=str(corpus))
+            assert {r["auth"] for r in llm.requests} == {f"Bearer {secret}"}
+            assert sorted(p.name for p in corpus.iterdir()) == ["in", "out"]  # no cache folder
+            assert not any(secret.encode() in p.read_bytes() for p in (corpus / "out").rglob("*") if p.is_file())
+            sent = len(llm.requests)
+            with pytest.raises(KeyMaterialError, match=r"llm.api_key: keystore:h1: key \w+ is hmac; expected api-key"):
+                run(_spec(llm.url, cache=None, llm={"api_key": "keystore:h1"}), corpus / "in", corpus / "o2",
+                    spec_dir=str(corpus))
+            assert len(llm.requests) == sent
+    finally:
+        register_keystore(None)
+    # the key store's references are key references of kind api-key (the service checks them)
+    from privatize.spec import key_requirements
+
+    spec = _spec("http://127.0.0.1:1/v1", llm={"api_key": "keystore:a1"})
+    assert key_requirements(spec) == [("stages.0.llm.api_key", "keystore:a1", ("api-key",))]
+    assert key_requirements(_spec("http://127.0.0.1:1/v1", llm={"api_key": "env:K"})) == []
 
 
 def test_the_validator_wants_redaction_first():

@@ -65,7 +65,7 @@ class Files:
 
 
 class Service:
-    def __init__(self, base: Path, backend: str = "sqlite-local"):
+    def __init__(self, base: Path, backend: str = "sqlite-local", llm_url: str | None = None):
         self.base = base
         self.backend = backend
         self.data = base / "data"
@@ -110,6 +110,7 @@ class Service:
             "PRIVATIZE_LOG_LEVEL": "INFO",
             "RAY_USAGE_STATS_ENABLED": "0",
             "PRIVATIZE_DATABASE_URL": self.database_url,
+            **({"PRIVATIZE_LLM_BASE_URLS": llm_url} if llm_url else {}),
             **s3_env,
         }
         for k in ("PRIVATIZE_MASTER_KEY", "PRIVATIZE_STORAGE_URI", "PRIVATIZE_RAY_ADDRESS",
@@ -233,14 +234,25 @@ class Tenant:
         raise AssertionError(f"job {job_id} not finished in {timeout}s: {j}")
 
 
+@pytest.fixture(scope="session")
+def llm_double():
+    """The scripted OpenAI-compatible server (a test double for the paid LLM API a tenant
+    pays for: ``tests/llm_double.py``) on loopback: the one LLM endpoint the test
+    services list in ``PRIVATIZE_LLM_BASE_URLS``."""
+    from tests.llm_double import ScriptedLLM
+
+    with ScriptedLLM() as llm:
+        yield llm
+
+
 @pytest.fixture(scope="session", params=BACKENDS)
-def service(request):
+def service(request, llm_double):
     if request.param == "postgres-s3":
         need(bool(os.environ.get("PRIVATIZE_TEST_DATABASE_URL") and os.environ.get("PRIVATIZE_TEST_S3_ENDPOINT")),
              "PostgreSQL + S3 back end: set PRIVATIZE_TEST_DATABASE_URL and PRIVATIZE_TEST_S3_ENDPOINT "
              "(.ci/run starts both)")
     base = Path(tempfile.mkdtemp(prefix="pvs-"))
-    svc = Service(base, request.param)
+    svc = Service(base, request.param, llm_url=llm_double.url)
     svc.cli("admin", "master-key", "new", "--out", str(svc.master_key_file))
     try:
         svc.start()

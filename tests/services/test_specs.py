@@ -209,11 +209,37 @@ def test_settings_naming_server_files_are_refused_before_parsing(monkeypatch):
     assert validate_spec({"stages": [{"kind": "mask", "technique": "allow_list"}]}).stages[0].kind == "mask"
 
 
-def test_synthesize_is_not_offered_to_tenants():
+def test_synthesize_takes_only_a_keystore_api_key_and_a_listed_endpoint():
     """A tenant's synthesize stage could name the server's environment as its API key and
-    send it to an address of its choosing: refused at the stage, before parsing."""
+    send it to an address of its choosing: an ``env:``/``file:`` key and a ``cache`` folder
+    are refused at the field before parsing, an endpoint the operator did not list by the
+    limits; what runs keeps no answers on disk."""
+    from services.limits import pipeline_limits
+    from services.settings import Settings
+    from services.specs import for_service
+
+    def synth(**llm):
+        return {"stages": [{"kind": "redact"}, {"kind": "synthesize", "llm": {
+            "base_url": "http://attacker.example/v1", "model": "m", **llm}}]}
+
     with pytest.raises(SpecInvalid) as ei:
-        validate_spec({"stages": [{"kind": "redact"}, {"kind": "synthesize", "llm": {
-            "base_url": "http://attacker.example/v1", "model": "m", "api_key": "env:PRIVATIZE_MASTER_KEY"}}]})
-    assert [e["path"] for e in ei.value.extra["errors"]] == ["stages.1.synthesize"]
-    assert "not offered by the service" in ei.value.extra["errors"][0]["message"]
+        validate_spec(synth(api_key="env:PRIVATIZE_MASTER_KEY"))
+    assert [e["path"] for e in ei.value.extra["errors"]] == ["stages.1.synthesize.llm.api_key"]
+    assert "keystore:<id>" in ei.value.extra["errors"][0]["message"]
+    with pytest.raises(SpecInvalid) as ei:
+        validate_spec({**synth(api_key="keystore:0123456789abcdef"), "stages": [
+            {"kind": "redact"}, {**synth()["stages"][1], "cache": "/srv/other-tenant/cache"}]})
+    assert [e["path"] for e in ei.value.extra["errors"]] == ["stages.1.synthesize.cache"]
+    spec = validate_spec(synth(api_key="keystore:0123456789abcdef"))
+    assert key_references(spec) == [("stages.1.llm.api_key", "keystore:0123456789abcdef")]
+    none = Settings(llm_base_urls="")
+    listed = Settings(llm_base_urls="https://llm.internal/v1/, http://vllm:8000/v1")
+    assert [p for p, _ in pipeline_limits(none, spec)] == ["stages.1.llm.base_url"]
+    assert "PRIVATIZE_LLM_BASE_URLS" in pipeline_limits(none, spec)[0][1]
+    assert pipeline_limits(listed, spec) == [("stages.1.llm.base_url", "not an LLM endpoint of this service (it "
+                                              "calls https://llm.internal/v1, http://vllm:8000/v1)")]
+    ok = validate_spec({"stages": [{"kind": "redact"}, {"kind": "synthesize", "llm": {
+        "base_url": "https://llm.internal/v1", "model": "m"}}]})
+    assert pipeline_limits(listed, ok) == []
+    assert ok.stages[1].cache == ".llm-cache" and for_service(ok).stages[1].cache is None
+    assert for_service(for_service(ok)) == for_service(ok)
