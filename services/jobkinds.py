@@ -64,11 +64,17 @@ class JobKind:
     limits: Callable[[Any, Any], None] = _no_limits
     input_kind: str | None = None
     inputs: Callable[[dict], set[str]] | None = None
+    also_reads: Callable[[dict], set[str]] | None = None
+    """Ids of other jobs whose output a job of this kind also reads, named in its stored
+    spec (a continued training's base training): not deleted while it is active."""
+    options: Callable[[dict], list[tuple[str, str]]] | None = None
+    """Extra entrypoint options from the stored spec: (flag, location relative to the
+    tenant's folder), turned into the storage's locations by the service."""
 
-    def entrypoint(self, spec: str, input: str, output: str) -> str:
+    def entrypoint(self, spec: str, input: str, output: str, extra: tuple[str, ...] = ()) -> str:
         """The Ray Jobs entrypoint for these locations (the service chose them all; no key
         material is ever an argument)."""
-        return f"{JOBRUN} " + " ".join(shlex.quote(a) for a in (self.name, spec, input, output))
+        return f"{JOBRUN} " + " ".join(shlex.quote(a) for a in (self.name, spec, input, output, *extra))
 
 
 _KINDS: dict[str, JobKind] = {}
@@ -166,8 +172,30 @@ def _train_results(storage, output_path: str) -> dict | None:
         return None
 
 
-register_job_kind(JobKind(TRAIN, _validate_train, "train.job", _train_results, result_file=SUMMARY,
-                          limits=_train_limits, input_kind=PRIVATIZE))
+def _prepare_train(session, tenant_id: str, corpus, spec):
+    from services.trainings import check_base_training
+
+    check_base_training(session, tenant_id, spec)
+    return spec, []
+
+
+def _train_reads(spec: dict) -> set[str]:
+    from services.trainings import base_training
+
+    t = base_training(spec)
+    return {t} if t else set()
+
+
+def _train_options(spec: dict) -> list[tuple[str, str]]:
+    from services.trainings import base_training
+
+    t = base_training(spec)
+    return [("--checkpoint", f"jobs/{t}/output/model")] if t else []
+
+
+register_job_kind(JobKind(TRAIN, _validate_train, "train.job", _train_results, _prepare_train, result_file=SUMMARY,
+                          limits=_train_limits, input_kind=PRIVATIZE, also_reads=_train_reads,
+                          options=_train_options))
 
 
 # ---- evaluation -----------------------------------------------------------------------

@@ -161,9 +161,11 @@ def _sealed_dict(k: Key) -> dict:
 def entrypoint_for(ctx: ServiceContext, job: Job, corpus: Corpus | None) -> str:
     """``python -m services.jobrun KIND SPEC INPUT OUTPUT`` (locations only; LookupError
     for a kind this service does not know)."""
-    st = ctx.storage
-    return job_kind(job.kind).entrypoint(st.location(spec_rel(job)), st.location(input_rel(job, corpus)),
-                                         st.location(job.output_path))
+    st, jk = ctx.storage, job_kind(job.kind)
+    extra = [a for flag, rel in (jk.options(job.spec) if jk.options else [])
+             for a in (flag, st.location(f"{tenant_prefix(job.tenant_id)}/{rel}"))]
+    return jk.entrypoint(st.location(spec_rel(job)), st.location(input_rel(job, corpus)),
+                         st.location(job.output_path), tuple(extra))
 
 
 def runtime_env_for(ctx: ServiceContext, job: Job) -> dict:
@@ -445,7 +447,8 @@ def delete_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> None:
 
 def active_readers(s: Session, tenant_id: str, resource_ids: Collection[str]) -> list[str]:
     """Ids of the tenant's active jobs that read any of ``resource_ids`` (job outputs or
-    corpora): as their input job, or named in their spec (kinds with ``inputs``). A tenant
+    corpora): as their input job, or named in their spec (kinds with ``inputs`` or
+    ``also_reads``: a continued training's base training). A tenant
     has a few active jobs at most, so their specs are read here rather than indexed."""
     wanted = set(resource_ids)
     out = []
@@ -453,9 +456,11 @@ def active_readers(s: Session, tenant_id: str, resource_ids: Collection[str]) ->
                        .order_by(Job.created_at, Job.id)):
         try:
             inputs = job_kind(j.kind).inputs
+            also = job_kind(j.kind).also_reads
         except LookupError:
-            inputs = None
-        if j.input_job_id in wanted or (inputs is not None and wanted & inputs(j.spec)):
+            inputs = also = None
+        if j.input_job_id in wanted or (inputs is not None and wanted & inputs(j.spec)) or \
+                (also is not None and wanted & also(j.spec)):
             out.append(j.id)
     return out
 

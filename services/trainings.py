@@ -5,7 +5,8 @@ What a tenant submits is a ``train.config.TrainConfig`` without any location: th
 sets ``data.path`` (the privatization job's output) and ``output`` (the training's own
 folder), so a config naming a path (``data.path``, ``output``, ``storage``,
 ``model.checkpoint``, ``tokenizer.path``, ``tokenizer.also_on``) answers 422 with the
-field, and so does one asking for more than the service's ``train_*`` settings allow
+field (a checkpoint is ``training:<id>``, one of the tenant's succeeded trainings: continual
+pre-training on a new privatization job, protected from deletion while it runs), and so does one asking for more than the service's ``train_*`` settings allow
 (workers, CPUs, GPUs, steps, epochs, batch, sequence length, vocabulary, presets).
 
 A training's row is a ``jobs`` row (``kind = 'train'``, ``input_job_id`` the privatization
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import tarfile
 import time
 import zlib
@@ -43,11 +45,15 @@ SERVICE_FIELDS: dict[tuple[str, ...], str] = {
     ("data", "path"): "set by the service: a training reads the privatization job named by job_id",
     ("output",): "set by the service: a training writes to its own folder",
     ("storage",): "set by the service: checkpoints stay in the training's own folder",
-    ("model", "checkpoint"): "not taken by the service: train from a preset (kind pretrain, dp or crt)",
     ("tokenizer", "path"): "not taken by the service: the tokenizer is trained on the job's data",
     ("tokenizer", "also_on"): "not taken by the service: a training reads its job's data only",
 }
 """Config fields a tenant may not set (they name files on the server), with why."""
+
+TRAINING_REF = re.compile(r"training:([0-9a-f]{16})")
+"""``model.checkpoint`` through the service: ``training:<id>``, the model of one of the
+tenant's succeeded trainings (``kind: continue``, or an ``mlm`` fine-tune); the job gets
+its location as ``train.job --checkpoint``."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +88,10 @@ def validate_config(data) -> TrainSpec:
     if not isinstance(data, dict):
         raise config_invalid([("", "config: must be a JSON object (a training config, as in train/configs/)")])
     errors = [(".".join(path), why) for path, why in SERVICE_FIELDS.items() if _given(data, path)]
-    if data.get("kind") == "continue":
-        errors.append(("kind", "continue needs model.checkpoint, which the service does not take: "
-                               "use pretrain, dp or crt"))
+    ckpt = data.get("model", {}).get("checkpoint") if isinstance(data.get("model"), dict) else None
+    if ckpt is not None and not (isinstance(ckpt, str) and TRAINING_REF.fullmatch(ckpt)):
+        errors.append(("model.checkpoint", "through the service a checkpoint is training:<id>, one of your "
+                                           "succeeded trainings (the model it ended with)"))
     if errors:
         raise config_invalid(errors)
     try:
@@ -92,6 +99,28 @@ def validate_config(data) -> TrainSpec:
     except SpecError as exc:
         raise config_error(exc) from None
     return TrainSpec(cfg)
+
+
+def base_training(config: dict) -> str | None:
+    """The id of the training a stored config continues from (``model.checkpoint:
+    training:<id>``), or None."""
+    ckpt = (config.get("model") or {}).get("checkpoint")
+    m = TRAINING_REF.fullmatch(ckpt) if isinstance(ckpt, str) else None
+    return m.group(1) if m else None
+
+
+def check_base_training(s: Session, tenant_id: str, spec: TrainSpec) -> None:
+    """The training a config continues from is one of the tenant's, and has succeeded
+    (404 as for an id that does not exist, else 409; both at ``model.checkpoint``)."""
+    tid = base_training(spec.to_dict())
+    if tid is None:
+        return
+    j = s.get(Job, tid)
+    if j is None or j.tenant_id != tenant_id or j.kind != TRAIN:
+        raise NotFound(f"no training {tid!r}", path="model.checkpoint")
+    if j.status != "succeeded":
+        raise Conflict(f"training {tid} is {j.status}; a training continues from one that has succeeded",
+                       path="model.checkpoint")
 
 
 def check_limits(settings, spec: TrainSpec) -> None:

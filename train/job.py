@@ -1,6 +1,6 @@
 """The Ray Jobs entrypoint of a training run (the service's ``train`` job kind)::
 
-    python -m train.job CONFIG_URI INPUT_URI OUTPUT_URI [--keep-checkpoints] [--overwrite]
+    python -m train.job CONFIG_URI INPUT_URI OUTPUT_URI [--checkpoint MODEL_URI] [--keep-checkpoints] [--overwrite]
 
 The conventions are ``privatize.job``'s. Each location is a local path or a URI that
 ``pyarrow.fs`` opens (``s3://bucket/key``, ``file:///...``). INPUT is the output folder of a
@@ -165,8 +165,10 @@ def _redact(message: str, paths: dict[str, str]) -> str:
 
 
 def run_job(config_location: str, input_location: str, output_location: str, *, keep_checkpoints: bool = False,
-            overwrite: bool = False, mirror_every: float = 10.0, progress: bool = True) -> dict:
-    """Run the training; returns the summary that ``main`` prints."""
+            overwrite: bool = False, mirror_every: float = 10.0, progress: bool = True,
+            checkpoint_location: str | None = None) -> dict:
+    """Run the training; returns the summary that ``main`` prints. ``checkpoint_location``
+    (a path or URI; a remote one is copied locally first) replaces ``model.checkpoint``."""
     from privatize.job import localize_input
     from train.run import run_training
 
@@ -187,6 +189,14 @@ def run_job(config_location: str, input_location: str, output_location: str, *, 
         out = tmp / "output" if remote_out else Path(_local(output_location))
         redact = {str(Path(input_path).resolve()): "<input>", input_path: "<input>",
                   str(out.resolve()): "<output>", str(out): "<output>"}
+        if checkpoint_location is not None:
+            (tmp / "checkpoint").mkdir()
+            ckpt = str(Path(localize_input(checkpoint_location, tmp / "checkpoint")).resolve())
+            cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"checkpoint": ckpt})})
+            redact[ckpt] = "<checkpoint>"
+        elif cfg.model.checkpoint and cfg.model.checkpoint.startswith("training:"):
+            raise SpecError(f"model.checkpoint: {cfg.model.checkpoint} is the service's reference; give the "
+                            "model folder with --checkpoint")
         mirror = None
         try:
             check_input(input_path)
@@ -230,10 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace a remote output that exists")
     p.add_argument("--mirror-every", type=float, default=10.0, metavar="S",
                    help="seconds between copies of metrics.jsonl to a remote output while training")
+    p.add_argument("--checkpoint", metavar="LOCATION", default=None,
+                   help="the model folder (a path or a URI) to start from, in place of the config's "
+                        "model.checkpoint (the service names a training's model so)")
     args = p.parse_args(argv)
     return run_entrypoint("train", args.verbose, lambda: run_job(
         args.config, args.input, args.output, keep_checkpoints=args.keep_checkpoints, overwrite=args.overwrite,
-        mirror_every=args.mirror_every))
+        mirror_every=args.mirror_every, checkpoint_location=args.checkpoint))
 
 
 if __name__ == "__main__":

@@ -102,10 +102,16 @@ def test_bounds_come_from_the_service_settings():
     assert _refusal(TINY, Settings(train_presets="small")) == ["model.preset"]
 
 
-def test_bad_configs_name_the_field_and_continue_is_refused():
+def test_bad_configs_name_the_field_and_a_checkpoint_is_one_of_your_trainings():
+    from services.trainings import base_training, validate_config
+
     assert _refusal(_with("optim.lr", 0)) == ["optim.lr"]
     assert _refusal(_with("optim.colour", 1)) == ["optim.colour"]
-    assert _refusal(_with("kind", "continue")) == ["kind"]
+    assert _refusal(_with("kind", "continue")) == [""]  # continue needs model.checkpoint
+    cont = _with("model", {"preset": None, "checkpoint": "training:0123456789abcdef"}, _with("kind", "continue"))
+    assert base_training(validate_config(cont).to_dict()) == "0123456789abcdef"
+    for bad in ("training:0123", "training:../../x", "jobs/0123456789abcdef/output/model", "file:/srv/m"):
+        assert _refusal(_with("model.checkpoint", bad, cont)) == ["model.checkpoint"], bad
     assert _refusal({**TINY, "kind": "dp"}) == [""]  # the config as a whole: no 'dp' section
     assert _refusal([1, 2]) == [""]
 
@@ -374,3 +380,37 @@ def test_cli_a_training_that_fails_exits_1_and_a_refused_one_2(service, trained)
     r = service.cli("submit-training", str(_tiny_yaml(tmp / "ok.yaml")), "--job", "0" * 16, env=env, check=False)
     assert r.returncode == 2 and "HTTP 404" in r.stderr
 
+
+
+@server_test
+def test_continual_pre_training_from_a_succeeded_training(service, trained):
+    """``kind: continue`` with ``model.checkpoint: training:<id>``: the job starts from that
+    training's model (its location handed to ``train.job --checkpoint`` by the service,
+    never written in the config), keeps its tokenizer, and the base training cannot be
+    deleted while it runs; another tenant's or an unfinished training is refused at the
+    field."""
+    t, job, base = trained["tenant"], trained["job"], trained["cli"]["training_id"]
+    cont = _with("model", {"preset": None, "checkpoint": f"training:{base}"}, _with("kind", "continue"))
+    other = service.new_tenant("snoop-continue")
+    r = other.http.post("/v1/trainings", json={"job_id": job["id"], "config": cont})
+    assert r.status_code == 404  # (the job is not the snoop's either)
+    for ref, status in ((f"training:{job['id']}", 404), ("training:" + "0" * 16, 404)):
+        r = t.http.post("/v1/trainings", json={"job_id": job["id"], "config": _with("model.checkpoint", ref, cont)})
+        assert r.status_code == status and r.json()["path"] == "model.checkpoint", r.text
+    r = t.http.post("/v1/trainings", json={"job_id": job["id"], "config": cont})
+    assert r.status_code == 201, r.text
+    cid = r.json()["id"]
+    assert r.json()["config"]["model"]["checkpoint"] == f"training:{base}"
+    gone = t.http.delete(f"/v1/jobs/{base}")  # while the continued training is active: refused
+    assert gone.status_code == 409 and cid in gone.json()["detail"], gone.text
+    done = t.wait(cid, timeout=480)
+    assert done["status"] == "succeeded", (done["message"], t.http.get(f"/v1/jobs/{cid}/logs").text[-4000:])
+    got = t.http.get(f"/v1/trainings/{cid}").json()
+    assert got["summary"]["kind"] == "continue" and got["summary"]["steps"] == 4
+    info = service.ray_jobs().get_job_info(cid)
+    flag, where = info.entrypoint.split()[-2:]
+    assert flag == "--checkpoint" and where.endswith(f"tenants/{t.id}/jobs/{base}/output/model")
+    # the continued model kept the base model's tokenizer (tokenizer.mode shared)
+    base_tok = service.files.read(f"tenants/{t.id}/jobs/{base}/output/model/tokenizer.json")
+    assert service.files.read(f"tenants/{t.id}/jobs/{cid}/output/model/tokenizer.json") == base_tok
+    assert t.http.get(f"/v1/trainings/{base}").json()["status"] == "succeeded"
