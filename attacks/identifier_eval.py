@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attacks.refill_eval import SmallLM
+from attacks.refill_eval import SmallLM, base_model
 
 METHODS = {"plain": None, "ppclm": [], "ppclm_indirect": ["indirect"], "ppclm_direct": ["direct"]}
 """Method -> the span kinds whose tokens carry no loss (None: no ignore_spans at all; []:
@@ -148,10 +148,7 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
              "seed": plan.seed, "epochs": 1000}
     common = {"version": 1, "checkpoint_every": 10_000_000, "report_every": 10_000_000}
     say("base model: pretrain on the public corpus")
-    base = work / "base"
-    _train({**common, "kind": "pretrain", "data": {"path": str(plan.base_corpus), "seq_len": plan.seq_len},
-            "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
-            "optim": {**optim, "max_steps": plan.base_steps}}, base, progress)
+    base = base_model(plan, plan.base_corpus, work, common, optim, progress)
 
     def measure(name: str, model: Path) -> dict:
         adapter = ModelAdapter.load(model)
@@ -181,7 +178,7 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
                   "indirect_per_individual": {"median": float(np.median(counts)) if len(counts) else 0.0,
                                               "mean": float(counts.mean()) if len(counts) else 0.0,
                                               "with_none": int((counts == 0).sum())}},
-        "models": {"base": measure("base", base / "model")}, "train_seconds": {}}
+        "models": {"base": measure("base", base)}, "train_seconds": {}}
     for method in plan.methods:
         kinds = METHODS[method]
         data = {"path": str(work / "corpora" / "members"), "seq_len": plan.seq_len}
@@ -190,7 +187,7 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
         say(f"{method}: continual pre-training on the members' records")
         run = work / "runs" / method
         summary = _train({**common, "kind": "continue", "data": data,
-                          "model": {"preset": None, "checkpoint": str(base / "model")},
+                          "model": {"preset": None, "checkpoint": str(base)},
                           "optim": {**optim, "max_steps": plan.adapt_steps}}, run, progress)
         result["train_seconds"][method] = summary.get("seconds")
         result["models"][method] = measure(method, run / "model")

@@ -52,6 +52,20 @@ class SmallLM:
     base_steps: int = 600
     adapt_steps: int = 300
     seed: int = 0
+    base_model: Path | None = None
+    """A causal LM folder to adapt from instead (a base model another evaluation trained:
+    ``preset``, ``vocab_size`` and ``base_steps`` are then unused)."""
+
+
+def base_model(plan: SmallLM, corpus: Path, work: Path, common: dict, optim: dict, progress: bool) -> Path:
+    """The base model's folder: ``plan.base_model``, or one pretrained from ``plan.preset``
+    on ``corpus`` (in ``work/base``; done already when an earlier evaluation got there)."""
+    if plan.base_model is not None:
+        return Path(plan.base_model)
+    _train({**common, "kind": "pretrain", "data": {"path": str(corpus), "seq_len": plan.seq_len},
+            "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
+            "optim": {**optim, "max_steps": plan.base_steps}}, work / "base", progress)
+    return work / "base" / "model"
 
 
 @dataclass
@@ -127,10 +141,7 @@ def evaluate(plan: EvalPlan, progress: bool = True) -> dict:
             print(f"[{time.perf_counter() - t0:6.0f} s] {msg}", flush=True)
 
     say("base model: pretrain on the base corpus")
-    base = work / "base"
-    _train({**common, "kind": "pretrain", "data": {"path": str(plan.base_corpus), "seq_len": plan.seq_len},
-            "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
-            "optim": {**optim, "max_steps": plan.base_steps}}, base, progress)
+    base = base_model(plan, plan.base_corpus, work, common, optim, progress)
     filler = plan.filler
     if filler is None:
         say("filler: a masked LM on the base corpus (kind mlm)")
@@ -144,14 +155,14 @@ def evaluate(plan: EvalPlan, progress: bool = True) -> dict:
         run = work / "runs" / name
         _train({**common, "kind": "continue", "data": {"path": str(data), "seq_len": plan.seq_len,
                                                         "mask_token_loss": mask_loss},
-                "model": {"preset": None, "checkpoint": str(base / "model")},
+                "model": {"preset": None, "checkpoint": str(base)},
                 "optim": {**optim, "max_steps": plan.adapt_steps}}, run, progress)
         return ModelAdapter.load(run / "model").perplexity(plan.test)
 
     result: dict = {"plan": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(plan).items()
                              if k != "test"},
                     "test_texts": len(plan.test), "filler": str(filler),
-                    "base_perplexity": ModelAdapter.load(base / "model").perplexity(plan.test),
+                    "base_perplexity": ModelAdapter.load(base).perplexity(plan.test),
                     "perplexity": {}, "masked_share": {}, "refill": {}}
     oracle = adapt("oracle", plan.train) if "oracle" in plan.methods else None
     for tech in plan.techniques:

@@ -9,7 +9,12 @@ distinct prompts with ``max_in_flight`` 1, 16 and 64, nothing cached; the ideal 
 the client's own cost per request (the server's included). The client process is pinned
 to one core (``--cores 2``: not pinned).
 
-    python benchmarks/synthesis_throughput.py [--delay 0.2] [--requests 1280] [--cores 1]
+``--budget``: the cost of a run's spending ledger at 64 in flight, the same requests sent
+with no budget, with ``max_requests`` kept in memory (the in-process runner) and kept by
+the Ray actor a Ray run's driver starts (every request awaits two calls to it); the
+ratio to the unbudgeted rate is the figure.
+
+    python benchmarks/synthesis_throughput.py [--delay 0.2] [--requests 1280] [--cores 1] [--budget]
 """
 
 from __future__ import annotations
@@ -59,7 +64,10 @@ def main() -> None:
     ap.add_argument("--delay", type=float, default=0.2)
     ap.add_argument("--requests", type=int, default=1280)
     ap.add_argument("--cores", type=int, default=1, choices=[1, 2])
+    ap.add_argument("--budget", action="store_true", help="measure the spending ledger's cost instead")
     args = ap.parse_args()
+    if args.budget:
+        return budget(args)
 
     from privatize.synthesis.client import ChatClient
 
@@ -93,6 +101,41 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait()
+
+
+def budget(args) -> None:
+    import ray
+
+    from privatize.synthesis.client import ChatClient, start_run_ledger
+
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.delay)], stdout=subprocess.PIPE, text=True)
+    port = int(server.stdout.readline())
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    if args.cores == 1:  # (after Ray's own processes started, on every core)
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    cap = 10 * args.requests
+    handle = start_run_ledger("bench-ledger", cap, None)
+    ray.get(handle.spent.remote())
+    rates = {}
+    try:
+        print(f"# {machine()}; server delay {args.delay * 1000:.0f} ms, {args.requests} requests at 64 in flight, "
+              f"client on {args.cores} core(s)")
+        for name, extra in (("no budget", {}), ("ledger in memory", {"max_requests": cap}),
+                            ("ledger actor (Ray)", {"max_requests": cap, "ledger": "bench-ledger"})):
+            client = ChatClient(f"http://127.0.0.1:{port}/v1", "m", api_key=None, cache_dir=None, max_in_flight=64,
+                                max_tokens=16, **extra)
+            convs = [[{"role": "user", "content": f"prompt {name} {i}"}] for i in range(args.requests)]
+            t0 = time.perf_counter()
+            client.complete(convs)
+            rates[name] = args.requests / (time.perf_counter() - t0)
+            print(f"{name:>20}: {rates[name]:8.1f} requests/s, {rates[name] / rates['no budget']:.3f}x unbudgeted")
+        spent = ray.get(handle.spent.remote())
+        assert spent["requests"] == args.requests, spent  # the actor counted every request it let through
+        print(json.dumps({"delay": args.delay, "cores": args.cores, "rates": rates}))
+    finally:
+        server.terminate()
+        server.wait()
+        ray.shutdown()
 
 
 if __name__ == "__main__":

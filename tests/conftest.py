@@ -59,6 +59,19 @@ def wikitext_docs(shared_data, tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="session")
+def wikitext_base(wikitext_docs, tmp_path_factory) -> Path:
+    """A tiny causal LM pretrained (Ray Train) on WikiText-2 valid for 30 steps, its own
+    1,024-token tokenizer: the base model the paper 002 and paper 003 evaluations adapt
+    (``SmallLM.base_model``; each Ray Train run costs about 15 s before its first step)."""
+    from attacks.refill_eval import SmallLM, base_model
+
+    plan = SmallLM(vocab_size=1024, seq_len=128, batch_size=8, base_steps=30)
+    optim = {"batch_size": 8, "lr": plan.lr, "warmup_steps": 5, "seed": 0, "epochs": 1000}
+    common = {"version": 1, "checkpoint_every": 10_000_000, "report_every": 10_000_000}
+    return base_model(plan, wikitext_docs["valid"], tmp_path_factory.mktemp("base"), common, optim, False)
+
+
+@pytest.fixture(scope="session")
 def tiny_filler(wikitext_docs, tmp_path_factory) -> Path:
     """A tiny BERT-style masked LM trained with ``privatize train`` kind ``mlm`` (Ray
     Train) on WikiText-2 valid for a few steps: the refill tests' filler. Its run summary

@@ -42,10 +42,10 @@ def test_term_strings_match_what_the_stage_writes():
         "call", "me", "at", "555-1234", "thanks", "call me", "me at", "at 555-1234"}
 
 
-def test_ppclm_gives_away_fewer_identifiers_than_plain_training(shared_data, wikitext_docs, tmp_path):
+def test_ppclm_gives_away_fewer_identifiers_than_plain_training(shared_data, wikitext_docs, wikitext_base, tmp_path):
     corpus = _write(customersim_by_customer(shared_data / "customersim" / "train.jsonl", 32), tmp_path / "c.jsonl")
     plan = IdentifierPlan(corpus=corpus, base_corpus=wikitext_docs["valid"], work=tmp_path / "eval",
-                          vocab_size=1024, seq_len=128, batch_size=8, base_steps=20, adapt_steps=120, samples=1)
+                          base_model=wikitext_base, seq_len=128, batch_size=8, adapt_steps=120, samples=1)
     r = evaluate(plan, progress=False)
     g = r["graph"]
     assert g["direct_spans"] > 0 and g["indirect_spans"] > 0 and 0 < g["share_of_distinct_words"] < 1
