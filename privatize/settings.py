@@ -67,16 +67,7 @@ to ``privatize.spec.key_requirements``, so the service checks it as any key."""
 
 def field_holds_secret_ref(field: FieldInfo) -> bool:
     """Whether a pydantic field is typed with :data:`SecretRef` (or ``SecretRef | None``)."""
-    def check(meta):
-        return isinstance(meta, AfterValidator) and meta.func is _check_secret_ref
-
-    def holds(tp):
-        if get_origin(tp) is Annotated:
-            base, *meta = get_args(tp)
-            return any(map(check, meta)) or holds(base)
-        return any(holds(a) for a in get_args(tp))
-
-    return any(map(check, field.metadata)) or holds(field.annotation)
+    return _field_holds(field, _check_secret_ref)
 
 
 class KeyKinds:
@@ -131,22 +122,29 @@ def declared_key_kinds(model: type[BaseModel] | BaseModel, field: str) -> tuple[
     return field_key_kinds(cls.model_fields[field])
 
 
-def _is_key_ref_check(meta: object) -> bool:
-    return isinstance(meta, AfterValidator) and meta.func is _check_key_ref
+def _holds(tp: object, check) -> bool:
+    """Whether the type ``tp`` is or holds a string type validated by ``check`` (through
+    ``| None`` and ``list``)."""
+    if get_origin(tp) is Annotated:
+        base, *meta = get_args(tp)
+        return any(isinstance(m, AfterValidator) and m.func is check for m in meta) or _holds(base, check)
+    return any(_holds(a, check) for a in get_args(tp))
+
+
+def _field_holds(field: FieldInfo, check) -> bool:
+    # pydantic moves the Annotated metadata of a plain field into field.metadata
+    return any(isinstance(m, AfterValidator) and m.func is check for m in field.metadata) or \
+        _holds(field.annotation, check)
 
 
 def holds_key_ref(tp: object) -> bool:
     """Whether the type ``tp`` is or holds a :data:`KeyRef` (``KeyRef | None``, ``list[KeyRef]``)."""
-    if get_origin(tp) is Annotated:
-        base, *meta = get_args(tp)
-        return any(map(_is_key_ref_check, meta)) or holds_key_ref(base)
-    return any(holds_key_ref(a) for a in get_args(tp))
+    return _holds(tp, _check_key_ref)
 
 
 def field_holds_key_ref(field: FieldInfo) -> bool:
-    """Whether a pydantic field is typed with :data:`KeyRef` (pydantic moves the
-    ``Annotated`` metadata of a plain ``KeyRef`` field into ``field.metadata``)."""
-    return any(map(_is_key_ref_check, field.metadata)) or holds_key_ref(field.annotation)
+    """Whether a pydantic field is typed with :data:`KeyRef`."""
+    return _field_holds(field, _check_key_ref)
 
 
 class OrderRule:

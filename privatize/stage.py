@@ -88,6 +88,12 @@ class Stage:
         """Key ids (never key bytes) this stage used, for the manifest. Valid after setup."""
         return {}
 
+    def budget(self) -> tuple[str, int | None, int | None] | None:
+        """A spending limit every process of the run draws on: (ledger name, max requests,
+        max tokens), which the Ray runner's driver starts as one actor before any setup
+        (:func:`privatize.synthesis.client.start_run_ledger`); None: none."""
+        return None
+
 
 class GlobalStage(Stage):
     """A stage that decides over the whole corpus; see the module docstring."""

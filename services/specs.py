@@ -31,9 +31,6 @@ SERVER_FILE_FIELDS: dict[str, tuple[str, ...]] = {"mask": ("word_list",), "refil
 """Stage settings that name a file on the server: not taken from tenants (a service job's
 synthesis keeps no answers on disk: :func:`for_service`)."""
 
-NOT_OFFERED: dict[str, str] = {}
-"""Stage kinds the service refuses outright, with why (none today)."""
-
 KEYSTORE_CREDENTIALS: dict[str, tuple[str, ...]] = {"synthesize": ("llm", "api_key")}
 """Credential references a tenant gives only as ``keystore:<id>`` (an ``api-key`` key of
 its own): ``env:`` and ``file:`` would name the server's environment and files."""
@@ -46,10 +43,6 @@ def _server_files(data: dict) -> list[dict]:
         if not isinstance(st, dict):
             continue
         kind = st.get("kind")
-        if kind in NOT_OFFERED:
-            path = f"stages.{i}.{kind}"
-            errors.append({"path": path, "loc": ["body", "spec", *path.split(".")], "message": NOT_OFFERED[kind]})
-            continue
         cred = KEYSTORE_CREDENTIALS.get(kind)
         if cred is not None:
             parent, name = st.get(cred[0]), cred[1]

@@ -5,8 +5,9 @@ What a tenant submits is a ``train.config.TrainConfig`` without any location: th
 sets ``data.path`` (the privatization job's output) and ``output`` (the training's own
 folder), so a config naming a path (``data.path``, ``output``, ``storage``,
 ``model.checkpoint``, ``tokenizer.path``, ``tokenizer.also_on``) answers 422 with the
-field (a checkpoint is ``training:<id>``, one of the tenant's succeeded trainings: continual
-pre-training on a new privatization job, protected from deletion while it runs), and so does one asking for more than the service's ``train_*`` settings allow
+field (a checkpoint is ``training:<id>``, one of the tenant's succeeded trainings:
+continual pre-training on a new privatization job, protected from deletion while it
+runs), and so does one asking for more than the service's ``train_*`` settings allow
 (workers, CPUs, GPUs, steps, epochs, batch, sequence length, vocabulary, presets).
 
 A training's row is a ``jobs`` row (``kind = 'train'``, ``input_job_id`` the privatization

@@ -125,12 +125,7 @@ def _start_ledgers(protos: list) -> list:
     workers, on every node, draw on it (:mod:`privatize.synthesis.client`)."""
     from privatize.synthesis.client import start_run_ledger
 
-    out = []
-    for p in protos:
-        b = p.budget() if hasattr(p, "budget") else None
-        if b is not None:
-            out.append(start_run_ledger(*b))
-    return out
+    return [start_run_ledger(*b) for b in (p.budget() for p in protos) if b is not None]
 
 
 def _execute(spec: PipelineSpec, files: list[InputFile], writer: OutputWriter, spec_dir: str | None,

@@ -148,7 +148,6 @@ def replace_spans(text: str, spans: list[dict], replacement) -> str:
     return "".join(out)
 
 
-
 def detector_like(st):
     """The redaction detector (policy pi) configured by another stage's ``profile`` and, where
     set, its ``model``, ``entities`` and ``score_threshold`` (unset: redact's defaults);
@@ -160,6 +159,7 @@ def detector_like(st):
         if getattr(st, name) is not None:
             fields[name] = getattr(st, name)
     return detector_for(RedactSettings(**fields))
+
 
 @register_stage("redact", RedactSettings)
 class Redact(Stage):

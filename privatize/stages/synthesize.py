@@ -146,8 +146,7 @@ class Synthesize(Stage):
         return ledger_name(self.context.run, st.model_dump_json())
 
     def budget(self) -> tuple[str, int | None, int | None] | None:
-        """(ledger name, max_requests, max_tokens) for the Ray runner's driver, which starts
-        the ledger every worker of the run shares; None when unbudgeted."""
+        """(ledger name, max_requests, max_tokens); None when unbudgeted."""
         name = self.ledger_name()
         return None if name is None else (name, self.settings.max_requests, self.settings.max_tokens)
 

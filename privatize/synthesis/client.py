@@ -118,38 +118,33 @@ class Ledger:
             st["tokens"] += tokens
             return None
 
-    async def reserve(self, tokens: int) -> None:
-        why = self.try_reserve(tokens)
-        if why:
-            raise BudgetExceeded(why)
-
-    def settle_now(self, reserved: int, used: int) -> None:
+    def settle(self, reserved: int, used: int) -> None:
         """Replace a request's reservation by the tokens it used."""
         with self._lock:
             self.state["tokens"] += used - reserved
-
-    async def settle(self, reserved: int, used: int) -> None:
-        self.settle_now(reserved, used)
 
     def spent(self) -> dict:
         with self._lock:
             return dict(self.state)
 
 
-class _ActorLedger:
-    """A Ray run's ledger actor, as the client uses it (awaiting its answers, so the
-    requests in flight are not held up)."""
+class _Spending:
+    """A ledger as the client's requests use it: in this process, or a Ray run's ledger
+    actor (its answers awaited, so the requests in flight are not held up)."""
 
-    def __init__(self, handle):
-        self.handle = handle
+    def __init__(self, ledger: Ledger | None = None, actor=None):
+        self.ledger, self.actor = ledger, actor
 
     async def reserve(self, tokens: int) -> None:
-        why = await self.handle.try_reserve.remote(tokens)
+        why = self.ledger.try_reserve(tokens) if self.actor is None else await self.actor.try_reserve.remote(tokens)
         if why:
             raise BudgetExceeded(why)
 
     async def settle(self, reserved: int, used: int) -> None:
-        await self.handle.settle_now.remote(reserved, used)
+        if self.actor is None:
+            self.ledger.settle(reserved, used)
+        else:
+            await self.actor.settle.remote(reserved, used)
 
 
 def ledger_name(run: str, settings_json: str) -> str:
@@ -175,10 +170,10 @@ def run_ledger(name: str | None, max_requests: int | None, max_tokens: int | Non
 
         if ray.is_initialized():
             try:
-                return _ActorLedger(ray.get_actor(name))
+                return _Spending(actor=ray.get_actor(name))
             except ValueError:  # not started: the in-process runner (beside some Ray session)
                 pass
-    return Ledger(max_requests, max_tokens)
+    return _Spending(Ledger(max_requests, max_tokens))
 
 
 class ChatClient:
