@@ -30,6 +30,10 @@ The masked words themselves travel to a later ``refill`` in the internal column
 ``_mask.originals`` (one entry per ``<MASK>`` in the new text, null for a mask that was
 already there), so it can refuse to write a word back where it was; internal columns are
 never written to shards or the quarantine.
+The word techniques scan a whole batch at once (``WordScan``: code points, hashes and
+byte buffers in numpy, 3-4x the per-word loop); texts holding reserved tokens take the
+per-word loop (``Mask._ranges_one``), which is also the reference the tests hold the
+scan to.
 Statistics: ``words`` (words seen), ``words_masked`` and ``masks`` (mask tokens
 written); the manifest's ``words_masked / words`` is the masked share paper 002's
 Table 2 reports (1.3-30.4%). A record with no text is quarantined.
@@ -43,7 +47,9 @@ import os
 import re
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
 from privatize.ciphers.tokens import MASK_TOKEN, reserved_spans
@@ -149,6 +155,211 @@ def _originals(text: str, masked: str, merged: list[tuple[int, int]]) -> list[st
     return out
 
 
+_HASH_BASE = np.uint64(1_000_003)
+_HASH_INV = np.uint64(pow(1_000_003, -1, 2**64))
+_RESERVED_START, _ENTITY_OPEN = re.compile(r"<[A-Z]"), re.compile(r"_\[")
+"""Where a reserved token may be (a tag, an entity token): two literal-prefix patterns,
+each a fast scan, instead of ``RESERVED_RE`` over the whole batch."""
+_WORD, _INNER, _JOINS = 1, 2, 4
+"""Character classes: a word character of ``WORD`` (``[^\\W_]``, which is ``str.isalnum``),
+an inner character that may join the parts of one word (apostrophes, hyphen), and what
+may stand between two masks that merge (``_JOIN``: space, tab, hyphen)."""
+
+
+@functools.cache
+def _char_classes() -> np.ndarray:
+    """The class bits of every code point."""
+    table = np.fromiter((chr(c).isalnum() for c in range(0x110000)), np.uint8, count=0x110000)
+    for c in "'’-":
+        table[ord(c)] |= _INNER
+    for c in " \t-":
+        table[ord(c)] |= _JOINS
+    return table
+
+
+def _code_points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+
+
+class _Powers:
+    """``B**i`` and ``B**-i`` modulo 2**64 for i up to the longest batch yet."""
+
+    def __init__(self) -> None:
+        self.up = self.down = np.ones(1, np.uint64)
+
+    def __call__(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if len(self.up) <= n:
+            size = max(n + 1, 2 * len(self.up))
+            with np.errstate(over="ignore"):
+                self.up, self.down = (
+                    np.cumprod(np.concatenate((np.ones(1, np.uint64), np.full(size - 1, b, np.uint64))),
+                               dtype=np.uint64) for b in (_HASH_BASE, _HASH_INV))
+        return self.up, self.down
+
+
+_powers = _Powers()
+
+
+def token_hashes(cps: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """A polynomial hash modulo 2**64 of each range ``[starts, ends)`` of the code points
+    ``cps``, all at once: prefix sums of ``cp * B**i``, differenced and shifted back by
+    ``B**-start`` (B odd, so invertible modulo 2**64). Equal ranges hash equal wherever
+    they are."""
+    n = len(cps)
+    up, down = _powers(n)
+    with np.errstate(over="ignore"):
+        prefix = np.zeros(n + 1, np.uint64)
+        np.cumsum(cps * up[:n], dtype=np.uint64, out=prefix[1:])
+        return (prefix[ends] - prefix[starts]) * down[starts]
+
+
+def _runs(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of the runs of True in ``flags``."""
+    padded = np.concatenate(([False], flags, [False]))
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    return edges[0::2], edges[1::2]
+
+
+class HashSet:
+    """Membership of 64-bit hashes, vectorised: a direct-address table on the top bits
+    (one look-up per query), and a binary search only for the buckets two members share."""
+
+    def __init__(self, hashes: np.ndarray):
+        self.sorted = np.unique(hashes)
+        bits = max(20, int(np.ceil(np.log2(64 * len(self.sorted) + 1))))  # 8 MB for 16K members
+        self.shift = np.uint64(64 - bits)
+        bucket = self._bucket(self.sorted)
+        counts = np.bincount(bucket, minlength=1 << bits)
+        self.table = np.zeros(1 << bits, np.uint64)
+        self.table[bucket] = self.sorted
+        self.filled, self.shared = counts > 0, counts > 1
+
+    def _bucket(self, h: np.ndarray) -> np.ndarray:
+        """Fibonacci hashing: the top bits of ``h`` times 2**64 / phi (a short word's
+        polynomial hash has no high bits of its own)."""
+        with np.errstate(over="ignore"):
+            return ((h * np.uint64(0x9E3779B97F4A7C15)) >> self.shift).astype(np.int64)
+
+    def member(self, h: np.ndarray) -> np.ndarray:
+        bucket = self._bucket(h)
+        found = self.filled[bucket] & (self.table[bucket] == h)
+        shared = np.flatnonzero(self.shared[bucket])
+        if len(shared):
+            at = np.minimum(np.searchsorted(self.sorted, h[shared]), len(self.sorted) - 1)
+            found[shared] = self.sorted[at] == h[shared]
+        return found
+
+
+class WordScan:
+    """The word scan and look-ups of ``allow_list`` and ``vocab_threshold`` for a whole
+    batch, vectorised: the same ranges and counts as the per-word loop
+    (``Mask._ranges_one``), which stays the path for texts with reserved tokens and the
+    reference the tests compare this with.
+
+    The batch is one array of code points (texts joined by newlines, lower case where
+    lower() keeps the length, as the loop does). Every word of ``WORD`` lies inside one run
+    of word characters, apostrophes and hyphens (a token). A token of word characters
+    only is one word, known when its hash is among the known words' hashes (64-bit hashes:
+    two different words of natural text collide with probability about 2**-64 per pair; a
+    token longer than the longest known word is unknown outright); a token with an
+    apostrophe or a hyphen (``don't``, ``well-known``, ``'s``, ``--``) goes through the
+    word pattern and ``_known`` once per distinct token, in Python."""
+
+    def __init__(self, known: frozenset[str]):
+        self.known = known
+        self.classes = _char_classes()
+        simple = sorted(w for w in known if w.isalnum())
+        cps = _code_points("\n".join(simple))
+        starts, ends = _runs((self.classes[cps] & _WORD) > 0)
+        self.hashes = HashSet(token_hashes(cps, starts, ends))
+        self.longest = max((len(w) for w in simple), default=0)
+        self._plans: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
+
+    def _plan(self, token: str) -> tuple[int, tuple[tuple[int, int], ...]]:
+        """Words in a token with an apostrophe or a hyphen, and the unknown ones' ranges."""
+        plan = self._plans.get(token)
+        if plan is None:
+            words = [m.span() for m in WORD.finditer(token)]
+            plan = (len(words), tuple((s, e) for s, e in words if not _known(token[s:e], self.known)))
+            if len(self._plans) > 1_000_000:
+                self._plans.clear()
+            self._plans[token] = plan
+        return plan
+
+    def scan(self, texts: list[str]) -> dict:
+        """Masked word ranges of ``texts``, merged: ``text`` (index), ``start``, ``end``
+        (offsets in the batch string ``joined``), with words and masked words per text.
+        ``declined`` lists the texts holding a reserved token (``<MASK>``, a tag, an entity
+        token), which the per-word path handles; their figures here are zero."""
+        joined = "\n".join(texts)
+        low = joined.lower()
+        if len(low) != len(joined):  # lower() changed a length somewhere: per text, as the loop
+            low = "\n".join(lower_in_place(t) for t in texts)
+        cps = _code_points(low)
+        bounds = np.zeros(len(texts) + 1, np.int64)
+        np.cumsum([len(t) + 1 for t in texts], out=bounds[1:])
+        cls = self.classes[cps]
+        token = (cls & (_WORD | _INNER)) > 0
+        # a reserved token starts with "<" and a capital letter or holds "_[": those texts
+        # (found by the regex, on candidates only) are left to the per-word path
+        cand = [m.start() for m in _RESERVED_START.finditer(joined)]
+        cand += [m.start() for m in _ENTITY_OPEN.finditer(joined)]
+        declined = sorted({int(i) for i in np.unique(np.searchsorted(bounds, cand, side="right") - 1)
+                           if reserved_spans(texts[i])})
+        for i in declined:
+            token[bounds[i]:bounds[i + 1]] = False
+        starts, ends = _runs(token)
+        odd = np.zeros(len(starts), bool)  # tokens with an inner character
+        inner = np.flatnonzero(cls & _INNER)
+        odd[np.searchsorted(starts, inner[token[inner]], side="right") - 1] = True
+        simple_s, simple_e = starts[~odd], ends[~odd]
+        h = token_hashes(cps, simple_s, simple_e)
+        # a token longer than every known word is unknown whatever its hash (long crafted
+        # strings are where polynomial hashes modulo 2**64 collide)
+        unknown = ~self.hashes.member(h) | ((simple_e - simple_s) > self.longest)
+        words = np.diff(np.searchsorted(simple_s, bounds))
+        ms, me = [simple_s[unknown]], [simple_e[unknown]]
+        odd_s, odd_e = starts[odd].tolist(), ends[odd].tolist()
+        if odd_s:
+            extra_s, extra_e, odd_words = [], [], []
+            for s, e in zip(odd_s, odd_e):
+                n, masked = self._plan(low[s:e])
+                odd_words.append(n)
+                for a, b in masked:
+                    extra_s.append(s + a)
+                    extra_e.append(s + b)
+            words += np.bincount(np.searchsorted(bounds, odd_s, side="right") - 1, weights=odd_words,
+                                 minlength=len(texts)).astype(np.int64)
+            ms.append(np.array(extra_s, np.int64))
+            me.append(np.array(extra_e, np.int64))
+            ms, me = np.concatenate(ms), np.concatenate(me)
+            order = np.argsort(ms, kind="stable")
+            ms, me = ms[order], me[order]
+        else:
+            ms, me = ms[0], me[0]
+        per_text = np.searchsorted(ms, bounds)
+        # merge neighbours of one text separated only by spaces, tabs or hyphens
+        gaps = np.zeros(len(cls) + 1, np.int32)
+        np.cumsum((cls & _JOINS) == 0, dtype=np.int32, out=gaps[1:])
+        first = np.ones(len(ms), bool)
+        first[1:] = gaps[ms[1:]] != gaps[me[:-1]]
+        first[per_text[:-1][per_text[:-1] < len(ms)]] = True
+        last = np.ones(len(ms), bool)
+        last[:-1] = first[1:]
+        return {"joined": joined, "bounds": bounds, "start": ms[first], "end": me[last],
+                "words": words,
+                "masked_words": np.diff(per_text), "declined": declined}
+
+
+def lower_in_place(text: str) -> str:
+    """``text.lower()`` with every offset kept: a character whose lower case is longer
+    (``İ``) stays as it is."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
 def word_spans(text: str) -> list[tuple[int, int]]:
     """Word ranges outside reserved tokens."""
     reserved = reserved_spans(text)
@@ -161,6 +372,7 @@ def word_spans(text: str) -> list[tuple[int, int]]:
 @register_stage("mask", MaskSettings)
 class Mask(Stage):
     _words: frozenset[str] | None = None
+    _scan: WordScan | None = None
     _detector = None
 
     def __init__(self, settings: MaskSettings, **kw):
@@ -177,16 +389,18 @@ class Mask(Stage):
         else:
             size = st.allow_list_size if st.technique == "allow_list" else st.vocab_size
             self._words = load_words(st.word_list, size)
+            self._scan = WordScan(self._words)
             log.info("mask: %s with %d words (%s)", st.technique, len(self._words), st.word_list or "wordfreq en")
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_detector", None)
         state.pop("_words", None)
+        state.pop("_scan", None)
         return state
 
     def _ranges(self, texts: list[str]) -> list[tuple[list[tuple[int, int]], int, int]]:
-        """Per text: ranges to mask, words seen, words masked."""
+        """Per text: ranges to mask, words seen, words masked (the per-word path)."""
         if self.settings.technique == "entity_tagger":
             out = []
             for text, det in zip(texts, self._detector.detect(texts)):
@@ -195,51 +409,138 @@ class Mask(Stage):
                 hit = sum(1 for s, e in words if any(a < e and s < b for a, b in ranges))
                 out.append((ranges, len(words), hit))
             return out
-        out = []
+        return [self._ranges_one(text) for text in texts]
+
+    def _ranges_one(self, text: str) -> tuple[list[tuple[int, int]], int, int]:
         known = self._words
-        for text in texts:
-            if reserved_spans(text):
-                words = word_spans(text)
-                ranges = [(s, e) for s, e in words if not _known(text[s:e], known)]
-                out.append((ranges, len(words), len(ranges)))
-                continue
-            # the common case, no reserved token: one pass over the lower-cased text
-            # (lower() keeps offsets for the scripts wordfreq covers; checked below)
-            low = text.lower()
-            if len(low) != len(text):
-                low = text
-            n, ranges = 0, []
-            for m in WORD.finditer(low):
-                n += 1
-                w = m.group()
-                # already lower case: only a hyphen or a curly apostrophe needs _known
-                if w not in known and not (("-" in w or "’" in w) and _known(w, known)):
-                    ranges.append(m.span())
-            out.append((ranges, n, len(ranges)))
-        return out
+        if reserved_spans(text):
+            words = word_spans(text)
+            ranges = [(s, e) for s, e in words if not _known(text[s:e], known)]
+            return ranges, len(words), len(ranges)
+        # no reserved token: one pass over the lower-cased text
+        low = lower_in_place(text)
+        n, ranges = 0, []
+        for m in WORD.finditer(low):
+            n += 1
+            w = m.group()
+            # already lower case: only a hyphen or a curly apostrophe needs _known
+            if w not in known and not (("-" in w or "’" in w) and _known(w, known)):
+                ranges.append(m.span())
+        return ranges, n, len(ranges)
 
     def process_batch(self, batch: pa.Table) -> pa.Table:
         if self._words is None and self._detector is None:
             self.setup()
         texts = batch["text"].to_pylist()
+        n = len(texts)
         live = [i for i, t in enumerate(texts) if isinstance(t, str)]
-        results = self._ranges([texts[i] for i in live])
-        new_text, spans, hit = list(texts), [None] * len(texts), [None] * len(texts)
-        originals = [None] * len(texts)
-        n_words, n_masked, n_masks = [0] * len(texts), [0] * len(texts), [0] * len(texts)
-        for i, (ranges, words, masked) in zip(live, results):
-            new_text[i], merged = mask_text(texts[i], ranges)
-            spans[i] = [{"start": s, "end": e} for s, e in merged]
-            hit[i] = bool(merged)
-            n_words[i], n_masked[i], n_masks[i] = words, masked, len(merged)
-            originals[i] = _originals(texts[i], new_text[i], merged)
-        batch = set_column(batch, "text", pa.array(new_text, pa.string()))
-        batch = set_column(batch, "mask_spans", pa.array(spans, SPANS_TYPE))
-        batch = set_column(batch, "mask_hit", pa.array(hit, pa.bool_()))
-        batch = set_column(batch, ORIGINALS, pa.array(originals, pa.list_(pa.string())))
-        if len(live) < len(texts):
+        parts: list[tuple[list[int], dict]] = []  # (rows, their columns)
+        rest = live
+        if self._scan is not None and live:
+            # the word techniques: the vectorised scan, the whole batch at once, but for
+            # texts with reserved tokens
+            found = self._scan.scan([texts[i] for i in live])
+            declined = set(found["declined"])
+            parts.append(([i for j, i in enumerate(live) if j not in declined], _scan_columns(found, declined)))
+            rest = [live[j] for j in sorted(declined)]
+        if rest:
+            cols: dict[str, list] = {k: [] for k in ("text", "spans", "originals", "words", "masked", "masks")}
+            for i, (ranges, words, masked) in zip(rest, self._ranges([texts[i] for i in rest])):
+                new, merged = mask_text(texts[i], ranges)
+                cols["text"].append(new)
+                cols["spans"].append([{"start": s, "end": e} for s, e in merged])
+                cols["originals"].append(_originals(texts[i], new, merged))
+                cols["words"].append(words)
+                cols["masked"].append(masked)
+                cols["masks"].append(len(merged))
+            parts.append((rest, {"text": pa.array(cols["text"], pa.string()),
+                                 "spans": pa.array(cols["spans"], SPANS_TYPE),
+                                 "originals": pa.array(cols["originals"], pa.list_(pa.string())),
+                                 **{k: pa.array(cols[k], pa.int64()) for k in ("words", "masked", "masks")}}))
+        dead = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+        if dead:
+            nulls = {"text": pa.nulls(len(dead), pa.string()), "spans": pa.nulls(len(dead), SPANS_TYPE),
+                     "originals": pa.nulls(len(dead), pa.list_(pa.string())),
+                     **{k: pa.array([0] * len(dead), pa.int64()) for k in ("words", "masked", "masks")}}
+            parts.append((dead, nulls))
+        rows = [i for r, _ in parts for i in r]
+        order = None if rows == list(range(n)) else pa.array(np.argsort(rows), pa.int64())
+
+        def column(name: str) -> pa.Array:
+            arr = pa.concat_arrays([c[name] for _, c in parts]) if len(parts) != 1 else parts[0][1][name]
+            return arr if order is None else arr.take(order)
+
+        spans = column("spans")
+        batch = set_column(batch, "text", column("text"))
+        batch = set_column(batch, "mask_spans", spans)
+        batch = set_column(batch, "mask_hit", pc.greater(pc.list_value_length(spans), 0))
+        batch = set_column(batch, ORIGINALS, column("originals"))
+        if dead:
             reasons = [None if isinstance(t, str) else NO_TEXT for t in texts]
             batch = set_column(batch, QUARANTINE, pa.array(reasons, pa.string()))
-        for name, values in (("words", n_words), ("words_masked", n_masked), ("masks", n_masks)):
-            batch = set_column(batch, f"_stat.{name}", pa.array(values, pa.int64()))
+        for name, key in (("words", "words"), ("words_masked", "masked"), ("masks", "masks")):
+            batch = set_column(batch, f"_stat.{name}", column(key))
         return batch
+
+
+def _gather(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes of the ranges ``[starts, ends)`` of ``buf``, one after another, and their
+    offsets."""
+    lengths = ends - starts
+    offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    index = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
+    return buf[index], offsets
+
+
+def _scan_columns(found: dict, skip: set[int]) -> dict[str, pa.Array]:
+    """The columns of a batch scan's rows (but ``skip``), built on byte buffers: each
+    merged range is cut out of the joined texts' UTF-8 once and ``<MASK>`` put in its
+    place, with no Python string per word."""
+    joined, bounds = found["joined"], found["bounds"]
+    ms, me = found["start"], found["end"]
+    raw = joined.encode("utf-8")
+    if len(raw) == len(joined):
+        to_byte = None
+    else:  # UTF-8 offsets of the code points
+        cps = _code_points(joined)
+        to_byte = np.zeros(len(cps) + 1, np.int64)
+        np.cumsum(1 + (cps >= 0x80) + (cps >= 0x800) + (cps >= 0x10000), out=to_byte[1:])
+    byte = (lambda x: x) if to_byte is None else (lambda x: to_byte[x])
+    bs, be = byte(ms), byte(me)
+    text_s, text_e = byte(bounds[:-1]), byte(bounds[1:] - 1)
+    size, mask = len(raw), np.frombuffer(MASK_TOKEN.encode(), np.uint8)
+    buf = np.frombuffer(raw + MASK_TOKEN.encode(), np.uint8)
+    # drop the masked ranges and the newlines between texts; put <MASK> where each range was
+    seps = text_e[:-1]
+    delta = np.zeros(size + 1, np.int8)
+    for at, step in ((bs, 1), (be, -1), (seps, 1), (seps + 1, -1)):
+        delta[at] += step  # positions distinct within each array: a fancy += is exact
+    keep = np.cumsum(delta[:size], dtype=np.int8) == 0
+    kept_before = np.zeros(size + 1, np.int64)
+    np.cumsum(keep, out=kept_before[1:])
+    index = np.insert(np.flatnonzero(keep), np.repeat(kept_before[bs], len(mask)),
+                      np.tile(np.arange(size, size + len(mask)), len(bs)))
+    per_text = np.searchsorted(ms, bounds)
+    rows = np.array([j for j in range(len(bounds) - 1) if j not in skip], np.int64)
+    starts_out = kept_before[text_s] + len(mask) * per_text[:-1]
+    ends_out = kept_before[text_e] + len(mask) * per_text[1:]
+    out, offsets = _gather(buf[index], starts_out[rows], ends_out[rows])
+    text = pa.StringArray.from_buffers(len(rows), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out))
+    # the ranges of the rows kept (a skipped row has none)
+    list_offsets = np.zeros(len(rows) + 1, np.int32)
+    np.cumsum(per_text[rows + 1] - per_text[rows], out=list_offsets[1:])
+    offsets_arr = pa.array(list_offsets, pa.int32())
+    owner = np.searchsorted(bounds, ms, side="right") - 1
+    spans = pa.StructArray.from_arrays([pa.array(ms - bounds[owner], pa.int64()), pa.array(me - bounds[owner],
+                                                                                           pa.int64())],
+                                       names=["start", "end"])
+    words, word_offsets = _gather(buf, bs, be)
+    originals = pa.StringArray.from_buffers(len(bs), pa.py_buffer(word_offsets.astype(np.int32)),
+                                            pa.py_buffer(words))
+    return {"text": text,
+            "spans": pa.ListArray.from_arrays(offsets_arr, spans, type=SPANS_TYPE),
+            "originals": pa.ListArray.from_arrays(offsets_arr, originals),
+            "words": pa.array(found["words"][rows], pa.int64()),
+            "masked": pa.array(found["masked_words"][rows], pa.int64()),
+            "masks": pa.array(per_text[rows + 1] - per_text[rows], pa.int64())}

@@ -125,3 +125,79 @@ def test_pipeline_manifest_reports_the_masked_share(tmp_path, word_list):
     assert manifest["stages"][0]["kind"] == "mask"
     assert manifest["stages"][0]["stats"] == {"words": 11, "words_masked": 2, "masks": 2}  # 2 / 11 masked
     assert manifest["stages"][1]["stats"] == {"private": 1, "public": 1}
+
+
+def _per_word(stage, texts):
+    """The oracle: the per-word loop (``Mask._ranges_one``), one text at a time, then
+    ``mask_text``: what the stage wrote before the batch scan existed."""
+    from privatize.stages.mask import _originals
+
+    out = []
+    for t in texts:
+        ranges, words, masked = stage._ranges_one(t)
+        new, merged = mask_text(t, ranges)
+        out.append((new, [{"start": s, "end": e} for s, e in merged], _originals(t, new, merged), words, masked,
+                    len(merged)))
+    return out
+
+
+def _batched(stage, texts):
+    b = stage.process_batch(pa.table({"doc_id": [str(i) for i in range(len(texts))], "text": texts}))
+    return list(zip(*(b[c].to_pylist() for c in ("text", "mask_spans", "_mask.originals", "_stat.words",
+                                                  "_stat.words_masked", "_stat.masks"))))
+
+
+@pytest.mark.parametrize("technique", ["allow_list", "vocab_threshold"])
+def test_the_batch_scan_writes_what_the_per_word_loop_writes(technique):
+    """The vectorised scan (code points, hashes, byte buffers) against the per-word loop on
+    texts built to stress it: hyphens and apostrophes inside and around words, curly
+    apostrophes, underscores, tabs and newlines, other scripts, a letter whose lower case
+    is longer (İ), empty texts, and reserved tokens (left to the loop)."""
+    import random
+
+    rng = random.Random(7)
+    pieces = list("abXZ09 '-_.,!?\t\n@<[]İéß’–") + [
+        "don't", "well-known", "Tibbles-Smith", "haven't", "the", "Mary", "--", "'s", "café", "naïve",
+        "<MASK>", "<PERSON>", "Person_[AbCd12==]", "<unk>", "_[", "日本語", "people", "zyzzyva", "x-ray"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 30))) for _ in range(1500)]
+    stage = Mask(MaskSettings(technique=technique))
+    stage.setup()
+    for k in range(0, len(texts), 300):
+        chunk = texts[k:k + 300]
+        assert _batched(stage, chunk) == _per_word(stage, chunk)
+    # and the scan did the work: it left to the loop exactly the texts with a reserved token
+    from privatize.ciphers.tokens import reserved_spans
+
+    found = stage._scan.scan(texts)
+    assert found["declined"] == [i for i, t in enumerate(texts) if reserved_spans(t)]
+    assert len(texts) - len(found["declined"]) > 500
+    assert sum(found["masked_words"]) > 1000
+
+
+def test_the_batch_scan_on_real_text(shared_data):
+    """The same equivalence on CustomerSim dialogues and WikiText-2 paragraphs."""
+    cs = [json.loads(line)["text"] for line in
+          (shared_data / "customersim" / "test.jsonl").read_text(encoding="utf-8").splitlines()[:400]]
+    wiki = [p for p in (shared_data / "wikitext2_tokenized" / "test.txt").read_text(encoding="utf-8").split("\n")
+            if p.strip()][:600]
+    stage = Mask(MaskSettings(technique="allow_list"))
+    stage.setup()
+    for texts in (cs, wiki):
+        assert _batched(stage, texts) == _per_word(stage, texts)
+
+
+def test_hash_set_membership_against_a_python_set():
+    """The direct-address table, shared buckets included (100,000 members in 2**23
+    buckets share some), against Python's set."""
+    import numpy as np
+
+    from privatize.stages.mask import HashSet
+
+    rng = np.random.default_rng(0)
+    members = rng.integers(0, 2**63, 100_000, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    queries = np.concatenate((members[::3], members[1::7] + np.uint64(1), rng.integers(0, 2**63, 50_000,
+                                                                                         dtype=np.uint64)))
+    hs = HashSet(members)
+    assert hs.shared.any()
+    expected = set(members.tolist())
+    assert hs.member(queries).tolist() == [q in expected for q in queries.tolist()]
