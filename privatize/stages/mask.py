@@ -178,6 +178,13 @@ def _char_classes() -> np.ndarray:
 
 
 def _code_points(text: str) -> np.ndarray:
+    """The code points of ``text`` in the narrowest array that holds them (the dense
+    passes of the scan then move a quarter or a half of the bytes)."""
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii"), np.uint8)
+    wide = text.encode("utf-16-le", "surrogatepass")
+    if len(wide) == 2 * len(text):  # no code point beyond the BMP
+        return np.frombuffer(wide, np.uint16)
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
 
 

@@ -158,12 +158,18 @@ def test_the_batch_scan_writes_what_the_per_word_loop_writes(technique):
     rng = random.Random(7)
     pieces = list("abXZ09 '-_.,!?\t\n@<[]İéß’–") + [
         "don't", "well-known", "Tibbles-Smith", "haven't", "the", "Mary", "--", "'s", "café", "naïve",
-        "<MASK>", "<PERSON>", "Person_[AbCd12==]", "<unk>", "_[", "日本語", "people", "zyzzyva", "x-ray"]
+        "<MASK>", "<PERSON>", "Person_[AbCd12==]", "<unk>", "_[", "日本語", "people", "zyzzyva", "x-ray", "😂", "𝔘𝔫𝔦"]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 30))) for _ in range(1500)]
     stage = Mask(MaskSettings(technique=technique))
     stage.setup()
     for k in range(0, len(texts), 300):
         chunk = texts[k:k + 300]
+        assert _batched(stage, chunk) == _per_word(stage, chunk)
+    # batches of ASCII only, and of the BMP only (the narrower arrays of the scan)
+    ascii_only = [t for t in texts if t.isascii()]
+    bmp_only = [t for t in texts if all(ord(c) < 0x10000 for c in t)]
+    assert ascii_only and len(bmp_only) > len(ascii_only)
+    for chunk in (ascii_only, bmp_only):
         assert _batched(stage, chunk) == _per_word(stage, chunk)
     # and the scan did the work: it left to the loop exactly the texts with a reserved token
     from privatize.ciphers.tokens import reserved_spans
