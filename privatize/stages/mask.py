@@ -508,37 +508,41 @@ def _scan_columns(found: dict, skip: set[int]) -> dict[str, pa.Array]:
     ms, me = found["start"], found["end"]
     raw = joined.encode("utf-8")
     if len(raw) == len(joined):
-        to_byte = None
-    else:  # UTF-8 offsets of the code points
+        byte = (lambda x: x)  # noqa: E731
+    else:  # UTF-8 offsets: a code point's offset plus the extra bytes of the wide ones before it
         cps = _code_points(joined)
-        to_byte = np.zeros(len(cps) + 1, np.int64)
-        np.cumsum(1 + (cps >= 0x80) + (cps >= 0x800) + (cps >= 0x10000), out=to_byte[1:])
-    byte = (lambda x: x) if to_byte is None else (lambda x: to_byte[x])
+        wide = np.flatnonzero(cps >= 0x80)
+        extra = np.zeros(len(wide) + 1, np.int64)
+        np.cumsum(1 + (cps[wide] >= 0x800) + (cps[wide] >= 0x10000), out=extra[1:])
+        byte = (lambda x: x + extra[np.searchsorted(wide, x)])  # noqa: E731
     bs, be = byte(ms), byte(me)
     text_s, text_e = byte(bounds[:-1]), byte(bounds[1:] - 1)
-    size, mask = len(raw), np.frombuffer(MASK_TOKEN.encode(), np.uint8)
+    size = len(raw)
     buf = np.frombuffer(raw + MASK_TOKEN.encode(), np.uint8)
-    # drop the masked ranges and the newlines between texts; put <MASK> where each range was
-    seps = text_e[:-1]
-    delta = np.zeros(size + 1, np.int8)
-    for at, step in ((bs, 1), (be, -1), (seps, 1), (seps + 1, -1)):
-        delta[at] += step  # positions distinct within each array: a fancy += is exact
-    keep = np.cumsum(delta[:size], dtype=np.int8) == 0
-    kept_before = np.zeros(size + 1, np.int64)
-    np.cumsum(keep, out=kept_before[1:])
-    index = np.insert(np.flatnonzero(keep), np.repeat(kept_before[bs], len(mask)),
-                      np.tile(np.arange(size, size + len(mask)), len(bs)))
+    # each text is its kept pieces with a <MASK> between two: from its start to its first
+    # range, between ranges, from its last range to its end (the newlines between texts
+    # fall out); piece m of the whole is followed by range j's <MASK> when m = j + text(j)
     per_text = np.searchsorted(ms, bounds)
-    rows = np.array([j for j in range(len(bounds) - 1) if j not in skip], np.int64)
-    starts_out = kept_before[text_s] + len(mask) * per_text[:-1]
-    ends_out = kept_before[text_e] + len(mask) * per_text[1:]
-    out, offsets = _gather(buf[index], starts_out[rows], ends_out[rows])
-    text = pa.StringArray.from_buffers(len(rows), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out))
+    n_ranges, n_texts = len(bs), len(text_s)
+    owner = np.searchsorted(bounds, ms, side="right") - 1
+    pieces = n_ranges + n_texts
+    starts, ends = np.empty(pieces + n_ranges, np.int64), np.empty(pieces + n_ranges, np.int64)
+    at_mask = 2 * np.arange(n_ranges) + owner + 1
+    kept = np.ones(pieces + n_ranges, bool)
+    kept[at_mask] = False
+    starts[kept], ends[kept] = np.sort(np.concatenate((text_s, be))), np.sort(np.concatenate((bs, text_e)))
+    starts[at_mask], ends[at_mask] = size, size + len(MASK_TOKEN)
+    out, offsets = _gather(buf, starts, ends)
+    first = 2 * per_text[:-1] + np.arange(n_texts)  # each text's first piece
+    row_offsets = offsets[np.concatenate((first, [len(starts)]))]
+    rows = np.array([j for j in range(n_texts) if j not in skip], np.int64)
+    if len(rows) < n_texts:  # cut the skipped rows out
+        out, row_offsets = _gather(out, row_offsets[rows], row_offsets[rows + 1])
+    text = pa.StringArray.from_buffers(len(rows), pa.py_buffer(row_offsets.astype(np.int32)), pa.py_buffer(out))
     # the ranges of the rows kept (a skipped row has none)
     list_offsets = np.zeros(len(rows) + 1, np.int32)
     np.cumsum(per_text[rows + 1] - per_text[rows], out=list_offsets[1:])
     offsets_arr = pa.array(list_offsets, pa.int32())
-    owner = np.searchsorted(bounds, ms, side="right") - 1
     spans = pa.StructArray.from_arrays([pa.array(ms - bounds[owner], pa.int64()), pa.array(me - bounds[owner],
                                                                                            pa.int64())],
                                        names=["start", "end"])
