@@ -1,4 +1,5 @@
-"""DP-SGD step time and memory over plain training, Opacus hooks vs ghost clipping.
+"""DP-SGD step time and memory over plain training: Opacus hooks and ghost clipping, and
+book-keeping clipping (``bk``, train/bk.py).
 
 For the ``tiny`` and ``small`` presets, batch 16, sequence 128: the median time of a plain
 AdamW step and of a DP-SGD step (per-example clipping + noise, same loss, same batch) in
@@ -8,6 +9,7 @@ configuration in a fresh process; the peak resident set above the resident set b
 the first step), DP / plain (target <= 1.5x with ghost clipping).
 
     .venv/bin/python benchmarks/train_step.py [--steps 5] [--models tiny,small] [--threads 2]
+        [--modes hooks,ghost,bk] [--no-memory]
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def main() -> None:
     ap.add_argument("--models", default="tiny,small")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--memory-batch", type=int, default=64)
+    ap.add_argument("--modes", default="hooks,ghost,bk", help="DP modes to compare with plain")
+    ap.add_argument("--no-memory", action="store_true", help="step times only")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -91,15 +95,16 @@ def main() -> None:
         return
     print(f"# {machine()}, torch threads {a.threads}")
     rows = []
+    modes = ["plain"] + a.modes.split(",")
     for preset in a.models.split(","):
         med = {}
-        for mode in ("plain", "hooks", "ghost"):
+        for mode in modes:
             t = step_times(preset, mode, a.steps, a.threads)
             med[mode] = statistics.median(t)
             print(f"{preset:6s} {mode:6s} batch 16 seq 128: median step {med[mode] * 1000:8.1f} ms "
                   f"(of {len(t)}: {', '.join(f'{x * 1000:.0f}' for x in t)})", flush=True)
         mem = {}
-        for mode in ("plain", "hooks", "ghost"):
+        for mode in [] if a.no_memory else modes:
             r = subprocess.run([sys.executable, __file__, "--child", f"{preset}:{mode}", "--threads", str(a.threads),
                                 "--memory-batch", str(a.memory_batch)], capture_output=True, text=True)
             mem[mode] = json.loads(r.stdout.strip().splitlines()[-1])["peak_mib"] if r.returncode == 0 else None
@@ -107,13 +112,17 @@ def main() -> None:
                   f"{'failed: ' + r.stderr.strip().splitlines()[-1] if mem[mode] is None else f'{mem[mode]:.0f} MiB'}",
                   flush=True)
         rows.append((preset, med, mem))
-    print("\n| model | plain step | hooks / plain | ghost / plain | memory plain (batch %d) | hooks / plain | ghost / plain |"
-          % a.memory_batch)
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    dp = modes[1:]
+    print(f"\n| model | plain step | {' | '.join(f'{m} / plain' for m in dp)} |"
+          + ("" if a.no_memory else f" memory plain (batch {a.memory_batch}) | "
+             + " | ".join(f"{m} / plain" for m in dp) + " |"))
+    print("|---|---:|" + "---:|" * len(dp) + ("" if a.no_memory else "---:|" * (len(dp) + 1)))
     for preset, med, mem in rows:
-        r = lambda m: "n/a" if mem[m] is None or not mem["plain"] else f"{mem[m] / mem['plain']:.2f}x"  # noqa: E731
-        print(f"| {preset} | {med['plain'] * 1000:.0f} ms | {med['hooks'] / med['plain']:.2f}x | "
-              f"{med['ghost'] / med['plain']:.2f}x | {mem['plain']:.0f} MiB | {r('hooks')} | {r('ghost')} |")
+        r = lambda m: "n/a" if mem.get(m) is None or not mem.get("plain") else f"{mem[m] / mem['plain']:.2f}x"  # noqa: E731
+        line = f"| {preset} | {med['plain'] * 1000:.0f} ms | " + " | ".join(f"{med[m] / med['plain']:.2f}x" for m in dp)
+        if not a.no_memory:
+            line += f" | {mem['plain']:.0f} MiB | " + " | ".join(r(m) for m in dp)
+        print(line + " |")
 
 
 if __name__ == "__main__":

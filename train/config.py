@@ -94,7 +94,10 @@ class DPConfig(_Strict):
     max_grad_norm: float = Field(1.0, gt=0)
     poisson: bool = True
     accountant: Literal["prv", "rdp"] = "prv"
-    grad_sample_mode: Literal["hooks", "ghost"] = "hooks"
+    grad_sample_mode: Literal["hooks", "ghost", "bk"] = "hooks"
+    """How per-example gradients are clipped: Opacus' ``hooks`` (materialised per-example
+    gradients) or ``ghost`` (norms, then a second backward pass), or ``bk`` (book-keeping,
+    ``train.bk``: one backward pass; Linear, Embedding, LayerNorm and RMSNorm layers)."""
 
     @model_validator(mode="after")
     def _budget(self):

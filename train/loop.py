@@ -21,12 +21,15 @@ unshifted.
 DP-SGD is Opacus' own pieces, as ``PrivacyEngine.make_private`` assembles them: a grad
 sample module (``hooks`` or ``ghost``) around the DDP model, the DP optimizer class for
 (clipping, distributed, mode), the accountant's step hook, and for ghost clipping Opacus'
-loss wrapper. CRT's public steps use the same parameters with the grad sample hooks off
+loss wrapper. Mode ``bk`` (book-keeping, :mod:`train.bk`) clips in one backward pass with
+our own hooks and hands the clipped sum to Opacus' fast-gradient-clipping optimizer,
+which adds the noise and counts the step. CRT's public steps use the same parameters with the grad sample hooks off
 and the wrapped (non-DP) optimizer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -211,9 +214,17 @@ class _DP:
         from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 
         mode = dp["grad_sample_mode"]
-        kw = {"max_grad_norm": dp["max_grad_norm"]} if mode == "ghost" else {}
-        self.module = wrap_model(model, grad_sample_mode=mode, batch_first=True, loss_reduction="mean", **kw)
-        cls = get_optimizer_class(clipping="flat", distributed=distributed, grad_sample_mode=mode)
+        self.bk = None
+        if mode == "bk":  # book-keeping: our clipping, Opacus' optimizer for noise and accounting
+            from train.bk import BookKeeping
+
+            self.module = model
+            self.bk = BookKeeping(unwrap(model), dp["max_grad_norm"])
+        else:
+            kw = {"max_grad_norm": dp["max_grad_norm"]} if mode == "ghost" else {}
+            self.module = wrap_model(model, grad_sample_mode=mode, batch_first=True, loss_reduction="mean", **kw)
+        cls = get_optimizer_class(clipping="flat", distributed=distributed,
+                                  grad_sample_mode="ghost" if mode == "bk" else mode)
         self.optimizer = cls(optimizer=optimizer, noise_multiplier=dp["noise_multiplier"],
                              max_grad_norm=dp["max_grad_norm"], expected_batch_size=expected_local_batch,
                              loss_reduction="mean", generator=generator)
@@ -224,8 +235,10 @@ class _DP:
         self.ghost = mode == "ghost"
 
     def plain(self, on: bool) -> None:
-        """Hooks off for a public (plain) step, on again for DP steps."""
-        (self.module.disable_hooks if on else self.module.enable_hooks)()
+        """Hooks off for a public (plain) step, on again for DP steps (book-keeping's
+        hooks record only inside its capture)."""
+        if self.bk is None:
+            (self.module.disable_hooks if on else self.module.enable_hooks)()
 
 
 def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = False,
@@ -242,11 +255,26 @@ def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = F
     if dp is not None:
         dp.plain(not private)
         fwd = dp.module
-    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
-        if pad_id is not None:
-            logits = fwd(input_ids=x, attention_mask=(x != pad_id).long()).logits
-        else:
-            logits = fwd(input_ids=x, use_cache=False).logits[:, :-1]
+
+    def forward():
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+            if pad_id is not None:
+                return fwd(input_ids=x, attention_mask=(x != pad_id).long()).logits
+            return fwd(input_ids=x, use_cache=False).logits[:, :-1]
+
+    if private and dp.bk is not None:
+        # one backward of the per-example losses' sum (each example's gradient unscaled,
+        # as the optimizer expects), parameters frozen; then the clipped sum in p.grad.
+        # DDP's own all-reduce is off (no_sync): the DP optimizer reduces the noised sum
+        sync = fwd.no_sync() if hasattr(fwd, "no_sync") else contextlib.nullcontext()
+        with sync, dp.bk.capture():
+            per = MaskedLMLoss("none")(forward(), y)
+            per.sum().backward()
+        dp.bk.clip_and_sum()
+        dp.optimizer.step()
+        dp.optimizer.zero_grad(set_to_none=True)
+        return float(per.detach().mean())
+    logits = forward()
     if private:
         loss = dp.criterion(logits, y)
         loss.backward()

@@ -2,6 +2,7 @@
 this process (no Ray)."""
 
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -103,7 +104,7 @@ def _dp(model, opt, sigma, clip, mode="hooks"):
                             "accountant": "prv", "sample_rate": 0.25}, 4, False, gen)
 
 
-@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+@pytest.mark.parametrize("mode", ["hooks", "ghost", "bk"])
 @pytest.mark.parametrize("optim", ["sgd", "adamw"])
 def test_dp_sgd_without_noise_or_clipping_takes_the_plain_steps(mode, optim):
     """Equivalence oracle: fixed batches, zero noise, a clipping norm no gradient reaches:
@@ -130,6 +131,65 @@ def test_dp_sgd_without_noise_or_clipping_takes_the_plain_steps(mode, optim):
         assert torch.allclose(a, b, atol=atol, rtol=0), k
     assert max((a - c).abs().max().item() for a, c in zip(plain.parameters(), noisy.parameters())) > 1e-3
     assert dpn.accountant.get_epsilon(1e-5) > 0 and len(dpn.accountant.history) == 1
+
+
+@pytest.mark.parametrize("clip", [0.05, 1e6])
+def test_book_keeping_clips_each_example_as_a_per_example_loop_does(clip):
+    """Oracle for ``bk``: each example's gradient by its own backward pass, clipped with
+    Opacus' factor min(1, C / (norm + 1e-6)) and summed, against one book-keeping pass;
+    with C = 0.05 every example is clipped (the factors differ per example), with 1e6
+    none is. Also the Opacus ``hooks`` mode's clipped sum on the same batch, and the
+    per-example norms."""
+    import torch
+    from opacus.grad_sample.utils import wrap_model
+
+    from train.bk import BookKeeping
+
+    model = _tiny()
+    x, y = _batches(n=1, b=5)[0]
+    y[3] = IGNORE  # an example with no targets: zero gradient, factor 1
+    grads, norms = [], []
+    for i in range(5):
+        model.zero_grad()
+        MaskedLMLoss("sum")(model(input_ids=x[i:i + 1], use_cache=False).logits[:, :-1], y[i:i + 1]).backward()
+        g = [p.grad.clone() for p in model.parameters()]
+        norms.append(torch.sqrt(sum((t ** 2).sum() for t in g)))
+        grads.append(g)
+    norms = torch.stack(norms)
+    factor = (clip / (norms + 1e-6)).clamp(max=1.0)
+    expected = [sum(factor[i] * grads[i][k] for i in range(5)) for k in range(len(grads[0]))]
+    assert norms[3] == 0 and (norms[[0, 1, 2, 4]] > 0.05).all()
+
+    model.zero_grad()
+    bk = BookKeeping(model, clip)
+    with bk.capture():
+        MaskedLMLoss("none")(model(input_ids=x, use_cache=False).logits[:, :-1], y).sum().backward()
+    got_norms = bk.clip_and_sum()
+    assert torch.allclose(got_norms, norms, rtol=1e-4, atol=1e-6)
+    for (name, p), e in zip(model.named_parameters(), expected):
+        assert torch.allclose(p.grad, e, rtol=1e-3, atol=1e-6), name
+    assert all(p.requires_grad for p in model.parameters())  # unfrozen after the capture
+
+    # Opacus' hooks mode clips the same way
+    gsm = wrap_model(copy.deepcopy(model), grad_sample_mode="hooks", batch_first=True, loss_reduction="sum")
+    MaskedLMLoss("sum")(gsm(input_ids=x, use_cache=False).logits[:, :-1], y).backward()
+    for (name, p), e in zip(gsm._module.named_parameters(), expected):
+        assert torch.allclose(p.grad_sample.sum(0) if clip > 1 else
+                              torch.einsum("n,n...->...", factor, p.grad_sample), e, rtol=1e-3, atol=1e-6), name
+
+
+def test_book_keeping_refuses_what_it_cannot_clip():
+    import torch
+
+    from train.bk import BookKeeping
+
+    conv = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Conv1d(4, 4, 1))
+    with pytest.raises(ValueError, match="supports Linear, Embedding.*Conv1d"):
+        BookKeeping(conv, 1.0)
+    tied = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))
+    tied[1].weight = tied[0].weight
+    with pytest.raises(ValueError, match="untied weights"):
+        BookKeeping(tied, 1.0)
 
 
 def test_crt_alternates_plain_and_dp_steps_on_one_model():
@@ -321,3 +381,33 @@ def test_a_stored_config_parses_again():
     for kind in ("pretrain", "mlm"):
         cfg = parse_config({"kind": kind})
         assert parse_config(cfg.to_dict()).to_dict() == cfg.to_dict()
+
+
+def test_book_keeping_under_ddp_takes_the_one_process_plain_steps(tmp_path):
+    """Book-keeping in DistributedDataParallel over gloo, two processes each with half of
+    every batch (DDP's own all-reduce off, Opacus' distributed optimizer reducing the
+    clipped sums): with no noise and a clipping norm no gradient reaches, both ranks end
+    with the parameters of plain SGD on the whole batches in one process."""
+    import socket
+    import subprocess
+    import sys
+
+    import torch
+
+    from tests.conftest import ROOT
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "train" / "bk_ddp_worker.py"), str(r), "2", port,
+                               str(tmp_path / f"rank{r}.pt")], env=env) for r in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    plain = _tiny()
+    opt = torch.optim.SGD(plain.parameters(), lr=0.05)
+    for x, y in _batches():
+        train_step(plain, None, opt, False, x, y)
+    for k, v in plain.state_dict().items():
+        assert torch.equal(ranks[0][k], ranks[1][k]), k
+        assert torch.allclose(ranks[0][k], v, atol=1e-6, rtol=0), k

@@ -1,0 +1,219 @@
+"""Book-keeping clipping (``grad_sample_mode: bk``): DP-SGD's per-example clipping in one
+backward pass, with no per-example gradient materialised unless that is the cheaper way
+to its norm (Bu et al., "Differentially Private Optimization on Large Model at Small
+Cost", 2023: the idea, not their code).
+
+Opacus' ``hooks`` mode builds every example's gradient (one more example-by-example
+product per layer), and its ``ghost`` mode avoids that but runs a second backward pass
+with the loss re-weighted by the clipping factors. Book-keeping runs the one backward with
+the parameters frozen, so autograd computes only the gradients with respect to the
+activations, and keeps what a layer's weight gradient is made of: its input ``a`` and the
+gradient ``g`` at its output. From them, per layer:
+
+* each example's gradient norm: for a linear layer either the ghost norm
+  ``sum((a a^T) * (g g^T))`` (T x T per example) or the norm of ``g^T a`` (d_out x d_in),
+  whichever costs less; for an embedding the ghost norm with ``[id_t == id_s]`` in place
+  of ``a a^T``; for a norm layer's scale and bias the per-example gradients themselves
+  (one vector each);
+* after every layer's norms are in: the clipping factor of each example,
+  ``min(1, C / (norm + 1e-6))`` (Opacus' formula), and the clipped sum
+  ``(c g)^T a``: the one weight-gradient product the plain backward would have done.
+
+The result goes to ``p.grad`` as the sum over examples of the clipped per-example
+gradients, which is what Opacus' ``DPOptimizerFastGradientClipping`` (and its
+distributed variant) expects: it adds the noise, scales by the expected batch size and
+steps, and its accountant hook counts the step. Supported layers: ``nn.Linear``,
+``nn.Embedding``, ``nn.LayerNorm`` and Llama's ``RMSNorm``; a model with another kind of
+trainable layer is refused when the pieces are built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, LlamaRMSNorm)
+
+
+@dataclass
+class _Record:
+    """What one call of a layer left for the clipping: its input and output gradient."""
+
+    module: nn.Module
+    a: torch.Tensor
+    g: torch.Tensor | None = None
+
+
+@dataclass
+class BookKeeping:
+    """Per-example clipping by book-keeping for the trainable layers of ``model``."""
+
+    model: nn.Module
+    max_grad_norm: float
+    records: list[_Record] = field(default_factory=list)
+    _active: bool = False
+
+    def __post_init__(self) -> None:
+        self.layers: list[nn.Module] = []
+        bad = set()
+        for name, module in self.model.named_modules():
+            own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+            if not own:
+                continue
+            if not isinstance(module, SUPPORTED):
+                bad.add(f"{name} ({type(module).__name__})")
+                continue
+            self.layers.append(module)
+            module.register_forward_hook(self._forward_hook)
+        if bad:
+            raise ValueError("grad_sample_mode bk supports Linear, Embedding, LayerNorm and RMSNorm layers; "
+                             f"this model also trains {', '.join(sorted(bad))}: use hooks or ghost")
+        self.params = [p for m in self.layers for p in m.parameters(recurse=False) if p.requires_grad]
+        if len({id(p) for p in self.params}) != len(self.params):
+            raise ValueError("grad_sample_mode bk needs untied weights (a parameter two layers share gets "
+                             "one gradient from two places): use hooks or ghost")
+        self.trainable = {id(p) for p in self.params}
+
+    # ---- capture ---------------------------------------------------------------------
+
+    def _forward_hook(self, module: nn.Module, inputs: tuple, output: torch.Tensor):
+        if not self._active:
+            return None
+        with torch.no_grad():
+            a = inputs[0]
+            if isinstance(module, (LlamaRMSNorm, nn.LayerNorm)):
+                a = _normalised(module, a)  # what the scale multiplies
+        rec = _Record(module, a.detach())
+        self.records.append(rec)
+        if isinstance(module, nn.Embedding):
+            # the frozen table's output needs no gradient: start the graph here
+            output = output.detach().requires_grad_(True)
+        elif not output.requires_grad:
+            raise RuntimeError(f"bk: {type(module).__name__} sits before every trainable embedding; its "
+                               "gradient would be lost with its parameters frozen (use hooks or ghost)")
+
+        def keep(grad: torch.Tensor) -> None:
+            rec.g = grad.detach()
+
+        output.register_hook(keep)
+        return output
+
+    @contextlib.contextmanager
+    def capture(self):
+        """Forward and backward inside: the layers' parameters frozen (autograd computes
+        activation gradients only) and their inputs and output gradients recorded."""
+        self.records.clear()
+        frozen = [p for p in self.params if p.requires_grad]
+        for p in frozen:
+            p.requires_grad_(False)
+        self._active = True
+        try:
+            yield self
+        finally:
+            self._active = False
+            for p in frozen:
+                p.requires_grad_(True)
+
+    # ---- clip ------------------------------------------------------------------------
+
+    def clip_and_sum(self) -> torch.Tensor:
+        """Set each parameter's ``grad`` to the sum over examples of its clipped
+        per-example gradient; returns the per-example norms before clipping."""
+        recs = [r for r in self.records if r.g is not None]
+        if not recs:
+            raise RuntimeError("bk: no layer saw a gradient (was backward run inside capture()?)")
+        if len({id(r.module) for r in self.records}) != len(self.records):
+            # an example's gradient is then a sum over calls: its norm is not the sum of theirs
+            raise RuntimeError("bk: a layer ran more than once in one step (shared weights or activation "
+                               "checkpointing): use hooks or ghost")
+        batch = recs[0].g.shape[0]
+        sq = torch.zeros(batch, dtype=torch.float32, device=recs[0].g.device)
+        for r in recs:
+            sq += _norm_sq(r, self.trainable)
+        norms = sq.sqrt()
+        factor = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        for p in self.params:
+            p.grad = None
+        for r in recs:
+            for p, grad in _clipped_sum(r, factor, self.trainable):
+                p.grad = grad if p.grad is None else p.grad + grad
+        for p in self.params:  # a layer no example used (an embedding row is per row, not per layer)
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self.records.clear()
+        return norms
+
+
+def _normalised(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    if isinstance(module, LlamaRMSNorm):
+        xf = x.to(torch.float32)
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)).to(x.dtype)
+    return nn.functional.layer_norm(x, module.normalized_shape, None, None, module.eps)
+
+
+def _flat3(t: torch.Tensor) -> torch.Tensor:
+    """(B, ..., d) as (B, T, d)."""
+    return t.reshape(t.shape[0], -1, t.shape[-1])
+
+
+def _on(p, trainable: set[int]) -> bool:
+    return p is not None and id(p) in trainable
+
+
+def _norm_sq(r: _Record, trainable: set[int]) -> torch.Tensor:
+    """Each example's squared gradient norm over the layer's trainable parameters
+    (float32)."""
+    m = r.module
+    g = _flat3(r.g).float()
+    out = torch.zeros(g.shape[0], dtype=torch.float32, device=g.device)
+    if isinstance(m, nn.Embedding):
+        if _on(m.weight, trainable):
+            ids = r.a.reshape(g.shape[0], -1)
+            same = (ids[:, :, None] == ids[:, None, :]).float()
+            out += (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+        return out
+    if isinstance(m, nn.Linear):
+        a = _flat3(r.a).float()
+        t, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
+        if _on(m.weight, trainable):
+            if t * t * (d_in + d_out) < t * d_in * d_out:  # ghost norm
+                out += (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+            else:
+                out += torch.bmm(g.transpose(1, 2), a).pow(2).sum((1, 2))
+        if _on(m.bias, trainable):
+            out += g.sum(1).pow(2).sum(1)
+        return out
+    # a norm layer: its per-example gradients are vectors
+    if _on(m.weight, trainable):
+        out += (g * _flat3(r.a).float()).sum(1).pow(2).sum(1)
+    if _on(getattr(m, "bias", None), trainable):
+        out += g.sum(1).pow(2).sum(1)
+    return out
+
+
+def _clipped_sum(r: _Record, factor: torch.Tensor, trainable: set[int]):
+    """(parameter, sum over examples of its clipped gradient) for one record."""
+    m = r.module
+    g = _flat3(r.g)
+    cg = g * factor.to(g.dtype)[:, None, None]
+    if isinstance(m, nn.Embedding):
+        if _on(m.weight, trainable):
+            grad = torch.zeros_like(m.weight)
+            grad.index_add_(0, r.a.reshape(-1), cg.reshape(-1, cg.shape[-1]).to(grad.dtype))
+            yield m.weight, grad
+        return
+    if isinstance(m, nn.Linear):
+        if _on(m.weight, trainable):
+            a = _flat3(r.a)
+            yield m.weight, (cg.reshape(-1, cg.shape[-1]).t() @ a.reshape(-1, a.shape[-1])).to(m.weight.dtype)
+        if _on(m.bias, trainable):
+            yield m.bias, cg.sum((0, 1)).to(m.bias.dtype)
+        return
+    if _on(m.weight, trainable):
+        yield m.weight, (cg * _flat3(r.a)).sum((0, 1)).to(m.weight.dtype)
+    if _on(getattr(m, "bias", None), trainable):
+        yield m.bias, cg.sum((0, 1)).to(m.bias.dtype)
