@@ -15,6 +15,11 @@ chance (25%) and the run checks the mechanics. To measure the effect, give a rea
         --llm-url http://127.0.0.1:8000/v1 --llm-model NAME [--llm-api-key env:NAME] \\
         --max-entities 20 --max-k 10 --max-tokens 512 --articles 34
 
+``--scripted`` points synthesis at the tests' scripted OpenAI-compatible server (a
+labelled test double: every pair scores 0.9, each answer a template naming its tuple's
+entities) so that every arm runs, training on synthetic text and SoE's Table 5 included:
+a check of the mechanics that says nothing about synthesis' effect.
+
 An interrupted run resumes (its work folder keeps every finished step).
 """
 
@@ -41,6 +46,8 @@ def main() -> None:
     ap.add_argument("--llm-url", default=None, help="an OpenAI-compatible base URL (default: serve the base model)")
     ap.add_argument("--llm-model", default=None, help="the model name at --llm-url")
     ap.add_argument("--llm-api-key", default=None, help="a reference: env:NAME or file:PATH, never the key")
+    ap.add_argument("--scripted", action="store_true",
+                    help="synthesize against the tests' scripted server (a test double): mechanics only")
     ap.add_argument("--max-entities", type=int, default=4)
     ap.add_argument("--max-k", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=48, help="per LLM answer")
@@ -52,11 +59,24 @@ def main() -> None:
     ap.add_argument("--work", default=str(ROOT / "benchmarks" / "work" / "quality_harness"))
     args = ap.parse_args()
 
+    import contextlib
+
     from attacks.quality_eval import QualityPlan, evaluate, markdown, plot
 
+    if args.scripted and args.llm_url:
+        ap.error("--scripted and --llm-url are two endpoints: give one")
+    double = contextlib.nullcontext()
+    if args.scripted:
+        from tests.llm_double import ScriptedLLM
+
+        double = ScriptedLLM()
     data = need_data()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    stack = contextlib.ExitStack()
+    llm = stack.enter_context(double)
+    if args.scripted:
+        args.llm_url, args.llm_model = llm.url, "scripted"
     plan = QualityPlan(
         data=data / "quality" / "quality_dev_fulltext.jsonl", work=work,
         base_corpus=None if args.base_model else wikitext_corpus(work),
@@ -68,8 +88,11 @@ def main() -> None:
         arms=tuple(args.arms.split(",")), device=args.device, cpus=min(args.cpus, 64))
     print(f"# {machine()}; device {args.device}; base model "
           f"{args.base_model or f'tiny preset, {args.base_steps} steps on WikiText-2 valid+test'}; LLM "
-          f"{args.llm_url or 'the base model via transformers serve on loopback'}", flush=True)
-    result = evaluate(plan)
+          + ("the scripted test double (mechanics only)" if args.scripted
+             else args.llm_url or "the base model via transformers serve on loopback"), flush=True)
+    with stack:
+        result = evaluate(plan)
+    result["scripted_llm"] = args.scripted
     result.update(date=str(date.today()), machine=machine())
 
     st, g, t5 = result["synthesize_stats"], result["growth"], result["table5"]
@@ -91,8 +114,9 @@ def main() -> None:
           f"origin {t5['origin']}; the redacted articles themselves: {a5['ok']} of {a5['total_tokens']} "
           "tokens decrypt")
     print(f"phases (s): {result['phases']}; took {result['seconds']:.0f} s")
-    save_result("quality_harness", result)
-    png = plot(result, ROOT / "benchmarks" / "quality_harness.png")
+    name = "quality_harness_scripted" if args.scripted else "quality_harness"
+    save_result(name, result)
+    png = plot(result, ROOT / "benchmarks" / f"{name}.png")
     print(f"plot: {png}")
 
 
