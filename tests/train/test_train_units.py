@@ -192,14 +192,15 @@ def test_book_keeping_refuses_what_it_cannot_clip():
         BookKeeping(tied, 1.0)
 
 
-def test_crt_alternates_plain_and_dp_steps_on_one_model():
+@pytest.mark.parametrize("mode", ["hooks", "bk"])
+def test_crt_alternates_plain_and_dp_steps_on_one_model(mode):
     """A public (plain) step with the hooks off equals a plain step; the following private
     step is DP-SGD (here without noise or clipping, so it equals a plain step too)."""
     import torch
 
     plain, crt = _tiny(), _tiny()
     opt_p, opt_c = torch.optim.SGD(plain.parameters(), lr=0.05), torch.optim.SGD(crt.parameters(), lr=0.05)
-    dp = _dp(crt, opt_c, sigma=0.0, clip=1e6)
+    dp = _dp(crt, opt_c, sigma=0.0, clip=1e6, mode=mode)
     for i, (x, y) in enumerate(_batches(n=4)):
         train_step(plain, None, opt_p, False, x, y)
         train_step(crt, dp, opt_c, bool(i % 2), x, y)
