@@ -31,7 +31,7 @@ The masked words themselves travel to a later ``refill`` in the internal column
 already there), so it can refuse to write a word back where it was; internal columns are
 never written to shards or the quarantine.
 The word techniques scan a whole batch at once (``WordScan``: code points, hashes and
-byte buffers in numpy, 3-4x the per-word loop); texts holding reserved tokens take the
+byte buffers in numpy, 4-5x the per-word loop); texts holding reserved tokens take the
 per-word loop (``Mask._ranges_one``), which is also the reference the tests hold the
 scan to.
 Statistics: ``words`` (words seen), ``words_masked`` and ``masks`` (mask tokens
