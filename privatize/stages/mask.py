@@ -358,6 +358,13 @@ class WordScan:
                 "masked_words": np.diff(per_text), "declined": declined}
 
 
+@functools.lru_cache(maxsize=8)
+def word_scan(word_list: str | None, size: int) -> WordScan:
+    """One scan per word list and process: its tables and its cache of distinct tokens
+    outlive a batch (on Ray a stage is unpickled per task)."""
+    return WordScan(load_words(word_list, size))
+
+
 def lower_in_place(text: str) -> str:
     """``text.lower()`` with every offset kept: a character whose lower case is longer
     (``İ``) stays as it is."""
@@ -396,7 +403,7 @@ class Mask(Stage):
         else:
             size = st.allow_list_size if st.technique == "allow_list" else st.vocab_size
             self._words = load_words(st.word_list, size)
-            self._scan = WordScan(self._words)
+            self._scan = word_scan(st.word_list, size)
             log.info("mask: %s with %d words (%s)", st.technique, len(self._words), st.word_list or "wordfreq en")
 
     def __getstate__(self) -> dict:
