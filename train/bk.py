@@ -209,6 +209,8 @@ def _clipped_sum(r: _Record, factor: torch.Tensor, trainable: set[int]):
     if isinstance(m, nn.Linear):
         if _on(m.weight, trainable):
             a = _flat3(r.a)
+            # in the output gradient's precision (bf16 under autocast), as the plain backward
+            a = a.to(cg.dtype)
             yield m.weight, (cg.reshape(-1, cg.shape[-1]).t() @ a.reshape(-1, a.shape[-1])).to(m.weight.dtype)
         if _on(m.bias, trainable):
             yield m.bias, cg.sum((0, 1)).to(m.bias.dtype)

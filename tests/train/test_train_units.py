@@ -178,6 +178,26 @@ def test_book_keeping_clips_each_example_as_a_per_example_loop_does(clip):
                               torch.einsum("n,n...->...", factor, p.grad_sample), e, rtol=1e-3, atol=1e-6), name
 
 
+def test_book_keeping_under_bf16_autocast_agrees_with_fp32():
+    """Under autocast (bf16, here on CPU) a layer's input is float32 and its output
+    gradient bf16: the clipped sums still come out, close to float32's."""
+    import torch
+
+    from train.bk import BookKeeping
+
+    x, y = _batches(n=1, b=4)[0]
+    grads = {}
+    for bf16 in (False, True):
+        model = _tiny()
+        bk = BookKeeping(model, 0.5)
+        with bk.capture(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            MaskedLMLoss("none")(model(input_ids=x, use_cache=False).logits[:, :-1], y).sum().backward()
+        bk.clip_and_sum()
+        grads[bf16] = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert grads[True].dtype == torch.float32
+    assert torch.linalg.vector_norm(grads[True] - grads[False]) < 0.05 * torch.linalg.vector_norm(grads[False])
+
+
 def test_book_keeping_refuses_what_it_cannot_clip():
     import torch
 
