@@ -17,6 +17,17 @@ cost in perplexity?
    (:mod:`attacks.identifiers`): Privacy overall, direct and indirect; the low-cost
    membership inference; the loss attack per individual; perplexity on the held-out
    individuals' records (the utility cost).
+5. Opt-in, the masked-LM side (methods ``mlm`` and ``ppmlm``): from one base masked LM
+   pre-trained on the public corpus (kind ``mlm``, the filler of
+   :mod:`attacks.refill_eval`, or ``filler``), fine-tuning (kind ``mlm``) on the members'
+   records: ``mlm`` plainly, ``ppmlm`` with ``data.ignore_spans`` (identifier tokens never
+   chosen as masks). Each, and the base masked LM as the floor, is asked which identifiers
+   it predicts when they are masked (:mod:`attacks.mlm_identifiers`; no regurgitation: a
+   masked LM does not generate), the same Privacy and low-cost MIA, the loss attack over
+   15% of each record's tokens masked, and in place of perplexity the masked-token
+   accuracy and perplexity on the held-out individuals' records with ``utility_mask`` of
+   their tokens masked at ``seed``. Their rows are in ``mlm_models``. With only masked-LM
+   methods, no causal model is trained.
 
     from attacks.identifier_eval import IdentifierPlan, evaluate
     result = evaluate(IdentifierPlan(corpus=..., base_corpus=..., work=...))
@@ -38,8 +49,12 @@ from attacks.refill_eval import SmallLM, base_model
 METHODS = {"plain": None, "ppclm": [], "ppclm_indirect": ["indirect"], "ppclm_direct": ["direct"]}
 """Method -> the span kinds whose tokens carry no loss (None: no ignore_spans at all; []:
 every kind)."""
+MLM_METHODS = {"mlm": None, "ppmlm": []}
+"""Masked-LM method -> the span kinds whose tokens are never chosen as masks (as
+``METHODS``)."""
 LABELS = {"base": "base model (no private data)", "plain": "plain (CLM)", "ppclm": "PPCLM",
-          "ppclm_indirect": "IPPCLM (indirect only)", "ppclm_direct": "DPPCLM (direct only)"}
+          "ppclm_indirect": "IPPCLM (indirect only)", "ppclm_direct": "DPPCLM (direct only)",
+          "base_mlm": "base MLM (no private data)", "mlm": "plain (MLM)", "ppmlm": "PPMLM"}
 
 
 @dataclass
@@ -56,6 +71,14 @@ class IdentifierPlan(SmallLM):
     direct: str = "detect"
     samples: int = 2
     max_new_tokens: int = 48
+    filler: Path | None = None
+    """The base masked LM of ``mlm``/``ppmlm`` (a folder); None trains one (kind mlm) on
+    ``base_corpus`` as :mod:`attacks.refill_eval` does."""
+    filler_steps: int = 600
+    mlm_steps: int | None = None
+    """Fine-tuning steps of ``mlm``/``ppmlm``; None: ``adapt_steps``."""
+    utility_mask: float = 0.15
+    """The share of the held-out records' tokens masked for the masked LMs' utility."""
 
 
 def read_corpus(path: Path) -> list[dict]:
@@ -117,6 +140,11 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
     from attacks.refill_eval import _privatize, _stats, _train
     from privatize.stages.identifiers import IdentifiersSettings
 
+    unknown = [m for m in plan.methods if m not in METHODS and m not in MLM_METHODS]
+    if unknown:
+        raise ValueError(f"methods: unknown {', '.join(unknown)} (known: {', '.join([*METHODS, *MLM_METHODS])})")
+    causal = [m for m in plan.methods if m in METHODS]
+    masked = [m for m in plan.methods if m in MLM_METHODS]
     work = plan.work
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -147,8 +175,9 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
     optim = {"batch_size": plan.batch_size, "lr": plan.lr, "warmup_steps": min(20, plan.adapt_steps // 5),
              "seed": plan.seed, "epochs": 1000}
     common = {"version": 1, "checkpoint_every": 10_000_000, "report_every": 10_000_000}
-    say("base model: pretrain on the public corpus")
-    base = base_model(plan, plan.base_corpus, work, common, optim, progress)
+    if causal or not masked:
+        say("base model: pretrain on the public corpus")
+        base = base_model(plan, plan.base_corpus, work, common, optim, progress)
 
     def measure(name: str, model: Path) -> dict:
         adapter = ModelAdapter.load(model)
@@ -178,8 +207,8 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
                   "indirect_per_individual": {"median": float(np.median(counts)) if len(counts) else 0.0,
                                               "mean": float(counts.mean()) if len(counts) else 0.0,
                                               "with_none": int((counts == 0).sum())}},
-        "models": {"base": measure("base", base)}, "train_seconds": {}}
-    for method in plan.methods:
+        "models": {"base": measure("base", base)} if causal or not masked else {}, "train_seconds": {}}
+    for method in causal:
         kinds = METHODS[method]
         data = {"path": str(work / "corpora" / "members"), "seq_len": plan.seq_len}
         if kinds is not None:
@@ -191,10 +220,62 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
                           "optim": {**optim, "max_steps": plan.adapt_steps}}, run, progress)
         result["train_seconds"][method] = summary.get("seconds")
         result["models"][method] = measure(method, run / "model")
+    if masked:
+        _masked_side(plan, masked, result, member_records, all_records, held_out, members, settings, common, optim,
+                     say, progress)
     result["checks"] = checks(result)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     (work / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _masked_side(plan: IdentifierPlan, methods: list[str], result: dict, member_records, all_records,
+                 held_out: list[str], members: set[str], settings, common: dict, optim: dict, say,
+                 progress: bool) -> None:
+    """The masked LMs: the base one (the filler), then each of ``methods`` fine-tuned from
+    it on the members' records; each measured into ``result["mlm_models"]``."""
+    from attacks.identifiers import loss_mia, low_cost_mia, privacy
+    from attacks.mlm_identifiers import MaskedLMAdapter, masked_utility, mlm_leaks
+    from attacks.refill_eval import _train, filler_model
+
+    work = plan.work
+    if plan.filler is None:
+        say("base masked LM: kind mlm on the public corpus")
+    filler = filler_model(plan, plan.base_corpus, work, common, optim, progress)
+
+    def measure(name: str, model: Path) -> dict:
+        t = time.perf_counter()
+        adapter = MaskedLMAdapter.load(model, max_length=plan.seq_len)
+        memo: dict = {}  # the members' spans are mostly the auditor's too: each asked once
+        found = mlm_leaks(adapter, member_records, loss=False, memo=memo)
+        audit = mlm_leaks(adapter, all_records, probability=plan.utility_mask, seed=plan.seed, memo=memo)
+        mia = loss_mia(all_records, audit, members)
+        row = {"utility": masked_utility(adapter, held_out, probability=plan.utility_mask, seed=plan.seed),
+               "privacy": privacy(member_records, found, settings),
+               "low_cost_mia": low_cost_mia(all_records, audit, members),
+               "loss_mia": {"auc": mia.auc, "tpr_at_1pct_fpr": mia.tpr_at[0].tpr, "curve": asdict(mia)},
+               "questions": len(memo), "measure_seconds": round(time.perf_counter() - t, 1)}
+        p, u = row["privacy"], row["utility"]
+        say(f"{name}: masked-token accuracy {u['accuracy']:.3f} (perplexity {u['perplexity']:.1f}), Privacy "
+            f"{p['all']['privacy']:.3f} (direct {p['direct']['privacy']:.3f}, indirect "
+            f"{p['indirect']['privacy']:.3f}), low-cost MIA F1 {row['low_cost_mia']['f1']:.2f}, loss MIA AUC "
+            f"{mia.auc:.2f} ({len(memo)} masked questions, {row['measure_seconds']:.0f} s)")
+        return row
+
+    result["filler"] = str(filler)
+    result["mlm_models"] = {"base_mlm": measure("base_mlm", filler)}
+    for method in methods:
+        kinds = MLM_METHODS[method]
+        data = {"path": str(work / "corpora" / "members"), "seq_len": plan.seq_len}
+        if kinds is not None:
+            data.update(ignore_spans="identifier_spans", ignore_kinds=kinds)
+        say(f"{method}: masked-LM fine-tuning on the members' records")
+        run = work / "runs" / method
+        summary = _train({**common, "kind": "mlm", "data": data,
+                          "model": {"preset": None, "checkpoint": str(filler)},
+                          "optim": {**optim, "max_steps": plan.mlm_steps or plan.adapt_steps}}, run, progress)
+        result["train_seconds"][method] = summary.get("seconds")
+        result["mlm_models"][method] = measure(method, run / "model")
 
 
 def checks(result: dict) -> dict[str, bool]:
@@ -210,6 +291,14 @@ def checks(result: dict) -> dict[str, bool]:
                     m["plain"]["privacy"][kind]["privacy"]
         out["ppclm_low_cost_mia_recall_lower"] = m["ppclm"]["low_cost_mia"]["recall"] < \
             m["plain"]["low_cost_mia"]["recall"]
+    m = result.get("mlm_models", {})
+    if "mlm" in m and "ppmlm" in m:
+        for kind in ("indirect", "direct", "all"):
+            if m["mlm"]["privacy"][kind]["identifiers"]:
+                out[f"ppmlm_{kind}_privacy_higher"] = m["ppmlm"]["privacy"][kind]["privacy"] > \
+                    m["mlm"]["privacy"][kind]["privacy"]
+        out["ppmlm_low_cost_mia_recall_lower"] = m["ppmlm"]["low_cost_mia"]["recall"] < \
+            m["mlm"]["low_cost_mia"]["recall"]
     return out
 
 
@@ -223,6 +312,45 @@ def markdown(result: dict) -> str:
                      f"{mia['precision']:.2f} / {mia['recall']:.2f} / {mia['f1']:.2f} | "
                      f"{row['loss_mia']['auc']:.3f} | {row['loss_mia']['tpr_at_1pct_fpr']:.3f} |")
     return "\n".join(lines)
+
+
+def mlm_markdown(result: dict) -> str:
+    """The masked LMs' table: masked-token accuracy and perplexity (held out) in place of
+    perplexity; Privacy counts predictions alone (no regurgitation)."""
+    lines = ["| model | masked-token accuracy (held out) | masked-token perplexity | Privacy | direct | indirect | "
+             "low-cost MIA P / R / F1 | loss MIA AUC | TPR @ 1% FPR |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, row in result.get("mlm_models", {}).items():
+        p, mia, u = row["privacy"], row["low_cost_mia"], row["utility"]
+        lines.append(f"| {LABELS[name]} | {u['accuracy']:.3f} | {u['perplexity']:.1f} | {p['all']['privacy']:.3f} | "
+                     f"{p['direct']['privacy']:.3f} | {p['indirect']['privacy']:.3f} | "
+                     f"{mia['precision']:.2f} / {mia['recall']:.2f} / {mia['f1']:.2f} | "
+                     f"{row['loss_mia']['auc']:.3f} | {row['loss_mia']['tpr_at_1pct_fpr']:.3f} |")
+    return "\n".join(lines)
+
+
+def mlm_plot(result: dict, path: Path) -> Path:
+    """The masked LMs' trade-off: Privacy (direct, indirect) against held-out masked-token
+    accuracy, one point per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    markers = {"base_mlm": "o", "mlm": "s", "ppmlm": "D"}
+    for ax, kind in zip(axes, ("indirect", "direct")):
+        for name, row in result["mlm_models"].items():
+            ax.scatter(row["utility"]["accuracy"], row["privacy"][kind]["privacy"], s=50,
+                       marker=markers.get(name, "o"), label=LABELS[name], alpha=0.8)
+        ax.set_xlabel(f"masked-token accuracy, held out ({100 * result['plan']['utility_mask']:.0f}% masked)")
+        ax.set_ylabel("Privacy (1 = nothing predicted)")
+        ax.set_title(f"{kind} identifiers")
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle("Privacy-preserving masked LM (paper 003): identifiers predicted when masked")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def plot(result: dict, path: Path) -> Path:

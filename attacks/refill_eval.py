@@ -68,6 +68,19 @@ def base_model(plan: SmallLM, corpus: Path, work: Path, common: dict, optim: dic
     return work / "base" / "model"
 
 
+def filler_model(plan, corpus: Path, work: Path, common: dict, optim: dict, progress: bool) -> Path:
+    """The masked LM's folder: ``plan.filler``, or one trained (kind ``mlm``) from
+    ``plan.preset`` for ``plan.filler_steps`` on ``corpus`` with its own tokenizer of
+    ``plan.vocab_size`` (in ``work/filler``; done already when an earlier evaluation got
+    there). ``plan``: an :class:`EvalPlan` or anything with those fields."""
+    if plan.filler is not None:
+        return Path(plan.filler)
+    _train({**common, "kind": "mlm", "data": {"path": str(corpus), "seq_len": plan.seq_len},
+            "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
+            "optim": {**optim, "max_steps": plan.filler_steps}}, work / "filler", progress)
+    return work / "filler" / "model"
+
+
 @dataclass
 class EvalPlan(SmallLM):
     train: Path
@@ -142,13 +155,9 @@ def evaluate(plan: EvalPlan, progress: bool = True) -> dict:
 
     say("base model: pretrain on the base corpus")
     base = base_model(plan, plan.base_corpus, work, common, optim, progress)
-    filler = plan.filler
-    if filler is None:
+    if plan.filler is None:
         say("filler: a masked LM on the base corpus (kind mlm)")
-        _train({**common, "kind": "mlm", "data": {"path": str(plan.base_corpus), "seq_len": plan.seq_len},
-                "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
-                "optim": {**optim, "max_steps": plan.filler_steps}}, work / "filler", progress)
-        filler = work / "filler" / "model"
+    filler = filler_model(plan, plan.base_corpus, work, common, optim, progress)
 
     def adapt(name: str, data: Path, mask_loss: bool = True) -> float:
         say(f"{name}: continual pre-training")
