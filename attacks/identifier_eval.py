@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attacks.refill_eval import SmallLM, base_model
+from attacks.refill_eval import SmallLM, base_model, write_jsonl
 
 METHODS = {"plain": None, "ppclm": [], "ppclm_indirect": ["indirect"], "ppclm_direct": ["direct"]}
 """Method -> the span kinds whose tokens carry no loss (None: no ignore_spans at all; []:
@@ -113,12 +113,6 @@ def split_members(rows: list[dict], share: float, seed: int) -> set[str]:
     return {people[i] for i in order[: max(1, int(round(share * len(people))))]}
 
 
-def _write(rows: list[dict], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
 def _records(folder: Path, who: dict[str, str]):
     import pyarrow.parquet as pq
 
@@ -137,7 +131,7 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
     ``work/result.json``). An interrupted evaluation picks up where it stopped."""
     from attacks.identifiers import leaks, loss_mia, low_cost_mia, privacy
     from attacks.model import ModelAdapter
-    from attacks.refill_eval import _privatize, _stats, _train
+    from attacks.refill_eval import _privatize, _stats
     from privatize.stages.identifiers import IdentifiersSettings
 
     unknown = [m for m in plan.methods if m not in METHODS and m not in MLM_METHODS]
@@ -160,9 +154,9 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
     settings = IdentifiersSettings(**{k: v for k, v in stage.items() if k != "kind"})
     say(f"{len(rows)} records of {len(set(who.values()))} individuals, {len(members)} members: "
         "the identifiers stage over the members' records and over everyone's")
-    m_members = _privatize([stage], _write([r for r in rows if r["individual_id"] in members],
-                                           work / "members.jsonl"), work / "corpora" / "members")
-    m_all = _privatize([stage], _write(rows, work / "all.jsonl"), work / "corpora" / "all")
+    m_members = _privatize([stage], write_jsonl([r for r in rows if r["individual_id"] in members],
+                                                work / "members.jsonl"), work / "corpora" / "members")
+    m_all = _privatize([stage], write_jsonl(rows, work / "all.jsonl"), work / "corpora" / "all")
     member_records = _records(work / "corpora" / "members", who)
     all_records = _records(work / "corpora" / "all", who)
     held_out = [r.text for r in all_records if r.individual not in members]
@@ -209,17 +203,9 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
                                               "with_none": int((counts == 0).sum())}},
         "models": {"base": measure("base", base)} if causal or not masked else {}, "train_seconds": {}}
     for method in causal:
-        kinds = METHODS[method]
-        data = {"path": str(work / "corpora" / "members"), "seq_len": plan.seq_len}
-        if kinds is not None:
-            data.update(ignore_spans="identifier_spans", ignore_kinds=kinds)
         say(f"{method}: continual pre-training on the members' records")
-        run = work / "runs" / method
-        summary = _train({**common, "kind": "continue", "data": data,
-                          "model": {"preset": None, "checkpoint": str(base)},
-                          "optim": {**optim, "max_steps": plan.adapt_steps}}, run, progress)
-        result["train_seconds"][method] = summary.get("seconds")
-        result["models"][method] = measure(method, run / "model")
+        result["models"][method] = measure(method, _adapt(plan, "continue", method, METHODS[method], base,
+                                                          plan.adapt_steps, result, common, optim, progress))
     if masked:
         _masked_side(plan, masked, result, member_records, all_records, held_out, members, settings, common, optim,
                      say, progress)
@@ -236,12 +222,11 @@ def _masked_side(plan: IdentifierPlan, methods: list[str], result: dict, member_
     it on the members' records; each measured into ``result["mlm_models"]``."""
     from attacks.identifiers import loss_mia, low_cost_mia, privacy
     from attacks.mlm_identifiers import MaskedLMAdapter, masked_utility, mlm_leaks
-    from attacks.refill_eval import _train, filler_model
+    from attacks.refill_eval import filler_model
 
-    work = plan.work
     if plan.filler is None:
         say("base masked LM: kind mlm on the public corpus")
-    filler = filler_model(plan, plan.base_corpus, work, common, optim, progress)
+    filler = filler_model(plan, plan.base_corpus, plan.work, common, optim, progress)
 
     def measure(name: str, model: Path) -> dict:
         t = time.perf_counter()
@@ -265,17 +250,28 @@ def _masked_side(plan: IdentifierPlan, methods: list[str], result: dict, member_
     result["filler"] = str(filler)
     result["mlm_models"] = {"base_mlm": measure("base_mlm", filler)}
     for method in methods:
-        kinds = MLM_METHODS[method]
-        data = {"path": str(work / "corpora" / "members"), "seq_len": plan.seq_len}
-        if kinds is not None:
-            data.update(ignore_spans="identifier_spans", ignore_kinds=kinds)
         say(f"{method}: masked-LM fine-tuning on the members' records")
-        run = work / "runs" / method
-        summary = _train({**common, "kind": "mlm", "data": data,
-                          "model": {"preset": None, "checkpoint": str(filler)},
-                          "optim": {**optim, "max_steps": plan.mlm_steps or plan.adapt_steps}}, run, progress)
-        result["train_seconds"][method] = summary.get("seconds")
-        result["mlm_models"][method] = measure(method, run / "model")
+        result["mlm_models"][method] = measure(method, _adapt(plan, "mlm", method, MLM_METHODS[method], filler,
+                                                              plan.mlm_steps or plan.adapt_steps, result, common,
+                                                              optim, progress))
+
+
+def _adapt(plan: IdentifierPlan, kind: str, method: str, kinds: list[str] | None, start: Path, steps: int,
+           result: dict, common: dict, optim: dict, progress: bool) -> Path:
+    """Train ``method`` (``kind`` ``continue`` or ``mlm``) from ``start`` on the members'
+    records, with no loss on (or, for a masked LM, no masks over) the identifier spans of
+    ``kinds`` (None: no spans ignored; []: every kind); its time into ``result``; returns
+    the model's folder."""
+    from attacks.refill_eval import _train
+
+    data = {"path": str(plan.work / "corpora" / "members"), "seq_len": plan.seq_len}
+    if kinds is not None:
+        data.update(ignore_spans="identifier_spans", ignore_kinds=kinds)
+    run = plan.work / "runs" / method
+    summary = _train({**common, "kind": kind, "data": data, "model": {"preset": None, "checkpoint": str(start)},
+                      "optim": {**optim, "max_steps": steps}}, run, progress)
+    result["train_seconds"][method] = summary.get("seconds")
+    return run / "model"
 
 
 def checks(result: dict) -> dict[str, bool]:

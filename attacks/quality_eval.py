@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from attacks.refill_eval import SmallLM, _privatize, _stats, _train, base_model
+from attacks.refill_eval import SmallLM, _privatize, _stats, _train, base_model, write_jsonl
 
 ARMS = ("base", "raw", "synthetic", "raw_encrypted", "synthetic_encrypted")
 LABELS = {"base": "base (no CPT)", "raw": "CPT on the raw articles", "raw_encrypted": "CPT on the encrypted articles",
@@ -328,12 +328,6 @@ def _digest(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def _write(rows: list[dict], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
 def _records(out: Path) -> list[dict]:
     import pyarrow.parquet as pq
 
@@ -376,7 +370,8 @@ def evaluate(plan: QualityPlan, progress: bool = True) -> dict:
     # (1) the articles and their questions
     arts = load_quality(plan.data, plan.articles)
     questions = [q for a in arts for q in a.questions]
-    raw = _write([{"doc_id": a.key, "text": a.text} for a in arts], work / "corpora" / f"raw-{len(arts)}.jsonl")
+    raw = write_jsonl([{"doc_id": a.key, "text": a.text} for a in arts],
+                      work / "corpora" / f"raw-{len(arts)}.jsonl")
     say(f"data: {len(arts)} QuALITY articles, {len(questions)} questions")
 
     t = time.perf_counter()
@@ -448,13 +443,15 @@ def evaluate(plan: QualityPlan, progress: bool = True) -> dict:
 
     corpora = {"raw": raw}
     if "raw_encrypted" in plan.arms:
-        corpora["raw_encrypted"] = _write([{"doc_id": k, "text": v} for k, v in redacted.items()],
-                                          work / "corpora" / f"raw_encrypted-{tag}.jsonl")
+        corpora["raw_encrypted"] = write_jsonl([{"doc_id": k, "text": v} for k, v in redacted.items()],
+                                               work / "corpora" / f"raw_encrypted-{tag}.jsonl")
     if synthetic:
-        corpora["synthetic"] = _write([{"doc_id": r["doc_id"], "text": d} for r, d in zip(synthetic, decrypted)],
-                                      work / "corpora" / f"synthetic-{tag}.jsonl")
-        corpora["synthetic_encrypted"] = _write([{"doc_id": r["doc_id"], "text": r["text"]} for r in synthetic],
-                                                work / "corpora" / f"synthetic_encrypted-{tag}.jsonl")
+        corpora["synthetic"] = write_jsonl(
+            [{"doc_id": r["doc_id"], "text": d} for r, d in zip(synthetic, decrypted)],
+            work / "corpora" / f"synthetic-{tag}.jsonl")
+        corpora["synthetic_encrypted"] = write_jsonl(
+            [{"doc_id": r["doc_id"], "text": r["text"]} for r in synthetic],
+            work / "corpora" / f"synthetic_encrypted-{tag}.jsonl")
 
     # (4) continual pre-training, (5) accuracy
     models: dict[str, Path] = {"base": Path(base)}

@@ -60,12 +60,8 @@ class SmallLM:
 def base_model(plan: SmallLM, corpus: Path, work: Path, common: dict, optim: dict, progress: bool) -> Path:
     """The base model's folder: ``plan.base_model``, or one pretrained from ``plan.preset``
     on ``corpus`` (in ``work/base``; done already when an earlier evaluation got there)."""
-    if plan.base_model is not None:
-        return Path(plan.base_model)
-    _train({**common, "kind": "pretrain", "data": {"path": str(corpus), "seq_len": plan.seq_len},
-            "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
-            "optim": {**optim, "max_steps": plan.base_steps}}, work / "base", progress)
-    return work / "base" / "model"
+    return _from_preset(plan, "pretrain", plan.base_model, plan.base_steps, corpus, work / "base", common, optim,
+                        progress)
 
 
 def filler_model(plan, corpus: Path, work: Path, common: dict, optim: dict, progress: bool) -> Path:
@@ -73,12 +69,27 @@ def filler_model(plan, corpus: Path, work: Path, common: dict, optim: dict, prog
     ``plan.preset`` for ``plan.filler_steps`` on ``corpus`` with its own tokenizer of
     ``plan.vocab_size`` (in ``work/filler``; done already when an earlier evaluation got
     there). ``plan``: an :class:`EvalPlan` or anything with those fields."""
-    if plan.filler is not None:
-        return Path(plan.filler)
-    _train({**common, "kind": "mlm", "data": {"path": str(corpus), "seq_len": plan.seq_len},
+    return _from_preset(plan, "mlm", plan.filler, plan.filler_steps, corpus, work / "filler", common, optim,
+                        progress)
+
+
+def _from_preset(plan, kind: str, given: Path | None, steps: int, corpus: Path, out: Path, common: dict,
+                 optim: dict, progress: bool) -> Path:
+    """``given``, or a model of ``kind`` trained from ``plan.preset`` with its own tokenizer
+    (``plan.vocab_size``) for ``steps`` on ``corpus``, in ``out``."""
+    if given is not None:
+        return Path(given)
+    _train({**common, "kind": kind, "data": {"path": str(corpus), "seq_len": plan.seq_len},
             "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
-            "optim": {**optim, "max_steps": plan.filler_steps}}, work / "filler", progress)
-    return work / "filler" / "model"
+            "optim": {**optim, "max_steps": steps}}, out, progress)
+    return out / "model"
+
+
+def write_jsonl(rows: list[dict], path: Path) -> Path:
+    """``rows`` as JSON lines (UTF-8) at ``path``, its folder made; returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
 
 
 @dataclass

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
-from _common import machine, need_data, one_core, save_result
+from _common import machine, median_time, need_data, one_core, save_result
 
 one_core()
 
@@ -49,39 +48,24 @@ def throughput(texts: list[str], settings: dict, batch: int = 1024) -> tuple[flo
     mb = sum(len(t.encode()) for t in texts) / 1e6
     batches = [pa.table({"doc_id": [str(i) for i in range(k, min(k + batch, len(texts)))],
                          "text": texts[k:k + batch]}) for k in range(0, len(texts), batch)]
-    times = []
-    for _ in range(3):  # the median of three passes (the first also fills the stage's caches)
-        t0 = time.perf_counter()
-        for b in batches:
-            stage.process_batch(b)
-        times.append(time.perf_counter() - t0)
-    return mb, statistics.median(times)
+    return mb, median_time(lambda: [stage.process_batch(b) for b in batches], 3)
 
 
 def scan_baseline(texts: list[str]) -> float:
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        n = 0
-        for t in texts:
-            for _ in WORD.finditer(t):
-                n += 1
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_time(lambda: [sum(1 for _ in WORD.finditer(t)) for t in texts], 3)
 
 
 def per_word_baseline(texts: list[str], settings: dict) -> float:
     stage = Mask(MaskSettings(**settings))
     stage.setup()
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
+
+    def run() -> None:
         for t in texts:
             ranges, _, _ = stage._ranges_one(t)
             new, merged = mask_text(t, ranges)
             _originals(t, new, merged)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+
+    return median_time(run, 3)
 
 
 def main() -> None:

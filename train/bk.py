@@ -68,7 +68,6 @@ class BookKeeping:
                 bad.add(f"{name} ({type(module).__name__})")
                 continue
             self.layers.append(module)
-            module.register_forward_hook(self._forward_hook)
         if bad:
             raise ValueError("grad_sample_mode bk supports Linear, Embedding, LayerNorm and RMSNorm layers; "
                              f"this model also trains {', '.join(sorted(bad))}: use hooks or ghost")
@@ -77,6 +76,8 @@ class BookKeeping:
             raise ValueError("grad_sample_mode bk needs untied weights (a parameter two layers share gets "
                              "one gradient from two places): use hooks or ghost")
         self.trainable = {id(p) for p in self.params}
+        for module in self.layers:  # after the checks: a refused model keeps no hook of ours
+            module.register_forward_hook(self._forward_hook)
 
     # ---- capture ---------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ sample module (``hooks`` or ``ghost``) around the DDP model, the DP optimizer cl
 (clipping, distributed, mode), the accountant's step hook, and for ghost clipping Opacus'
 loss wrapper. Mode ``bk`` (book-keeping, :mod:`train.bk`) clips in one backward pass with
 our own hooks and hands the clipped sum to Opacus' fast-gradient-clipping optimizer,
-which adds the noise and counts the step. CRT's public steps use the same parameters with the grad sample hooks off
-and the wrapped (non-DP) optimizer.
+which adds the noise and counts the step. CRT's public steps use the same parameters
+with the grad sample hooks off and the wrapped (non-DP) optimizer.
 """
 
 from __future__ import annotations
@@ -262,7 +262,13 @@ def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = F
                 return fwd(input_ids=x, attention_mask=(x != pad_id).long()).logits
             return fwd(input_ids=x, use_cache=False).logits[:, :-1]
 
-    if private and dp.bk is not None:
+    if not private:
+        loss = MaskedLMLoss()(forward(), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return float(loss.detach())
+    if dp.bk is not None:
         # one backward of the per-example losses' sum (each example's gradient unscaled,
         # as the optimizer expects), parameters frozen; then the clipped sum in p.grad.
         # DDP's own all-reduce is off (no_sync): the DP optimizer reduces the noised sum
@@ -271,21 +277,14 @@ def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = F
             per = MaskedLMLoss("none")(forward(), y)
             per.sum().backward()
         dp.bk.clip_and_sum()
-        dp.optimizer.step()
-        dp.optimizer.zero_grad(set_to_none=True)
-        return float(per.detach().mean())
-    logits = forward()
-    if private:
-        loss = dp.criterion(logits, y)
+        value = float(per.detach().mean())
+    else:
+        loss = dp.criterion(forward(), y)
         loss.backward()
-        dp.optimizer.step()
-        dp.optimizer.zero_grad(set_to_none=True)
-        return loss.item() if dp.ghost else float(loss.detach())
-    loss = MaskedLMLoss()(logits, y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return float(loss.detach())
+        value = loss.item() if dp.ghost else float(loss.detach())
+    dp.optimizer.step()
+    dp.optimizer.zero_grad(set_to_none=True)
+    return value
 
 
 class _Run:

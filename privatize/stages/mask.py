@@ -353,8 +353,7 @@ class WordScan:
         first[per_text[:-1][per_text[:-1] < len(ms)]] = True
         last = np.ones(len(ms), bool)
         last[:-1] = first[1:]
-        return {"joined": joined, "bounds": bounds, "start": ms[first], "end": me[last],
-                "words": words,
+        return {"joined": joined, "bounds": bounds, "start": ms[first], "end": me[last], "words": words,
                 "masked_words": np.diff(per_text), "declined": declined}
 
 

@@ -191,46 +191,19 @@ def test_the_validator_wants_redaction_first():
 @pytest.fixture(scope="module")
 def served_model(tmp_path_factory):
     """``transformers serve`` (a real OpenAI-compatible server) on loopback, serving a tiny
-    Llama with random weights and a chat template: the protocol path of a real server."""
-    import os
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import httpx
-
+    Llama with random weights and a chat template: the protocol path of a real server
+    (started as the QuALITY harness starts one)."""
+    from attacks.quality_eval import CHAT_TEMPLATE, served
     from train.models import build_model, preset_config
     from train.tokenizer import special_ids, train_tokenizer
 
     d = tmp_path_factory.mktemp("chat-model")
     tok = train_tokenizer([a["text"] for a in ARTICLES] * 40, 300)
-    tok.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                         "{% if add_generation_prompt %}assistant: {% endif %}")
+    tok.chat_template = CHAT_TEMPLATE
     build_model(preset_config("tiny", vocab_size=len(tok), **special_ids(tok)), seed=1).save_pretrained(d)
     tok.save_pretrained(d)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = os.path.join(os.path.dirname(sys.executable), "transformers")
-    proc = subprocess.Popen([exe, "serve", str(d), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    try:
-        for _ in range(120):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail("transformers serve exited: " + proc.stdout.read().decode()[-2000:])
-            time.sleep(0.5)
-        else:
-            pytest.fail("transformers serve did not answer /health within 60 s")
-        yield f"http://127.0.0.1:{port}/v1", str(d)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with served(d, d / "serve.log", timeout_s=60) as url:
+        yield url, str(d)
 
 
 def test_the_stage_against_transformers_serve(corpus, served_model):
