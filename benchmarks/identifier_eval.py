@@ -48,14 +48,15 @@ def main() -> None:
     args.work = args.work or str(ROOT / "benchmarks" / "work" / name)
 
     from attacks.identifier_eval import (IdentifierPlan, customersim_by_customer, evaluate, markdown, mlm_markdown,
-                                         mlm_plot, plot, _write)
+                                         mlm_plot, plot)
+    from attacks.refill_eval import write_jsonl
 
     data = need_data()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     base = wikitext_corpus(work)
-    corpus = _write(customersim_by_customer(data / "customersim" / "train.jsonl", args.dialogues),
-                    work / "customersim.jsonl")
+    corpus = write_jsonl(customersim_by_customer(data / "customersim" / "train.jsonl", args.dialogues),
+                         work / "customersim.jsonl")
     plan = IdentifierPlan(corpus=corpus, base_corpus=base, work=work, methods=tuple(methods.split(",")),
                           direct=args.direct, base_steps=args.base_steps, adapt_steps=args.adapt_steps,
                           filler=Path(args.filler) if args.filler else None, filler_steps=args.filler_steps,

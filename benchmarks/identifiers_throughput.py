@@ -94,7 +94,8 @@ def throughput(args) -> None:
 
 def cost(args) -> None:
     """Graph build, NER and one training epoch on the same dialogues."""
-    from attacks.identifier_eval import _write, customersim_by_customer
+    from attacks.identifier_eval import customersim_by_customer
+    from attacks.refill_eval import write_jsonl
     from privatize import run
     from privatize.spec import parse_spec
     from train.config import parse_config
@@ -103,7 +104,7 @@ def cost(args) -> None:
     rows = customersim_by_customer(need_data() / "customersim" / "train.jsonl", args.cost_dialogues)
     mb = sum(len(r["text"].encode()) for r in rows) / 1e6
     with tempfile.TemporaryDirectory() as tmp:
-        src = _write(rows, Path(tmp) / "in" / "c.jsonl")
+        src = write_jsonl(rows, Path(tmp) / "in" / "c.jsonl")
         secs = {}
         for name, direct in (("graph build", "none"), ("graph build + NER", "detect")):
             m = run(parse_spec({"stages": [{"kind": "identifiers", "direct": direct}]}), src.parent,

@@ -5,7 +5,8 @@ trained on the same records with those tokens never prediction targets, does not
 
 import math
 
-from attacks.identifier_eval import IdentifierPlan, _write, customersim_by_customer, evaluate, markdown, plot
+from attacks.identifier_eval import IdentifierPlan, customersim_by_customer, evaluate, markdown, plot
+from attacks.refill_eval import write_jsonl
 from attacks.identifiers import Leaks, Record, low_cost_mia, privacy
 from privatize.stages.identifiers import IdentifiersSettings, term_strings
 
@@ -43,7 +44,7 @@ def test_term_strings_match_what_the_stage_writes():
 
 
 def test_ppclm_gives_away_fewer_identifiers_than_plain_training(shared_data, wikitext_docs, wikitext_base, tmp_path):
-    corpus = _write(customersim_by_customer(shared_data / "customersim" / "train.jsonl", 32), tmp_path / "c.jsonl")
+    corpus = write_jsonl(customersim_by_customer(shared_data / "customersim" / "train.jsonl", 32), tmp_path / "c.jsonl")
     plan = IdentifierPlan(corpus=corpus, base_corpus=wikitext_docs["valid"], work=tmp_path / "eval",
                           base_model=wikitext_base, seq_len=128, batch_size=8, adapt_steps=120, samples=1)
     r = evaluate(plan, progress=False)
