@@ -35,7 +35,8 @@ def sentences(n: int) -> list[str]:
     return out
 
 
-def in_process(texts: list[str], filler: str, threads: int) -> dict:
+def in_process(texts: list[str], filler: str, threads: int, device: str = "cpu", word_list: str | None = None,
+               batch_size: int = 64) -> dict:
     import pyarrow as pa
     import torch
 
@@ -45,11 +46,14 @@ def in_process(texts: list[str], filler: str, threads: int) -> dict:
     torch.set_num_threads(threads)
     batch = pa.table({"doc_id": [str(i) for i in range(len(texts))], "text": texts})
     t0 = time.perf_counter()
-    masked = Mask(MaskSettings(technique="allow_list")).process_batch(batch)
+    masked = Mask(MaskSettings(technique="allow_list", word_list=word_list)).process_batch(batch)
     t_mask = time.perf_counter() - t0
     masked = masked.drop_columns([c for c in masked.column_names if c.startswith("_stat.")])
-    stage = Refill(RefillSettings(checkpoint=filler, strategy="topk"))
+    stage = Refill(RefillSettings(checkpoint=filler, strategy="topk", word_list=word_list, device=device,
+                                  batch_size=batch_size))
     stage.setup()
+    if device == "cuda":  # the first forward pass pays CUDA's start-up: not a refill cost
+        stage.process_batch(masked.slice(0, 8))
     t0 = time.perf_counter()
     for k in range(0, len(texts), 256):
         out = stage.process_batch(masked.slice(k, 256))
@@ -76,10 +80,33 @@ def on_ray(texts: list[str], filler: str, cpus: int) -> dict:
     return times
 
 
+def gpu_table(texts: list[str], filler: str, word_list: str | None) -> None:
+    """CPU (1 and 2 torch threads) against the GPU, in one process, the same sentences."""
+    import torch
+
+    rows = []
+    for device, threads, bs in (("cpu", 1, 64), ("cpu", 2, 64), ("cuda", 2, 64), ("cuda", 2, 512)):
+        r = in_process(texts, filler, threads, device, word_list, bs)
+        r.update(device=device, threads=threads, batch_size=bs, sentences_per_s=len(texts) / r["refill_s"])
+        rows.append(r)
+        print(f"{device} {threads} thread(s), {bs} windows per pass: refill {r['sentences_per_s']:.0f} sentences/s "
+              f"({r['masks'] / r['refill_s']:.0f} masks/s)", flush=True)
+    base = rows[0]["sentences_per_s"]
+    print(f"\n| where | windows per pass | sentences/s | masks/s | vs 1 CPU thread |\n|---|---:|---:|---:|---:|")
+    for r in rows:
+        where = torch.cuda.get_device_name() if r["device"] == "cuda" else f"CPU, {r['threads']} thread(s)"
+        print(f"| {where} | {r['batch_size']} | {r['sentences_per_s']:.0f} | {r['masks'] / r['refill_s']:.0f} | "
+              f"{r['sentences_per_s'] / base:.2f}x |")
+    save_result("refill_throughput_gpu", {"machine": machine(), "filler": filler, "sentences": len(texts), "rows": rows})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sentences", type=int, default=2000)
     ap.add_argument("--filler", default=str(ROOT / "benchmarks" / "work" / "refill_eval" / "filler" / "model"))
+    ap.add_argument("--gpu", action="store_true",
+                    help="in process only: CPU at 1 and 2 threads against the GPU, batch sizes 64 and 512")
+    ap.add_argument("--word-list", help="the allow list as a file (instead of wordfreq's)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: "ray:<cpus>" in a fresh process
     args = ap.parse_args()
     if not (Path(args.filler) / "config.json").is_file():
@@ -89,6 +116,9 @@ def main() -> None:
         print(json.dumps(on_ray(texts, args.filler, int(args.one.split(":")[1]))))
         return
     print(f"# {machine()}; {len(texts)} WikiText-2 sentences, allow_list masks, Top-K refill, filler {args.filler}")
+    if args.gpu:
+        gpu_table(texts, args.filler, args.word_list)
+        return
     result = {"machine": machine(), "sentences": len(texts), "in_process": {}, "ray": {}}
     for threads in (1, 2):
         r = in_process(texts, args.filler, threads)

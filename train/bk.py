@@ -167,28 +167,32 @@ def _on(p, trainable: set[int]) -> bool:
 
 def _norm_sq(r: _Record, trainable: set[int]) -> torch.Tensor:
     """Each example's squared gradient norm over the layer's trainable parameters
-    (float32)."""
+    (float32). The products run in the output gradient's precision (bf16 under autocast,
+    as the plain backward's weight gradient: a float32 product of the same size costs a
+    GPU about ten times more), the squares and sums in float32."""
     m = r.module
-    g = _flat3(r.g).float()
+    g = _flat3(r.g)
+    dt = g.dtype
     out = torch.zeros(g.shape[0], dtype=torch.float32, device=g.device)
     if isinstance(m, nn.Embedding):
         if _on(m.weight, trainable):
             ids = r.a.reshape(g.shape[0], -1)
-            same = (ids[:, :, None] == ids[:, None, :]).float()
-            out += (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+            same = ids[:, :, None] == ids[:, None, :]
+            out += (torch.bmm(g, g.transpose(1, 2)).float() * same).sum((1, 2))
         return out
     if isinstance(m, nn.Linear):
-        a = _flat3(r.a).float()
+        a = _flat3(r.a).to(dt)
         t, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
         if _on(m.weight, trainable):
             if t * t * (d_in + d_out) < t * d_in * d_out:  # ghost norm
-                out += (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+                out += (torch.bmm(a, a.transpose(1, 2)).float() * torch.bmm(g, g.transpose(1, 2)).float()).sum((1, 2))
             else:
-                out += torch.bmm(g.transpose(1, 2), a).pow(2).sum((1, 2))
+                out += torch.bmm(g.transpose(1, 2), a).float().pow(2).sum((1, 2))
         if _on(m.bias, trainable):
-            out += g.sum(1).pow(2).sum(1)
+            out += g.float().sum(1).pow(2).sum(1)
         return out
     # a norm layer: its per-example gradients are vectors
+    g = g.float()
     if _on(m.weight, trainable):
         out += (g * _flat3(r.a).float()).sum(1).pow(2).sum(1)
     if _on(getattr(m, "bias", None), trainable):

@@ -29,15 +29,13 @@ from __future__ import annotations
 import regex as re
 
 from privatize.redaction.engine import import_presidio
+from privatize.redaction.words import MONTH_NAMES
 
 import_presidio()
 from presidio_analyzer import Pattern, PatternRecognizer  # noqa: E402
 
 NOCASE = re.MULTILINE | re.IGNORECASE | re.VERSION0
 
-MONTH_NAMES = (r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
-               r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?")
-"""Month names and their abbreviations (lower case; the NER date filter uses them too)."""
 _MONTH = rf"(?:{MONTH_NAMES})\.?"
 _DAY = r"(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?"
 _YEAR4 = r"(?:1[89]\d\d|20\d\d|21\d\d)"

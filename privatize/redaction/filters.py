@@ -26,7 +26,7 @@ import os
 
 import regex as re
 
-from privatize.redaction.dates import MONTH_NAMES
+from privatize.redaction.words import MONTH_NAMES
 from privatize.redaction.words import stop_words
 
 FIRST_NAMES = 5_000

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import functools
 
+MONTH_NAMES = (r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
+               r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?")
+"""Month names and their abbreviations (lower case; the NER date filter uses them too)."""
+
 
 @functools.lru_cache(maxsize=1)
 def stop_words() -> frozenset[str]:

@@ -180,21 +180,23 @@ def test_book_keeping_clips_each_example_as_a_per_example_loop_does(clip):
 
 def test_book_keeping_under_bf16_autocast_agrees_with_fp32():
     """Under autocast (bf16, here on CPU) a layer's input is float32 and its output
-    gradient bf16: the clipped sums still come out, close to float32's."""
+    gradient bf16, and the per-example products run in bf16: the norms and the clipped
+    sums still come out close to float32's."""
     import torch
 
     from train.bk import BookKeeping
 
     x, y = _batches(n=1, b=4)[0]
-    grads = {}
+    grads, norms = {}, {}
     for bf16 in (False, True):
         model = _tiny()
         bk = BookKeeping(model, 0.5)
         with bk.capture(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             MaskedLMLoss("none")(model(input_ids=x, use_cache=False).logits[:, :-1], y).sum().backward()
-        bk.clip_and_sum()
+        norms[bf16] = bk.clip_and_sum()
         grads[bf16] = torch.cat([p.grad.flatten() for p in model.parameters()])
-    assert grads[True].dtype == torch.float32
+    assert grads[True].dtype == torch.float32 and norms[True].dtype == torch.float32
+    assert torch.allclose(norms[True], norms[False], rtol=0.02)
     assert torch.linalg.vector_norm(grads[True] - grads[False]) < 0.05 * torch.linalg.vector_norm(grads[False])
 
 
