@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from privatize.routing import Router, packed_order, routed
+from privatize.routing import Broadcast, Router, packed_order, routed
 from privatize.stage import (DECISION_ROW, DROP, KEY_INDEX, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX,
                              GlobalStage, Stage, set_column)
 
@@ -151,6 +151,11 @@ def key_rows(stage: GlobalStage, batch: pa.Table) -> pa.Table:
     for a multi-key stage, and the partition ``_part``."""
     live, _ = split_marked(batch)
     keys = stage.keys(live)
+    if stage.broadcast:  # keyed rows of the stage's own, aligned to no row
+        if not isinstance(keys, pa.Table) or "key" not in keys.column_names:
+            raise TypeError(f"{stage.kind}: keys() of a broadcast stage must return a table with a column 'key'")
+        key = keys["key"].combine_chunks() if isinstance(keys["key"], pa.ChunkedArray) else keys["key"]
+        return keys.append_column("_part", pa.array(partition_of(key)))
     extra: dict = {}
     if isinstance(keys, pa.Table):
         extra = {c: keys[c] for c in keys.column_names if c != "key"}
@@ -236,13 +241,28 @@ def _take(table: pa.Table, indices: np.ndarray) -> pa.Table:
     return pa.table({name: table[name].take(idx) for name in table.column_names})
 
 
-def decide_global_stage(stage: GlobalStage, batches: list[pa.Table]) -> Router:
+def decide_broadcast(stage: GlobalStage, part: int, rows: pa.Table) -> tuple[int, pa.Table, dict]:
+    """``decide`` of a broadcast stage over one hash partition's keyed rows."""
+    table, stats = stage.decide(rows.select(decide_columns(rows)))
+    return part, table, stats
+
+
+def decide_global_stage(stage: GlobalStage, batches: list[pa.Table]) -> "Router | Broadcast":
     """In process, the first two steps of a GlobalStage over all batches of the corpus:
     keys, the keyed rows grouped by hash partition (a radix sort on one byte), ``decide``
     per partition in the global order; returns the :class:`~privatize.routing.Router`
     the Ray runner also builds."""
     keyed = concat([key_rows(stage, b) for b in batches]) if batches else None
     tables = []
+    if stage.broadcast:
+        if keyed is None or not keyed.num_rows:
+            return Broadcast([])
+        parts = keyed["_part"].to_numpy().astype(np.uint8)
+        order = np.argsort(parts, kind="stable")
+        keyed = _take(keyed, order)
+        bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
+        return Broadcast([decide_broadcast(stage, p, keyed.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])))
+                          for p in range(NUM_PARTITIONS) if bounds[p + 1] > bounds[p]])
     if keyed is not None and keyed.num_rows:
         parts = keyed["_part"].to_numpy().astype(np.uint8)
         order = np.argsort(parts, kind="stable")
@@ -257,10 +277,15 @@ def decide_global_stage(stage: GlobalStage, batches: list[pa.Table]) -> Router:
     return Router(tables, partial(no_decisions, stage), multi=stage.multi_key)
 
 
-def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table]) -> list[pa.Table]:
+def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table],
+                     stats: dict | None = None) -> list[pa.Table]:
     """In-process execution of a GlobalStage over all batches of the corpus:
-    :func:`decide_global_stage`, then ``apply`` per batch through its router."""
+    :func:`decide_global_stage`, then ``apply`` per batch through its router. A broadcast
+    stage's decision statistics are added to ``stats`` (the stage's in the manifest)."""
     router = decide_global_stage(stage, batches)
+    if stats is not None:
+        for k, v in getattr(router, "stats", {}).items():
+            stats[k] = stats.get(k, 0) + v
     return [apply_global_batch(stage, index, b, router) for b in batches]
 
 

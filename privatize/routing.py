@@ -90,6 +90,30 @@ def routed(kind: str, decided: pa.Table, partition: pa.Table, packed: np.ndarray
     return pa.table({**out, ORDER_KEY: pa.array(packed[at])})
 
 
+class Broadcast:
+    """The decisions of a broadcast GlobalStage (``GlobalStage.broadcast``): every
+    partition's table, in partition order, and their statistics summed; :meth:`for_batch`
+    gives every batch the whole table (the same object, so a stage may index it once)."""
+
+    def __init__(self, parts: list[tuple[int, pa.Table, dict]]):
+        parts = sorted(parts, key=lambda x: x[0])
+        if len({p for p, _, _ in parts}) != len(parts):
+            raise ValueError("a hash partition was decided twice")
+        tables = [t for _, t, _ in parts if t.num_rows]
+        self.values = pa.concat_tables(tables).combine_chunks() if tables else pa.table({})
+        self.stats: dict = {}
+        for _, _, st in parts:
+            for k, v in st.items():
+                self.stats[k] = self.stats.get(k, 0) + int(v)
+
+    @property
+    def num_decisions(self) -> int:
+        return self.values.num_rows
+
+    def for_batch(self, live: pa.Table) -> pa.Table:
+        return self.values
+
+
 class Router:
     """Every routed decision of one GlobalStage run, indexed once; :meth:`for_batch`
     gives a batch's live rows their decisions, aligned. ``empty``: makes the decision

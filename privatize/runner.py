@@ -56,7 +56,7 @@ def _run_stages(stages: list[Stage], batches: list[pa.Table], tally: Tally, prog
         ts = time.perf_counter()
         live_in = _live(batches)
         if isinstance(stage, GlobalStage):
-            batches = run_global_stage(stage, i, batches)
+            batches = run_global_stage(stage, i, batches, tally.stages[i].stats)
         else:
             with _progress(len(batches), f"{i}:{stage.kind}", progress) as bar:
                 out = []

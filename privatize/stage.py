@@ -26,6 +26,16 @@ decided in their own partitions; ``decide`` may then return several decisions fo
 row, and ``apply`` gets, per row, a list of them in each decision column (in no
 particular order; null where there is none).
 
+A stage with ``broadcast = True`` decides *sets*, not rows (the identifiers stage: the
+terms enough individuals use): ``keys`` returns keyed rows of its own, any number per
+batch and aligned to no row (so it may pre-aggregate them per batch: a pair seen twice
+in a batch travels once), with no order columns; ``decide`` sees each hash partition's
+rows in no particular order (its answer must not depend on it) and returns a table of
+decisions and a dict of statistics; ``apply`` gets every partition's decisions, in
+partition order, as one table (the same for every batch), and the statistics are added
+to the stage's in the manifest once. No decision is routed to a row, so nothing of a
+row's identity travels through the shuffle.
+
 The partition count is fixed, so results never depend on batch size or worker count.
 
 Reserved columns (stages may set them; the runner interprets them):
@@ -100,6 +110,9 @@ class GlobalStage(Stage):
 
     multi_key: ClassVar[bool] = False
     """``keys`` gives each row a list of keys; ``apply`` gets a list of decisions per row."""
+    broadcast: ClassVar[bool] = False
+    """``decide`` returns (decisions, statistics) per partition and ``apply`` gets all of
+    them as one table; ``keys`` returns keyed rows aligned to no row (module docstring)."""
     keyed_doc_id: ClassVar[bool] = True
     """Whether ``decide`` sees ``doc_id`` (a stage that does not need it saves its bytes on
     every keyed row of the shuffle)."""

@@ -165,6 +165,8 @@ def _execute(spec: PipelineSpec, files: list[InputFile], writer: OutputWriter, s
         if ref is not None:
             stats = cluster.get(ref, guard)
             tally.stages[i].seconds += stats.seconds
+            for k, v in stats.stats.items():
+                tally.stages[i].stats[k] = tally.stages[i].stats.get(k, 0) + v
             log.info("stage %d %s: %d decision(s), %.2fs on keys and decisions", i, protos[i].kind,
                      stats.decisions, stats.seconds)
     _key_ids(tally, refs, protos, spec, spec_dir, run, budget)

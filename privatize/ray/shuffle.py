@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from privatize import allocator
-from privatize.execution import concat, decide_columns, decide_partition, key_rows, no_decisions
+from privatize.execution import concat, decide_broadcast, decide_columns, decide_partition, key_rows, no_decisions
 from privatize.ray import cluster
 from privatize.ray.workers import StageRef, ready_stage
-from privatize.routing import Router, packed_order
+from privatize.routing import Broadcast, Router, packed_order
 from privatize.stage import ORDER_COLUMNS
 
 
@@ -30,7 +30,8 @@ class Decided:
     """What one decide task returns: the routed decisions of its hash partitions, which
     partitions it decided, and the seconds spent."""
 
-    tables: list[pa.Table] = field(default_factory=list)
+    tables: list = field(default_factory=list)
+    """Routed decision tables; a broadcast stage's: (partition, table, statistics)."""
     parts: list[int] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -39,6 +40,8 @@ class Decided:
 class DecisionStats:
     decisions: int
     seconds: float
+    stats: dict = field(default_factory=dict)
+    """A broadcast stage's decision statistics (added to the stage's in the manifest)."""
 
 
 def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: tuple[int, int] | None):
@@ -68,6 +71,17 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
         return Decided(seconds=time.perf_counter() - t0)
     keyed = concat(rows)
     part = keyed["_part"].to_numpy().astype(np.uint8)  # a stable sort of bytes is a radix sort
+    stage = ready_stage(ref)
+    if stage.broadcast:  # no global order: each partition's rows as they came
+        order = np.argsort(part, kind="stable")
+        keyed = keyed.take(pa.array(order))
+        part = part[order]
+        cuts = np.flatnonzero(np.diff(part)) + 1
+        out = Decided(parts=sorted(int(p) for p in np.unique(part)))
+        out.tables = [decide_broadcast(stage, int(part[a]), keyed.slice(a, b - a))
+                      for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)])]
+        out.seconds = time.perf_counter() - t0
+        return out
     keyed = keyed.select(decide_columns(keyed))
     packed = packed_order(keyed)
     # the global order (then by partition, keeping that order within each); where the
@@ -78,7 +92,6 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
     keyed = pa.table({c: keyed[c].take(pa.array(order)) for c in keyed.column_names})
     part = part[order]
     packed = None if packed is None else packed[order]
-    stage = ready_stage(ref)
     cuts = np.flatnonzero(np.diff(part)) + 1
     out = Decided(parts=sorted(int(p) for p in np.unique(part)))
     for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)]):
@@ -101,10 +114,14 @@ def collect_decisions(ref: StageRef, groups: int, *results) -> tuple[Router, Dec
     parts_done = [p for d in decided for p in d.parts]
     if len(set(parts_done)) != len(parts_done):
         raise RuntimeError(f"stage {ref.kind}: a hash partition was decided in pieces")
-    router = Router([t for d in decided for t in d.tables], lambda: no_decisions(ready_stage(ref)),
-                    multi=type(ref.build()).multi_key)
+    kind = type(ref.build())
+    if kind.broadcast:
+        router = Broadcast([t for d in decided for t in d.tables])
+    else:
+        router = Router([t for d in decided for t in d.tables], lambda: no_decisions(ready_stage(ref)),
+                        multi=kind.multi_key)
     seconds = sum(d.seconds for d in decided) + sum(results[groups:]) + time.perf_counter() - t0
-    return router, DecisionStats(router.num_decisions, seconds)
+    return router, DecisionStats(router.num_decisions, seconds, getattr(router, "stats", {}))
 
 
 def decide_groups(ds, ref: StageRef, groups: int, task_cpus: float, keyed_by: StageRef | None, guard=None):

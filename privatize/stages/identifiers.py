@@ -14,17 +14,21 @@ inner apostrophes and hyphens.
 detector finds (the ``redact`` stage's policy pi, with its ``model``, ``entities``,
 ``score_threshold`` and ``profile``); ``direct: none`` skips the detector.
 
-A :class:`~privatize.stage.GlobalStage` with many keys per row (``multi_key``):
+A broadcast :class:`~privatize.stage.GlobalStage` (``broadcast``): it decides a set of
+terms, not rows.
 
-* ``keys``: each record's distinct terms, as 16-byte digests (BLAKE2b of each distinct
-  word, then combined word by word, in numpy), with the record's individual (a 64-bit
-  digest of ``individual_id``) travelling beside each;
+* ``keys``: a batch's (term, individual) pairs, each once, at most ``k`` individuals per
+  term (a term ``k`` individuals use in one batch is common whatever the rest say):
+  16-byte term digests (BLAKE2b of each distinct word, then combined word by word, in
+  numpy), a 64-bit digest of ``individual_id`` and the term's length. No row identity
+  travels: the keyed rows are a fraction of the occurrences;
 * ``decide``: per hash partition, the distinct individuals per term (exact: the keys are
   hash-partitioned, so all of one term's rows meet in one partition, and only that
-  partition is in memory). Decisions are sparse: the rows where a term is an identifier,
-  and the first row (in the global order) of every term, which counts the distinct
-  terms;
-* ``apply``: the record's terms again, its identifier occurrences as spans.
+  partition is in memory); its decisions are the *common* terms (at least ``k``
+  individuals), far fewer than the identifiers in a Zipfian corpus, and its statistics
+  the distinct terms and identifiers per length;
+* ``apply``: the record's terms again; an occurrence whose term is not common is an
+  identifier, written as a span.
 
 The result depends on neither batch size nor worker count.
 
@@ -59,8 +63,7 @@ from pydantic import Field, model_validator
 
 from privatize.errors import RecordError
 from privatize.settings import Before, StageSettings
-from privatize.stage import DECISION_ROW, KEY_INDEX, QUARANTINE, GlobalStage, register_stage, set_column
-from privatize.stages.dedup import first_numbered
+from privatize.stage import QUARANTINE, GlobalStage, register_stage, set_column
 from privatize.stages.mask import WORD
 
 NO_TEXT = "no text to search for identifiers"
@@ -194,18 +197,17 @@ class _Terms:
         h1[is_word], h2[is_word] = lanes[:, 0], lanes[:, 1]
         return norm, h1, h2, is_word
 
-    def keys(self, skip: np.ndarray) -> pa.Array:
-        """Per row, its term occurrences' digests (``list<binary(16)>``); null where ``skip``."""
-        d = np.empty((len(self.oa), 2), np.uint64)
-        d[:, 0], d[:, 1] = self.oa, self.ob
-        values = pa.FixedSizeBinaryArray.from_buffers(KEY_TYPE, len(d), [None, pa.py_buffer(d.astype("<u8").tobytes())])
-        offsets = np.r_[self.ostart, len(self.oa)].astype(np.int32)
-        mask = pa.array(skip) if skip.any() else None
-        return pa.ListArray.from_arrays(pa.array(offsets), values, mask=mask)
-
-    def term_text(self, first: int, n: int) -> str:
-        """The normalised words of an occurrence, joined by spaces."""
-        return " ".join(self.norm[t] for t in self.tid[first:first + n])
+    def term_texts(self, first: np.ndarray, n: np.ndarray) -> pa.Array:
+        """The normalised words of occurrences (their first token and length), joined by
+        spaces."""
+        norm = pa.array(self.norm, pa.string())
+        parts = []
+        for j in range(int(n.max()) if len(n) else 0):
+            at = np.where(j < n, first + j, 0)
+            parts.append(norm.take(pa.array(self.tid[at], mask=j >= n)))
+        if not parts:
+            return pa.array([], pa.string())
+        return pc.binary_join_element_wise(*parts, " ", null_handling="skip")
 
 
 def normalize(word: str, st: IdentifiersSettings) -> str:
@@ -246,8 +248,7 @@ def _hash64(values: list) -> np.ndarray:
 
 @register_stage("identifiers", IdentifiersSettings)
 class Identifiers(GlobalStage):
-    multi_key = True
-    keyed_doc_id = False  # decide counts individuals; a term occurrence's doc_id would only be carried
+    broadcast = True
     _detector = None
 
     def __init__(self, settings: IdentifiersSettings, **kw):
@@ -259,6 +260,7 @@ class Identifiers(GlobalStage):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_detector", None)
+        state.pop("_common", None)
         return state
 
     # ---- keys ----------------------------------------------------------------------
@@ -280,34 +282,36 @@ class Identifiers(GlobalStage):
         per = _hash64(enc.dictionary.to_pylist())
         idx = pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False)
         who64 = per[idx] if len(per) else np.zeros(batch.num_rows, np.uint64)
-        return pa.table({"key": terms.keys(skip), WHO: pa.array(who64, pa.uint64())})
+        a, b, n, w = _pairs(terms.oa, terms.ob, terms.on, who64[terms.orow], self.settings.k)
+        return pa.table({"key": _key_array(a, b), WHO: pa.array(w, pa.uint64()), "n": pa.array(n, pa.int8())})
 
     # ---- decide --------------------------------------------------------------------
 
-    def decide(self, partition: pa.Table) -> pa.Table:
-        empty = pa.table({DECISION_ROW: pa.array([], pa.int64()), "term": pa.array([], pa.int32()),
-                          "flag": pa.array([], pa.int8())})
+    def decide(self, partition: pa.Table) -> tuple[pa.Table, dict]:
+        """The terms of this partition that at least ``k`` distinct individuals use
+        (sorted), and the distinct terms and identifiers per length."""
+        st = self.settings
+        stats = {f"{what}_n{n}": 0 for n in range(1, st.max_n + 1) for what in ("terms", "identifiers")}
         if partition.num_rows == 0:
-            return empty
-        key = partition["key"].combine_chunks()
-        if not pa.types.is_fixed_size_binary(key.type):
-            key = key.cast(KEY_TYPE)
-        # the terms numbered in order of first appearance (the partition is in the global
-        # order): a row holds a term's first occurrence when its number is above every one before
-        number = pc.dictionary_encode(key).indices
-        num = number.to_numpy(zero_copy_only=False).astype(np.int64)
-        first = first_numbered(num)
-        # distinct individuals per term (Arrow's hash aggregation)
-        users = pa.table({"t": number, "w": partition[WHO].combine_chunks()}).group_by("t") \
-            .aggregate([("w", "count_distinct")])
-        count = np.zeros(int(num.max()) + 1, np.int64)
-        count[users["t"].to_numpy()] = users["w_count_distinct"].to_numpy()
-        ident = count[num] < self.settings.k
-        rows = np.flatnonzero(ident | first)
-        flag = (ident[rows].astype(np.int8) | (first[rows].astype(np.int8) << 1)).astype(np.int8)
-        term = partition[KEY_INDEX].combine_chunks().to_numpy(zero_copy_only=False)[rows]
-        return pa.table({DECISION_ROW: pa.array(rows, pa.int64()), "term": pa.array(term, pa.int32()),
-                         "flag": pa.array(flag, pa.int8())})
+            return pa.table({"key": pa.array([], KEY_TYPE)}), stats
+        a, b = _lanes(partition["key"])
+        w = partition[WHO].to_numpy()
+        n = partition["n"].to_numpy()
+        # distinct (term, individual) pairs, then per term (a run of equal lanes) their count
+        order = np.lexsort((w, b, a))
+        a, b, w, n = a[order], b[order], w[order], n[order]
+        new_pair = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (w[1:] != w[:-1])]
+        a, b, n = a[new_pair], b[new_pair], n[new_pair]
+        starts = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
+        users = np.diff(np.r_[starts, len(a)])
+        common = users >= st.k
+        tn = n[starts]
+        for length in range(1, st.max_n + 1):
+            at = tn == length
+            stats[f"terms_n{length}"] = int(at.sum())
+            stats[f"identifiers_n{length}"] = int((at & ~common).sum())
+        keep = starts[common]
+        return pa.table({"key": _key_array(a[keep], b[keep])}), stats
 
     # ---- apply ---------------------------------------------------------------------
 
@@ -318,6 +322,14 @@ class Identifiers(GlobalStage):
             self._detector = detector_like(self.settings)
         return [[(sp["start"], sp["end"]) for sp in det.spans] for det in self._detector.detect(texts)]
 
+    def _common_terms(self, decisions: pa.Table) -> "_TermSet":
+        """The decisions as a lookup, built once per decisions table (every batch of a
+        run gets the same one)."""
+        cached = getattr(self, "_common", None)
+        if cached is None or cached[0] is not decisions:
+            self._common = (decisions, _TermSet(decisions["key"] if "key" in decisions.column_names else None))
+        return self._common[1]
+
     def apply(self, batch: pa.Table, decisions: pa.Table) -> pa.Table:
         st = self.settings
         n_rows = batch.num_rows
@@ -325,49 +337,113 @@ class Identifiers(GlobalStage):
         who = batch["individual_id"].to_pylist() if "individual_id" in batch.column_names else [None] * n_rows
         reasons = [NO_TEXT if not isinstance(t, str) else NO_INDIVIDUAL if who_ in (None, "") else None
                    for t, who_ in zip(texts, who)]
-        live = [r is None for r in reasons]
+        live = np.array([r is None for r in reasons], dtype=bool)
         terms = _Terms([t if ok else None for t, ok in zip(texts, live)], st, offsets=True)
-        # decisions: (row, term index, flag) flattened
-        term_lists = decisions["term"].combine_chunks()
-        flag_lists = decisions["flag"].combine_chunks()
-        lengths = pc.fill_null(pc.list_value_length(term_lists), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-        d_row = np.repeat(np.arange(n_rows, dtype=np.int64), lengths)
-        d_term = pc.list_flatten(term_lists).to_numpy(zero_copy_only=False).astype(np.int64)
-        d_flag = pc.list_flatten(flag_lists).to_numpy(zero_copy_only=False).astype(np.int8)
-        # each decision's occurrence: the row's first plus the key index
-        if len(d_term) and ((d_term < 0) | (d_term >= terms.ocount[d_row])).any():
-            raise RuntimeError("identifiers: a decision for a term its record does not have (keys and apply disagree)")
-        d_occ = terms.ostart[d_row] + d_term
-        d_n = terms.on[d_occ]
-        stats: dict[str, np.ndarray] = {}
-        first, ident = (d_flag & 2) > 0, (d_flag & 1) > 0
-        for n in range(1, st.max_n + 1):
-            stats[f"terms_n{n}"] = np.bincount(d_row[first & (d_n == n)], minlength=n_rows)
-            stats[f"identifiers_n{n}"] = np.bincount(d_row[first & ident & (d_n == n)], minlength=n_rows)
-        is_ident = np.zeros(len(terms.orow), bool)
-        is_ident[d_occ[ident]] = True
-        spans: list[list[dict]] = [[] for _ in range(n_rows)]
-        for o in np.flatnonzero(is_ident):
-            f, n = int(terms.ofirst[o]), int(terms.on[o])
-            spans[int(terms.orow[o])].append({"start": int(terms.start[f]), "end": int(terms.end[f + n - 1]),
-                                              "kind": "indirect", "term": terms.term_text(f, n)})
-        stats["indirect_spans"] = np.bincount(terms.orow[is_ident], minlength=n_rows)
+        # an occurrence is an identifier when its term is not among the common ones
+        is_ident = ~self._common_terms(decisions).contains(terms.oa, terms.ob)
+        occ = np.flatnonzero(is_ident)
+        first, n = terms.ofirst[occ], terms.on[occ].astype(np.int64)
+        rows = [terms.orow[occ]]
+        starts, ends = [terms.start[first]], [terms.end[first + n - 1]]
+        kinds = [np.ones(len(occ), np.int8)]  # 0 direct, 1 indirect (their sort order)
+        words = [terms.term_texts(first, n)]
+        stats: dict[str, np.ndarray] = {"indirect_spans": np.bincount(terms.orow[is_ident], minlength=n_rows)}
         word_occ = terms.on == 1
         stats["words"] = np.bincount(terms.orow[word_occ], minlength=n_rows)
         stats["identifier_words"] = np.bincount(terms.orow[word_occ & is_ident], minlength=n_rows)
         direct = np.zeros(n_rows, np.int64)
         if st.direct == "detect":
-            live_rows = [i for i in range(n_rows) if live[i]]
-            for i, found_spans in zip(live_rows, self._detect([texts[i] for i in live_rows]) if live_rows else []):
-                for s, e in found_spans:
-                    spans[i].append({"start": s, "end": e, "kind": "direct", "term": texts[i][s:e]})
-                direct[i] = len(found_spans)
+            live_rows = np.flatnonzero(live)
+            found = self._detect([texts[i] for i in live_rows]) if len(live_rows) else []
+            d_row = [int(i) for i, sp in zip(live_rows, found) for _ in sp]
+            d_span = [se for sp in found for se in sp]
+            direct[live_rows] = [len(sp) for sp in found]
+            rows.append(np.array(d_row, np.int64))
+            starts.append(np.array([a for a, _ in d_span], np.int64))
+            ends.append(np.array([b for _, b in d_span], np.int64))
+            kinds.append(np.zeros(len(d_row), np.int8))
+            words.append(pa.array([texts[i][a:b] for i, (a, b) in zip(d_row, d_span)], pa.string()))
         stats["direct_spans"] = direct
-        out = [sorted(sp, key=lambda x: (x["start"], x["end"], x["kind"])) if ok else None
-               for sp, ok in zip(spans, live)]
-        batch = set_column(batch, "identifier_spans", pa.array(out, SPANS_TYPE))
-        if not all(live):
+        row, start, end, kind = (np.concatenate(x) for x in (rows, starts, ends, kinds))
+        term = pa.concat_arrays([w.cast(pa.string()) for w in words])
+        order = np.lexsort((kind, end, start, row))
+        idx = pa.array(order)
+        spans = pa.StructArray.from_arrays(
+            [pa.array(start[order], pa.int32()), pa.array(end[order], pa.int32()),
+             pa.array(["direct", "indirect"], pa.string()).take(pa.array(kind[order])), term.take(idx)],
+            fields=list(SPAN_TYPE))
+        offsets = np.r_[0, np.cumsum(np.bincount(row, minlength=n_rows))].astype(np.int32)
+        column = pa.ListArray.from_arrays(pa.array(offsets), spans, type=SPANS_TYPE,
+                                          mask=pa.array(~live) if not live.all() else None)
+        batch = set_column(batch, "identifier_spans", column)
+        if not live.all():
             batch = set_column(batch, QUARANTINE, pa.array(reasons, pa.string()))
         for name, values in stats.items():
             batch = set_column(batch, f"_stat.{name}", pa.array(np.asarray(values, np.int64)))
         return batch
+
+
+def _pairs(a: np.ndarray, b: np.ndarray, n: np.ndarray, w: np.ndarray, k: int):
+    """A batch's term occurrences (digest lanes ``a``/``b``, length ``n``, individual
+    ``w``) as the keyed rows they need: each (term, individual) pair once, and at most
+    ``k`` individuals per term (a term ``k`` individuals use in one batch is common
+    whatever the rest say, so the others need not travel)."""
+    if not len(a):
+        return a, b, n, w
+    # distinct pairs: by a 64-bit digest of (term, individual) (two pairs share one with
+    # odds of about pairs^2 / 2^64 a batch; one individual less for a term, at worst)
+    h = _mix(_mix(a, b, _M1), w, _M2)
+    order = np.argsort(h)
+    hs = h[order]
+    pick = order[np.r_[True, hs[1:] != hs[:-1]]]
+    a, b, n, w = a[pick], b[pick], n[pick], w[pick]
+    # at most k per term: runs of equal lanes after a sort by the first lane (two terms
+    # whose first lanes tie may interleave; each run then keeps k or all, still exact)
+    order = np.argsort(a)
+    a, b, n, w = a[order], b[order], n[order], w[order]
+    new = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]
+    run_start = np.maximum.accumulate(np.where(new, np.arange(len(a)), 0))
+    keep = np.arange(len(a)) - run_start < k
+    return a[keep], b[keep], n[keep], w[keep]
+
+
+def _key_array(a: np.ndarray, b: np.ndarray) -> pa.Array:
+    """Digest lanes as 16-byte keys (little-endian ``a`` then ``b``)."""
+    d = np.empty((len(a), 2), "<u8")
+    d[:, 0], d[:, 1] = a, b
+    return pa.FixedSizeBinaryArray.from_buffers(KEY_TYPE, len(d), [None, pa.py_buffer(d.tobytes())])
+
+
+def _lanes(keys) -> tuple[np.ndarray, np.ndarray]:
+    """16-byte keys as their two 64-bit lanes."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if not pa.types.is_fixed_size_binary(keys.type):
+        keys = keys.cast(KEY_TYPE)
+    raw = np.frombuffer(keys.buffers()[1], np.uint8)[keys.offset * 16:(keys.offset + len(keys)) * 16]
+    lanes = raw.view("<u8").reshape(-1, 2)
+    return lanes[:, 0].astype(np.uint64), lanes[:, 1].astype(np.uint64)
+
+
+class _TermSet:
+    """A set of 16-byte term digests, for looking up many at once."""
+
+    def __init__(self, keys):
+        a, b = _lanes(keys) if keys is not None and len(keys) else (np.zeros(0, np.uint64), np.zeros(0, np.uint64))
+        order = np.argsort(a)
+        self.a, self.b = a[order], b[order]
+        tie = np.flatnonzero(self.a[1:] == self.a[:-1])
+        # first lanes that tie (odds about n^2 / 2^65): those terms by both lanes
+        self.tied = {(int(x), int(y)) for i in tie for x, y in ((self.a[i], self.b[i]), (self.a[i + 1], self.b[i + 1]))}
+
+    def contains(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if not len(self.a) or not len(a):
+            return np.zeros(len(a), bool)
+        at = np.minimum(np.searchsorted(self.a, a), len(self.a) - 1)
+        found = (self.a[at] == a) & (self.b[at] == b)
+        if self.tied:
+            tied_a = {x for x, _ in self.tied}
+            for i in np.flatnonzero(~found):
+                if int(a[i]) in tied_a:
+                    found[i] = (int(a[i]), int(b[i])) in self.tied
+        return found

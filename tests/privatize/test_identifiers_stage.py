@@ -39,8 +39,9 @@ def _run(docs, batch_rows=None, **settings):
     stage = Identifiers(IdentifiersSettings(direct="none", **settings))
     size = batch_rows or len(docs)
     batches = [_batch(docs[i:i + size], i) for i in range(0, len(docs), size)]
-    out = pa.concat_tables(run_global_stage(stage, 0, batches))
-    return out
+    decided: dict = {}  # the decision statistics (distinct terms and identifiers per length)
+    out = pa.concat_tables(run_global_stage(stage, 0, batches, decided))
+    return out.replace_schema_metadata({"decided": json.dumps(decided)})
 
 
 def _terms(out) -> set[str]:
@@ -48,7 +49,10 @@ def _terms(out) -> set[str]:
 
 
 def _stats(out) -> dict:
-    return {c.split(".", 2)[2]: sum(out[c].to_pylist()) for c in out.column_names if c.startswith("_stat.")}
+    """The stage's statistics as the manifest has them: per-row ones summed, and the
+    decision statistics."""
+    rows = {c.split(".", 2)[2]: sum(out[c].to_pylist()) for c in out.column_names if c.startswith("_stat.")}
+    return {**rows, **json.loads(out.schema.metadata[b"decided"])}
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -138,3 +142,37 @@ def test_a_pipeline_run_with_direct_identifiers(tmp_path):
     direct = [s["term"] for s in spans["1"] if s["kind"] == "direct"]
     assert "John Smith" in direct
     assert {s["term"] for s in spans["2"]} == {"reading", "books"}
+
+
+def test_keys_travel_once_per_pair_and_at_most_k_per_term():
+    """``keys`` pre-aggregates a batch: a (term, individual) pair once, and no more than
+    ``k`` individuals of a term (a term k use in one batch is common whatever follows)."""
+    from privatize.execution import decide_global_stage
+
+    docs = [("1", "A", "red red red"), ("2", "B", "red"), ("3", "C", "red blue"), ("4", "A", "blue")]
+    stage = Identifiers(IdentifiersSettings(direct="none", max_n=1, k=2))
+    keyed = stage.keys(_batch(docs))
+    # by hand: red A B C (capped at 2), blue C A
+    assert keyed.num_rows == 4 and set(keyed["n"].to_pylist()) == {1}
+    per_term = {}
+    for key, who in zip(keyed["key"].to_pylist(), keyed["_who"].to_pylist()):
+        per_term.setdefault(key, set()).add(who)
+    assert sorted(len(v) for v in per_term.values()) == [2, 2]
+    # the decisions are the common terms: both, and FIVE's common words are five
+    assert decide_global_stage(stage, [_batch(docs)]).num_decisions == 2
+    five = decide_global_stage(Identifiers(IdentifiersSettings(direct="none", max_n=1, k=2)), [_batch(FIVE)])
+    assert five.num_decisions == 5  # red fox runs blue sky
+    assert five.stats == {"terms_n1": 9, "identifiers_n1": 4}
+
+
+def test_the_term_set_tells_apart_digests_whose_first_lanes_tie():
+    import numpy as np
+
+    from privatize.stages.identifiers import _key_array, _TermSet
+
+    a = np.array([5, 5, 9], np.uint64)
+    b = np.array([1, 2, 3], np.uint64)
+    terms = _TermSet(_key_array(a, b))
+    got = terms.contains(np.array([5, 5, 5, 9, 9, 7], np.uint64), np.array([1, 2, 3, 3, 1, 1], np.uint64))
+    assert got.tolist() == [True, True, False, True, False, False]
+    assert _TermSet(None).contains(a, b).tolist() == [False] * 3
