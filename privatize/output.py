@@ -280,6 +280,8 @@ def build_manifest(spec, tally: Tally, kinds: list[str], *, shards: list[dict], 
         "shards": shards,
         "quarantine": {"path": quarantine, "records": quarantine_records},
     })
+    if getattr(spec, "quality", None) is not None:
+        manifest["quality"] = spec.quality.model_dump(mode="json")
     return manifest
 
 

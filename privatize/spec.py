@@ -64,6 +64,22 @@ def _stage_union():
 StageSpec = _stage_union()
 
 
+class QualitySettings(BaseModel):
+    """How well this pipeline's policies did on gold data, as the data owner measured it
+    (``benchmarks/pi_c_curve.py --write-quality`` writes both figures): copied into the
+    manifest, where a CRT training takes them for its confidentiality report unless its
+    own config gives them (``crt.gamma``, ``crt.delta_2``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gamma: float = Field(ge=0.0, le=1.0)
+    """The share of gold secrets redaction (policy pi) misses: 1 - recall."""
+    delta_2: float = Field(ge=0.0, le=1.0)
+    """The share of gold secrets the public/private split (policy pi_c) leaves public."""
+    source: str | None = Field(None, max_length=500)
+    """Where the figures come from (data, date, command)."""
+
+
 class PipelineSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -71,6 +87,7 @@ class PipelineSpec(BaseModel):
     input: InputSettings = Field(default_factory=InputSettings)
     stages: list[StageSpec] = Field(min_length=1, max_length=MAX_STAGES)  # type: ignore[valid-type]
     output: OutputSettings = Field(default_factory=OutputSettings)
+    quality: QualitySettings | None = None
 
     @model_validator(mode="after")
     def _check_order(self) -> "PipelineSpec":
@@ -78,7 +95,10 @@ class PipelineSpec(BaseModel):
         return self
 
     def to_dict(self) -> dict:
-        return self.model_dump(mode="json")
+        d = self.model_dump(mode="json")
+        if d.get("quality") is None:  # a spec without it keeps the form (and hash) it always had
+            d.pop("quality", None)
+        return d
 
     def sha256(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()

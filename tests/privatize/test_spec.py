@@ -33,6 +33,8 @@ def test_yaml_and_json_give_the_same_spec_and_hash(tmp_path):
     (_spec(), "stages"),
     (_spec({"kind": "split"}, output={"num_shards": 0}), "output.num_shards"),
     (_spec({"kind": "split"}, extra=True), "extra"),
+    (_spec({"kind": "split"}, quality={"gamma": 1.5, "delta_2": 0.0}), "quality.gamma"),
+    (_spec({"kind": "split"}, quality={"gamma": 0.1}), "quality.delta_2"),
 ])
 def test_errors_name_the_field_path(data, path):
     with pytest.raises(SpecError) as e:
@@ -228,3 +230,19 @@ def test_a_failed_parse_carries_its_field_errors():
     with pytest.raises(SpecError) as e:
         parse_spec(_spec({"kind": "split", "unit": "word"}))
     assert [loc for loc, _ in e.value.field_errors] == [["stages", "0", "split", "unit"]]
+
+
+def test_measured_quality_reaches_the_manifest_and_leaves_other_specs_as_they_were(tmp_path):
+    """``quality`` (gamma, delta_2 measured on gold data) is copied into the manifest,
+    where a CRT training takes it by default; a spec without it keeps its old form."""
+    from privatize import run
+
+    plain = parse_spec(_spec({"kind": "split"}))
+    assert "quality" not in plain.to_dict()
+    spec = parse_spec(_spec({"kind": "split"}, quality={"gamma": 0.0382, "delta_2": 0.0033, "source": "customersim"}))
+    assert spec.sha256() != plain.sha256()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text(json.dumps({"id": "1", "text": "One. Two."}) + "\n")
+    m = run(spec, tmp_path / "in", tmp_path / "out")
+    assert m["quality"] == {"gamma": 0.0382, "delta_2": 0.0033, "source": "customersim"}
+    assert "quality" not in run(plain, tmp_path / "in", tmp_path / "out2")

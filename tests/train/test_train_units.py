@@ -398,6 +398,34 @@ def test_ppclm_step_equals_a_plain_step_with_identifier_labels_ignored_by_hand(t
     assert not set(chosen) & set(zorblax + quintessa) and len(chosen) > 10
 
 
+def test_the_example_configs_load():
+    """Every config in train/configs parses (the README tells users to copy them)."""
+    from pathlib import Path
+
+    from train.config import load_config
+
+    configs = sorted((Path(__file__).resolve().parents[2] / "train" / "configs").glob("*.yaml"))
+    assert {"tiny-pretrain.yaml", "tiny-dp.yaml", "tiny-crt.yaml"} <= {p.name for p in configs}
+    for path in configs:
+        assert load_config(path).kind in ("pretrain", "continue", "dp", "crt", "mlm"), path
+
+
+def test_crt_takes_gamma_and_delta_2_from_its_config_or_else_the_manifest(tmp_path):
+    from privatize.errors import SpecError
+    from train.config import parse_config
+    from train.run import Prepared, _crt_inputs
+
+    def prepared(crt: dict, manifest: dict | None) -> Prepared:
+        cfg = parse_config({"kind": "crt", "dp": {"noise_multiplier": 1.0}, "crt": crt})
+        return Prepared(cfg, tmp_path, str(tmp_path), None, {}, {}, manifest, None)
+
+    measured = {"quality": {"gamma": 0.03, "delta_2": 0.002}}
+    assert _crt_inputs(prepared({}, measured)) == (0.03, 0.002)
+    assert _crt_inputs(prepared({"gamma": 0.1}, measured)) == (0.1, 0.002)  # the config wins
+    with pytest.raises(SpecError, match=r"^crt.gamma: not given, and the privatization manifest has no quality"):
+        _crt_inputs(prepared({}, {"stages": []}))
+
+
 def test_a_stored_config_parses_again():
     from train.config import parse_config
 
