@@ -88,6 +88,15 @@ def tokens(text: str) -> list[str]:
     return (TOKEN if "<" in text or "_[" in text else _TOKEN_PLAIN).findall(text)
 
 
+def _starts(text: str, toks: list[str]):
+    """Where each of ``text``'s tokens (in order, as :func:`tokens` found them) starts."""
+    pos, find = 0, text.find
+    for tok in toks:
+        pos = find(tok, pos)
+        yield pos
+        pos += len(tok)
+
+
 def _is_word(tok: str) -> bool:
     """Whether a token of :func:`tokens` is a word (not a sentence end or reserved token)."""
     return tok[0] not in ".!?\u2026\n\r<" and "_[" not in tok
@@ -142,15 +151,12 @@ class _Terms:
 
     def __init__(self, texts: list, settings: IdentifiersSettings, offsets: bool = False):
         n_rows = len(texts)
-        if offsets:
-            spans = [[m.span() for m in (TOKEN if "<" in t or "_[" in t else _TOKEN_PLAIN).finditer(t)]
-                     if isinstance(t, str) else [] for t in texts]
-            toks = [[t[a:b] for a, b in sp] for t, sp in zip(texts, spans)]
-            flat_spans = np.array(list(chain.from_iterable(spans)), dtype=np.int64).reshape(-1, 2)
-            self.start, self.end = flat_spans[:, 0], flat_spans[:, 1]
-        else:
-            toks = [tokens(t) if isinstance(t, str) else [] for t in texts]
+        toks = [tokens(t) if isinstance(t, str) else [] for t in texts]
         lengths = np.fromiter((len(x) for x in toks), dtype=np.int64, count=n_rows)
+        if offsets:  # each token found again from the end of the one before (cheaper than match spans)
+            total = int(lengths.sum())
+            self.start = np.fromiter(chain.from_iterable(_starts(t, x) for t, x in zip(texts, toks)), np.int64, total)
+            self.end = self.start + np.fromiter(map(len, chain.from_iterable(toks)), np.int64, total)
         self.row = np.repeat(np.arange(n_rows, dtype=np.int64), lengths)
         flat = pa.array(list(chain.from_iterable(toks)), pa.string())
         enc = pc.dictionary_encode(flat)
