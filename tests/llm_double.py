@@ -11,7 +11,7 @@ double** at the paid-LLM-API boundary (the project does not own the LLM). It ans
 
 It records every request (body and headers) and can fail on purpose: ``faults`` maps a
 request number (1-based, counted over all requests) to an HTTP status (429, 500, 503...) or ``"timeout"``
-(it then answers only after ``hang_s``)."""
+(it then answers only after ``hang_s``); ``delay_s`` delays every answer (a slow model)."""
 
 from __future__ import annotations
 
@@ -29,11 +29,12 @@ _ENTITY = re.compile(r'describe the entity "(.+?)"')
 
 class ScriptedLLM:
     def __init__(self, scores: dict | None = None, broken: set | None = None, faults: dict | None = None,
-                 hang_s: float = 2.0):
+                 hang_s: float = 2.0, delay_s: float = 0.0):
         self.scores = scores or {}
         self.broken = broken or set()
         self.faults = faults or {}
         self.hang_s = hang_s
+        self.delay_s = delay_s
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         double = self
@@ -48,6 +49,7 @@ class ScriptedLLM:
                     double.requests.append({"body": body, "auth": self.headers.get("Authorization")})
                     n = len(double.requests)
                 fault = double.faults.get(n)
+                time.sleep(double.delay_s)
                 if fault == "timeout":
                     time.sleep(double.hang_s)
                 elif isinstance(fault, int):

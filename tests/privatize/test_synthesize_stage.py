@@ -3,7 +3,9 @@ hand-computed answers, score parsing, and the stage against a scripted OpenAI-co
 server on loopback (tests/llm_double.py, a labelled test double at the paid-API
 boundary): exact output, faults that change nothing, a budget that stops a run before it
 overspends and writes nothing, a resumed run that sends only what was not cached, and an
-API key that reaches the server and nothing else."""
+API key that reaches the server and nothing else; a run killed mid-way (SIGKILL) and
+restarted sends only what was not cached; token budgets, sentence windows and the
+entities an LLM lists, through the stage."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from privatize.errors import KeyMaterialError, SpecError
 from privatize.spec import parse_spec
 from privatize.synthesis import graph, prompts
 from privatize.synthesis.client import BudgetExceeded
-from tests.llm_double import ScriptedLLM
+from tests.llm_double import _PAIR, ScriptedLLM
 
 Q, R, O = "Person_[QUJD]", "Person_[RUZH]", "Org_[T0xE]"
 ARTICLES = [{"id": "a1", "individual_id": "w1", "title": "Payments",
@@ -260,3 +262,70 @@ def test_after_redaction_the_llm_sees_only_what_redaction_missed(shared_data, tm
     assert share(sent) <= missed and share(synthetic) <= missed
     assert missed < 0.5  # redaction removed most of it: the figure means something
     assert any("_[" in p for p in sent)  # entities reached the server as tokens
+
+
+def test_a_token_budget_stops_the_run_before_it_overspends(corpus):
+    with ScriptedLLM() as llm:
+        with pytest.raises(BudgetExceeded, match="max_tokens 2000 would be exceeded"):
+            run(_spec(llm.url, max_tokens=2000, cache=None, llm={"max_tokens": 64}), corpus / "in", corpus / "out",
+                spec_dir=str(corpus))
+    assert not (corpus / "out").exists() and 0 < len(llm.requests) < 17
+
+
+def test_pairs_within_a_sentence_window_and_entities_the_llm_lists(corpus):
+    """``sentence_window: 0``: only pairs named in one sentence are scored (a1: Q-R and
+    Q-O, never R-O; a2: O-R); ``llm_entities``: one entity-list request per article, its
+    entities joined to the detected ones (here the same tokens, so the same output)."""
+    with ScriptedLLM() as llm:
+        m = run(_spec(llm.url, sentence_window=0, cache=None), corpus / "in", corpus / "window", spec_dir=str(corpus))
+    scored = sorted(m.groups() for m in map(_PAIR.search, llm.prompts()) if m)  # as the double reads them
+    assert scored == [(O, R), (Q, O), (Q, R)]
+    assert m["stages"][0]["stats"]["edges"] == 3
+    with ScriptedLLM() as plain:
+        run(_spec(plain.url, cache=None), corpus / "in", corpus / "plain", spec_dir=str(corpus))
+    with ScriptedLLM() as listing:
+        m = run(_spec(listing.url, llm_entities=True, cache=None), corpus / "in", corpus / "listed", spec_dir=str(corpus))
+    asked = [p for p in listing.prompts() if p.startswith("List the salient entities")]
+    assert len(asked) == 2 and len(listing.requests) == len(plain.requests) + 2
+    assert _hashes(corpus / "listed") == _hashes(corpus / "plain")
+
+
+def test_allow_plaintext_warns(caplog):
+    with caplog.at_level(logging.WARNING):
+        _spec("http://127.0.0.1:1/v1")
+    assert "allow_plaintext is on: articles may reach the LLM with plaintext PII" in caplog.text
+
+
+def test_a_run_killed_mid_way_sends_only_what_was_not_cached_when_restarted(corpus):
+    """The process is killed (SIGKILL) while it waits on a slow model; the restarted run
+    sends only the requests whose answers were not cached, and writes the clean run's
+    shards."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    with ScriptedLLM() as clean:
+        run(_spec(clean.url, cache=None), corpus / "in", corpus / "clean", spec_dir=str(corpus))
+    total = len(clean.requests)
+    cache = corpus / "kcache"
+    with ScriptedLLM(delay_s=0.25) as slow:
+        spec = _spec(slow.url, cache=str(cache), llm={"max_in_flight": 1}).to_dict()
+        (corpus / "spec.json").write_text(json.dumps(spec))
+        cli = Path(sys.executable).parent / "privatize"
+        proc = subprocess.Popen([str(cli), "run", str(corpus / "spec.json"), "--input", str(corpus / "in"),
+                                 "--output", str(corpus / "killed")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        answers = cache / "responses"
+        while len(list(answers.rglob("*.json"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait() == -signal.SIGKILL  # killed, not finished
+    cached = len(list(answers.rglob("*.json")))
+    assert 3 <= cached < total and not (corpus / "killed" / "manifest.json").exists()
+    with ScriptedLLM() as rest:
+        run(_spec(rest.url, cache=str(cache)), corpus / "in", corpus / "restarted", spec_dir=str(corpus))
+    assert len(rest.requests) == total - cached
+    assert _hashes(corpus / "restarted") == _hashes(corpus / "clean")
