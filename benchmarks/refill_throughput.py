@@ -92,7 +92,7 @@ def gpu_table(texts: list[str], filler: str, word_list: str | None) -> None:
         print(f"{device} {threads} thread(s), {bs} windows per pass: refill {r['sentences_per_s']:.0f} sentences/s "
               f"({r['masks'] / r['refill_s']:.0f} masks/s)", flush=True)
     base = rows[0]["sentences_per_s"]
-    print(f"\n| where | windows per pass | sentences/s | masks/s | vs 1 CPU thread |\n|---|---:|---:|---:|---:|")
+    print("\n| where | windows per pass | sentences/s | masks/s | vs 1 CPU thread |\n|---|---:|---:|---:|---:|")
     for r in rows:
         where = torch.cuda.get_device_name() if r["device"] == "cuda" else f"CPU, {r['threads']} thread(s)"
         print(f"| {where} | {r['batch_size']} | {r['sentences_per_s']:.0f} | {r['masks'] / r['refill_s']:.0f} | "

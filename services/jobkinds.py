@@ -70,6 +70,10 @@ class JobKind:
     options: Callable[[dict], list[tuple[str, str]]] | None = None
     """Extra entrypoint options from the stored spec: (flag, location relative to the
     tenant's folder), turned into the storage's locations by the service."""
+    models: Callable[[dict], dict[str, str]] | None = None
+    """Models the stored spec names by reference: ``{reference: location relative to the
+    tenant's folder}``, handed to every worker of the job as storage locations
+    (``privatize.stages.refill.MODELS_ENV`` in its runtime environment)."""
 
     def entrypoint(self, spec: str, input: str, output: str, extra: tuple[str, ...] = ()) -> str:
         """The Ray Jobs entrypoint for these locations (the service chose them all; no key
@@ -117,9 +121,10 @@ def _pipeline_limits(settings, spec) -> None:
 def _prepare_pipeline(session, tenant_id: str, corpus, spec):
     """Only the tenant's own enabled ``keystore:`` keys (an LLM API key among them);
     ``input.format`` fixed to the corpus's format; synthesis without a disk cache."""
-    from services.specs import check_key_references, for_service, with_input_format
+    from services.specs import check_key_references, check_model_references, for_service, with_input_format
 
     key_ids = check_key_references(session, tenant_id, spec)
+    check_model_references(session, tenant_id, spec)
     return for_service(with_input_format(spec, corpus.format)), key_ids
 
 
@@ -145,8 +150,20 @@ def _pipeline_results(storage, output_path: str) -> dict | None:
     return None if manifest is None else manifest_counts(manifest)
 
 
+def _pipeline_reads(spec: dict) -> set[str]:
+    from services.specs import model_references
+
+    return set(model_references(spec).values())
+
+
+def _pipeline_models(spec: dict) -> dict[str, str]:
+    from services.specs import model_references
+
+    return {f"training:{t}": f"jobs/{t}/output/model" for t in model_references(spec).values()}
+
+
 register_job_kind(JobKind(PRIVATIZE, _validate_pipeline, "privatize.job", _pipeline_results, _prepare_pipeline,
-                          limits=_pipeline_limits))
+                          limits=_pipeline_limits, also_reads=_pipeline_reads, models=_pipeline_models))
 
 
 # ---- training -------------------------------------------------------------------------

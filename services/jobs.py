@@ -174,6 +174,13 @@ def runtime_env_for(ctx: ServiceContext, job: Job) -> dict:
     env = {"RAY_USAGE_STATS_ENABLED": "0", "PRIVATIZE_JOB_ID": job.id}
     if job.key_ids:
         env["PRIVATIZE_KEY_BUNDLE"] = ctx.storage.location(bundle_rel(job))
+    jk = job_kind(job.kind)
+    models = jk.models(job.spec) if jk.models else {}
+    if models:  # the models the spec names by reference, where every worker finds them
+        from privatize.stages.refill import MODELS_ENV
+
+        env[MODELS_ENV] = json.dumps({ref: ctx.storage.location(f"{tenant_prefix(job.tenant_id)}/{rel}")
+                                      for ref, rel in sorted(models.items())})
     return {"env_vars": env, "worker_process_setup_hook": SETUP_HOOK}
 
 

@@ -13,6 +13,7 @@ from privatize.errors import SpecError
 from privatize.spec import InputSettings, PipelineSpec, parse_spec
 from privatize.spec import key_references as spec_key_references
 from privatize.spec import key_requirements
+from privatize.stages.refill import MODEL_REF
 from services.errors import SpecInvalid
 from services.models import Key
 
@@ -53,11 +54,17 @@ def _server_files(data: dict) -> list[dict]:
                                "message": "the service takes keystore:<id> of one of your api-key keys (POST "
                                           "/v1/keys with kind api-key and its material), never env: or file:"})
         for field in SERVER_FILE_FIELDS.get(kind, ()):
+            if kind == "refill" and field == "checkpoint" and isinstance(st.get(field), str) \
+                    and MODEL_REF.fullmatch(st[field]):
+                continue  # one of the tenant's trainings: checked by check_model_references
             if st.get(field) is not None:
                 path = f"stages.{i}.{kind}.{field}"
-                errors.append({"path": path, "loc": ["body", "spec", *path.split(".")],
-                               "message": "not taken by the service: it names a file on the server (run this "
-                                          "stage with the privatize CLI or a Ray job of your own)"})
+                why = ("not taken by the service: it names a file on the server (run this stage with the "
+                       "privatize CLI or a Ray job of your own)")
+                if kind == "refill" and field == "checkpoint":
+                    why = ("through the service the filler is training:<id>, one of your succeeded trainings of "
+                           "kind mlm")
+                errors.append({"path": path, "loc": ["body", "spec", *path.split(".")], "message": why})
     return errors
 
 
@@ -116,6 +123,38 @@ def check_key_reference(s: Session, tenant_id: str, ref: str, kinds: tuple[str, 
     if kinds is not None and row.kind not in kinds:
         return None, f"key {rest} is a {row.kind} key; this field takes {' or '.join(kinds)} keys"
     return rest, None
+
+
+def model_references(spec: dict) -> dict[str, str]:
+    """``{field path: training id}`` for every model a stored spec names by reference (a
+    ``refill`` stage's ``checkpoint: training:<id>``)."""
+    out = {}
+    for i, st in enumerate(spec.get("stages") or []):
+        ckpt = st.get("checkpoint") if isinstance(st, dict) and st.get("kind") == "refill" else None
+        if isinstance(ckpt, str) and MODEL_REF.fullmatch(ckpt):
+            out[f"stages.{i}.refill.checkpoint"] = ckpt.split(":", 1)[1]
+    return out
+
+
+def check_model_references(s: Session, tenant_id: str, spec: PipelineSpec) -> None:
+    """Each ``training:<id>`` a spec names is one of the tenant's trainings (404 as for an
+    id that does not exist), has succeeded (409) and is of kind ``mlm`` (422), at its
+    field."""
+    from services.errors import Conflict, NotFound
+    from services.jobkinds import TRAIN
+    from services.models import Job
+
+    for path, tid in model_references(spec.to_dict()).items():
+        j = s.get(Job, tid)
+        if j is None or j.tenant_id != tenant_id or j.kind != TRAIN:
+            raise NotFound(f"no training {tid!r}", path=path)
+        if j.status != "succeeded":
+            raise Conflict(f"training {tid} is {j.status}; a filler is a training that has succeeded", path=path)
+        if (j.spec or {}).get("kind") != "mlm":
+            raise SpecInvalid(f"{path}: training {tid} is of kind {(j.spec or {}).get('kind')}; a filler is a "
+                              "masked LM (kind mlm)",
+                              errors=[{"path": path, "loc": ["body", "spec", *path.split(".")],
+                                       "message": f"training {tid} is not of kind mlm"}])
 
 
 def for_service(spec: PipelineSpec) -> PipelineSpec:

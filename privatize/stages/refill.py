@@ -36,6 +36,8 @@ import hashlib
 import json
 import logging
 import os
+import re
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -43,6 +45,7 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from privatize.ciphers.tokens import MASK_TOKEN
+from privatize.errors import SpecError
 from privatize.settings import AfterOneOf, Before, StageSettings
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 from privatize.stages.mask import ORIGINALS, SPANS_TYPE, WORD, load_words
@@ -52,6 +55,14 @@ log = logging.getLogger(__name__)
 NO_TEXT = "no text to refill"
 
 
+MODEL_REF = re.compile(r"training:[0-9a-f]{16}")
+"""A model by reference (the service's ``training:<id>``), not by folder."""
+MODELS_ENV = "PRIVATIZE_MODELS"
+"""JSON ``{reference: location}`` (a path or a URI) for the models a run names by
+reference: the service sets it in the job's runtime environment, so every worker, on any
+node, finds them (locations only, as the key bundle's)."""
+
+
 class RefillSettings(StageSettings):
     kind: Literal["refill"] = "refill"
     order_rules = (
@@ -59,7 +70,10 @@ class RefillSettings(StageSettings):
         Before("encrypt_text", "refill after encrypt_text sees only ciphertext; put it before the cipher"),
     )
     checkpoint: str
-    """A local Hugging Face masked-LM folder (``config.json``, weights, tokenizer)."""
+    """A local Hugging Face masked-LM folder (``config.json``, weights, tokenizer); through
+    the service, ``training:<id>``: the model of one of the tenant's succeeded ``mlm``
+    trainings, which the workers fetch from the run's :data:`MODELS_ENV` (locations, set
+    by the service)."""
     strategy: Literal["top1", "topk"] = "topk"
     k: int = Field(10, ge=1, le=1000)
     seed: int = Field(0, ge=0, le=2**63 - 1)
@@ -75,6 +89,10 @@ class RefillSettings(StageSettings):
 
     @model_validator(mode="after")
     def _check(self) -> "RefillSettings":
+        if self.checkpoint.startswith("training:"):
+            if not MODEL_REF.fullmatch(self.checkpoint):
+                raise ValueError(f"checkpoint {self.checkpoint!r}: a training reference is training:<16 hex digits>")
+            return self._check_lists()  # the service checks the training itself
         config = os.path.join(self.checkpoint, "config.json")
         if not os.path.isfile(config):
             raise ValueError(f"checkpoint {self.checkpoint!r} is not a Hugging Face model folder (no config.json)")
@@ -85,6 +103,9 @@ class RefillSettings(StageSettings):
             raise ValueError(f"checkpoint {self.checkpoint!r}: config.json is not readable JSON") from None
         if arch and not any(a.endswith("ForMaskedLM") for a in arch):
             raise ValueError(f"checkpoint {self.checkpoint!r} is a {arch[0]}, not a masked language model")
+        return self._check_lists()
+
+    def _check_lists(self) -> "RefillSettings":
         if self.word_list and not os.path.isfile(self.word_list):
             raise ValueError(f"word_list {self.word_list!r} is not a file")
         # by value: a stored spec (every field written) must parse again
@@ -140,6 +161,35 @@ class Vocabulary:
         return self.ok & self.starts
 
 
+_FETCHED: dict[str, str] = {}
+
+
+def model_folder(checkpoint: str) -> str:
+    """A local folder holding ``checkpoint``: the folder itself, or, for a reference, the
+    run's copy of its location (fetched once per process when it is remote)."""
+    if not checkpoint.startswith("training:"):
+        return checkpoint
+    if checkpoint in _FETCHED:
+        return _FETCHED[checkpoint]
+    try:
+        location = json.loads(os.environ.get(MODELS_ENV) or "{}").get(checkpoint)
+    except ValueError:
+        location = None
+    if not location:
+        raise SpecError(f"refill.checkpoint: {checkpoint} names a training of the service; this run has no "
+                        "location for it (outside the service, give the model's folder)")
+    import atexit
+    import shutil
+    import tempfile
+
+    from privatize.job import localize_input
+
+    tmp = Path(tempfile.mkdtemp(prefix="privatize-model-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    _FETCHED[checkpoint] = localize_input(location, tmp)
+    return _FETCHED[checkpoint]
+
+
 @register_stage("refill", RefillSettings)
 class Refill(Stage):
     heavy_setup = True  # a transformer on every worker: an actor pool on Ray
@@ -151,14 +201,17 @@ class Refill(Stage):
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
         st = self.settings
-        self._tok = AutoTokenizer.from_pretrained(st.checkpoint)
+        folder = model_folder(st.checkpoint)
+        self._tok = AutoTokenizer.from_pretrained(folder)
         if self._tok.mask_token_id is None:
             raise ValueError(f"refill: the tokenizer of {st.checkpoint} has no mask token")
         dev = st.device
         if dev == "auto":
             dev = "cuda" if torch.cuda.is_available() else "cpu"
         self._device = torch.device(dev)
-        self._model = AutoModelForMaskedLM.from_pretrained(st.checkpoint).to(self._device).eval()
+        self._model = AutoModelForMaskedLM.from_pretrained(folder).to(self._device).eval()
+        if not type(self._model).__name__.endswith("ForMaskedLM"):
+            raise SpecError(f"refill.checkpoint: {st.checkpoint} is a {type(self._model).__name__}, not a masked LM")
         limit = getattr(self._model.config, "max_position_embeddings", st.max_length)
         self._around = _special_around(self._tok)
         self._width = min(st.max_length, limit) - len(self._around[0]) - len(self._around[1])

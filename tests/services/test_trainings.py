@@ -414,3 +414,48 @@ def test_continual_pre_training_from_a_succeeded_training(service, trained):
     base_tok = service.files.read(f"tenants/{t.id}/jobs/{base}/output/model/tokenizer.json")
     assert service.files.read(f"tenants/{t.id}/jobs/{cid}/output/model/tokenizer.json") == base_tok
     assert t.http.get(f"/v1/trainings/{base}").json()["status"] == "succeeded"
+
+
+@server_test
+def test_refill_with_a_filler_trained_through_the_service(service, trained, corpus_file):
+    """Issue 21 through the service: a tenant trains a tiny masked LM (kind ``mlm``) on a
+    privatization job's output, then runs ``mask`` + ``refill`` with ``checkpoint:
+    training:<id>``. The spec keeps the reference; every worker gets the model's storage
+    location in the job's runtime environment; a path, another tenant's or an unknown
+    training and a training of another kind are refused at the field; the filler cannot be
+    deleted while the job runs."""
+    t, job, pretrain = trained["tenant"], trained["job"], trained["cli"]["training_id"]
+    r = t.http.post("/v1/trainings", json={"job_id": job["id"], "config": _with("kind", "mlm")})
+    assert r.status_code == 201, r.text
+    mid = r.json()["id"]
+    assert t.wait(mid, timeout=480)["status"] == "succeeded", t.http.get(f"/v1/jobs/{mid}/logs").text[-4000:]
+
+    def spec(checkpoint: str) -> dict:
+        return {"version": 1, "output": {"num_shards": 1},
+                "stages": [{"kind": "mask", "technique": "allow_list"}, {"kind": "refill", "checkpoint": checkpoint}]}
+
+    field = "stages.1.refill.checkpoint"
+    for ckpt, status in (("/srv/models/filler", 422), (f"training:{pretrain}", 422), ("training:" + "0" * 16, 404),
+                         (f"training:{job['id']}", 404)):
+        r = t.http.post("/v1/jobs", json={"corpus_id": job["corpus_id"], "spec": spec(ckpt)})
+        assert r.status_code == status, (ckpt, r.text)
+        body = r.json()
+        assert field in ([e["path"] for e in body.get("errors", [])] + [body.get("path")]), (ckpt, body)
+    other = service.new_tenant("snoop-filler")
+    theirs = other.upload(corpus_file)
+    assert theirs.status_code == 201, theirs.text
+    r = other.http.post("/v1/jobs", json={"corpus_id": theirs.json()["id"], "spec": spec(f"training:{mid}")})
+    assert r.status_code == 404 and r.json()["path"] == field, r.text
+    r = t.http.post("/v1/jobs", json={"corpus_id": job["corpus_id"], "spec": spec(f"training:{mid}")})
+    assert r.status_code == 201, r.text
+    rid = r.json()["id"]
+    gone = t.http.delete(f"/v1/jobs/{mid}")  # the filler, while the refill job is active: refused
+    assert gone.status_code == 409 and rid in gone.json()["detail"], gone.text
+    done = t.wait(rid, timeout=480)
+    assert done["status"] == "succeeded", (done["message"], t.http.get(f"/v1/jobs/{rid}/logs").text[-4000:])
+    assert t.http.get(f"/v1/jobs/{rid}").json()["spec"]["stages"][1]["checkpoint"] == f"training:{mid}"
+    env = service.ray_jobs().get_job_info(rid).runtime_env["env_vars"]
+    assert json.loads(env["PRIVATIZE_MODELS"])[f"training:{mid}"].endswith(f"tenants/{t.id}/jobs/{mid}/output/model")
+    manifest = json.loads(service.files.read(f"tenants/{t.id}/jobs/{rid}/output/manifest.json"))
+    stats = {s["kind"]: s["stats"] for s in manifest["stages"]}
+    assert stats["mask"]["masks"] > 0 and stats["refill"]["masks_filled"] == stats["mask"]["masks"]
