@@ -143,11 +143,8 @@ def _mix(a: np.ndarray, b: np.ndarray, m: np.uint64) -> np.ndarray:
 class _Terms:
     """The terms of a batch of texts. Token arrays (one entry per token, rows in order):
     ``row``, ``tid`` (its distinct token), ``start``/``end`` (only with offsets).
-    Occurrence arrays (one per term occurrence, row by row; within a row by length, then
-    position, so the numbering depends on the row alone): ``orow``, ``ofirst`` (its first
-    token), ``on`` (words), ``oa``/``ob`` (the digest's lanes). Per row: ``ostart`` (its
-    first occurrence; an occurrence's number in its row, ``i - ostart[orow[i]]``, is its
-    key index) and ``ocount``."""
+    Occurrence arrays (one per term occurrence, by length, then position): ``orow``,
+    ``ofirst`` (its first token), ``on`` (words), ``oa``/``ob`` (the digest's lanes)."""
 
     def __init__(self, texts: list, settings: IdentifiersSettings, offsets: bool = False):
         n_rows = len(texts)
@@ -164,7 +161,6 @@ class _Terms:
         self.norm, h1, h2, is_word = self._entries(enc.dictionary.to_pylist(), settings)
         word = is_word[self.tid]
         a1, a2 = h1[self.tid], h2[self.tid]
-        self.words = int(word.sum())
         rows, firsts, ns, las, lbs = [], [], [], [], []
         valid, g1, g2 = word, a1, a2
         starts = np.arange(len(word), dtype=np.int64)
@@ -181,13 +177,7 @@ class _Terms:
             ns.append(np.full(len(at), n, np.int8))
             las.append(g1[at])
             lbs.append(g2[at])
-        # row by row (a stable sort merges the max_n runs, each already in row order):
-        # each row's occurrences are its keys, numbered from 0 (the key index)
-        cat = [np.concatenate(x) for x in (rows, firsts, ns, las, lbs)]
-        order = np.argsort(cat[0], kind="stable")
-        self.orow, self.ofirst, self.on, self.oa, self.ob = (x[order] for x in cat)
-        self.ocount = np.bincount(self.orow, minlength=n_rows).astype(np.int64)
-        self.ostart = np.cumsum(self.ocount) - self.ocount
+        self.orow, self.ofirst, self.on, self.oa, self.ob = (np.concatenate(x) for x in (rows, firsts, ns, las, lbs))
 
     @staticmethod
     def _entries(tokens: list[str], st: IdentifiersSettings):
