@@ -14,7 +14,14 @@ with no budget, with ``max_requests`` kept in memory (the in-process runner) and
 the Ray actor a Ray run's driver starts (every request awaits two calls to it); the
 ratio to the unbudgeted rate is the figure.
 
+``--ray-data-llm``: the same requests through Ray Data's LLM support instead
+(``ray.data.llm.HttpRequestProcessorConfig`` and ``build_processor``: a Dataset of
+prompts, an HTTP request stage of ``--concurrency`` actors sending ``batch_size`` requests
+each), against the stage's client at 64 in flight, both on an embedded Ray of ``--cores``
+CPUs: the measurement behind the stage not using it (its docstring).
+
     python benchmarks/synthesis_throughput.py [--delay 0.2] [--requests 1280] [--cores 1] [--budget]
+        [--ray-data-llm]
 """
 
 from __future__ import annotations
@@ -65,9 +72,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1280)
     ap.add_argument("--cores", type=int, default=1, choices=[1, 2])
     ap.add_argument("--budget", action="store_true", help="measure the spending ledger's cost instead")
+    ap.add_argument("--ray-data-llm", action="store_true", help="compare with ray.data.llm's HTTP processor")
     args = ap.parse_args()
     if args.budget:
         return budget(args)
+    if args.ray_data_llm:
+        return ray_data_llm(args)
 
     from privatize.synthesis.client import ChatClient
 
@@ -101,6 +111,48 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait()
+
+
+def ray_data_llm(args) -> None:
+    import ray
+    import ray.data
+    from ray.data.llm import HttpRequestProcessorConfig, build_processor
+
+    from privatize.synthesis.client import ChatClient
+
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.delay)], stdout=subprocess.PIPE, text=True)
+    port = int(server.stdout.readline())
+    url = f"http://127.0.0.1:{port}/v1"
+    ray.init(num_cpus=args.cores, include_dashboard=False, log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    rates = {}
+    try:
+        print(f"# {machine()}; server delay {args.delay * 1000:.0f} ms, {args.requests} requests, Ray of "
+              f"{args.cores} CPU(s)")
+        client = ChatClient(url, "m", api_key=None, cache_dir=None, max_in_flight=64, max_tokens=16)
+        convs = [[{"role": "user", "content": f"prompt client {i}"}] for i in range(args.requests)]
+        t0 = time.perf_counter()
+        client.complete(convs)
+        rates["stage client, 64 in flight"] = args.requests / (time.perf_counter() - t0)
+        for conc, batch in ((1, 64), (args.cores, 64)):
+            cfg = HttpRequestProcessorConfig(url=f"{url}/chat/completions", concurrency=conc, batch_size=batch)
+            proc = build_processor(cfg, preprocess=lambda row: {"payload": {
+                "model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": row["prompt"]}]}},
+                postprocess=lambda row: {"answer": row["http_response"]["choices"][0]["message"]["content"]})
+            ds = ray.data.from_items([{"prompt": f"prompt rdl {conc} {i}"} for i in range(args.requests)])
+            t0 = time.perf_counter()
+            out = proc(ds).take_all()
+            secs = time.perf_counter() - t0
+            assert len(out) == args.requests and all(r["answer"] == "Score: 0.7" for r in out)
+            rates[f"ray.data.llm, {conc} actor(s) x batch {batch}"] = args.requests / secs
+        base = rates["stage client, 64 in flight"]
+        for name, rate in rates.items():
+            print(f"{name:>38}: {rate:8.1f} requests/s ({rate / base:.2f}x the stage's client)")
+        print(json.dumps({"delay": args.delay, "cores": args.cores, "rates": rates}))
+    finally:
+        server.terminate()
+        server.wait()
+        ray.shutdown()
 
 
 def budget(args) -> None:
