@@ -37,6 +37,9 @@ from torch import nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, LlamaRMSNorm)
+_ROUNDING = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}
+"""Relative rounding of one element of a product in that precision (a unit in the last
+place): the margin the clipping factor leaves for norms computed in it."""
 
 
 @dataclass
@@ -136,7 +139,11 @@ class BookKeeping:
         for r in recs:
             sq += _norm_sq(r, self.trainable)
         norms = sq.sqrt()
-        factor = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        # products in bf16/fp16 (autocast) round each element by up to one unit in the last
+        # place: the factor assumes the norm that much larger, so a clipped example's true
+        # norm stays within max_grad_norm (the accountant's sensitivity); float32: exact
+        margin = max((_ROUNDING.get(r.g.dtype, 0.0) for r in recs), default=0.0)
+        factor = (self.max_grad_norm / (norms * (1.0 + margin) + 1e-6)).clamp(max=1.0)
         for p in self.params:
             p.grad = None
         for r in recs:
