@@ -62,8 +62,8 @@ def _server_files(data: dict) -> list[dict]:
                 why = ("not taken by the service: it names a file on the server (run this stage with the "
                        "privatize CLI or a Ray job of your own)")
                 if kind == "refill" and field == "checkpoint":
-                    why = ("through the service the filler is training:<id>, one of your succeeded trainings of "
-                           "kind mlm")
+                    why = ("not taken by the service: it names a file on the server (the filler is "
+                           "training:<id>, one of your succeeded trainings of kind mlm)")
                 errors.append({"path": path, "loc": ["body", "spec", *path.split(".")], "message": why})
     return errors
 

@@ -207,6 +207,13 @@ def test_settings_naming_server_files_are_refused_before_parsing(monkeypatch):
     assert all("names a file on the server" in e["message"] for e in ei.value.extra["errors"])
     assert looked == []  # refused before any path was looked at
     assert validate_spec({"stages": [{"kind": "mask", "technique": "allow_list"}]}).stages[0].kind == "mask"
+    # a filler by reference (one of the tenant's trainings, checked at admission) parses,
+    # looking at no path; anything else in that field is a server file
+    mask = {"kind": "mask", "technique": "allow_list"}
+    ref = validate_spec({"stages": [mask, {"kind": "refill", "checkpoint": "training:" + "ab" * 8}]})
+    assert ref.stages[1].checkpoint == "training:abababababababab" and looked == []
+    with pytest.raises(SpecInvalid, match="names a file on the server"):
+        validate_spec({"stages": [mask, {"kind": "refill", "checkpoint": "training:nope"}]})
 
 
 def test_synthesize_takes_only_a_keystore_api_key_and_a_listed_endpoint():
