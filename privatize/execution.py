@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from privatize.routing import Broadcast, Router, packed_order, routed
-from privatize.stage import (DECISION_ROW, DROP, KEY_INDEX, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX,
-                             GlobalStage, Stage, set_column)
+from privatize.stage import (DECISION_ROW, DROP, NUM_PARTITIONS, ORDER_COLUMNS, QUARANTINE, STAT_PREFIX,
+                             GlobalStage, Stage, add_stats, set_column)
 
 QSTAGE = "_qstage"  # which stage quarantined a row (-1: reading)
 DSTAGE = "_dstage"  # which stage dropped a row
@@ -146,9 +146,9 @@ def partition_of(keys: pa.Array) -> np.ndarray:
 
 
 def key_rows(stage: GlobalStage, batch: pa.Table) -> pa.Table:
-    """The keyed rows of one batch's live rows: doc_id (unless the stage needs none), key,
-    order columns, the columns ``keys`` added (when it returned a table), :data:`KEY_INDEX`
-    for a multi-key stage, and the partition ``_part``."""
+    """The keyed rows of one batch's live rows: doc_id, key, order columns, the columns
+    ``keys`` added (when it returned a table), and the partition ``_part``; a broadcast
+    stage's own keyed rows and ``_part``."""
     live, _ = split_marked(batch)
     keys = stage.keys(live)
     if stage.broadcast:  # keyed rows of the stage's own, aligned to no row
@@ -162,32 +162,10 @@ def key_rows(stage: GlobalStage, batch: pa.Table) -> pa.Table:
         keys = keys["key"]
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
-    ids = {"doc_id": live["doc_id"]} if stage.keyed_doc_id else {}
-    rows = {**{c: live[c] for c in ORDER_COLUMNS}, **extra}
-    if stage.multi_key:
-        return _multi_key_rows(stage, ids, rows, keys)
     part = partition_of(keys)
-    t = pa.table({**ids, "key": keys, **rows, "_part": pa.array(part)})
+    t = pa.table({"doc_id": live["doc_id"], "key": keys, **{c: live[c] for c in ORDER_COLUMNS}, **extra,
+                  "_part": pa.array(part)})
     return t.filter(pc.greater_equal(t["_part"], 0)) if keys.null_count else t  # -1: a null key
-
-
-def _multi_key_rows(stage: GlobalStage, ids: dict, rows: dict, keys) -> pa.Table:
-    """One keyed row per key of a multi-key stage: the row's columns repeated, the key's
-    position in its row's list (:data:`KEY_INDEX`)."""
-    if not (pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type)):
-        raise TypeError(f"{stage.kind}: keys() of a multi-key stage must return a list per row, not {keys.type}")
-    lengths = pc.fill_null(pc.list_value_length(keys), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = pc.list_flatten(keys)
-    if isinstance(flat, pa.ChunkedArray):
-        flat = flat.combine_chunks()
-    parent = np.repeat(np.arange(len(lengths)), lengths)
-    first = np.cumsum(lengths) - lengths
-    index = np.arange(len(flat), dtype=np.int64) - np.repeat(first, lengths)
-    take = pa.array(parent)
-    t = pa.table({**{c: v.take(take) for c, v in ids.items()}, "key": flat,
-                  **{c: v.take(take) for c, v in rows.items()},
-                  KEY_INDEX: pa.array(index.astype(np.int32)), "_part": pa.array(partition_of(flat))})
-    return t.filter(pc.greater_equal(t["_part"], 0)) if flat.null_count else t
 
 
 def decide_columns(keyed: pa.Table) -> list[str]:
@@ -251,30 +229,22 @@ def decide_global_stage(stage: GlobalStage, batches: list[pa.Table]) -> "Router 
     """In process, the first two steps of a GlobalStage over all batches of the corpus:
     keys, the keyed rows grouped by hash partition (a radix sort on one byte), ``decide``
     per partition in the global order; returns the :class:`~privatize.routing.Router`
-    the Ray runner also builds."""
+    (a broadcast stage's :class:`~privatize.routing.Broadcast`) the Ray runner also builds."""
     keyed = concat([key_rows(stage, b) for b in batches]) if batches else None
-    tables = []
-    if stage.broadcast:
-        if keyed is None or not keyed.num_rows:
-            return Broadcast([])
-        parts = keyed["_part"].to_numpy().astype(np.uint8)
-        order = np.argsort(parts, kind="stable")
-        keyed = _take(keyed, order)
-        bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
-        return Broadcast([decide_broadcast(stage, p, keyed.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])))
-                          for p in range(NUM_PARTITIONS) if bounds[p + 1] > bounds[p]])
+    groups: list[tuple[int, pa.Table]] = []
+    in_order = True
     if keyed is not None and keyed.num_rows:
         parts = keyed["_part"].to_numpy().astype(np.uint8)
         order = np.argsort(parts, kind="stable")
-        in_order = _in_global_order(keyed)
+        in_order = stage.broadcast or _in_global_order(keyed)
         keyed = _take(keyed.select(decide_columns(keyed)), order)
         bounds = np.searchsorted(parts[order], np.arange(NUM_PARTITIONS + 1))
-        for p in range(NUM_PARTITIONS):
-            lo, hi = int(bounds[p]), int(bounds[p + 1])
-            if hi > lo:
-                part = keyed.slice(lo, hi - lo)
-                tables.append(decide_partition(stage, part if in_order else sort_partition(part)))
-    return Router(tables, partial(no_decisions, stage), multi=stage.multi_key)
+        groups = [(p, keyed.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])))
+                  for p in range(NUM_PARTITIONS) if bounds[p + 1] > bounds[p]]
+    if stage.broadcast:  # no global order needed: the decisions are sets
+        return Broadcast([decide_broadcast(stage, p, rows) for p, rows in groups])
+    tables = [decide_partition(stage, rows if in_order else sort_partition(rows)) for _, rows in groups]
+    return Router(tables, partial(no_decisions, stage))
 
 
 def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table],
@@ -284,8 +254,7 @@ def run_global_stage(stage: GlobalStage, index: int, batches: list[pa.Table],
     stage's decision statistics are added to ``stats`` (the stage's in the manifest)."""
     router = decide_global_stage(stage, batches)
     if stats is not None:
-        for k, v in getattr(router, "stats", {}).items():
-            stats[k] = stats.get(k, 0) + v
+        add_stats(stats, getattr(router, "stats", {}))
     return [apply_global_batch(stage, index, b, router) for b in batches]
 
 

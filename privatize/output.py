@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from privatize import __version__
 from privatize.errors import OutputError, RecordError
 from privatize.execution import DSTAGE, QSTAGE, READ_STAGE
-from privatize.stage import DROP, QUARANTINE, STAT_PREFIX
+from privatize.stage import DROP, QUARANTINE, STAT_PREFIX, add_stats
 
 MANIFEST = "manifest.json"
 SHARD_DIR = "shards"
@@ -234,8 +234,7 @@ class Tally:
             st = self.stages[i]
             for attr in ("records_in", "records_out", "seconds", "quarantined", "dropped"):
                 setattr(st, attr, getattr(st, attr) + getattr(o, attr))
-            for k, v in o.stats.items():
-                st.stats[k] = st.stats.get(k, 0) + v
+            add_stats(st.stats, o.stats)
         self.key_ids.update(other.key_ids)
         return self
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from privatize.stage import DECISION_ROW, ORDER_COLUMNS
+from privatize.stage import DECISION_ROW, ORDER_COLUMNS, add_stats
 
 ORDER_KEY = "_k"
 """Routed decisions: the row's order columns packed (:func:`pack_order`)."""
@@ -103,8 +103,7 @@ class Broadcast:
         self.values = pa.concat_tables(tables).combine_chunks() if tables else pa.table({})
         self.stats: dict = {}
         for _, _, st in parts:
-            for k, v in st.items():
-                self.stats[k] = self.stats.get(k, 0) + int(v)
+            add_stats(self.stats, {k: int(v) for k, v in st.items()})
 
     @property
     def num_decisions(self) -> int:
@@ -117,60 +116,38 @@ class Broadcast:
 class Router:
     """Every routed decision of one GlobalStage run, indexed once; :meth:`for_batch`
     gives a batch's live rows their decisions, aligned. ``empty``: makes the decision
-    columns (``decide`` over no rows), called only for a run without decisions.
-    ``multi``: a row may have several decisions (a multi-key stage); each decision column
-    then holds a list per row."""
+    columns (``decide`` over no rows), called only for a run without decisions."""
 
-    def __init__(self, tables: list[pa.Table], empty: Callable[[], pa.Table] | None = None, multi: bool = False):
+    def __init__(self, tables: list[pa.Table], empty: Callable[[], pa.Table] | None = None):
         tables = [t for t in tables if t.num_rows]
-        self.multi = multi
         self.keys = np.zeros(0, np.uint64)
         self.by_tuple: dict | None = None
         if not tables:
             if empty is None:
                 raise ValueError("a router without decisions needs the decision columns (decide over no rows)")
             none = empty()
-            none = none.drop_columns([c for c in none.column_names if c == DECISION_ROW]).slice(0, 0)
-            self.values = pa.table({c: pa.array([], pa.list_(none[c].type)) for c in none.column_names}) \
-                if multi else none
+            self.values = none.drop_columns([c for c in none.column_names if c == DECISION_ROW]).slice(0, 0)
             return
         if all(ORDER_KEY in t.column_names for t in tables):
             key = np.concatenate([t[ORDER_KEY].to_numpy() for t in tables])
             order = np.argsort(key, kind="stable")  # timsort: one sorted run per partition
             self.keys = key[order]
-            starts = None
             if len(key) > 1 and (self.keys[1:] == self.keys[:-1]).any():
-                if not multi:
-                    raise ValueError(_TWICE)
-            if multi:  # one entry per row, its decisions a list
-                starts = np.flatnonzero(np.r_[True, self.keys[1:] != self.keys[:-1]])
-                self.keys = self.keys[starts]
+                raise ValueError(_TWICE)
             table = pa.concat_tables([t.drop_columns([ORDER_KEY]) for t in tables], promote_options="permissive")
             table = pa.table({c: table[c].take(pa.array(order)).combine_chunks() for c in table.column_names})
-            if starts is not None:
-                table = _lists(table, starts)
         else:
             table = pa.concat_tables([_with_order_columns(t) for t in tables], promote_options="permissive")
             self.by_tuple = {}
-            rows: dict = {}
             for i, k in enumerate(zip(*(table[c].to_pylist() for c in ORDER_COLUMNS))):
-                if k in rows and not multi:
+                if k in self.by_tuple:
                     raise ValueError(_TWICE)
-                rows.setdefault(k, []).append(i)
+                self.by_tuple[k] = i
             table = table.drop_columns(list(ORDER_COLUMNS))
-            if multi:
-                order = [i for at in rows.values() for i in at]
-                starts = np.cumsum([0] + [len(at) for at in rows.values()])[:-1]
-                table = _lists(pa.table({c: table[c].take(pa.array(order, pa.int64())) for c in table.column_names}),
-                               starts)
-            self.by_tuple = {k: n if multi else at[0] for n, (k, at) in enumerate(rows.items())}
         self.values = table
 
     @property
     def num_decisions(self) -> int:
-        """Decisions (a multi-key stage's: every one, not the rows they are for)."""
-        if self.multi and self.values.num_columns:
-            return len(self.values.column(0).combine_chunks().flatten())
         return self.values.num_rows
 
     def for_batch(self, live: pa.Table) -> pa.Table:
@@ -207,12 +184,6 @@ class Router:
 
 
 _TWICE = "two decisions for one row: decide() returned a position twice"
-
-
-def _lists(table: pa.Table, starts: np.ndarray) -> pa.Table:
-    """Rows grouped at ``starts`` (the first row of each group): each column a list per group."""
-    offsets = pa.array(np.r_[starts, table.num_rows].astype(np.int32))
-    return pa.table({c: pa.ListArray.from_arrays(offsets, table[c].combine_chunks()) for c in table.column_names})
 
 
 def _with_order_columns(t: pa.Table) -> pa.Table:

@@ -19,12 +19,7 @@ three steps that any runner can distribute:
 
 ``keys`` may also return a table: its column ``key`` holds the keys, every other column
 travels with each keyed row to ``decide`` (a value ``decide`` needs that is not the key,
-such as an individual). A stage with ``multi_key = True`` gives each row a *list* of keys
-(the words of a record): each key becomes a keyed row of its own, with the key's
-position in the row's list in the column :data:`KEY_INDEX`, so the keys of one row are
-decided in their own partitions; ``decide`` may then return several decisions for one
-row, and ``apply`` gets, per row, a list of them in each decision column (in no
-particular order; null where there is none).
+such as an individual).
 
 A stage with ``broadcast = True`` decides *sets*, not rows (the identifiers stage: the
 terms enough individuals use): ``keys`` returns keyed rows of its own, any number per
@@ -61,8 +56,6 @@ DROP = "_drop"
 STAT_PREFIX = "_stat."
 ORDER_COLUMNS = ("_src", "_line", "_seg")
 NUM_PARTITIONS = 64
-KEY_INDEX = "_ki"
-"""A multi-key stage's keyed rows: the key's position in its row's list of keys."""
 DECISION_ROW = "row"
 """The column of ``GlobalStage.decide``'s result holding each decision's row: its position
 in the partition ``decide`` was given."""
@@ -108,14 +101,9 @@ class Stage:
 class GlobalStage(Stage):
     """A stage that decides over the whole corpus; see the module docstring."""
 
-    multi_key: ClassVar[bool] = False
-    """``keys`` gives each row a list of keys; ``apply`` gets a list of decisions per row."""
     broadcast: ClassVar[bool] = False
     """``decide`` returns (decisions, statistics) per partition and ``apply`` gets all of
     them as one table; ``keys`` returns keyed rows aligned to no row (module docstring)."""
-    keyed_doc_id: ClassVar[bool] = True
-    """Whether ``decide`` sees ``doc_id`` (a stage that does not need it saves its bytes on
-    every keyed row of the shuffle)."""
 
     def keys(self, batch: pa.Table) -> pa.Array:
         raise NotImplementedError
@@ -139,6 +127,12 @@ class GlobalStage(Stage):
 
     def process_batch(self, batch: pa.Table) -> pa.Table:  # pragma: no cover - guard
         raise TypeError(f"{self.kind} is a GlobalStage: call keys/decide/apply")
+
+
+def add_stats(into: dict, more: dict) -> None:
+    """Add the counts of ``more`` to ``into``, name by name (a stage's statistics)."""
+    for k, v in more.items():
+        into[k] = into.get(k, 0) + v
 
 
 def set_column(batch: pa.Table, name: str, values) -> pa.Table:

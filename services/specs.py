@@ -131,8 +131,9 @@ def model_references(spec: dict) -> dict[str, str]:
     out = {}
     for i, st in enumerate(spec.get("stages") or []):
         ckpt = st.get("checkpoint") if isinstance(st, dict) and st.get("kind") == "refill" else None
-        if isinstance(ckpt, str) and MODEL_REF.fullmatch(ckpt):
-            out[f"stages.{i}.refill.checkpoint"] = ckpt.split(":", 1)[1]
+        m = MODEL_REF.fullmatch(ckpt) if isinstance(ckpt, str) else None
+        if m:
+            out[f"stages.{i}.refill.checkpoint"] = m.group(1)
     return out
 
 
@@ -140,16 +141,10 @@ def check_model_references(s: Session, tenant_id: str, spec: PipelineSpec) -> No
     """Each ``training:<id>`` a spec names is one of the tenant's trainings (404 as for an
     id that does not exist), has succeeded (409) and is of kind ``mlm`` (422), at its
     field."""
-    from services.errors import Conflict, NotFound
-    from services.jobkinds import TRAIN
-    from services.models import Job
+    from services.trainings import succeeded_training
 
     for path, tid in model_references(spec.to_dict()).items():
-        j = s.get(Job, tid)
-        if j is None or j.tenant_id != tenant_id or j.kind != TRAIN:
-            raise NotFound(f"no training {tid!r}", path=path)
-        if j.status != "succeeded":
-            raise Conflict(f"training {tid} is {j.status}; a filler is a training that has succeeded", path=path)
+        j = succeeded_training(s, tenant_id, tid, path, "a filler is a training that has succeeded")
         if (j.spec or {}).get("kind") != "mlm":
             raise SpecInvalid(f"{path}: training {tid} is of kind {(j.spec or {}).get('kind')}; a filler is a "
                               "masked LM (kind mlm)",

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import tarfile
 import time
 import zlib
@@ -33,6 +32,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from privatize.stages.refill import MODEL_REF
 from services.errors import Conflict, NotFound, config_error, config_invalid
 from services.jobkinds import TRAIN
 from services.models import Job
@@ -51,7 +51,7 @@ SERVICE_FIELDS: dict[tuple[str, ...], str] = {
 }
 """Config fields a tenant may not set (they name files on the server), with why."""
 
-TRAINING_REF = re.compile(r"training:([0-9a-f]{16})")
+TRAINING_REF = MODEL_REF
 """``model.checkpoint`` through the service: ``training:<id>``, the model of one of the
 tenant's succeeded trainings (``kind: continue``, or an ``mlm`` fine-tune); the job gets
 its location as ``train.job --checkpoint``."""
@@ -114,14 +114,19 @@ def check_base_training(s: Session, tenant_id: str, spec: TrainSpec) -> None:
     """The training a config continues from is one of the tenant's, and has succeeded
     (404 as for an id that does not exist, else 409; both at ``model.checkpoint``)."""
     tid = base_training(spec.to_dict())
-    if tid is None:
-        return
+    if tid is not None:
+        succeeded_training(s, tenant_id, tid, "model.checkpoint", "a training continues from one that has succeeded")
+
+
+def succeeded_training(s: Session, tenant_id: str, tid: str, path: str, why: str) -> Job:
+    """The tenant's training ``tid`` (NotFound at ``path`` for another tenant's, an unknown
+    id or a job of another kind), which has succeeded (Conflict at ``path``, with ``why``)."""
     j = s.get(Job, tid)
     if j is None or j.tenant_id != tenant_id or j.kind != TRAIN:
-        raise NotFound(f"no training {tid!r}", path="model.checkpoint")
+        raise NotFound(f"no training {tid!r}", path=path)
     if j.status != "succeeded":
-        raise Conflict(f"training {tid} is {j.status}; a training continues from one that has succeeded",
-                       path="model.checkpoint")
+        raise Conflict(f"training {tid} is {j.status}; {why}", path=path)
+    return j
 
 
 def check_limits(settings, spec: TrainSpec) -> None:

@@ -33,7 +33,7 @@ from privatize.ray.shuffle import decide_groups
 from privatize.ray.workers import (ApplyUDF, KeysUDF, StageRef, StageUDF, pseudonym_key_id, stage_key_ids)
 from privatize.records import InputFile
 from privatize.spec import PipelineSpec
-from privatize.stage import NUM_PARTITIONS, GlobalStage
+from privatize.stage import NUM_PARTITIONS, GlobalStage, add_stats
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +165,7 @@ def _execute(spec: PipelineSpec, files: list[InputFile], writer: OutputWriter, s
         if ref is not None:
             stats = cluster.get(ref, guard)
             tally.stages[i].seconds += stats.seconds
-            for k, v in stats.stats.items():
-                tally.stages[i].stats[k] = tally.stages[i].stats.get(k, 0) + v
+            add_stats(tally.stages[i].stats, stats.stats)
             log.info("stage %d %s: %d decision(s), %.2fs on keys and decisions", i, protos[i].kind,
                      stats.decisions, stats.seconds)
     _key_ids(tally, refs, protos, spec, spec_dir, run, budget)

@@ -62,8 +62,9 @@ def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: t
 
 def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
     """Every keyed row of the hash partitions of one group -> ``decide`` per partition,
-    routed. The rows are put in the global order once, by their packed order columns
-    (sorting each partition by three columns cost more than deciding it)."""
+    routed (a broadcast stage's: unrouted, with their partition). The rows are put in the
+    global order once, by their packed order columns (sorting each partition by three
+    columns cost more than deciding it)."""
     allocator.tune()
     t0 = time.perf_counter()
     rows = [p for p in pieces if p.num_rows]
@@ -72,22 +73,15 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
     keyed = concat(rows)
     part = keyed["_part"].to_numpy().astype(np.uint8)  # a stable sort of bytes is a radix sort
     stage = ready_stage(ref)
-    if stage.broadcast:  # no global order: each partition's rows as they came
-        order = np.argsort(part, kind="stable")
-        keyed = keyed.take(pa.array(order))
-        part = part[order]
-        cuts = np.flatnonzero(np.diff(part)) + 1
-        out = Decided(parts=sorted(int(p) for p in np.unique(part)))
-        out.tables = [decide_broadcast(stage, int(part[a]), keyed.slice(a, b - a))
-                      for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)])]
-        out.seconds = time.perf_counter() - t0
-        return out
     keyed = keyed.select(decide_columns(keyed))
-    packed = packed_order(keyed)
-    # the global order (then by partition, keeping that order within each); where the
-    # order columns do not pack, each partition is sorted on its own below
-    in_order = packed is None or (packed[1:] >= packed[:-1]).all()
-    order = np.arange(len(part)) if in_order else np.argsort(packed, kind="stable")
+    packed = None
+    order = np.arange(len(part))
+    if not stage.broadcast:  # a broadcast stage decides sets: its rows need no global order
+        packed = packed_order(keyed)
+        # the global order (then by partition, keeping that order within each); where the
+        # order columns do not pack, each partition is sorted on its own below
+        if packed is not None and not (packed[1:] >= packed[:-1]).all():
+            order = np.argsort(packed, kind="stable")
     order = order[np.argsort(part[order], kind="stable")]
     keyed = pa.table({c: keyed[c].take(pa.array(order)) for c in keyed.column_names})
     part = part[order]
@@ -96,6 +90,9 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
     out = Decided(parts=sorted(int(p) for p in np.unique(part)))
     for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)]):
         group = keyed.slice(a, b - a)
+        if stage.broadcast:
+            out.tables.append(decide_broadcast(stage, int(part[a]), group))
+            continue
         if packed is None:
             group = group.sort_by([(c, "ascending") for c in ORDER_COLUMNS])
         out.tables.append(decide_partition(stage, group, None if packed is None else packed[a:b]))
@@ -114,12 +111,10 @@ def collect_decisions(ref: StageRef, groups: int, *results) -> tuple[Router, Dec
     parts_done = [p for d in decided for p in d.parts]
     if len(set(parts_done)) != len(parts_done):
         raise RuntimeError(f"stage {ref.kind}: a hash partition was decided in pieces")
-    kind = type(ref.build())
-    if kind.broadcast:
+    if type(ref.build()).broadcast:
         router = Broadcast([t for d in decided for t in d.tables])
     else:
-        router = Router([t for d in decided for t in d.tables], lambda: no_decisions(ready_stage(ref)),
-                        multi=kind.multi_key)
+        router = Router([t for d in decided for t in d.tables], lambda: no_decisions(ready_stage(ref)))
     seconds = sum(d.seconds for d in decided) + sum(results[groups:]) + time.perf_counter() - t0
     return router, DecisionStats(router.num_decisions, seconds, getattr(router, "stats", {}))
 

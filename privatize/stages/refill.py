@@ -55,8 +55,8 @@ log = logging.getLogger(__name__)
 NO_TEXT = "no text to refill"
 
 
-MODEL_REF = re.compile(r"training:[0-9a-f]{16}")
-"""A model by reference (the service's ``training:<id>``), not by folder."""
+MODEL_REF = re.compile(r"training:([0-9a-f]{16})")
+"""A model by reference (the service's ``training:<id>``, the id its group), not by folder."""
 MODELS_ENV = "PRIVATIZE_MODELS"
 """JSON ``{reference: location}`` (a path or a URI) for the models a run names by
 reference: the service sets it in the job's runtime environment, so every worker, on any

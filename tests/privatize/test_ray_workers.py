@@ -282,23 +282,20 @@ def test_collect_decisions_refuses_a_partition_decided_twice():
     assert stats.decisions == 0 and "dedup_hit" in router.values.column_names
 
 
-def test_a_multi_key_router_gathers_a_row_s_decisions_into_lists():
-    """A multi-key stage (identifiers) decides one row in several partitions: the router
-    gives each row the list of its decisions, from packed and unpacked orders alike."""
-    def routed(rows, terms):
-        t = _routed(rows)
-        return pa.table({"term": pa.array(terms, pa.int32()), ORDER_KEY: t[ORDER_KEY]})
+def test_a_broadcast_stage_s_decisions_are_one_table_in_partition_order():
+    """A broadcast stage (identifiers) decides sets: every batch gets every partition's
+    table, in partition order whatever order the decide tasks finished in, and the
+    partitions' statistics summed; a partition decided twice is an error."""
+    from privatize.routing import Broadcast
 
-    router = Router([routed([(0, 3, 0, "a"), (0, 5, 0, "c")], [4, 1]), routed([(0, 3, 0, "a")], [2])],
-                    multi=True)
-    assert router.num_decisions == 3
-    got = router.for_batch(_live([0, 0, 0], [3, 4, 5], [0, 0, 0], ["a", "b", "c"]))["term"].to_pylist()
-    assert [sorted(x) if x else x for x in got] == [[2, 4], None, [1]]
-    big = 1 << 33
-    t = pa.table({"term": pa.array([7, 8], pa.int32()), "_src": pa.array([0, 0], pa.int64()),
-                  "_line": pa.array([big, big], pa.int64()), "_seg": pa.array([0, 0], pa.int64())})
-    router = Router([t, routed([(0, 3, 0, "a")], [9])], multi=True)
-    got = router.for_batch(_live([0, 0, 0], [big, 3, 4], [0, 0, 0], ["x", "a", "b"]))["term"].to_pylist()
-    assert [sorted(x) if x else x for x in got] == [[7, 8], [9], None]
-    empty = Router([], lambda: pa.table({"row": pa.array([], pa.int64()), "term": pa.array([], pa.int32())}), multi=True)
-    assert empty.for_batch(_live([0], [1], [0], ["a"]))["term"].to_pylist() == [None]
+    def part(keys):
+        return pa.table({"key": pa.array(keys, pa.string())})
+
+    b = Broadcast([(9, part(["z"]), {"terms": 1}), (2, part(["a", "b"]), {"terms": 2, "ids": 1}), (5, part([]), {})])
+    assert b.values["key"].to_pylist() == ["a", "b", "z"] and b.num_decisions == 3
+    assert b.stats == {"terms": 3, "ids": 1}
+    live = _live([0], [1], [0], ["x"])
+    assert b.for_batch(live) is b.for_batch(_live([0], [2], [0], ["y"])) is b.values
+    assert Broadcast([]).num_decisions == 0
+    with pytest.raises(ValueError, match="decided twice"):
+        Broadcast([(1, part(["a"]), {}), (1, part(["b"]), {})])
