@@ -66,21 +66,23 @@ def base_model(plan: SmallLM, corpus: Path, work: Path, common: dict, optim: dic
 
 def filler_model(plan, corpus: Path, work: Path, common: dict, optim: dict, progress: bool) -> Path:
     """The masked LM's folder: ``plan.filler``, or one trained (kind ``mlm``) from
-    ``plan.preset`` for ``plan.filler_steps`` on ``corpus`` with its own tokenizer of
-    ``plan.vocab_size`` (in ``work/filler``; done already when an earlier evaluation got
-    there). ``plan``: an :class:`EvalPlan` or anything with those fields."""
+    ``plan.filler_preset`` (else ``plan.preset``) for ``plan.filler_steps`` on ``corpus``
+    with its own tokenizer of ``plan.vocab_size`` (in ``work/filler``; done already when an
+    earlier evaluation got there). ``plan``: an :class:`EvalPlan` or anything with those
+    fields."""
+    preset = getattr(plan, "filler_preset", None) or plan.preset
     return _from_preset(plan, "mlm", plan.filler, plan.filler_steps, corpus, work / "filler", common, optim,
-                        progress)
+                        progress, preset=preset)
 
 
 def _from_preset(plan, kind: str, given: Path | None, steps: int, corpus: Path, out: Path, common: dict,
-                 optim: dict, progress: bool) -> Path:
-    """``given``, or a model of ``kind`` trained from ``plan.preset`` with its own tokenizer
-    (``plan.vocab_size``) for ``steps`` on ``corpus``, in ``out``."""
+                 optim: dict, progress: bool, preset: str | None = None) -> Path:
+    """``given``, or a model of ``kind`` trained from ``preset`` (else ``plan.preset``) with
+    its own tokenizer (``plan.vocab_size``) for ``steps`` on ``corpus``, in ``out``."""
     if given is not None:
         return Path(given)
     _train({**common, "kind": kind, "data": {"path": str(corpus), "seq_len": plan.seq_len},
-            "model": {"preset": plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
+            "model": {"preset": preset or plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
             "optim": {**optim, "max_steps": steps}}, out, progress)
     return out / "model"
 
@@ -102,7 +104,11 @@ class EvalPlan(SmallLM):
     """The pre-training corpus of the base model and of a filler trained here (JSONL)."""
     work: Path
     filler: Path | None = None
-    """A masked-LM folder; None trains one (kind mlm) on ``base_corpus``."""
+    """A masked-LM folder; None trains one (kind mlm) on ``filler_corpus``."""
+    filler_preset: str | None = None
+    """The preset of a filler trained here (None: ``preset``, the base model's)."""
+    filler_corpus: Path | None = None
+    """The public corpus a filler trained here learns from (None: ``base_corpus``)."""
     techniques: tuple[str, ...] = TECHNIQUES
     methods: tuple[str, ...] = METHODS
     filler_steps: int = 600
@@ -168,7 +174,7 @@ def evaluate(plan: EvalPlan, progress: bool = True) -> dict:
     base = base_model(plan, plan.base_corpus, work, common, optim, progress)
     if plan.filler is None:
         say("filler: a masked LM on the base corpus (kind mlm)")
-    filler = filler_model(plan, plan.base_corpus, work, common, optim, progress)
+    filler = filler_model(plan, plan.filler_corpus or plan.base_corpus, work, common, optim, progress)
 
     def adapt(name: str, data: Path, mask_loss: bool = True) -> float:
         say(f"{name}: continual pre-training")

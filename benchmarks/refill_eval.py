@@ -19,7 +19,7 @@ import json
 from datetime import date
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result, wikitext_corpus
+from _common import ROOT, gutenberg_texts, machine, need_data, save_result, wikitext_corpus
 
 
 def main() -> None:
@@ -29,6 +29,12 @@ def main() -> None:
     ap.add_argument("--base-steps", type=int, default=600)
     ap.add_argument("--filler-steps", type=int, default=600)
     ap.add_argument("--adapt-steps", type=int, default=200)
+    ap.add_argument("--filler-preset", default=None, help="preset of the filler trained here (default: the base "
+                    "model's, tiny); small is the stronger filler")
+    ap.add_argument("--filler-corpus", choices=("wikitext", "public"), default="wikitext",
+                    help="what the filler learns from: WikiText-2 valid+test (2.3 MB), or public = that plus the "
+                    "Gutenberg stories of squality_gutenberg (about 9 MB in all)")
+    ap.add_argument("--lr", type=float, default=0.002)
     ap.add_argument("--ft-steps", type=int, default=200, help="fine-tuning steps of the filler on a masked corpus")
     ap.add_argument("--techniques", default="allow_list,vocab_threshold,entity_tagger")
     ap.add_argument("--work", default=str(ROOT / "benchmarks" / "work" / "refill_eval"))
@@ -40,15 +46,23 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     base = wikitext_corpus(work)
+    filler_corpus = None
+    if args.filler_corpus == "public":
+        filler_corpus = work / "public.jsonl"
+        paras = [p.strip() for d in gutenberg_texts() for p in d.split("\n\n") if len(p.strip()) > 40]
+        rows = [json.loads(line) for line in base.read_text(encoding="utf-8").splitlines()]
+        rows += [{"doc_id": f"gutenberg-{i}", "text": p} for i, p in enumerate(paras)]
+        filler_corpus.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     train = work / "customersim-train.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in customersim_dialogues(data / "customersim" / "train.jsonl",
                                                                         args.train)))
     test = [r["text"] for r in customersim_dialogues(data / "customersim" / "test.jsonl", args.test)]
     plan = EvalPlan(train=train, test=test, base_corpus=base, work=work,
                     techniques=tuple(args.techniques.split(",")), base_steps=args.base_steps,
-                    filler_steps=args.filler_steps, adapt_steps=args.adapt_steps, ft_steps=args.ft_steps)
-    print(f"# {machine()}; {args.train} training and {len(test)} test dialogues (CustomerSim), base and filler "
-          f"on WikiText-2 valid+test", flush=True)
+                    filler_steps=args.filler_steps, filler_preset=args.filler_preset,
+                    filler_corpus=filler_corpus, lr=args.lr, adapt_steps=args.adapt_steps, ft_steps=args.ft_steps)
+    print(f"# {machine()}; {args.train} training and {len(test)} test dialogues (CustomerSim), base on WikiText-2 "
+          f"valid+test, filler {args.filler_preset or 'tiny'} on {args.filler_corpus}", flush=True)
     result = evaluate(plan)
     result.update(date=str(date.today()), machine=machine())
     table = markdown(result)

@@ -19,12 +19,13 @@ terms, not rows.
 
 * ``keys``: a batch's (term, individual) pairs, each once, at most ``k`` individuals per
   term (a term ``k`` individuals use in one batch is common whatever the rest say):
-  16-byte term digests (BLAKE2b of each distinct word, then combined word by word, in
-  numpy), a 64-bit digest of ``individual_id`` and the term's length. No row identity
-  travels: the keyed rows are a fraction of the occurrences;
+  16-byte term digests (two polynomial hashes of each word's normalised code points,
+  combined word by word, in the compiled kernels of :mod:`privatize.stages.termscan`), a
+  64-bit digest of ``individual_id`` and the term's length. No row identity travels: the
+  keyed rows are a fraction of the occurrences;
 * ``decide``: per hash partition, the distinct individuals per term (exact: the keys are
   hash-partitioned, so all of one term's rows meet in one partition, and only that
-  partition is in memory); its decisions are the *common* terms (at least ``k``
+  partition is in memory; counted with hash tables keyed on the whole digest); its decisions are the *common* terms (at least ``k``
   individuals), far fewer than the identifiers in a Zipfian corpus, and its statistics
   the distinct terms and identifiers per length;
 * ``apply``: the record's terms again; an occurrence whose term is not common is an
@@ -51,9 +52,8 @@ record with no text is quarantined.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import re
-from itertools import chain
 from typing import Literal
 
 import numpy as np
@@ -61,10 +61,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
+from privatize.ciphers.tokens import reserved_spans
 from privatize.errors import RecordError
 from privatize.settings import Before, StageSettings
 from privatize.stage import QUARANTINE, GlobalStage, register_stage, set_column
-from privatize.stages.mask import WORD
+from privatize.stages.mask import _INNER, _WORD, _char_classes, _code_points
 
 NO_TEXT = "no text to search for identifiers"
 NO_INDIVIDUAL = "no individual_id"
@@ -74,34 +75,40 @@ SPAN_TYPE = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("kind", pa.s
 SPANS_TYPE = pa.list_(SPAN_TYPE)
 KEY_TYPE = pa.binary(16)
 
-# a reserved token (privatize.ciphers.tokens.RESERVED_RE without its groups, so that
-# findall returns whole matches), a word, or a sentence end: one scan finds all three
-_RESERVED = r"(?<![A-Za-z0-9])[A-Z][A-Za-z0-9]*_\[[A-Za-z0-9+/_-]+={0,2}\]|<[A-Z][A-Z0-9_]*>"
-_END = "[.!?\u2026\\n\\r]"
-TOKEN = re.compile(f"{_RESERVED}|{WORD.pattern}|{_END}")
-_TOKEN_PLAIN = re.compile(f"{WORD.pattern}|{_END}")
-"""TOKEN for a text without ``<`` or ``_[`` (no reserved token can match): twice as fast."""
+_LONG = 32
+"""Words longer than this take a BLAKE2b digest instead of the polynomial lanes (which
+are made for the chance collisions of natural text; long crafted strings, Thue-Morse's,
+are where polynomial hashes modulo 2**64 are known to collide)."""
+_MAY_RESERVE = r"<[A-Z]|_\["
+"""Where a reserved token may be (a tag, an entity token): ``reserved_spans`` looks at
+those texts only."""
+_END = 8
+"""A character class bit beside ``mask``'s: a sentence end (``.``, ``!``, ``?``, ``…``,
+a line break), where terms stop."""
 
 
-def tokens(text: str) -> list[str]:
-    """The words, sentence ends and reserved tokens of ``text``, in order."""
-    return (TOKEN if "<" in text or "_[" in text else _TOKEN_PLAIN).findall(text)
+@functools.cache
+def _normal_table(case: str, digits: str) -> np.ndarray:
+    """Code point -> code point as terms compare them: lower case where it is one letter
+    (``case: fold``; a letter whose lower case is longer, İ, stays), digits 1-9 to 0
+    (``digits: zero``)."""
+    table = np.arange(0x110000, dtype=np.uint32)
+    if case == "fold":
+        low = [(c, ord(lc)) for c in range(0x110000) if (lc := chr(c).lower()) != chr(c) and len(lc) == 1]
+        at, to = np.array(low, np.int64).T
+        table[at] = to
+    if digits == "zero":
+        table[ord("1"):ord("9") + 1] = ord("0")
+    return table
 
 
-def _starts(text: str, toks: list[str]):
-    """Where each of ``text``'s tokens (in order, as :func:`tokens` found them) starts."""
-    pos, find = 0, text.find
-    for tok in toks:
-        pos = find(tok, pos)
-        yield pos
-        pos += len(tok)
-
-
-def _is_word(tok: str) -> bool:
-    """Whether a token of :func:`tokens` is a word (not a sentence end or reserved token)."""
-    return tok[0] not in ".!?\u2026\n\r<" and "_[" not in tok
-_DIGITS = str.maketrans({c: "0" for c in "123456789"})
-_M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+@functools.cache
+def _classes() -> np.ndarray:
+    """``mask``'s character classes, with the sentence ends."""
+    table = _char_classes().copy()
+    for c in ".!?\u2026\n\r":
+        table[ord(c)] |= _END
+    return table
 
 
 class IdentifiersSettings(StageSettings):
@@ -132,99 +139,114 @@ class IdentifiersSettings(StageSettings):
         return self
 
 
-def _mix(a: np.ndarray, b: np.ndarray, m: np.uint64) -> np.ndarray:
-    """A term's digest lane extended by one word's (order matters; uint64 wraps)."""
-    x = (a * m) ^ (b + np.uint64(0x632BE59BD9B4E019) + (a << np.uint64(6)) + (a >> np.uint64(2)))
-    x ^= x >> np.uint64(31)
-    x *= np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(29))
-
-
 class _Terms:
-    """The terms of a batch of texts. Token arrays (one entry per token, rows in order):
-    ``row``, ``tid`` (its distinct token), ``start``/``end`` (only with offsets).
-    Occurrence arrays (one per term occurrence, by length, then position): ``orow``,
-    ``ofirst`` (its first token), ``on`` (words), ``oa``/``ob`` (the digest's lanes)."""
+    """The words and terms of a batch of texts (None: no text), scanned at once by the
+    compiled kernels of :mod:`privatize.stages.termscan`.
 
-    def __init__(self, texts: list, settings: IdentifiersSettings, offsets: bool = False):
-        n_rows = len(texts)
-        toks = [tokens(t) if isinstance(t, str) else [] for t in texts]
-        lengths = np.fromiter((len(x) for x in toks), dtype=np.int64, count=n_rows)
-        if offsets:  # each token found again from the end of the one before (cheaper than match spans)
-            total = int(lengths.sum())
-            self.start = np.fromiter(chain.from_iterable(_starts(t, x) for t, x in zip(texts, toks)), np.int64, total)
-            self.end = self.start + np.fromiter(map(len, chain.from_iterable(toks)), np.int64, total)
-        self.row = np.repeat(np.arange(n_rows, dtype=np.int64), lengths)
-        flat = pa.array(list(chain.from_iterable(toks)), pa.string())
-        enc = pc.dictionary_encode(flat)
-        self.tid = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) if len(flat) else np.zeros(0, np.int64)
-        self.norm, h1, h2, is_word = self._entries(enc.dictionary.to_pylist(), settings)
-        word = is_word[self.tid]
-        a1, a2 = h1[self.tid], h2[self.tid]
-        rows, firsts, ns, las, lbs = [], [], [], [], []
-        valid, g1, g2 = word, a1, a2
-        starts = np.arange(len(word), dtype=np.int64)
-        for n in range(1, settings.max_n + 1):
-            if n > 1:
-                m = len(word) - n + 1
-                if m <= 0:
-                    break
-                valid = valid[:m] & word[n - 1:] & (self.row[:m] == self.row[n - 1:])
-                g1, g2 = _mix(g1[:m], a1[n - 1:], _M1), _mix(g2[:m], a2[n - 1:], _M2)
-            at = np.flatnonzero(valid)
-            rows.append(self.row[at])
-            firsts.append(starts[at])
-            ns.append(np.full(len(at), n, np.int8))
-            las.append(g1[at])
-            lbs.append(g2[at])
-        self.orow, self.ofirst, self.on, self.oa, self.ob = (np.concatenate(x) for x in (rows, firsts, ns, las, lbs))
+    The batch is one array of code points (texts joined by line breaks). A word is a
+    maximal run of word characters and of apostrophes and hyphens between two word
+    characters: ``WORD``'s words (``mask``'s), found without a Python object per word.
+    Reserved tokens (``reserved_spans``: ``<MASK>``, tags, entity tokens) are neither
+    words nor parts of one, and stop terms as sentence ends do. A word's identity is its
+    normalised code points' digest (``case``, ``digits``; BLAKE2b for a word over
+    ``_LONG`` characters); a term's digest combines its words' word by word.
 
-    @staticmethod
-    def _entries(tokens: list[str], st: IdentifiersSettings):
-        """Per distinct token: its normalised form, digest lanes, whether it is a word."""
-        h1 = np.zeros(len(tokens), np.uint64)
-        h2 = np.zeros(len(tokens), np.uint64)
-        norm = [normalize(t, st) for t in tokens]
-        is_word = np.fromiter(map(_is_word, tokens), bool, len(tokens))  # not a sentence end or reserved token
-        blake = hashlib.blake2b
-        digests = b"".join([blake(w.encode("utf-8"), digest_size=16).digest()
-                            for w, ok in zip(norm, is_word.tolist()) if ok])
-        lanes = np.frombuffer(digests, "<u8").reshape(-1, 2)
-        h1[is_word], h2[is_word] = lanes[:, 0], lanes[:, 1]
-        return norm, h1, h2, is_word
+    Word arrays (one entry per word, in order): ``row``, ``start``/``end`` (offsets in the
+    word's text), ``seg`` (runs of words no term crosses). Occurrence arrays (one per term
+    occurrence, by length, then position): ``orow``, ``ofirst`` (its first word), ``on``
+    (words), ``oa``/``ob`` (the digest's lanes)."""
+
+    def __init__(self, texts, settings: IdentifiersSettings):
+        st = settings
+        arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(texts, pa.string())
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        arr = pc.fill_null(arr.cast(pa.string()), "")
+        # the batch as one buffer, each text followed by a line break (a sentence end)
+        ended = pc.binary_join_element_wise(arr, "", "\n")
+        offsets = np.frombuffer(ended.buffers()[1], np.int32, len(ended) + 1, ended.offset * 4).astype(np.int64)
+        data = memoryview(ended.buffers()[2])[offsets[0]:offsets[-1]] if len(ended) else b""
+        if pc.all(pc.string_is_ascii(arr)).as_py() is not False:  # bytes are code points
+            cps = np.frombuffer(data, np.uint8)
+            bounds = offsets - offsets[0]
+        else:
+            cps = _code_points(bytes(data).decode("utf-8", "surrogatepass"))
+            bounds = np.zeros(len(arr) + 1, np.int64)
+            np.cumsum(pc.utf8_length(arr).to_numpy(zero_copy_only=False) + 1, out=bounds[1:])
+        may = pc.match_substring_regex(arr, _MAY_RESERVE).to_numpy(zero_copy_only=False) if len(arr) else []
+        reserved = [(bounds[i] + s, bounds[i] + e) for i in np.flatnonzero(may).tolist()
+                    for s, e in reserved_spans(arr[i].as_py())]
+        if reserved:  # a reserved token reads as line breaks: no word, and terms stop there
+            cps = cps.copy()
+            for s, e in reserved:
+                cps[s:e] = 10
+        self._cps, self._normal = cps, _normal_table(st.case, st.digits)
+        self._norm: str | None = None
+        from privatize.stages import termscan  # numba: imported where the stage runs, not where it registers
+
+        starts, ends, a1, a2, self.seg = termscan.scan_words(cps, _classes(), self._normal, _WORD, _INNER, _END)
+        long = np.flatnonzero(ends - starts > _LONG)
+        if len(long):
+            lanes = np.frombuffer(b"".join(hashlib.blake2b(self._normal[cps[s:e]].astype("<u4").tobytes(),
+                                                           digest_size=16).digest()
+                                           for s, e in zip(starts[long].tolist(), ends[long].tolist())),
+                                  "<u8").reshape(-1, 2)
+            a1[long], a2[long] = lanes[:, 0], lanes[:, 1]
+        self.row = np.searchsorted(bounds, starts, side="right") - 1
+        self._cut = (starts, ends)
+        self.start, self.end = starts - bounds[self.row], ends - bounds[self.row]
+        self.ofirst, self.on, self.oa, self.ob = termscan.term_occurrences(a1, a2, self.seg, st.max_n)
+        self.orow = self.row[self.ofirst]
+
+    def normalised(self) -> str:
+        """The batch string as terms compare it (``case``, ``digits``, letter by letter;
+        offsets kept)."""
+        if self._norm is None:
+            self._norm = self._normal[self._cps].astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
+        return self._norm
+
+    def words(self) -> pa.Array:
+        """Every word as terms write it (normalised), cut from one UTF-8 buffer."""
+        starts, ends = self._cut
+        if not len(starts):
+            return pa.array([], pa.string())
+        norm = self.normalised()
+        data = norm.encode("utf-8", "surrogatepass")
+        if len(data) != len(norm):  # byte offsets of the code points
+            cps = _code_points(norm)
+            width = 1 + (cps >= 0x80).astype(np.int64) + (cps >= 0x800) + (cps >= 0x10000)
+            at = np.zeros(len(cps) + 1, np.int64)
+            np.cumsum(width, out=at[1:])
+            starts, ends = at[starts], at[ends]
+        cuts = np.empty(2 * len(starts), np.int32)
+        cuts[0::2], cuts[1::2] = starts, ends
+        pieces = pa.StringArray.from_buffers(len(cuts) - 1, pa.py_buffer(cuts.tobytes()), pa.py_buffer(data))
+        return pieces.take(pa.array(np.arange(0, len(cuts) - 1, 2)))
 
     def term_texts(self, first: np.ndarray, n: np.ndarray) -> pa.Array:
-        """The normalised words of occurrences (their first token and length), joined by
+        """The normalised words of occurrences (their first word and length), joined by
         spaces."""
-        norm = pa.array(self.norm, pa.string())
+        words = self.words()
         parts = []
         for j in range(int(n.max()) if len(n) else 0):
-            at = np.where(j < n, first + j, 0)
-            parts.append(norm.take(pa.array(self.tid[at], mask=j >= n)))
+            parts.append(words.take(pa.array(np.where(j < n, first + j, 0), mask=j >= n)))
         if not parts:
             return pa.array([], pa.string())
         return pc.binary_join_element_wise(*parts, " ", null_handling="skip")
 
 
-def normalize(word: str, st: IdentifiersSettings) -> str:
-    """A word as terms compare it (``case``, ``digits``)."""
-    if st.case == "fold":
-        word = word.lower()
-    if st.digits == "zero":
-        word = word.translate(_DIGITS)
-    return word
-
-
 def sentences(text: str, st: IdentifiersSettings) -> list[list[str]]:
     """The normalised words of ``text``, in runs no term crosses (sentence ends and
     reserved tokens split them)."""
-    out: list[list[str]] = [[]]
-    for tok in tokens(text):
-        if _is_word(tok):
-            out[-1].append(normalize(tok, st))
-        elif out[-1]:
+    scan = _Terms([text], st.model_copy(update={"max_n": 1}))
+    out: list[list[str]] = []
+    last = None
+    for w, seg in zip(scan.words().to_pylist(), scan.seg.tolist()):
+        if seg != last:
             out.append([])
-    return [s for s in out if s]
+            last = seg
+        out[-1].append(w)
+    return out
 
 
 def term_strings(text: str, st: IdentifiersSettings, max_n: int | None = None) -> set[str]:
@@ -271,15 +293,19 @@ class Identifiers(GlobalStage):
             doc = batch["doc_id"][int(np.flatnonzero(missing)[0])].as_py()
             raise RecordError(f"identifiers: record {doc!r} has no individual_id (the identifiers stage counts "
                               "individuals per term; give every record one, or set on_missing: quarantine)")
-        texts = batch["text"].to_pylist()
-        skip = missing | np.array([not isinstance(t, str) for t in texts], dtype=bool)
-        terms = _Terms([None if s else t for t, s in zip(texts, skip)], self.settings)
+        text = batch["text"]
+        terms = _Terms(pc.if_else(pa.array(missing), pa.scalar(None, pa.string()), text.cast(pa.string())),
+                       self.settings)
         enc = pc.dictionary_encode(who)
         per = _hash64(enc.dictionary.to_pylist())
         idx = pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False)
         who64 = per[idx] if len(per) else np.zeros(batch.num_rows, np.uint64)
-        a, b, n, w = _pairs(terms.oa, terms.ob, terms.on, who64[terms.orow], self.settings.k)
-        return pa.table({"key": _key_array(a, b), WHO: pa.array(w, pa.uint64()), "n": pa.array(n, pa.int8())})
+        w = who64[terms.orow]
+        from privatize.stages import termscan
+
+        keep = termscan.capped_pairs(terms.oa, terms.ob, w, self.settings.k)
+        return pa.table({"key": _key_array(terms.oa[keep], terms.ob[keep]), WHO: pa.array(w[keep], pa.uint64()),
+                         "n": pa.array(terms.on[keep], pa.int8())})
 
     # ---- decide --------------------------------------------------------------------
 
@@ -293,13 +319,10 @@ class Identifiers(GlobalStage):
         a, b = _lanes(partition["key"])
         w = partition[WHO].to_numpy()
         n = partition["n"].to_numpy()
-        # distinct (term, individual) pairs, then per term (a run of equal lanes) their count
-        order = np.lexsort((w, b, a))
-        a, b, w, n = a[order], b[order], w[order], n[order]
-        new_pair = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (w[1:] != w[:-1])]
-        a, b, n = a[new_pair], b[new_pair], n[new_pair]
-        starts = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
-        users = np.diff(np.r_[starts, len(a)])
+        # per distinct term, its distinct individuals (counted to k)
+        from privatize.stages import termscan
+
+        starts, users = termscan.distinct_users(a, b, w, st.k)
         common = users >= st.k
         tn = n[starts]
         for length in range(1, st.max_n + 1):
@@ -307,6 +330,7 @@ class Identifiers(GlobalStage):
             stats[f"terms_n{length}"] = int(at.sum())
             stats[f"identifiers_n{length}"] = int((at & ~common).sum())
         keep = starts[common]
+        keep = keep[np.lexsort((b[keep], a[keep]))]
         return pa.table({"key": _key_array(a[keep], b[keep])}), stats
 
     # ---- apply ---------------------------------------------------------------------
@@ -334,7 +358,7 @@ class Identifiers(GlobalStage):
         reasons = [NO_TEXT if not isinstance(t, str) else NO_INDIVIDUAL if who_ in (None, "") else None
                    for t, who_ in zip(texts, who)]
         live = np.array([r is None for r in reasons], dtype=bool)
-        terms = _Terms([t if ok else None for t, ok in zip(texts, live)], st, offsets=True)
+        terms = _Terms([t if ok else None for t, ok in zip(texts, live)], st)
         # an occurrence is an identifier when its term is not among the common ones
         is_ident = ~self._common_terms(decisions).contains(terms.oa, terms.ob)
         occ = np.flatnonzero(is_ident)
@@ -377,30 +401,6 @@ class Identifiers(GlobalStage):
         for name, values in stats.items():
             batch = set_column(batch, f"_stat.{name}", pa.array(np.asarray(values, np.int64)))
         return batch
-
-
-def _pairs(a: np.ndarray, b: np.ndarray, n: np.ndarray, w: np.ndarray, k: int):
-    """A batch's term occurrences (digest lanes ``a``/``b``, length ``n``, individual
-    ``w``) as the keyed rows they need: each (term, individual) pair once, and at most
-    ``k`` individuals per term (a term ``k`` individuals use in one batch is common
-    whatever the rest say, so the others need not travel)."""
-    if not len(a):
-        return a, b, n, w
-    # distinct pairs: by a 64-bit digest of (term, individual) (two pairs share one with
-    # odds of about pairs^2 / 2^64 a batch; one individual less for a term, at worst)
-    h = _mix(_mix(a, b, _M1), w, _M2)
-    order = np.argsort(h)
-    hs = h[order]
-    pick = order[np.r_[True, hs[1:] != hs[:-1]]]
-    a, b, n, w = a[pick], b[pick], n[pick], w[pick]
-    # at most k per term: runs of equal lanes after a sort by the first lane (two terms
-    # whose first lanes tie may interleave; each run then keeps k or all, still exact)
-    order = np.argsort(a)
-    a, b, n, w = a[order], b[order], n[order], w[order]
-    new = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]
-    run_start = np.maximum.accumulate(np.where(new, np.arange(len(a)), 0))
-    keep = np.arange(len(a)) - run_start < k
-    return a[keep], b[keep], n[keep], w[keep]
 
 
 def _key_array(a: np.ndarray, b: np.ndarray) -> pa.Array:

@@ -14,7 +14,7 @@ from privatize.ciphers.tokens import RESERVED_RE
 from privatize.errors import RecordError, SpecError
 from privatize.execution import run_global_stage
 from privatize.spec import parse_spec
-from privatize.stages.identifiers import _RESERVED, Identifiers, IdentifiersSettings
+from privatize.stages.identifiers import Identifiers, IdentifiersSettings
 
 # five individuals; A has two records (a repeat by the same person counts once)
 FIVE = [("a1", "A", "Red fox runs. Blue sky"), ("b1", "B", "red fox sleeps"), ("c1", "C", "blue sky falls"),
@@ -81,7 +81,74 @@ def test_trigrams_and_where_terms_stop():
     assert {t for t in got if " " not in t} == {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta-theta",
                                                 "iota"}
     assert {t for t in got if " " in t} == {"alpha beta", "eta-theta iota"}
-    assert re.findall(_RESERVED, text) == [m.group() for m in RESERVED_RE.finditer(text)]
+
+
+def _reference_sentences(text: str, settings: IdentifiersSettings) -> list[list[tuple[int, int, str]]]:
+    """The scan's oracle, one regular expression at a time: reserved tokens
+    (``RESERVED_RE``) become line breaks, the text splits at sentence ends, and each
+    piece's words are ``WORD``'s (``mask``'s word), normalised with ``str.lower`` (or kept)
+    and digits zeroed as the settings say (lower case letter by letter where it keeps the
+    length)."""
+    from privatize.stages.mask import WORD
+
+    for m in RESERVED_RE.finditer(text):
+        text = text[:m.start()] + "\n" * (m.end() - m.start()) + text[m.end():]
+    out, pos = [], 0
+    for piece in re.split(r"([.!?\u2026\n\r])", text):
+        words = []
+        for m in WORD.finditer(piece):
+            w = m.group()
+            if settings.case == "fold":  # a letter whose lower case is longer (İ) stays
+                w = "".join(c.lower() if len(c.lower()) == 1 else c for c in w)
+            if settings.digits == "zero":
+                w = re.sub("[1-9]", "0", w)
+            words.append((pos + m.start(), pos + m.end(), w))
+        if words:
+            out.append(words)
+        pos += len(piece)
+    return out
+
+
+@pytest.mark.parametrize("case,digits", [("fold", "keep"), ("keep", "zero")])
+def test_the_vectorised_scan_against_regular_expressions(case, digits):
+    """The batch scan (code points, classes, runs; no Python object per word) finds the
+    words, offsets, normalised forms and sentence runs the regular expressions find, on
+    texts built to stress it: hyphens and apostrophes in and around words, curly
+    apostrophes, underscores, digits, every sentence end, other scripts and widths, a
+    letter whose lower case is longer (İ), words over 32 letters, and reserved tokens; and equal words get equal digests, different words different ones."""
+    import random
+
+    import numpy as np
+
+    from privatize.stages.identifiers import _Terms
+
+    rng = random.Random(11)
+    pieces = list("abXZ09 '-_.,!?\t\n\r@<[]éß’–…İ") + [
+        "don't", "well-known", "Tibbles-Smith", "haven't", "the", "Mary", "--", "'s", "café", "naïve", "555-1234",
+        "<MASK>", "<PERSON>", "Person_[AbCd12==]", "<unk>", "_[", "日本語", "x-ray", "😂", "𝔘𝔫𝔦", "a" * 40]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 30))) for _ in range(1200)]
+    st = IdentifiersSettings(direct="none", case=case, digits=digits, max_n=1)
+    for chunk in (texts[:600], texts[600:], [t for t in texts if t.isascii()],
+                  [t for t in texts if all(ord(c) < 0x10000 for c in t)]):
+        scan = _Terms(chunk, st)
+        words = scan.words().to_pylist()
+        got: list[list] = [[] for _ in chunk]
+        last = None
+        for i in range(len(words)):
+            r = int(scan.row[i])
+            if scan.seg[i] != last:
+                got[r].append([])
+                last = scan.seg[i]
+            got[r][-1].append((int(scan.start[i]), int(scan.end[i]), words[i]))
+        assert got == [[list(s) for s in _reference_sentences(t, st)] for t in chunk]
+        # a word's digest is its normalised text's: equal words equal, others apart
+        by_word: dict = {}
+        for w, a, b in zip(words, scan.oa.tolist(), scan.ob.tolist()):
+            by_word.setdefault(w, set()).add((a, b))
+        assert all(len(v) == 1 for v in by_word.values())
+        assert len({next(iter(v)) for v in by_word.values()}) == len(by_word)
+        assert np.array_equal(scan.on, np.ones(len(words), np.int8))
+    assert sum(1 for t in texts if RESERVED_RE.search(t)) > 100
 
 
 def test_case_and_digits_settings():
@@ -176,3 +243,41 @@ def test_the_term_set_tells_apart_digests_whose_first_lanes_tie():
     got = terms.contains(np.array([5, 5, 5, 9, 9, 7], np.uint64), np.array([1, 2, 3, 3, 1, 1], np.uint64))
     assert got.tolist() == [True, True, False, True, False, False]
     assert _TermSet(None).contains(a, b).tolist() == [False] * 3
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 12])
+def test_the_counting_kernels_against_python_sets(k):
+    """The compiled hash-table passes against a walk over the rows with Python sets: which
+    rows a batch sends (each (term, individual) pair once, until a term has k individuals,
+    in row order) and each term's distinct individuals counted to k. Enough rows for many
+    buckets, k above the slots' inline room (12), and two terms sharing a first lane."""
+    from collections import defaultdict
+
+    import numpy as np
+
+    from privatize.stages.termscan import BUCKET_ROWS, INLINE, capped_pairs, distinct_users
+
+    rng = np.random.default_rng(k)
+    m, n_terms = 12 * BUCKET_ROWS, 6000
+    term = np.minimum(rng.zipf(1.3, m), n_terms) - 1
+    person = rng.integers(0, 40, m)
+    lane_a = rng.integers(0, 2**63, n_terms, dtype=np.uint64)
+    lane_b = rng.integers(0, 2**63, n_terms, dtype=np.uint64)
+    lane_a[1] = lane_a[0]
+    digest = rng.integers(0, 2**63, 40, dtype=np.uint64)
+    a, b, w = lane_a[term], lane_b[term], digest[person]
+    sent, expected = defaultdict(set), []
+    for t, p in zip(term.tolist(), person.tolist()):
+        new = len(sent[t]) < k and p not in sent[t]
+        if new:
+            sent[t].add(p)
+        expected.append(new)
+    assert capped_pairs(a, b, w, k).tolist() == expected
+    users = defaultdict(set)
+    for t, p in zip(term.tolist(), person.tolist()):
+        users[t].add(p)
+    first, counted = distinct_users(a, b, w, k)
+    got = {int(term[f]): int(c) for f, c in zip(first, counted)}
+    assert len(got) == len(first) == len(users)
+    assert got == {t: min(k, len(v)) for t, v in users.items()}
+    assert (k > INLINE) == (k == 12) and {0, 1} <= set(got)
