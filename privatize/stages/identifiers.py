@@ -422,24 +422,16 @@ def _lanes(keys) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _TermSet:
-    """A set of 16-byte term digests, for looking up many at once."""
+    """A set of 16-byte term digests, for looking up many at once (a hash table keyed on
+    both lanes, in :mod:`privatize.stages.termscan`)."""
 
     def __init__(self, keys):
+        from privatize.stages import termscan
+
         a, b = _lanes(keys) if keys is not None and len(keys) else (np.zeros(0, np.uint64), np.zeros(0, np.uint64))
-        order = np.argsort(a)
-        self.a, self.b = a[order], b[order]
-        tie = np.flatnonzero(self.a[1:] == self.a[:-1])
-        # first lanes that tie (odds about n^2 / 2^65): those terms by both lanes
-        self.tied = {(int(x), int(y)) for i in tie for x, y in ((self.a[i], self.b[i]), (self.a[i + 1], self.b[i + 1]))}
+        self._table = termscan.set_build(a, b)
 
     def contains(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        if not len(self.a) or not len(a):
-            return np.zeros(len(a), bool)
-        at = np.minimum(np.searchsorted(self.a, a), len(self.a) - 1)
-        found = (self.a[at] == a) & (self.b[at] == b)
-        if self.tied:
-            tied_a = {x for x, _ in self.tied}
-            for i in np.flatnonzero(~found):
-                if int(a[i]) in tied_a:
-                    found[i] = (int(a[i]), int(b[i])) in self.tied
-        return found
+        from privatize.stages import termscan
+
+        return termscan.set_contains(*self._table, a, b)

@@ -243,3 +243,36 @@ def distinct_users(a: np.ndarray, b: np.ndarray, who: np.ndarray, k: int) -> tup
     common term from an identifier). Exact: keyed on the whole lanes."""
     _, first, users = _count(a, b, who, k, False)
     return first, users
+
+
+@numba.njit(cache=True, nogil=True)
+def set_build(a, b):
+    """An open-addressing set of the terms with lanes ``a``/``b``: (lanes, used flags)."""
+    size = _slots(len(a))
+    mask = size - 1
+    lanes = np.empty((size, 2), np.uint64)
+    used = np.zeros(size, np.bool_)
+    for i in range(len(a)):
+        x, y = a[i], b[i]
+        t = np.int64(x & np.uint64(mask))
+        while used[t] and (lanes[t, 0] != x or lanes[t, 1] != y):
+            t = (t + 1) & mask
+        used[t] = True
+        lanes[t, 0], lanes[t, 1] = x, y
+    return lanes, used
+
+
+@numba.njit(cache=True, nogil=True)
+def set_contains(lanes, used, a, b):
+    """Which of the terms ``a``/``b`` the set (``set_build``) holds."""
+    mask = len(used) - 1
+    out = np.zeros(len(a), np.bool_)
+    for i in range(len(a)):
+        x, y = a[i], b[i]
+        t = np.int64(x & np.uint64(mask))
+        while used[t]:
+            if lanes[t, 0] == x and lanes[t, 1] == y:
+                out[i] = True
+                break
+            t = (t + 1) & mask
+    return out

@@ -281,3 +281,20 @@ def test_the_counting_kernels_against_python_sets(k):
     assert len(got) == len(first) == len(users)
     assert got == {t: min(k, len(v)) for t, v in users.items()}
     assert (k > INLINE) == (k == 12) and {0, 1} <= set(got)
+
+
+def test_the_term_set_against_a_python_set():
+    """The apply pass's set of common terms (open addressing on both lanes) against
+    Python's set, with first lanes shared and low bits crowded (keys equal modulo 2**16)."""
+    import numpy as np
+
+    from privatize.stages.identifiers import _key_array, _TermSet
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 2**48, 20_000, dtype=np.uint64) << np.uint64(16)  # every key in slot 0 of 2**16
+    b = rng.integers(0, 2**63, 20_000, dtype=np.uint64)
+    a[:100] = a[100:200]
+    members = set(zip(a[::2].tolist(), b[::2].tolist()))
+    got = _TermSet(_key_array(a[::2], b[::2])).contains(a, b)
+    assert got.tolist() == [(x, y) in members for x, y in zip(a.tolist(), b.tolist())]
+    assert 0 < got.sum() < len(a)
