@@ -133,19 +133,55 @@ def _rss(pid: int) -> int:
         return 0
 
 
+def _pss(pid: int) -> int:
+    """Proportional set size: shared pages (the object store's) divided among the
+    processes that map them, so that a sum over processes counts each page once."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0")[0].decode(errors="replace").rsplit("/", 1)[-1][:32]
+    except OSError:
+        return "?"
+
+
 def _ray_pids(me: int) -> list[int]:
-    pids = []
+    """The Ray processes this driver started (raylet, GCS, workers: its descendants), or
+    where it joined a cluster it did not start, every Ray process on the machine."""
+    parent, cmds = {}, {}
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == me:
             continue
         try:
             with open(f"/proc/{d}/cmdline", "rb") as fh:
                 cmd = fh.read()
-        except OSError:
+            with open(f"/proc/{d}/stat") as fh:
+                parent[int(d)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
         if b"ray::" in cmd or b"/ray/" in cmd or b"raylet" in cmd or b"gcs_server" in cmd:
-            pids.append(int(d))
-    return pids
+            cmds[int(d)] = cmd
+
+    def mine(pid: int) -> bool:
+        seen = set()
+        while pid in parent and pid not in seen:
+            seen.add(pid)
+            pid = parent[pid]
+            if pid == me:
+                return True
+        return False
+
+    ours = [p for p in cmds if mine(p)]
+    return ours or list(cmds)
 
 
 def cpu_seconds() -> dict[int, float]:
@@ -170,25 +206,41 @@ def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
 
 class PeakRSS:
     """Peak resident memory (from /proc): of this process, and of this process plus every
-    Ray process (raylet, GCS, workers)."""
+    Ray process (raylet, GCS, workers): as the sum of resident sets (which counts a shared
+    page, the object store's, once per process that maps it) and as the sum of
+    proportional set sizes (each page once: the memory the run takes)."""
 
     def __init__(self):
         self.me = os.getpid()
         self.peak_driver = 0
         self.peak_total = 0
+        self.peak_pss = 0
+        self.at_peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.wait(0.25):
             drv = _rss(self.me)
-            total = drv + sum(_rss(p) for p in _ray_pids(self.me))
+            pids = _ray_pids(self.me)
+            total = drv + sum(_rss(p) for p in pids)
+            each = {p: _pss(p) for p in pids}
+            pss = _pss(self.me) + sum(each.values())
+            if pss > self.peak_pss:
+                self.peak_pss, self.at_peak = pss, {f"{_name(p)}[{p}]": v for p, v in each.items()}
             self.peak_driver = max(self.peak_driver, drv)
             self.peak_total = max(self.peak_total, total)
 
     def __enter__(self):
         self._t.start()
         return self
+
+    def breakdown(self, top: int = 6) -> str:
+        """The largest processes at the proportional peak, by name."""
+        out = []
+        for name, size in sorted(self.at_peak.items(), key=lambda kv: -kv[1])[:top]:
+            out.append(f"{name} {size / 2**30:.2f}")
+        return ", ".join(out)
 
     def __exit__(self, *exc):
         self._stop.set()
@@ -389,7 +441,8 @@ def run_stream(mb_target: float, work: Path) -> None:
         print(line)
 
 
-def run_identifiers(mb_target: float, work: Path, max_n: int, cpu_counts: tuple[int, ...] = (1, 2)) -> None:
+def run_identifiers(mb_target: float, work: Path, max_n: int, cpu_counts: tuple[int, ...] = (1, 2),
+                    store_gb: float | None = None) -> None:
     import ray
 
     from _common import individuals_corpus
@@ -411,7 +464,8 @@ def run_identifiers(mb_target: float, work: Path, max_n: int, cpu_counts: tuple[
           f"{len(set(people))} individuals; {machine()}")
     hashes, secs = {}, {}
     for cpus in cpu_counts:
-        ray.init(num_cpus=cpus, include_dashboard=False, **local_init_args(cpus))
+        store = int(store_gb * 2**30) if store_gb else None
+        ray.init(num_cpus=cpus, include_dashboard=False, object_store_memory=store, **local_init_args(cpus))
         try:
             with PeakRSS() as peak:
                 t = time.perf_counter()
@@ -423,7 +477,9 @@ def run_identifiers(mb_target: float, work: Path, max_n: int, cpu_counts: tuple[
         st = m["stages"][0]["stats"]
         print(f"  {cpus} CPU(s): {secs[cpus]:6.1f} s, {mb / secs[cpus]:5.2f} MB/s end to end ({mb / secs[cpus] / cpus:.2f} "
               f"per CPU); peak resident memory: driver {peak.peak_driver / 2**30:.2f} GiB, driver + Ray processes "
-              f"{peak.peak_total / 2**30:.2f} GiB")
+              f"{peak.peak_total / 2**30:.2f} GiB as resident sets, {peak.peak_pss / 2**30:.2f} GiB as proportional "
+              f"sets (shared pages once; object store {'default' if not store_gb else f'{store_gb:g} GiB'})")
+        print(f"    at that peak (GiB): {peak.breakdown()}")
         print(f"    {st['identifiers_n1']} of {st['terms_n1']} distinct words are identifiers; "
               f"{st['indirect_spans']} identifier spans written")
         for line in per_stage(m, mb):
@@ -438,6 +494,8 @@ def main() -> None:
     ap.add_argument("--max-n", type=int, default=2, help="identifiers: the longest term")
     ap.add_argument("--cpus", default="1,2", help="identifiers: the CPU counts to run (embedded Ray of each size)")
     ap.add_argument("--mb", type=float, default=None)
+    ap.add_argument("--store-gb", type=float, default=None,
+                    help="identifiers: the object store's size (default: Ray's, 30%% of memory); Ray spills beyond it")
     ap.add_argument("--docs", type=int, default=240, help="documents for the redact mode")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--repeat", type=int, default=3, help="cipher/dedup: interleaved pairs of runs (median)")
@@ -457,7 +515,8 @@ def main() -> None:
         elif args.mode == "redact":
             run_redact(args.docs, work)
         elif args.mode == "identifiers":
-            run_identifiers(args.mb or 250, work, args.max_n, tuple(int(c) for c in args.cpus.split(",")))
+            run_identifiers(args.mb or 250, work, args.max_n, tuple(int(c) for c in args.cpus.split(",")),
+                            args.store_gb)
         else:
             run_stream(args.mb or 1100, work)
     finally:

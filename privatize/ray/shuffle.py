@@ -22,7 +22,7 @@ from privatize.execution import concat, decide_broadcast, decide_columns, decide
 from privatize.ray import cluster
 from privatize.ray.workers import StageRef, ready_stage
 from privatize.routing import Broadcast, Router, packed_order
-from privatize.stage import ORDER_COLUMNS
+from privatize.stage import NUM_PARTITIONS, ORDER_COLUMNS
 
 
 @dataclass
@@ -44,10 +44,12 @@ class DecisionStats:
     """A broadcast stage's decision statistics (added to the stage's in the manifest)."""
 
 
-def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: tuple[int, int] | None):
+def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, by_part: bool,
+                   bounds: tuple[int, int] | None):
     """Keyed rows of one block (``ref``: rows of one block, keyed here by that stage) ->
-    ``groups`` tables (hash partition ``p`` goes to group ``p % groups``), then the
-    seconds spent keying."""
+    ``groups`` tables (hash partition ``p`` goes to group ``p % groups``; ``by_part``: each
+    sorted by partition, for a broadcast stage's decide task), then the seconds spent
+    keying."""
     allocator.tune()
     t0 = time.perf_counter()
     block = cluster.in_bounds(block, bounds)
@@ -57,7 +59,14 @@ def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, bounds: t
     part = block["_part"].to_numpy().astype(np.uint8)
     block = block.select(decide_columns(block)).append_column("_part", pa.array(part))
     g = part % groups
-    return (*[block.filter(pa.array(g == i)) for i in range(groups)], time.perf_counter() - t0)
+    if not by_part:  # each group's rows in the block's order (the global order)
+        return (*[block.filter(pa.array(g == i)) for i in range(groups)], time.perf_counter() - t0)
+    # one sort by (group, partition): each group a slice, sorted by partition within
+    order = np.argsort(g.astype(np.uint16) << 8 | part, kind="stable")
+    block = block.take(pa.array(order))
+    cuts = np.searchsorted(g[order], np.arange(groups + 1))
+    return (*[block.slice(int(cuts[i]), int(cuts[i + 1] - cuts[i])) for i in range(groups)],
+            time.perf_counter() - t0)
 
 
 def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
@@ -70,9 +79,11 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
     rows = [p for p in pieces if p.num_rows]
     if not rows:
         return Decided(seconds=time.perf_counter() - t0)
+    stage = ready_stage(ref)
+    if stage.broadcast:
+        return _decide_sets(stage, rows, t0)
     keyed = concat(rows)
     part = keyed["_part"].to_numpy().astype(np.uint8)  # a stable sort of bytes is a radix sort
-    stage = ready_stage(ref)
     keyed = keyed.select(decide_columns(keyed))
     packed = None
     order = np.arange(len(part))
@@ -100,6 +111,26 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
     return out
 
 
+def _decide_sets(stage, pieces: list[pa.Table], t0: float) -> Decided:
+    """A broadcast stage's decide task: one hash partition at a time, its rows cut from
+    every piece (each sorted by partition in :func:`split_by_group`) and joined, so that
+    the task holds the pieces as the object store gives them and one partition's copy,
+    not a copy of the whole group (a sixteenth of every keyed row at 2 CPUs and 1 GB)."""
+    parts = [p["_part"].to_numpy() for p in pieces]
+    for i, p in enumerate(parts):
+        if len(p) > 1 and not (p[1:] >= p[:-1]).all():  # not cut by split_by_group: sort it here
+            order = np.argsort(p, kind="stable")
+            pieces[i], parts[i] = pieces[i].take(pa.array(order)), p[order]
+    present = sorted({int(x) for x in np.unique(np.concatenate(parts))})
+    out = Decided(parts=present)
+    bounds = [np.searchsorted(p, np.arange(NUM_PARTITIONS + 1)) for p in parts]
+    for q in present:
+        slices = [piece.slice(int(b[q]), int(b[q + 1] - b[q])) for piece, b in zip(pieces, bounds) if b[q + 1] > b[q]]
+        out.tables.append(decide_broadcast(stage, q, concat(slices)))
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
 def collect_decisions(ref: StageRef, groups: int, *results) -> tuple[Router, DecisionStats]:
     """Every decide task's :class:`Decided` (the first ``groups`` results) and every split
     task's seconds (the rest) -> the stage's router and the count and seconds for the
@@ -123,7 +154,8 @@ def decide_groups(ds, ref: StageRef, groups: int, task_cpus: float, keyed_by: St
     """Keyed rows to ``groups`` decide tasks, gathered by one collect task: returns the
     ObjectRefs (router, stats). ``keyed_by``: ``ds`` holds the rows, keyed by that stage in
     the split tasks; None: ``ds`` holds keyed rows."""
-    pieces = cluster.block_pieces(ds, split_by_group, groups + 1, task_cpus, groups, keyed_by, guard=guard)
+    pieces = cluster.block_pieces(ds, split_by_group, groups + 1, task_cpus, groups, keyed_by,
+                                  type(ref.build()).broadcast, guard=guard)
     decide = cluster.task(decide_group, num_cpus=task_cpus)
     decided = [decide.remote(ref, *[p[g] for p in pieces]) for g in range(groups)]
     collect = cluster.task(collect_decisions, num_returns=2, num_cpus=task_cpus)

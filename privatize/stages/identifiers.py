@@ -79,6 +79,8 @@ _LONG = 32
 """Words longer than this take a BLAKE2b digest instead of the polynomial lanes (which
 are made for the chance collisions of natural text; long crafted strings, Thue-Morse's,
 are where polynomial hashes modulo 2**64 are known to collide)."""
+SLICE_BYTES = 4 << 20
+"""Text bytes a scan takes at once (see :func:`_slices`)."""
 _MAY_RESERVE = r"<[A-Z]|_\["
 """Where a reserved token may be (a tag, an entity token): ``reserved_spans`` looks at
 those texts only."""
@@ -284,6 +286,9 @@ class Identifiers(GlobalStage):
     # ---- keys ----------------------------------------------------------------------
 
     def keys(self, batch: pa.Table) -> pa.Table:
+        pieces = _slices(batch)
+        if len(pieces) > 1:
+            return pa.concat_tables([self.keys(p) for p in pieces])
         who = batch["individual_id"] if "individual_id" in batch.column_names else pa.nulls(batch.num_rows, pa.string())
         who = pc.cast(who, pa.string())
         if isinstance(who, pa.ChunkedArray):
@@ -351,6 +356,9 @@ class Identifiers(GlobalStage):
         return self._common[1]
 
     def apply(self, batch: pa.Table, decisions: pa.Table) -> pa.Table:
+        pieces = _slices(batch)
+        if len(pieces) > 1:
+            return pa.concat_tables([self.apply(p, decisions) for p in pieces])
         st = self.settings
         n_rows = batch.num_rows
         texts = batch["text"].to_pylist()
@@ -401,6 +409,21 @@ class Identifiers(GlobalStage):
         for name, values in stats.items():
             batch = set_column(batch, f"_stat.{name}", pa.array(np.asarray(values, np.int64)))
         return batch
+
+
+def _slices(batch: pa.Table) -> list[pa.Table]:
+    """``batch`` in slices of about ``SLICE_BYTES`` of text (whole rows): the scan's
+    arrays take some 40 bytes per character, and Ray Data hands a stage blocks of up to
+    128 MiB, so a whole block at once would take gigabytes, more for larger input files."""
+    if batch.num_rows < 2 or "text" not in batch.column_names:
+        return [batch]
+    size = pc.fill_null(pc.binary_length(batch["text"].cast(pa.string())), 0).to_numpy(zero_copy_only=False)
+    ends = np.cumsum(size)
+    if ends[-1] <= SLICE_BYTES:
+        return [batch]
+    cuts = np.unique(np.searchsorted(ends, np.arange(SLICE_BYTES, int(ends[-1]), SLICE_BYTES), side="left") + 1)
+    cuts = [0, *[int(c) for c in cuts if 0 < c < batch.num_rows], batch.num_rows]
+    return [batch.slice(a, b - a) for a, b in zip(cuts, cuts[1:])]
 
 
 def _key_array(a: np.ndarray, b: np.ndarray) -> pa.Array:

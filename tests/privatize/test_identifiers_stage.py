@@ -298,3 +298,26 @@ def test_the_term_set_against_a_python_set():
     got = _TermSet(_key_array(a[::2], b[::2])).contains(a, b)
     assert got.tolist() == [(x, y) in members for x, y in zip(a.tolist(), b.tolist())]
     assert 0 < got.sum() < len(a)
+
+
+def test_a_large_block_is_scanned_in_slices(monkeypatch):
+    """A block over ``SLICE_BYTES`` of text is keyed and applied in slices of whole rows
+    (Ray Data hands stages blocks of up to 128 MiB): the same spans, statistics and
+    decisions as in one piece."""
+    from privatize.stages import identifiers
+
+    whole = _run(FIVE, k=2, max_n=3)
+    calls = []
+    real = identifiers._Terms
+
+    def counting(texts, settings):
+        calls.append(len(texts))
+        return real(texts, settings)
+
+    monkeypatch.setattr(identifiers, "SLICE_BYTES", 30)
+    monkeypatch.setattr(identifiers, "_Terms", counting)
+    sliced = _run(FIVE, k=2, max_n=3)
+    assert sliced.select(["doc_id", "identifier_spans"]).to_pylist() == \
+        whole.select(["doc_id", "identifier_spans"]).to_pylist()
+    assert _stats(sliced) == _stats(whole)
+    assert max(calls) < len(FIVE) and sum(calls) == 2 * len(FIVE)  # keys and apply, each row once

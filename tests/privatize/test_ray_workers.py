@@ -299,3 +299,33 @@ def test_a_broadcast_stage_s_decisions_are_one_table_in_partition_order():
     assert Broadcast([]).num_decisions == 0
     with pytest.raises(ValueError, match="decided twice"):
         Broadcast([(1, part(["a"]), {}), (1, part(["b"]), {})])
+
+
+def test_a_broadcast_decide_task_reads_one_partition_at_a_time():
+    """The identifiers stage's keyed rows split by group (each group's piece sorted by hash
+    partition) and decided partition by partition give the in-process runner's common
+    terms and statistics; pieces that reach the task unsorted are sorted there."""
+    from privatize.execution import decide_global_stage
+    from privatize.ray.shuffle import collect_decisions, decide_group, split_by_group
+    from privatize.ray.workers import StageRef, ready_stage
+    from privatize.spec import parse_spec
+
+    spec = parse_spec({"version": 1, "stages": [{"kind": "identifiers", "direct": "none", "max_n": 2}]})
+    ref = StageRef(spec.stages[0], None, 0, "test-run-broadcast")
+    texts = ["the red fox runs", "a red fox sleeps here", "the blue sky", "blue sky falls on the fox",
+             "green fox runs far", "the sky is red"]
+    blocks = [pa.table({"doc_id": [f"d{i}" for i in range(a, a + 2)], "individual_id": [f"p{i}" for i in range(a, a + 2)],
+                        "text": texts[a:a + 2], "_src": pa.array([0, 0], pa.int32()),
+                        "_line": pa.array([a + 1, a + 2], pa.int64()), "_seg": pa.array([0, 0], pa.int32())})
+              for a in (0, 2, 4)]
+    expected = decide_global_stage(ready_stage(ref), blocks)
+    for by_part in (True, False):
+        pieces = [split_by_group(b, 2, ref, by_part, None) for b in blocks]
+        if by_part:
+            for piece in (p for ps in pieces for p in ps[:2]):
+                part = piece["_part"].to_numpy()
+                assert (part[1:] >= part[:-1]).all()
+        decided = [decide_group(ref, *[p[g] for p in pieces]) for g in range(2)]
+        router, stats = collect_decisions(ref, 2, *decided, *[p[2] for p in pieces])
+        assert sorted(router.values["key"].to_pylist()) == sorted(expected.values["key"].to_pylist())
+        assert router.stats == expected.stats and stats.decisions == expected.num_decisions > 0
