@@ -458,3 +458,15 @@ class _TermSet:
         from privatize.stages import termscan
 
         return termscan.set_contains(*self._table, a, b)
+
+
+def compile_kernels() -> None:
+    """Compile (and cache on disk) every kernel the stage runs, for each code-point width:
+    an image built with this warm starts its workers without compiling."""
+    st = IdentifiersSettings(direct="none", max_n=2)
+    stage = Identifiers(st)
+    for text in ("an ASCII text", "a text in the BMP: café", "one beyond it: 😂"):
+        batch = pa.table({"doc_id": ["a", "b"], "individual_id": ["p", "q"], "text": [text, text]})
+        keyed = stage.keys(batch)
+        decisions, _ = stage.decide(keyed)
+        stage.apply(batch, decisions)

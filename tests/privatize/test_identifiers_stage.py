@@ -321,3 +321,16 @@ def test_a_large_block_is_scanned_in_slices(monkeypatch):
         whole.select(["doc_id", "identifier_spans"]).to_pylist()
     assert _stats(sliced) == _stats(whole)
     assert max(calls) < len(FIVE) and sum(calls) == 2 * len(FIVE)  # keys and apply, each row once
+
+
+def test_compile_kernels_warms_every_kernel_for_every_width():
+    """What the image runs at build time: afterwards every kernel has a compiled
+    signature for each code-point width it meets (one byte, two, four)."""
+    from privatize.stages import termscan
+    from privatize.stages.identifiers import compile_kernels
+
+    compile_kernels()
+    widths = {str(sig[0].dtype) for sig in termscan.scan_words.signatures}
+    assert {"uint8", "uint16", "uint32"} <= widths
+    for kernel in (termscan.term_occurrences, termscan._count, termscan.set_build, termscan.set_contains):
+        assert kernel.signatures
