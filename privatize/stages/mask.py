@@ -155,6 +155,8 @@ def _originals(text: str, masked: str, merged: list[tuple[int, int]]) -> list[st
     return out
 
 
+_HASH_BASE = np.uint64(1_000_003)
+_HASH_INV = np.uint64(pow(1_000_003, -1, 2**64))
 _RESERVED_START, _ENTITY_OPEN = re.compile(r"<[A-Z]"), re.compile(r"_\[")
 """Where a reserved token may be (a tag, an entity token): two literal-prefix patterns,
 each a fast scan, instead of ``RESERVED_RE`` over the whole batch."""
@@ -187,12 +189,9 @@ def _code_points(text: str) -> np.ndarray:
 
 
 class _Powers:
-    """``base**i`` and ``base**-i`` modulo 2**64 for i up to the longest batch yet (``base``
-    odd, so invertible modulo 2**64)."""
+    """``B**i`` and ``B**-i`` modulo 2**64 for i up to the longest batch yet."""
 
-    def __init__(self, base: int = 1_000_003) -> None:
-        self.base = np.uint64(base)
-        self.inverse = np.uint64(pow(base, -1, 2**64))
+    def __init__(self) -> None:
         self.up = self.down = np.ones(1, np.uint64)
 
     def __call__(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -201,20 +200,20 @@ class _Powers:
             with np.errstate(over="ignore"):
                 self.up, self.down = (
                     np.cumprod(np.concatenate((np.ones(1, np.uint64), np.full(size - 1, b, np.uint64))),
-                               dtype=np.uint64) for b in (self.base, self.inverse))
+                               dtype=np.uint64) for b in (_HASH_BASE, _HASH_INV))
         return self.up, self.down
 
 
 _powers = _Powers()
 
 
-def token_hashes(cps: np.ndarray, starts: np.ndarray, ends: np.ndarray, powers: _Powers = _powers) -> np.ndarray:
+def token_hashes(cps: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """A polynomial hash modulo 2**64 of each range ``[starts, ends)`` of the code points
     ``cps``, all at once: prefix sums of ``cp * B**i``, differenced and shifted back by
     ``B**-start`` (B odd, so invertible modulo 2**64). Equal ranges hash equal wherever
     they are."""
     n = len(cps)
-    up, down = powers(n)
+    up, down = _powers(n)
     with np.errstate(over="ignore"):
         prefix = np.zeros(n + 1, np.uint64)
         np.cumsum(cps * up[:n], dtype=np.uint64, out=prefix[1:])
