@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -441,27 +442,40 @@ def run_stream(mb_target: float, work: Path) -> None:
         print(line)
 
 
+def _write_individuals(mb_target: float, folder: Path) -> None:
+    from _common import individuals_corpus
+
+    texts, people = individuals_corpus(mb_target, 100_000)
+    folder.mkdir(parents=True, exist_ok=True)
+    per = (len(texts) + FILES - 1) // FILES
+    for f in range(FILES):
+        with open(folder / f"part-{f}.jsonl", "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps({"id": f"d{i}", "individual_id": people[i], "text": texts[i]}) + "\n"
+                          for i in range(f * per, min(len(texts), (f + 1) * per)))
+    (folder.parent / "counts.json").write_text(json.dumps({"records": len(texts), "individuals": len(set(people))}))
+
+
 def run_identifiers(mb_target: float, work: Path, max_n: int, cpu_counts: tuple[int, ...] = (1, 2),
                     store_gb: float | None = None) -> None:
     import ray
 
-    from _common import individuals_corpus
     from privatize import RunOptions, run
     from privatize.ray import local_init_args
     from privatize.spec import parse_spec
 
-    texts, people = individuals_corpus(mb_target, 100_000)
-    (work / "in").mkdir(parents=True, exist_ok=True)
-    per = (len(texts) + FILES - 1) // FILES
-    for f in range(FILES):
-        with open(work / "in" / f"part-{f}.jsonl", "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps({"id": f"d{i}", "individual_id": people[i], "text": texts[i]}) + "\n"
-                          for i in range(f * per, min(len(texts), (f + 1) * per)))
+    # the corpus is made and written by a child process, so that this driver (whose memory
+    # is measured) never holds it
+    child = multiprocessing.get_context("fork").Process(target=_write_individuals, args=(mb_target, work / "in"))
+    child.start()
+    child.join()
+    if child.exitcode:
+        raise SystemExit(f"writing the corpus failed (exit {child.exitcode})")
+    counts = json.loads((work / "counts.json").read_text())
     mb = sum(p.stat().st_size for p in (work / "in").iterdir()) / 1e6
     spec = parse_spec({"version": 1, "stages": [{"kind": "identifiers", "direct": "none", "max_n": max_n}],
                        "output": {"num_shards": 8}})
-    print(f"identifiers (max_n {max_n}, direct none): {mb:.0f} MB of JSONL, {len(texts)} records of "
-          f"{len(set(people))} individuals; {machine()}")
+    print(f"identifiers (max_n {max_n}, direct none): {mb:.0f} MB of JSONL, {counts['records']} records of "
+          f"{counts['individuals']} individuals; {machine()}")
     hashes, secs = {}, {}
     for cpus in cpu_counts:
         store = int(store_gb * 2**30) if store_gb else None
