@@ -71,9 +71,9 @@ def split_by_group(block: pa.Table, groups: int, ref: StageRef | None, by_part: 
 
 def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
     """Every keyed row of the hash partitions of one group -> ``decide`` per partition,
-    routed (a broadcast stage's: unrouted, with their partition). The rows are put in the
-    global order once, by their packed order columns (sorting each partition by three
-    columns cost more than deciding it)."""
+    routed (a broadcast stage's: :func:`_decide_sets`). The rows are put in the global
+    order once, by their packed order columns (sorting each partition by three columns
+    cost more than deciding it)."""
     allocator.tune()
     t0 = time.perf_counter()
     rows = [p for p in pieces if p.num_rows]
@@ -85,14 +85,11 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
     keyed = concat(rows)
     part = keyed["_part"].to_numpy().astype(np.uint8)  # a stable sort of bytes is a radix sort
     keyed = keyed.select(decide_columns(keyed))
-    packed = None
-    order = np.arange(len(part))
-    if not stage.broadcast:  # a broadcast stage decides sets: its rows need no global order
-        packed = packed_order(keyed)
-        # the global order (then by partition, keeping that order within each); where the
-        # order columns do not pack, each partition is sorted on its own below
-        if packed is not None and not (packed[1:] >= packed[:-1]).all():
-            order = np.argsort(packed, kind="stable")
+    packed = packed_order(keyed)
+    # the global order (then by partition, keeping that order within each); where the
+    # order columns do not pack, each partition is sorted on its own below
+    in_order = packed is None or (packed[1:] >= packed[:-1]).all()
+    order = np.arange(len(part)) if in_order else np.argsort(packed, kind="stable")
     order = order[np.argsort(part[order], kind="stable")]
     keyed = pa.table({c: keyed[c].take(pa.array(order)) for c in keyed.column_names})
     part = part[order]
@@ -101,9 +98,6 @@ def decide_group(ref: StageRef, *pieces: pa.Table) -> Decided:
     out = Decided(parts=sorted(int(p) for p in np.unique(part)))
     for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(part)]):
         group = keyed.slice(a, b - a)
-        if stage.broadcast:
-            out.tables.append(decide_broadcast(stage, int(part[a]), group))
-            continue
         if packed is None:
             group = group.sort_by([(c, "ascending") for c in ORDER_COLUMNS])
         out.tables.append(decide_partition(stage, group, None if packed is None else packed[a:b]))
@@ -115,7 +109,7 @@ def _decide_sets(stage, pieces: list[pa.Table], t0: float) -> Decided:
     """A broadcast stage's decide task: one hash partition at a time, its rows cut from
     every piece (each sorted by partition in :func:`split_by_group`) and joined, so that
     the task holds the pieces as the object store gives them and one partition's copy,
-    not a copy of the whole group (a sixteenth of every keyed row at 2 CPUs and 1 GB)."""
+    not a copy of the whole group (a quarter of every keyed row at 2 CPUs)."""
     parts = [p["_part"].to_numpy() for p in pieces]
     for i, p in enumerate(parts):
         if len(p) > 1 and not (p[1:] >= p[:-1]).all():  # not cut by split_by_group: sort it here

@@ -21,7 +21,8 @@ import numpy as np
 BASE1, BASE2 = 1_000_003, 0x100000001B3
 """The lanes' polynomial bases (odd)."""
 _SEED = 0x632BE59BD9B4E019
-_EMPTY = -1
+_M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+"""The lanes' multipliers when a word's length, or a term's next word, joins them."""
 
 
 @numba.njit(inline="always")
@@ -55,7 +56,6 @@ def scan_words(cps, classes, normal, word_bit, inner_bit, end_bit):
     lane2 = np.empty(cap, np.uint64)
     seg = np.empty(cap, np.int64)
     b1, b2 = np.uint64(BASE1), np.uint64(BASE2)
-    m1, m2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
     count, segment, stopped, i = 0, 0, False, 0
     while i < n:
         c = classes[cps[i]]
@@ -82,8 +82,8 @@ def scan_words(cps, classes, normal, word_bit, inner_bit, end_bit):
             length = np.uint64(i - s)
             starts[count] = s
             ends[count] = i
-            lane1[count] = _fmix(x1 * m1 + length)
-            lane2[count] = _fmix(x2 * m2 + length)
+            lane1[count] = _fmix(x1 * _M1 + length)
+            lane2[count] = _fmix(x2 * _M2 + length)
             seg[count] = segment
             count += 1
         else:
@@ -103,7 +103,6 @@ def term_occurrences(lane1, lane2, seg, max_n):
     length = np.empty(cap, np.int8)
     oa = np.empty(cap, np.uint64)
     ob = np.empty(cap, np.uint64)
-    m1, m2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
     j = 0
     for n in range(1, max_n + 1):
         for i in range(w - n + 1):
@@ -111,8 +110,8 @@ def term_occurrences(lane1, lane2, seg, max_n):
                 continue
             g1, g2 = lane1[i], lane2[i]
             for t in range(1, n):
-                g1 = _combine(g1, lane1[i + t], m1)
-                g2 = _combine(g2, lane2[i + t], m2)
+                g1 = _combine(g1, lane1[i + t], _M1)
+                g2 = _combine(g2, lane2[i + t], _M2)
             first[j] = i
             length[j] = n
             oa[j] = g1
