@@ -56,6 +56,7 @@ from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
                                          url_span, warm_word_lists)
+from privatize.redaction.styles import AUTO, get_style, style_picker
 from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        is_speaker_label, merge_intervals, merge_spans, recase)
@@ -128,6 +129,8 @@ class Detection:
     pi_c_hit: bool = False
     pi_c_intervals: list[tuple[int, int]] = field(default_factory=list)
     """Merged character intervals the conservative policy flags (pi's spans included)."""
+    style: str = "general"
+    """The document style whose rules were used (:mod:`privatize.redaction.styles`)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -290,7 +293,7 @@ class Detector:
     def __init__(self, model: str = DEFAULT_MODEL, *, entities: Iterable[str] | None = None,
                  score_threshold: float = DEFAULT_SCORE_THRESHOLD, propagate: str = "document",
                  pi_c: PiCOptions | None = None, batch_size: int = 32, upper_case_names: bool = True,
-                 profile: str = "balanced"):
+                 profile: str = "balanced", style: str = AUTO):
         if propagate not in ("document", "none"):
             raise ValueError("propagate must be 'document' or 'none'")
         if profile not in PROFILES:
@@ -307,6 +310,8 @@ class Detector:
         self.profile = profile
         self.filtered = profile == "balanced"
         self.pi_c = pi_c or PiCOptions()
+        self.style = style
+        self._pick_style = style_picker(style)
         self.batch_size = batch_size
         self.upper_case_names = upper_case_names
         self.nlp = load_spacy(model, ("ner",))
@@ -426,11 +431,17 @@ class Detector:
 
     # ---- propagation --------------------------------------------------------------
     @staticmethod
-    def _propagate(text: str, spans: list[Span]) -> list[Span]:
+    def _propagate(text: str, spans: list[Span], caseless: bool = False) -> list[Span]:
         """Every other occurrence of a detected string (and of each capitalised part of
-        a detected name) in ``text``, as new spans of the same type and score."""
+        a detected name) in ``text``, as new spans of the same type and score; with
+        ``caseless`` (the chat style) in any case."""
         if not spans:
             return spans
+        hay = text
+        if caseless:
+            low = text.lower()
+            if len(low) == len(text):  # lower-casing kept every offset
+                hay = low
         targets: dict[str, tuple[str, float]] = {}
         stops = stop_words()
         for s, e, t, sc, _src, _ctx in spans:
@@ -446,12 +457,17 @@ class Detector:
         covered = sorted((s, e) for s, e, *_ in spans)
         extra = []
         n = len(text)
+        if hay is not text:
+            low_targets: dict[str, tuple[str, float]] = {}
+            for key, val in targets.items():
+                low_targets.setdefault(key.lower(), val)
+            targets = low_targets
         for key in sorted(targets, key=len, reverse=True):
             t, sc = targets[key]
-            pos = text.find(key)
+            pos = hay.find(key)
             while pos >= 0:
                 a, b = pos, pos + len(key)
-                pos = text.find(key, pos + 1)
+                pos = hay.find(key, pos + 1)
                 if (a > 0 and _is_word_char(text[a - 1])) or (b < n and _is_word_char(text[b])):
                     continue
                 if any(s <= a and b <= e for s, e in covered):
@@ -475,11 +491,14 @@ class Detector:
         for t in texts:
             if not isinstance(t, str):
                 raise TypeError("detect needs str texts (quarantine null records before)")
+        doc_styles = [get_style(self._pick_style(t)) for t in texts]
         upper_regions = [caseless_regions(t) if self.upper_case_names else [] for t in texts]
-        # one NER pass per text, over the text with its caseless regions re-cased
-        ner = self._ner([recase(t, r) if r else t for t, r in zip(texts, upper_regions)])
+        recased = [r if st.recase else [] for r, st in zip(upper_regions, doc_styles)]
+        # one NER pass per text, over the text with its caseless regions re-cased (where
+        # the text's style allows it: clinical capitals are shorthand, not caseless chat)
+        ner = self._ner([recase(t, r) if r else t for t, r in zip(texts, recased)])
         case_ner = {}
-        for i, regions in enumerate(upper_regions):
+        for i, regions in enumerate(recased):
             if regions:
                 ner[i], case_ner[i] = _split_caseless(ner[i], regions)
         results = []
@@ -493,16 +512,25 @@ class Detector:
                 cands += self._map_ner(case_ner[i], "spacy_case", text, case)
             hits, weak = self._patterns(text, None if pi_c.recognizer_hits else self.entities)
             cands += hits
+            style = doc_styles[i]
+            cands += style.extra(text)
+            raw = cands
+            if self.filtered:  # the style's filters (pi_c below still sees every raw hit)
+                cands = [c for c in cands if style.drop(text, c) is None]
             cands += self._name_lists(text, [c for c in cands if c[2] == "PERSON" and c[3] >= self.score_threshold])
             cands = _cut_reserved(cands, reserved, text)
             pi = [c for c in cands if c[2] in self.entities and c[3] >= self.score_threshold]
             pi = merge_spans(pi)
             if self.propagate == "document" and pi:
-                pi = merge_spans(_cut_reserved(self._propagate(text, pi), reserved, text))
+                caseless = style.propagate_key("x") is not None
+                spread = self._propagate(text, pi, caseless)
+                if self.filtered:  # a propagated copy meets the style's filters where it stands
+                    spread = [c for c in spread if c[4] != "propagation" or style.drop(text, c) is None]
+                pi = merge_spans(_cut_reserved(spread, reserved, text))
             # pi_c
             iv = [(sp[0], sp[1]) for sp in pi]
             if pi_c.recognizer_hits:
-                iv += [(c[0], c[1]) for c in [*cands, *weak] if c[3] >= pi_c.min_score]
+                iv += [(c[0], c[1]) for c in [*cands, *raw, *weak] if c[3] >= pi_c.min_score]
             if pi_c.all_ner_labels:
                 iv += [(s, e) for s, e, lab in [*ner[i], *case_ner.get(i, ())] if self._pi_c_entity(text, s, e, lab)]
             if pi_c.digits or pi_c.capitalized:
@@ -521,6 +549,7 @@ class Detector:
                        for s, e, t, sc, src, _ctx in pi],
                 pi_c_hit=bool(iv),
                 pi_c_intervals=merge_intervals(iv) if want_intervals else [],
+                style=style.name,
             )
             results.append(det)
         return results
@@ -559,13 +588,14 @@ def detector_for(settings) -> Detector:
     if hasattr(pic, "model_dump"):
         pic = PiCOptions(**pic.model_dump())
     key = (settings.model, tuple(settings.entities), float(settings.score_threshold), settings.propagate, pic,
-           int(getattr(settings, "batch_size", 32)), getattr(settings, "profile", "balanced"))
+           int(getattr(settings, "batch_size", 32)), getattr(settings, "profile", "balanced"),
+           getattr(settings, "style", AUTO))
     with _default_lock:
         return _detector_by_key(key)
 
 
 @functools.lru_cache(maxsize=8)
 def _detector_by_key(key) -> Detector:
-    model, entities, threshold, propagate, pic, batch_size, profile = key
+    model, entities, threshold, propagate, pic, batch_size, profile, style = key
     return Detector(model, entities=entities, score_threshold=threshold, propagate=propagate, pi_c=pic,
-                    batch_size=batch_size, profile=profile)
+                    batch_size=batch_size, profile=profile, style=style)

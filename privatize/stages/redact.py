@@ -6,13 +6,16 @@ Settings: the spaCy ``model``, the ``entities`` to remove, the ``operator`` (``m
 entity tokens ``Person_[<base64>]`` under an ``aes-siv`` (or ``aes-ecb``) key given by
 reference), the pi ``score_threshold``, ``propagate`` (``document``: a string detected
 once in a record is removed at every occurrence in that record), the ``profile``
-(``balanced``, the default: false-positive filters on pi; ``high_recall``: none) and the
-``pi_c`` signals. See :mod:`privatize.redaction.detect` for what each policy looks at.
+(``balanced``, the default: false-positive filters on pi; ``high_recall``: none), the
+document ``style`` (``auto``, the default, picks ``clinical``, ``legal``, ``chat`` or
+``general`` per document; see :mod:`privatize.redaction.styles`) and the ``pi_c``
+signals. See :mod:`privatize.redaction.detect` for what each policy looks at.
 
 Columns added: ``spans`` (``list<struct<start, end, entity_type, score, source>>``,
 offsets into the text as it was before this stage), ``pi_hit`` (anything removed),
 ``pi_c_hit`` (the conservative policy flagged the record); statistics
-``entities.<TYPE>`` (spans per type), ``chars_redacted``, ``chars``, ``pi_hits`` and
+``entities.<TYPE>`` (spans per type), ``styles.<STYLE>`` (documents per style),
+``chars_redacted``, ``chars``, ``pi_hits`` and
 ``pi_c_hits``. A record with no text, or one whose detection or replacement raises, is
 quarantined with a reason, never passed through.
 
@@ -36,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from privatize.ciphers.tokens import MASK_TOKEN
 from privatize.redaction.detect import DEFAULT_ENTITIES, DEFAULT_SCORE_THRESHOLD, KNOWN_ENTITIES
 from privatize.redaction.engine import DEFAULT_MODEL
+from privatize.redaction.styles import AUTO, style_names
 from privatize.settings import Before, KeyKinds, KeyRef, StageSettings, declared_key_kinds
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 
@@ -103,6 +107,10 @@ class RedactSettings(StageSettings):
     that do not parse as URLs, and licence/bank/passport patterns without a context word
     (about half the characters flagged on clinical notes, same recall on names and dates).
     ``high_recall``: pi keeps every hit above the threshold. pi_c is the same under both."""
+    style: str = AUTO
+    """The document style whose rules pi uses: ``auto`` (per document, from what the text
+    looks like), or one of ``clinical``, ``legal``, ``chat``, ``general`` (every document
+    read in that style; ``general`` is the detector without style rules)."""
     pi_c: PiCSettings = Field(default_factory=PiCSettings)
     batch_size: int = Field(32, ge=1, le=10_000)
     """Texts per spaCy ``nlp.pipe`` batch."""
@@ -116,6 +124,14 @@ class RedactSettings(StageSettings):
         if unknown:
             raise ValueError(f"unknown entity type(s) {unknown}; known: {sorted(KNOWN_ENTITIES)}")
         return sorted(set(v), key=v.index)
+
+    @field_validator("style")
+    @classmethod
+    def _check_style(cls, v: str) -> str:
+        names = style_names()
+        if v not in names:
+            raise ValueError(f"unknown style {v!r}; choose from {', '.join(names)}")
+        return v
 
     @field_validator("propagate")
     @classmethod
@@ -221,6 +237,7 @@ class Redact(Stage):
         pi_c_hit: list[bool | None] = []
         reasons: list[str | None] = []
         counts = {t: [0] * n for t in entities}
+        style_counts = {name: [0] * n for name in style_names() if name != AUTO}  # same columns in every batch
         chars_red = [0] * n
         chars = [0] * n
         for i, text in enumerate(texts):
@@ -248,6 +265,7 @@ class Redact(Stage):
             pi_c_hit.append(bool(det.pi_c_hit))
             reasons.append(None)
             chars[i] = len(text)
+            style_counts[det.style][i] = 1
             for sp in det.spans:
                 counts[sp["entity_type"]][i] += 1
                 chars_red[i] += sp["end"] - sp["start"]
@@ -259,6 +277,8 @@ class Redact(Stage):
             batch = set_column(batch, QUARANTINE, pa.array(reasons, pa.string()))
         for t in entities:
             batch = set_column(batch, f"_stat.entities.{t}", pa.array(counts[t], pa.int64()))
+        for name, col in sorted(style_counts.items()):
+            batch = set_column(batch, f"_stat.styles.{name}", pa.array(col, pa.int64()))
         batch = set_column(batch, "_stat.chars_redacted", pa.array(chars_red, pa.int64()))
         batch = set_column(batch, "_stat.chars", pa.array(chars, pa.int64()))
         batch = set_column(batch, "_stat.pi_hits", pa.array([int(bool(x)) for x in pi_hit], pa.int64()))

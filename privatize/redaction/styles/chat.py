@@ -1,0 +1,127 @@
+"""``chat``: dialogues, chat logs and support conversations, often lower case and tokenised.
+
+Evidence: several short lines (turns) and the words of conversation (``i``, ``you``,
+``please``, ``thanks``, ``could``, ``need``).
+
+Rules:
+
+Turns are lines; text in paragraphs between blank lines (a letter, an e-mail) is not chat.
+
+* a weekday name alone is not a date (``on Saturday``: no date is named), and a
+  nationality before food words is a cuisine (``Indian food``, ``Chinese restaurant``);
+  currency codes (``GBP``) and compass or area words (``North``, ``Centre``) are not names;
+* venues and streets without capitals: a head word (``guest house``, ``college``,
+  ``museum``, ``road``, ``street``) and the one to four name words before it
+  (``the acorn guest house``, ``clare college``, ``pool way``, ``whitehill road``);
+* propagation ignores case: a name detected once in a turn (``Saigon City``) is removed
+  in every turn that repeats it (``saigon city``).
+"""
+
+from __future__ import annotations
+
+import regex as re
+
+from privatize.redaction.filters import is_known_name, zipf
+from privatize.redaction.spans import Span
+from privatize.redaction.styles import DocumentStyle, register_style
+from privatize.redaction.words import stop_words
+
+_CHAT_WORDS = frozenset("""
+i i'm im i'd i'll i've me my you you're your yours we us our please thanks thank thx hi hello hey ok okay sure
+yes yeah no nope could would can need want like help book looking great bye goodbye sorry
+""".split())
+_WEEKDAY = re.compile(r"(?i)(?:on[ \t]+)?(?:mon|tues|wednes|thurs|fri|satur|sun)days?")
+_CURRENCY = frozenset("gbp usd eur jpy cad aud chf cny inr".split())
+_FOOD_AFTER = re.compile(r"(?i)[ \t]+(?:food|cuisine|restaurants?|places?|dishes|dish|meal|meals|dinner|lunch|"
+                         r"breakfast|takeaway|place|one|option|options|style|kitchen)\b")
+_VENUE_HEADS = (r"guest[ \t]*house|guesthouse|hotel|restaurant|college|museum|gallery|park|church|pool|theatre|"
+                r"theater|cinema|pub|bar|kitchen|bistro|cafe|café|house|inn|lodge|hall|arcade|club|gardens?|"
+                r"nightclub|boathouse|cruisers|pizzeria|brasserie|grill|chapel|cathedral|abbey|library|"
+                r"centre|center|punting|punters?|tours|cafeteria|tavern|diner|steakhouse|b[ \t]*&[ \t]*b|"
+                r"bed[ \t]+and[ \t]+breakfast")
+_STREET_HEADS = (r"road|rd|street|st|lane|ln|way|avenue|ave|drive|dr|close|hill|square|row|place|terrace|crescent|"
+                 r"court|green|walk|parade|gate|bridge|mews|grove|broadway")
+_W = r"[^\W\d_][\p{L}'’-]*"
+_VENUE = re.compile(rf"(?i)(?<![\w'’-])(?P<v>(?:{_W}[ \t]+){{1,4}}(?:'s?[ \t]+)?(?:{_VENUE_HEADS}))(?![\w'’-])")
+_STREET = re.compile(rf"(?i)(?<![\w'’-])(?P<v>(?:\d+[a-z]?[ \t]+)?(?:{_W}[ \t]+){{1,3}}(?:{_STREET_HEADS}))(?![\w'’-])")
+# words that end a name when read leftwards from the head word ("is the acorn guest house")
+_NOT_NAME_WORDS = frozenset("""
+cheap expensive moderate moderately priced nice good great lovely popular famous best other another local nearby
+north south east west centre center central town city area part side free wifi internet parking star stars
+book booking booked reservation reserve called named recommend suggest try visit about like want need find
+looking any some that this these those which what there here one two three four five a an the at in on for to
+is are was be it its it's and or of my your our their with near from by located address
+""".split())
+
+
+@register_style
+class Chat(DocumentStyle):
+    name = "chat"
+    threshold = 0.08
+
+    def evidence(self, text: str, words: list[str]) -> float:
+        lines = [ln for ln in text.split("\n") if ln.strip()]
+        if len(lines) < 3 or sum(len(ln) for ln in lines) / len(lines) > 300:
+            return 0.0
+        if text.count("\n\n") * 3 >= len(lines):
+            return 0.0  # paragraphs between blank lines: a letter or an e-mail, not turns
+        return sum(1 for w in words if w in _CHAT_WORDS) / len(words)
+
+    def drop(self, text: str, span: Span) -> str | None:
+        s, e, etype, _sc, source, _ctx = span
+        piece = text[s:e].strip()
+        if etype == "DATE_TIME" and _WEEKDAY.fullmatch(piece):
+            return "a weekday alone names no date"
+        if etype == "NRP" and _FOOD_AFTER.match(text, e):
+            return "a cuisine"
+        if etype in ("ORGANIZATION", "LOCATION", "PERSON", "NRP") and " " not in piece:
+            w = piece.strip(".,;:()'’\"")
+            if w.lower() in _CURRENCY:
+                return "currency code"
+            if w.lower() in _NOT_NAME_WORDS:
+                return "common word"
+            if not is_known_name(w) and zipf(w) >= 4.0 and source in ("spacy", "spacy_case", "propagation"):
+                return "common word"
+            if w.islower() and zipf(w) >= 4.0 and source == "propagation":
+                return "common word"
+        return None
+
+    def extra(self, text: str) -> list[Span]:
+        out: list[Span] = []
+        for rx, etype in ((_VENUE, "LOCATION"), (_STREET, "STREET_ADDRESS")):
+            for m in rx.finditer(text):
+                span = self._trim(text, m.start("v"), m.end("v"), etype)
+                if span is not None:
+                    out.append(span)
+        return out
+
+    @staticmethod
+    def _trim(text: str, s: int, e: int, etype: str) -> Span | None:
+        """The name before the head word: words read leftwards until one that is not part
+        of a name (``is the``, ``a cheap``); at least one name word must remain."""
+        words = [(m.start() + s, m.group(0)) for m in re.finditer(r"\S+", text[s:e])]
+        heads = 1
+        while heads < len(words) and re.fullmatch(rf"(?i){_VENUE_HEADS}|{_STREET_HEADS}|and|breakfast|bed|&|b",
+                                                  words[-heads - 1][1]):
+            heads += 1
+        names = words[:-heads]
+        keep = []
+        for a, w in reversed(names):
+            lw = w.lower()
+            if lw.isdigit() and etype == "STREET_ADDRESS":
+                keep.append(a)
+                continue
+            if lw in _NOT_NAME_WORDS or lw in stop_words() and lw not in ("a", "b"):
+                break
+            keep.append(a)
+        if not keep:
+            return None
+        a = min(keep)
+        name_words = [w for p, w in names if p >= a and not w.isdigit()]
+        if not name_words or all((zipf(w) >= 4.0 and not is_known_name(w)) or re.fullmatch(
+                r"(?i)\p{L}+(?:ish|ian|ese|an|ic)|thai|french|greek|swimming|cheap|expensive", w) for w in name_words):
+            return None  # "the main road", "a big house"
+        return (a, e, etype, 0.5, f"chat_{etype.lower()}", True)
+
+    def propagate_key(self, piece: str) -> str | None:
+        return piece.lower()

@@ -1,0 +1,103 @@
+"""Clinical vocabulary: drug names from a maintained source and the abbreviations of
+clinical shorthand, so that clinical words are not read as names.
+
+* **Drugs**: the dictionary of ``drug-named-entity-recognition`` (Fast Data Science, MIT
+  licence; generic and brand names from MeSH, Medline Plus, DrugBank and Wikipedia). Its
+  one-word names are kept (about 36,000); loading its pickle takes about 3 s, so the word
+  set is cached once per version in the user's cache folder.
+* **Abbreviations and shorthand**: the common abbreviations of nursing and ICU notes
+  (vital signs, lines and devices, units, wards, assessments), written here from general
+  clinical usage, and eponymous devices and signs (``Foley``, ``Swan``) that are also
+  surnames.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+# Common clinical abbreviations and shorthand (lower case). General usage, not taken from
+# any one corpus.
+CLINICAL_ABBREVIATIONS = frozenset("""
+abd abdo abg abgs abx ac acls adl adls afeb afebrile afib aflutter aki alb alk alt amb amio ams amt ant ap aps
+aptt ards art asa ast av avr avss bal bbs bid bilat bipap bka bl bld bm bmp bms bnp bp bpm bps br brbpr bs bsa
+bun bx ca cabg cad cath cbc cbg cc ccu cdiff chf ci cj ck ckd ckmb cl cm cmo cmv cns co c/o copd cp cpap cpk
+cpr cr crackles crrt csf csru ct cta cv cva cvc cvp cvvh cvvhd cx cxr d/c dc dcd dnr dni dm dsd dtr dvt dx
+ebl ecg echo ed eeg ef egd ekg eom eomi ercp esrd et ett etoh ext fen ffp fio2 fsbs ftt fu f/u fx g gcs gerd
+gi gib gjt gt gtt gtts gu h/o hct hd hep hgb hh hip hiv ho hob hpi hr hs htn hx iabp icd icu id i&o ino inr
+io ip ir iv ivb ivf ivp jp jvd k kcl kvo l lad lat lbs lcx le lfts lg liter ll lll lmca lol lp lr ls lt lue
+lul lv lvad lvh mae maew map maps mar mcg meds mg mgso4 mi micu ml mm mmhg mod mrsa ms msk mso4 mvi na nad nc
+neb nebs neo neuro ng ngt nicu nitro npo nqwmi nrb ns nsr nsvt ntg nt ntd o2 ob od ogt oob op or ot otc pa pac
+pacu pap pca pcp pcwp pe peep peg perrl perrla pfts pg pict picc plt pmh pmhx pmi pna po pod post pp ppd prbc
+prbcs prn pruritis ps psv pt pta ptca ptt pvc pvcs q qd qh qid qod qs r rbc rca rcx re rehab resp rf rij rll
+rml rn rnp ro ros rr rrr rrt rt rue rul rx s/p sat sats sbp sc scds sem sicu sl slp smi sob sq sr srs ssi stat
+std stemi sts svt sx t tbili tcu tee temp tf tfs tid tko tlc tls tmax tpn tsicu tte tv tx u ua ucx ue uo uop
+uri uti vac vad vanc vap vat vbg vent vf vfib vs vss vt vtach wbc wc wnl wob xl xr
+cont con't cont'd contd neosynephrine levo dopa dobut dobutamine nitro heme lytes abx
+osh hosp stepdown floor er cath lab labs aline a-line pheresis bile duct
+""".split())
+
+# Eponymous devices, signs and procedures that are also surnames or common names.
+CLINICAL_EPONYMS = frozenset("""
+foley swan ganz swan-ganz hickman broviac groshong penrose pleurovac jackson-pratt babinski homan homans
+trendelenburg fowler fowlers murphy mcburney kernig brudzinski glasgow allen doppler holter coude cordis
+pleurx salem dobhoff levin miami aspen philadelphia bair hugger kangaroo pyxis carevue metavision
+""".split())
+
+# Words of clinical narrative that are not abbreviations (style evidence only: they are
+# ordinary English words, never read as names anyway).
+CLINICAL_CONTEXT = frozenset("""
+patient patients nursing nurse note notes therapy intubated extubated suction suctioned suctioning sedation
+sedated vital signs sounds breath breathing lungs lung pain medicated medication medications diuresis afebrile
+stable tolerating tolerated family aware plan assessment assess events labs lab chart resp respiratory cardiac
+neuro neurologic pulses pulse edema skin stool urine sputum secretions bowel abdomen abdominal clear coarse
+rhonochorous rhonchi crackles wheezes diminished bilateral oriented alert responsive unresponsive sedate
+orders ordered rounds transfused infusion drip titrated weaned wean vent ventilator trach tube catheter
+ostomy wound dressing incision site rash fever febrile temp nausea vomiting emesis diarrhea hypotension
+hypertension tachycardia bradycardia sinus rhythm ectopy heparin insulin potassium magnesium calcium
+hct glucose sugar coverage scale cx culture cultures sent consult consulted physician md team attending
+hemodynamically hemodynamics mental status dyspnea shortness cough voiding void foley drain drainage output
+intake fluids fluid bolus dose doses mg mcg ml cc units admission admitted discharge icu ccu micu unit
+""".split())
+
+DRUG_PACKAGE = "drug_named_entity_recognition"
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "privatize"
+
+
+@functools.lru_cache(maxsize=1)
+def drug_words() -> frozenset[str]:
+    """One-word drug names (lower case) from ``drug-named-entity-recognition``."""
+    from importlib.metadata import version
+
+    ver = version("drug-named-entity-recognition")
+    cache = _cache_dir() / f"drug_words-{ver}.txt"
+    try:
+        return frozenset(cache.read_text(encoding="utf-8").split())
+    except OSError:
+        pass
+    import bz2
+    import pickle  # noqa: S403 - the package's own data file, installed from the lock
+    from importlib.resources import files
+
+    with bz2.open(files(DRUG_PACKAGE) / "drug_ner_dictionary.pkl.bz2") as fh:
+        data = pickle.load(fh)  # noqa: S301 - as above
+    words = sorted({k for k in data["drug_variant_to_canonical"] if k.isalpha() and len(k) >= 3})
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".tmp-{os.getpid()}")
+        tmp.write_text("\n".join(words), encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # a read-only home: load from the package each time
+    return frozenset(words)
+
+
+def is_clinical_word(word: str) -> bool:
+    """A clinical abbreviation, shorthand word, eponymous device or drug name."""
+    w = word.lower().strip(".,;:()'’\"")
+    return w in CLINICAL_ABBREVIATIONS or w in CLINICAL_EPONYMS or w in drug_words()

@@ -1,0 +1,176 @@
+"""Issue 35: document styles and their rules, with hand-checked positives and negatives
+drawn from the three real development corpora (``../shared/data/real_dev``; the snippets
+are quoted here so the tests need no data):
+
+* clinical: PhysioNet deid ICU nursing notes (MIMIC-II, PHI replaced by surrogates);
+* legal: TAB, European Court of Human Rights judgments (train split);
+* chat: MultiWOZ 2.1 validation dialogues (tokenised, lower case, as distributed).
+
+The false-positive classes of the issue are among the negatives: drug names and clinical
+abbreviations read as names, vital signs and ventilator settings read as dates, public
+entities (governments, courts, nationalities of states) in judgments, weekdays and
+cuisines in dialogues."""
+
+import pyarrow as pa
+import pytest
+
+pytestmark = pytest.mark.presidio
+
+detect = pytest.importorskip("privatize.redaction.detect")
+styles = pytest.importorskip("privatize.redaction.styles")
+redact = pytest.importorskip("privatize.stages.redact")
+
+# PhysioNet deid, patient 2, note 2 (opening, abridged)
+CLINICAL = (" 74 YO WOMAN TRANSFERRED FROM VAMC HOSPITAL FOR CATH/ACUTE MI. \n \nPMH: CAD WITH NQWMI 5/13, HTN, "
+            "SUBCLAVIAN STEAL WITH R SBP 40 POINTS LOWER THAN LEFT SBP. EF 50%. \n \nHPI: PT IN USOH UNTIL 8/23 WHEN "
+            "PRESENTED AT VAMC HOSPITAL WITH SEVERAL HOURS OF SEVERE ABD PAIN AND NAUSEA. PT TRANSFERRED TO GH FOR "
+            "CATH. \n \nRESP: INTUABTED ON 55% 700 X 15, NO SPON BREATHS. LUNGS WITH CRACKLES BILAT BASES. LASIX 20 "
+            "MG GIVEN X1 AT 1400 WITH MOD OUTPUT SO FAR. ABD SOFT, FOLEY DRAINING CLEAR YELLOW URINE. MAE. CONT TO "
+            "MONITOR IN CCU. \n")
+# TAB, application 18403/91 (opening, abridged)
+LEGAL = ("PROCEDURE\n\nThe case originated in an application (no. 18403/91) against the Republic of Turkey lodged "
+         "with the European Commission of Human Rights (“the Commission”) under former Article 25 of the Convention "
+         "for the Protection of Human Rights and Fundamental Freedoms (“the Convention”) by a Cypriot national, Mrs "
+         "Anna Evagorou Christou (“the applicant”), on 31 May 1991.\n\nThe applicant, who was granted legal aid, "
+         "was represented by Mr A. Demetriades, a lawyer practising in Nicosia. The Turkish Government (“the "
+         "Government”) were represented by their Agent, Mr Z.M. Necatigil.\n\nThe applicant alleged that the Turkish "
+         "occupation of the northern part of Cyprus had deprived her of her home and properties. The Court of "
+         "Cassation dismissed the appeal, and the Kayseri Administrative Court upheld the decision of the Chamber.")
+# MultiWOZ 2.1 validation dialogues (turns abridged)
+CHAT = ("I need to book a hotel in the east that has 4 stars .\n"
+        "I can help you with that . What is your price range ?\n"
+        "Could you find a hotel called the acorn guest house ?\n"
+        "The Acorn Guest House is located on 154 chesterton road . Would you like to book ?\n"
+        "yes , please book the acorn guest house for saturday . I also want some indian food .\n"
+        "There are several indian restaurants . Booking was successful , reference number is 7GAWK763 .")
+GENERAL = "Hi Dana,\n\nThe invoice for March is attached. Let me know if anything is missing.\n\nThanks,\nOmar"
+
+
+@pytest.fixture(scope="module")
+def detector():
+    return detect.Detector()
+
+
+def spans(det, text):
+    r = det.detect([text])[0]
+    return r, {text[s["start"]:s["end"]]: s["entity_type"] for s in r.spans}
+
+
+def flagged(found: dict, piece: str) -> bool:
+    return any(piece in k for k in found)
+
+
+@pytest.mark.parametrize("text, style", [(CLINICAL, "clinical"), (LEGAL, "legal"), (CHAT, "chat"),
+                                         (GENERAL, "general")])
+def test_auto_style(text, style):
+    assert styles.detect_style(text) == style
+
+
+def test_clinical_positives_and_negatives(detector):
+    r, found = spans(detector, CLINICAL)
+    assert r.style == "clinical"
+    for phi in ("VAMC", "5/13", "8/23", "GH"):
+        assert flagged(found, phi), (phi, found)
+    # drug names, abbreviations, eponymous devices, vital signs and ages under 90 are not PHI
+    for word in ("LASIX", "ABD", "SOFT", "FOLEY", "MAE", "CONT", "CCU", "74", "1400", "55%", "700 X 15"):
+        assert not flagged(found, word), (word, found)
+
+
+@pytest.mark.parametrize("text, name", [
+    ("pt with mild stridor noted, dr green aware. however sats stable.", "green"),  # PhysioNet deid
+    ("SPOKE WITH DAUGHTER PHILOMENA ON PHONE SEVERAL TIMES. PT ON LASIX GTT, HR 80S. NEURO: MAE.", "PHILOMENA"),
+    ("Plan to extubate tomorrow. s. roberto rrt. BS coarse, sx for thick secretions, abg pending.", "roberto"),
+])
+def test_clinical_names_next_to_roles(detector, text, name):
+    r, found = spans(detector, text)
+    assert r.style == "clinical"
+    assert flagged(found, name), found
+
+
+@pytest.mark.parametrize("text, not_date", [
+    ("PT ON PSV 10/5 WITH 40% FIO2, TOL WELL. SUCTIONED FOR THICK SPUTUM.", "10/5"),
+    ("Pt remains on CPAP 5/5 this am, sats 98%. Lungs coarse, suctioned.", "5/5"),
+    ("IV D5 1/2 NS at 100cc/hr, BP 130/80, HR 88 SR, lasix given.", "1/2"),
+])
+def test_clinical_settings_are_not_dates(detector, text, not_date):
+    _, found = spans(detector, text)
+    assert not flagged(found, not_date), found
+
+
+def test_ages_under_90_only_in_clinical_style():
+    det = detect.Detector(style="general")
+    _, found = spans(det, CLINICAL)
+    assert flagged(found, "74")  # a forced style: the clinical rules are off
+    det = detect.Detector(style="clinical")
+    _, found = spans(det, "92 YO MAN ADMITTED FROM HOME WITH SOB, ON LASIX AND HEPARIN GTT, BP STABLE, HR 70S.")
+    assert flagged(found, "92")
+
+
+def test_legal_public_entities_and_application_numbers(detector):
+    r, found = spans(detector, LEGAL)
+    assert r.style == "legal"
+    assert found.get("18403/91") == "REFERENCE_NUMBER"
+    for person in ("Anna Evagorou Christou", "Demetriades", "Necatigil", "31 May 1991"):
+        assert flagged(found, person), (person, found)
+    # the respondent state, its government, courts without a place, defined terms
+    for public in ("Republic of Turkey", "Turkish Government", "Court of Cassation", "Chamber", "Commission"):
+        assert not flagged(found, public), (public, found)
+    assert not any(k == "Turkish" for k in found), found  # "the Turkish occupation"
+    assert flagged(found, "Kayseri")  # a court named after a place tells where
+
+
+def test_chat_venues_weekdays_cuisines(detector):
+    r, found = spans(detector, CHAT)
+    assert r.style == "chat"
+    lower = {k.lower() for k in found}
+    assert "acorn guest house" in lower
+    assert sum(1 for k in found if k.lower() == "acorn guest house") >= 2  # every turn, any case
+    assert flagged(found, "chesterton road") and flagged(found, "7GAWK763")
+    for word in ("saturday", "indian", "east"):
+        assert not any(word in k.lower() for k in found), (word, found)
+
+
+def test_caseless_propagation_only_in_chat(detector):
+    text = "Saigon City is a good place .\nI would like to book saigon city for 2 people .\nok thanks"
+    det = detect.Detector(style="chat")
+    _, found = spans(det, text)
+    assert "saigon city" in found and "Saigon City" in found
+    _, found = spans(detect.Detector(style="general"), text)
+    assert "saigon city" not in found
+
+
+def test_unknown_style_is_refused():
+    with pytest.raises(ValueError, match="unknown style 'poetry'"):
+        detect.Detector(style="poetry")
+    with pytest.raises(Exception, match="style"):
+        redact.RedactSettings(style="poetry")
+
+
+def test_stage_counts_documents_per_style():
+    from privatize.records import INTERNAL_SCHEMA
+    from privatize.stage import QUARANTINE
+
+    texts = [CLINICAL, LEGAL, CHAT, GENERAL, GENERAL]
+    n = len(texts)
+    t = pa.table({"doc_id": [f"d{i}" for i in range(n)], "text": texts, "individual_id": [None] * n,
+                  "meta": [None] * n, "_src": [0] * n, "_line": list(range(n)), "_seg": [0] * n,
+                  QUARANTINE: [None] * n}, schema=INTERNAL_SCHEMA).drop_columns([QUARANTINE])
+    st = redact.Redact(redact.RedactSettings())
+    st.setup()
+    out = st.process_batch(t)
+    got = {c.split(".")[-1]: sum(out[c].to_pylist()) for c in out.column_names if c.startswith("_stat.styles.")}
+    assert got == {"clinical": 1, "legal": 1, "chat": 1, "general": 2}
+    forced = redact.Redact(redact.RedactSettings(style="legal"))
+    forced.setup()
+    out = forced.process_batch(t)
+    assert sum(out["_stat.styles.legal"].to_pylist()) == n
+
+
+def test_drug_words_come_from_the_maintained_dictionary():
+    from privatize.redaction.styles.vocab import drug_words, is_clinical_word
+
+    words = drug_words()
+    assert len(words) > 20_000
+    for drug in ("lasix", "captopril", "heparin", "propofol", "ativan"):
+        assert drug in words
+    assert is_clinical_word("Foley") and is_clinical_word("CCU") and not is_clinical_word("Philomena")
