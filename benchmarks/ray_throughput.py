@@ -15,8 +15,11 @@ Modes (each prints its figures, the ratio to its baseline, and the targets):
     process, from /proc), since Ray's 1 logical CPU does not stop its processes from
     using the machine's other core; ``--pin-ray`` confines them to the baseline's core.
 ``redact``
-    The redaction-bound recipe (split by line, redact) on 500-word PII-dense documents
-    (presidio-research sentences) with 1 and then 2 CPUs. Target: >= 1.7x from 1 to 2.
+    The redaction-bound recipe (split by line, redact) on ``--docs`` 500-word PII-dense
+    documents (presidio-research sentences) at each of ``--cpus`` (default 1,2; e.g.
+    ``1,16,2,8,4``), a fresh Ray session each: seconds, MB/s, MB/s per CPU and the speed-up
+    to the 1-CPU run, written to ``--json`` (default benchmarks/results/ray_redact_scaling.json)
+    after every run. Target: >= 1.7x from 1 to 2.
 ``stream``
     ``--mb`` MB (default 1100) of JSONL (every copy's sentences made distinct, so the
     dedup decisions are as sparse as in a real corpus) through the CRT preprocessing recipe
@@ -32,7 +35,8 @@ Modes (each prints its figures, the ratio to its baseline, and the targets):
 
 Records/s and MB/s per stage come from the manifest (``seconds`` per stage).
 
-    python benchmarks/ray_throughput.py cipher|dedup|redact|stream|identifiers [--mb N] [--docs N] [--repeat N] [--pin-ray] [--distinct]
+    python benchmarks/ray_throughput.py cipher|dedup|redact|stream|identifiers [--mb N] [--docs N] [--cpus 1,2,...]
+        [--json PATH] [--repeat N] [--pin-ray] [--distinct]
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import platform
 import re
 import shutil
 import statistics
@@ -367,7 +372,25 @@ def redaction_docs(n: int) -> list[str]:
     return docs
 
 
-def run_redact(n_docs: int, work: Path) -> None:
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def run_redact(n_docs: int, work: Path, cpu_counts: tuple[int, ...] = (1, 2), json_path: Path | None = None,
+               warmup_docs: int = 0) -> None:
+    """The redact recipe on the same ``n_docs`` documents at each of ``cpu_counts`` (in
+    the order given, a fresh embedded Ray session each); the figures, the speed-up to the
+    1-CPU run and the shards' hashes go to ``json_path`` after every run (so a run cut
+    short leaves what it measured). With ``warmup_docs``, an untimed run on that many of
+    the documents first, at the first CPU count (on a fresh machine the first run would
+    otherwise also pay for compiling every module's bytecode and filling the disk cache)."""
     import ray
 
     from privatize import RunOptions, run
@@ -383,9 +406,44 @@ def run_redact(n_docs: int, work: Path) -> None:
                 fh.write(json.dumps({"doc_id": f"f{f}-{j}", "text": d}) + "\n")
     mb = sum(len(d.encode()) for d in docs) / 1e6
     spec = parse_spec(SPECS["redact"])
-    rates, hashes = {}, {}
+    secs, hashes, stages = {}, {}, {}
     aff = os.sched_getaffinity(0)
-    for cpus in (1, 2):
+    json_path = json_path or ROOT / "benchmarks" / "results" / "ray_redact_scaling.json"
+    print(f"redact recipe: {len(docs)} documents of ~500 words ({mb:.2f} MB), CPUs {', '.join(map(str, cpu_counts))}; "
+          f"{machine()}, {_cpu_model()}", flush=True)
+    if warmup_docs > 0:
+        (work / "warm-in").mkdir()
+        with open(work / "warm-in" / "part-0.jsonl", "w", encoding="utf-8") as fh:
+            for j, d in enumerate(docs[:warmup_docs]):
+                fh.write(json.dumps({"doc_id": f"w{j}", "text": d}) + "\n")
+        ray.init(num_cpus=cpu_counts[0], include_dashboard=False, **local_init_args(cpu_counts[0]))
+        try:
+            t = time.perf_counter()
+            run(spec, work / "warm-in", work / "out-warm", runner="ray", spec_dir=str(work),
+                options=RunOptions(progress=False, batch_size=16))
+            print(f"  warm-up ({min(warmup_docs, len(docs))} documents, {cpu_counts[0]} CPU(s), untimed): "
+                  f"{time.perf_counter() - t:.1f} s", flush=True)
+        finally:
+            ray.shutdown()
+
+    def result() -> dict:
+        base = secs.get(1)
+        first = hashes[next(iter(hashes))] if hashes else None
+        return {
+            "recipe": "split (line) + redact", "docs": len(docs), "mb": round(mb, 4), "batch_size": 16,
+            "machine": machine(), "cpu_model": _cpu_model(), "cpus_on_machine": os.cpu_count(),
+            "pin_ray_1cpu": PIN_RAY, "warmup_docs": warmup_docs,
+            "timing": "ray.init excluded; actor start and model load included",
+            "runs": [{"cpus": c, "seconds": round(secs[c], 3), "docs_per_s": round(len(docs) / secs[c], 3),
+                      "mb_per_s": round(mb / secs[c], 4), "mb_per_s_per_cpu": round(mb / secs[c] / c, 4),
+                      "speedup_vs_1cpu": round(base / secs[c], 3) if base else None,
+                      "efficiency_vs_1cpu": round(base / secs[c] / c, 3) if base else None,
+                      "stages": stages[c], "shards_same_as_first": hashes[c] == first}
+                     for c in secs],
+            "shards_identical": len({tuple(h) for h in hashes.values()}) <= 1,
+        }
+
+    for cpus in cpu_counts:
         if PIN_RAY and cpus == 1:  # Ray's own processes (driver, raylet, GCS) on that core too
             os.sched_setaffinity(0, {sorted(aff)[0]})
         ray.init(num_cpus=cpus, include_dashboard=False, **local_init_args(cpus))
@@ -393,22 +451,33 @@ def run_redact(n_docs: int, work: Path) -> None:
             t = time.perf_counter()
             m = run(spec, work / "in", work / f"out-{cpus}", runner="ray", spec_dir=str(work),
                                  options=RunOptions(progress=False, batch_size=16))
-            secs = time.perf_counter() - t
+            secs[cpus] = time.perf_counter() - t
         finally:
             ray.shutdown()
             os.sched_setaffinity(0, aff)
-        rates[cpus] = len(docs) / secs
         hashes[cpus] = shard_hashes(work / f"out-{cpus}")
-        print(f"  {cpus} CPU(s): {secs:6.1f} s  {rates[cpus]:6.2f} docs/s  {mb / secs:6.3f} MB/s")
+        stages[cpus] = [{"kind": s["kind"], "records_in": s["records_in"], "seconds": s.get("seconds")}
+                        for s in m["stages"]]
+        up = f", {secs[1] / secs[cpus]:5.2f}x the 1-CPU run" if 1 in secs and cpus != 1 else ""
+        print(f"  {cpus:2d} CPU(s): {secs[cpus]:6.1f} s  {len(docs) / secs[cpus]:7.2f} docs/s  "
+              f"{mb / secs[cpus]:6.3f} MB/s ({mb / secs[cpus] / cpus:.3f} per CPU){up}", flush=True)
         for line in per_stage(m, mb):
             print(line)
-    scale = rates[2] / rates[1]
-    print(f"redact recipe: {len(docs)} documents of ~500 words ({mb:.1f} MB); {machine()}")
+        shutil.rmtree(work / f"out-{cpus}", ignore_errors=True)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result(), indent=2) + "\n")
     pinned = ("the 1-CPU run pinned to one core with Ray's own processes" if PIN_RAY
-              else "not pinned: at 1 CPU Ray's own processes may use the second core")
+              else "not pinned: at 1 CPU Ray's own processes may use other cores")
+    print(f"redact recipe: {len(docs)} documents of ~500 words ({mb:.2f} MB); {machine()}")
     print(f"  ({pinned}; ray.init excluded, actor start and model load included)")
-    print(f"  scaling 1 -> 2 CPUs: {scale:.2f}x (target >= 1.7x: {'met' if scale >= 1.7 else 'NOT met'}); "
-          f"shards identical: {hashes[1] == hashes[2]}")
+    if 1 in secs:
+        for c in sorted(secs):
+            print(f"  {c:2d} CPU(s): {secs[c]:6.1f} s  {mb / secs[c]:6.3f} MB/s  speed-up {secs[1] / secs[c]:5.2f}x  "
+                  f"(efficiency {secs[1] / secs[c] / c:.2f})")
+    if 1 in secs and 2 in secs:
+        scale = secs[1] / secs[2]
+        print(f"  scaling 1 -> 2 CPUs: {scale:.2f}x (target >= 1.7x: {'met' if scale >= 1.7 else 'NOT met'})")
+    print(f"  shards identical at every CPU count: {result()['shards_identical']}; figures in {json_path}")
 
 
 def run_stream(mb_target: float, work: Path) -> None:
@@ -506,11 +575,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("mode", choices=["cipher", "dedup", "redact", "stream", "identifiers"])
     ap.add_argument("--max-n", type=int, default=2, help="identifiers: the longest term")
-    ap.add_argument("--cpus", default="1,2", help="identifiers: the CPU counts to run (embedded Ray of each size)")
+    ap.add_argument("--cpus", default="1,2",
+                    help="identifiers, redact: the CPU counts to run, in this order (embedded Ray of each size)")
+    ap.add_argument("--json", default=None,
+                    help="redact: where to write the figures (default benchmarks/results/ray_redact_scaling.json)")
     ap.add_argument("--mb", type=float, default=None)
     ap.add_argument("--store-gb", type=float, default=None,
                     help="identifiers: the object store's size (default: Ray's, 30%% of memory); Ray spills beyond it")
     ap.add_argument("--docs", type=int, default=240, help="documents for the redact mode")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="redact: an untimed run on this many documents first (default none)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--repeat", type=int, default=3, help="cipher/dedup: interleaved pairs of runs (median)")
     ap.add_argument("--distinct", action="store_true",
@@ -527,7 +601,8 @@ def main() -> None:
         if args.mode in ("cipher", "dedup"):
             run_throughput(args.mode, args.mb or 1024, work, max(1, args.repeat), args.distinct)
         elif args.mode == "redact":
-            run_redact(args.docs, work)
+            run_redact(args.docs, work, tuple(int(c) for c in args.cpus.split(",")),
+                       Path(args.json) if args.json else None, args.warmup)
         elif args.mode == "identifiers":
             run_identifiers(args.mb or 250, work, args.max_n, tuple(int(c) for c in args.cpus.split(",")),
                             args.store_gb)
