@@ -18,7 +18,10 @@ Domains and what counts as gold:
 * **dialogue**: MultiWOZ 2.1 validation dialogues (turns joined by newlines, tokenised
   and mostly lower-case as distributed). Gold: the PII-like slots (Name, Addr, Phone,
   Post, Ref, Id); the city slots (Dest, Depart) are *neutral*: masking them is neither a
-  hit nor a false positive, and their recall is shown apart.
+  hit nor a false positive, and their recall is shown apart. So is every other mention of
+  a value the corpus annotates as a city slot (``Cambridge`` in "a restaurant in
+  Cambridge"): MultiWOZ annotates cities only as train slots, and a city name is among
+  what dialogue redaction is asked to remove (issue 35), so it cannot count against it.
 
 Measures per domain and per gold category, both systems: type-agnostic recall (a gold
 span is found when predicted spans cover at least half of its characters), character
@@ -68,10 +71,10 @@ TYPE_MAP: dict[str, set[str]] = {
     "QUANTITY": None, "MISC": None,
     # dialogue (MultiWOZ slots)
     "Name": _NAMES | _PLACES, "Addr": _PLACES, "Phone_": {"PHONE_NUMBER"}, "Post": {"POSTCODE", "ZIP_CODE"},
-    "Ref": {"REFERENCE_NUMBER"}, "Id": {"REFERENCE_NUMBER"}, "Dest": _PLACES, "Depart": _PLACES,
+    "Ref": {"REFERENCE_NUMBER"}, "Id": {"REFERENCE_NUMBER"}, "Dest": _PLACES, "Depart": _PLACES, "City": _PLACES,
 }
 DIALOGUE_GOLD = ("Name", "Addr", "Phone", "Post", "Ref", "Id")
-DIALOGUE_NEUTRAL = ("Dest", "Depart")
+DIALOGUE_NEUTRAL = ("Dest", "Depart")  # and "City": other mentions of their values
 TARGETS = {"clinical": {"recall": 0.95, "char_precision": 0.50},
            "legal": {"recall": 0.95, "char_precision": 0.70},
            "dialogue": {"recall": 0.95, "char_precision": 0.85}}
@@ -104,8 +107,15 @@ def load_legal(folder: Path, limit: int | None) -> list[dict]:
 
 
 def load_dialogue(folder: Path, limit: int | None) -> list[dict]:
+    import re
+
     out = []
-    for line in open(folder / "dialogue_multiwoz_val.jsonl", encoding="utf-8"):
+    lines = open(folder / "dialogue_multiwoz_val.jsonl", encoding="utf-8").read().splitlines()
+    cities = {s["text"].lower() for line in lines for t in json.loads(line)["turns"] for s in t["spans"]
+              if s["slot"] in DIALOGUE_NEUTRAL and len(s["text"]) >= 3}
+    city_rx = re.compile(r"(?<![\w'])(?:" + "|".join(re.escape(c) for c in sorted(cities, key=len, reverse=True))
+                         + r")(?![\w'])", re.IGNORECASE)
+    for line in lines:
         x = json.loads(line)
         parts, gold, neutral, pos = [], [], [], 0
         for t in x["turns"]:
@@ -118,7 +128,11 @@ def load_dialogue(folder: Path, limit: int | None) -> list[dict]:
                     neutral.append(span)
             parts.append(t["text"])
             pos += len(t["text"]) + 1
-        out.append({"text": "\n".join(parts), "gold": gold, "neutral": neutral})
+        text = "\n".join(parts)
+        gold_cov = {k for s, e, _ in gold for k in range(s, e)}
+        neutral += [(m.start(), m.end(), "City") for m in city_rx.finditer(text)
+                    if not any(k in gold_cov for k in range(m.start(), m.end()))]
+        out.append({"text": text, "gold": gold, "neutral": neutral})
     return out[:limit] if limit else out
 
 

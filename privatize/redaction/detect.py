@@ -56,7 +56,7 @@ from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
                                          url_span, warm_word_lists)
-from privatize.redaction.styles import AUTO, get_style, style_picker
+from privatize.redaction.styles import AUTO, get_style, style_picker, trim_article
 from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        is_speaker_label, merge_intervals, merge_spans, recase)
@@ -519,6 +519,8 @@ class Detector:
                 cands = [c for c in cands if style.drop(text, c) is None]
             cands += self._name_lists(text, [c for c in cands if c[2] == "PERSON" and c[3] >= self.score_threshold])
             cands = _cut_reserved(cands, reserved, text)
+            if style.trim_articles:
+                cands = [trim_article(text, c) for c in cands]
             pi = [c for c in cands if c[2] in self.entities and c[3] >= self.score_threshold]
             pi = merge_spans(pi)
             if self.propagate == "document" and pi:

@@ -58,6 +58,10 @@ class DocumentStyle:
         """Spans this style's own rules find (pi candidates)."""
         return []
 
+    trim_articles: bool = False
+    """Whether name spans (people, places, organisations) lose a leading article
+    (``the Acorn Guest House`` -> ``Acorn Guest House``): it names nothing."""
+
     def propagate_key(self, piece: str) -> str | None:
         """For case-insensitive propagation: the key a detected string is looked up by
         (``None``: propagation stays case-sensitive)."""
@@ -65,6 +69,20 @@ class DocumentStyle:
 
 
 _REGISTRY: dict[str, DocumentStyle] = {GENERAL: DocumentStyle()}
+
+
+_ARTICLE = re.compile(r"(?i)(?:the|a|an)[ \t]+")
+_NAME_SPAN_TYPES = frozenset({"PERSON", "LOCATION", "ORGANIZATION", "NRP"})
+
+
+def trim_article(text: str, span: Span) -> Span:
+    """``span`` without a leading article when it is a name span and more follows."""
+    s, e, etype, sc, src, ctx = span
+    if etype in _NAME_SPAN_TYPES:
+        m = _ARTICLE.match(text, s, e)
+        if m and m.end() < e:
+            return (m.end(), e, etype, sc, src, ctx)
+    return span
 
 
 def register_style(cls: type[DocumentStyle]) -> type[DocumentStyle]:

@@ -13,6 +13,10 @@ Turns are lines; text in paragraphs between blank lines (a letter, an e-mail) is
 * venues and streets without capitals: a head word (``guest house``, ``college``,
   ``museum``, ``road``, ``street``) and the one to four name words before it
   (``the acorn guest house``, ``clare college``, ``pool way``, ``whitehill road``);
+* venues named after a cue (``called avalon``, ``how about little seoul ?``, ``i
+  recommend the curry prince``), when a word of the name is not common;
+* a car after an article or a colour (``a white Toyota``) is a product, a dictionary
+  word read as a person (``Glad to help``) is not a name;
 * propagation ignores case: a name detected once in a turn (``Saigon City``) is removed
   in every turn that repeats it (``saigon city``).
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import regex as re
 
 from privatize.redaction.filters import is_known_name, zipf
+from privatize.redaction.styles.vocab import is_dictionary_word, is_misspelt_or_compound
 from privatize.redaction.spans import Span
 from privatize.redaction.styles import DocumentStyle, register_style
 from privatize.redaction.words import stop_words
@@ -51,13 +56,28 @@ north south east west centre center central town city area part side free wifi i
 book booking booked reservation reserve called named recommend suggest try visit about like want need find
 looking any some that this these those which what there here one two three four five a an the at in on for to
 is are was be it its it's and or of my your our their with near from by located address
+cheapest nearest closest first second third last same different small large big new old only just really very
+place places restaurant restaurants hotel hotels attraction attractions one ones option options
 """.split())
+# a venue named after a cue: "called avalon", "how about little seoul ?", "i recommend the curry prince"
+_NAME_CUE = re.compile(r"(?i)\b(?:called|named|the[ \t]+name[ \t]+is|name[ \t]+of|by[ \t]+the[ \t]+name[ \t]+of|"
+                       r"recommend(?:ing)?|suggest(?:ing)?|how[ \t]+about|what[ \t]+about|info(?:rmation)?[ \t]+(?:on|about)|"
+                       r"interested[ \t]+in|favou?rite[ \t]+is|try)[ \t]+(?:the[ \t]+)?"
+                       r"(?P<v>[^\W\d_][\p{L}'’&-]*(?:[ \t]+(?!(?:for|in|on|at|that|which|and|or|is|are|with|to|it|they|"
+                       r"but|because|as|if|near|located|please|instead|then|too|also)\b)[^\W\d_][\p{L}'’&-]*){0,4})"
+                       r"(?=[ \t]*(?:[.,?!:;\n\"]|$|[ \t]+(?:for|in|on|at|that|which|and|is|are|with|it|they|but)\b))")
+_SUBJECT = re.compile(r"(?m)^(?:sure|yes|ok|okay|well)?[ \t,]*(?:the[ \t]+)?(?P<v>[^\W\d_][\p{L}'’&-]*(?:[ \t]+[^\W\d_][\p{L}'’&-]*){0,3})"
+                      r"[ \t]+(?:is|has|sounds|fits|serves|offers)[ \t]+(?:located|a|an|the|at|on|in|perfect|great|good|"
+                      r"interesting|an?[ \t]+\w+|\w+ing)\b")
+_TOKEN = re.compile(r"(?<![\w'’-])[^\W\d_][\p{L}]{3,}(?![\w'’-])")
+_COLOUR = re.compile(r"(?i)\b(?:a|an|the)[ \t]+(?:(?:black|white|red|blue|grey|gray|yellow|green|silver)[ \t]+)?$")
 
 
 @register_style
 class Chat(DocumentStyle):
     name = "chat"
     threshold = 0.08
+    trim_articles = True
 
     def evidence(self, text: str, words: list[str]) -> float:
         lines = [ln for ln in text.split("\n") if ln.strip()]
@@ -72,8 +92,16 @@ class Chat(DocumentStyle):
         piece = text[s:e].strip()
         if etype == "DATE_TIME" and _WEEKDAY.fullmatch(piece):
             return "a weekday alone names no date"
-        if etype == "NRP" and _FOOD_AFTER.match(text, e):
+        if etype in ("NRP", "LOCATION") and _FOOD_AFTER.match(text, e):
             return "a cuisine"
+        if etype == "ORGANIZATION" and _COLOUR.search(text, max(0, s - 16), s) and " " not in piece:
+            return "a product (a white Toyota)"
+        if etype == "PERSON" and source in ("spacy", "spacy_case", "propagation") \
+                and all(is_dictionary_word(w) or w.lower() in stop_words() for w in piece.split()):
+            return "dictionary words (Glad, Terrific, Postcode)"
+        if etype == "STREET_ADDRESS" and re.search(r"(?i)\b(?:a|an|the)[ \t]+\S+$", piece) \
+                and not re.match(r"\d", piece):
+            return "a common noun phrase (find a place)"
         if etype in ("ORGANIZATION", "LOCATION", "PERSON", "NRP") and " " not in piece:
             w = piece.strip(".,;:()'’\"")
             if w.lower() in _CURRENCY:
@@ -93,6 +121,25 @@ class Chat(DocumentStyle):
                 span = self._trim(text, m.start("v"), m.end("v"), etype)
                 if span is not None:
                     out.append(span)
+        for m in _TOKEN.finditer(text):  # a word in no dictionary and almost never written: a name
+            w = m.group(0)
+            if zipf(w) < 2.0 and not is_dictionary_word(w) and not is_known_name(w) and w.lower() not in stop_words() \
+                    and not is_misspelt_or_compound(w):
+                out.append((m.start(), m.end(), "LOCATION", 0.4, "chat_rare", False))
+        for m in _SUBJECT.finditer(text):  # "Kohinoor has an address", "Loch fyne is perfect"
+            words = m.group("v").split()
+            if any(w.lower() in _NOT_NAME_WORDS or w.lower() in stop_words() for w in words[:1]) or not any(
+                    zipf(w) < 3.5 and not is_dictionary_word(w) for w in words):
+                continue
+            out.append((m.start("v"), m.end("v"), "LOCATION", 0.5, "chat_venue", True))
+        for m in _NAME_CUE.finditer(text):
+            words = m.group("v").split()
+            if any(w.lower() in _NOT_NAME_WORDS for w in words[:1]) or all(
+                    w.lower() in _NOT_NAME_WORDS or w.lower() in stop_words() for w in words):
+                continue
+            if not any(zipf(w) < 4.0 and w.lower() not in _NOT_NAME_WORDS for w in words):
+                continue  # "how about something cheap": no name in it
+            out.append((m.start("v"), m.end("v"), "LOCATION", 0.5, "chat_venue", True))
         return out
 
     @staticmethod

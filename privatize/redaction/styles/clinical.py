@@ -29,8 +29,8 @@ import regex as re
 from privatize.redaction.filters import FIRST_NAMES, is_known_name, zipf
 from privatize.redaction.spans import Span
 from privatize.redaction.styles import DocumentStyle, register_style
-from privatize.redaction.styles.vocab import (CLINICAL_CONTEXT, city_first_words, city_names, is_clinical_word,
-                                              is_dictionary_word)
+from privatize.redaction.styles.vocab import (CLINICAL_CONTEXT, city_first_words, city_names, is_clinical_like,
+                                              is_clinical_word, is_dictionary_word)
 from privatize.redaction.words import stop_words
 
 _NAME_TYPES = frozenset({"PERSON", "LOCATION", "ORGANIZATION", "NRP"})
@@ -75,6 +75,7 @@ _HOSPITAL = re.compile(
     r"sacred[ \t]+heart|"
     r"mt\.?[ \t]+sinai)(?:[ \t]+(?:hospital|hosp|medical(?:[ \t]+cent(?:er|re))?|med(?:[ \t]+(?:cent(?:er|re)|ctr))?|"
     r"health(?:[ \t]+system)?))?\b")
+_WARD_CUE = re.compile(r"(?i)(?:\b(?:on|to|from|at|onto|in|into|transferred|admitted)|^|\n|plan:|[.:;])[ \t]*$")
 _HOSPITAL_ABBR = re.compile(r"\b(?:[A-Z]{0,2}GH|[A-Z]{1,3}MC|[A-Z]{1,3}HC)\b")
 _TOKEN3 = re.compile(r"\p{L}[\p{L}'’-]*")
 _INITIAL_BEFORE = re.compile(r"(?<![\w.])[A-Za-z]\.[ \t]*$")
@@ -115,9 +116,10 @@ _APOS_YEAR = re.compile(r"(?<=[A-Za-z])['’](?:[0-9]\d)(?![\d%])|(?<=[A-Za-z][ 
 
 
 def _is_nameish(word: str) -> bool:
-    """A word that may be a name: not a stop word, not a clinical word."""
+    """A word that may be a name: not a stop word, not a clinical word or a drug name cut
+    short or misspelt."""
     w = word.strip(".'’-")
-    return bool(w) and w.lower() not in stop_words() and not is_clinical_word(w) and not w.isdigit()
+    return bool(w) and w.lower() not in stop_words() and not w.isdigit() and not is_clinical_like(w)
 
 
 @functools.lru_cache(maxsize=1)
@@ -230,7 +232,7 @@ class Clinical(DocumentStyle):
         words = [w for w in words if any(c.isalpha() for c in w)]
         if not words:
             return "empty"
-        if all(is_clinical_word(w) or w.lower() in stop_words() or (zipf(w) >= 3.5 and not is_known_name(w))
+        if all(is_clinical_like(w, fuzzy=True) or w.lower() in stop_words() or (zipf(w) >= 3.5 and not is_known_name(w))
                or (is_dictionary_word(w) and not is_known_name(w)) for w in words):
             return "clinical, dictionary or common words"
         if self._cued(text, s, e) and any(_name_evidence(w) for w in words):
@@ -242,10 +244,11 @@ class Clinical(DocumentStyle):
                    for w in words):
                 return None
             if not _initial(text, s) and all(w[:1].isupper() and not w.isupper() for w in words) \
-                    and any(zipf(w) < 3.0 and not is_dictionary_word(w) and not is_clinical_word(w) for w in words):
+                    and any(zipf(w) < 3.0 and not is_dictionary_word(w) and not is_clinical_like(w, fuzzy=True)
+                            for w in words):
                 return None  # "At this time, Radu wishes": a rare capitalised word inside a sentence
             return "no name evidence"
-        if not piece.isupper() and not piece.islower() and all(not is_clinical_word(w) for w in words) \
+        if not piece.isupper() and not piece.islower() and all(not is_clinical_like(w, fuzzy=True) for w in words) \
                 and any(w[:1].isupper() and zipf(w) < 3.5 and not is_dictionary_word(w) for w in words):
             return None  # "Springfield", "Mercy Hospital": a proper name in cased text
         return "place without a cue"
@@ -276,9 +279,10 @@ class Clinical(DocumentStyle):
             out += self._place(text, m.start("p"), m.end("p"))
         for m in _HOSPITAL.finditer(text):
             first = m.group(0).split()
-            if len(first) > 1 and first[0].lower().rstrip(".") in ("st", "saint") and (
-                    (is_dictionary_word(first[1]) and not is_known_name(first[1])) or is_clinical_word(first[1])):
-                continue  # "ST DEPRESSION": the ST segment
+            if len(first) > 1 and first[0].lower().rstrip(".") in ("st", "saint") and not (
+                    is_known_name(first[1]) or (first[1][:1].isupper() and not first[1].isupper()
+                                                and not is_dictionary_word(first[1]))) or is_clinical_like(first[1]):
+                continue  # "ST DEPRESSION", "ST CHGS": the ST segment
             out.append((m.start(), m.end(), "LOCATION", 0.6, "clinical_place", True))
         for m in _HOSPITAL_ABBR.finditer(text):
             if not is_clinical_word(m.group(0)) and not is_dictionary_word(m.group(0)):
@@ -286,8 +290,9 @@ class Clinical(DocumentStyle):
         out += self._cities(text)
         for m in _WARD.finditer(text):  # "to QUARTERMAIN 6": a ward and its floor
             w = m.group("p")
-            if len(w) >= 5 and zipf(w) < 2.5 and not is_clinical_word(w) and not is_dictionary_word(w) \
-                    and not w.islower() and w.lower() not in stop_words():
+            if len(w) >= 5 and zipf(w) < 2.5 and not is_clinical_like(w) and not is_dictionary_word(w) \
+                    and not w.islower() and w.lower() not in stop_words() and _WARD_CUE.search(
+                        text, max(0, m.start() - 16), m.start()):
                 out.append((m.start("p"), m.end("p"), "LOCATION", 0.5, "clinical_place", True))
         for h in _PLACE_HEAD_WORD.finditer(text):
             m = _PLACE_BEFORE.search(text, max(0, h.start() - 80), h.start())
@@ -420,7 +425,7 @@ class Clinical(DocumentStyle):
             cased_word = w[:1].isupper() and not w.isupper()
             short_caps = w.isupper() and 2 <= len(w) <= 5 and zipf(lw) < 3.5  # GH, VAMC: no clinical abbreviation
             limit = 5.0 if head else 3.5 if cased_word else 2.5
-            if lw in stop_words() or is_clinical_word(lw) or (zipf(lw) >= limit and not short_caps) \
+            if lw in stop_words() or is_clinical_like(lw) or (zipf(lw) >= limit and not short_caps) \
                     or (is_dictionary_word(lw) and not is_known_name(lw) and not short_caps):
                 break
             picked.append((a, b))

@@ -33,6 +33,7 @@ import regex as re
 from privatize.redaction.filters import is_known_name, zipf
 from privatize.redaction.spans import Span
 from privatize.redaction.styles import DocumentStyle, register_style
+from privatize.redaction.styles.vocab import is_dictionary_word
 from privatize.redaction.words import stop_words
 
 _LEGAL_WORDS = frozenset("""
@@ -47,6 +48,7 @@ criminal civil administrative
 """.split())
 
 _PUBLIC_HEADS = frozenset("""
+treaty regulation regulations directorate lords commons
 government governments court courts tribunal tribunals ministry ministries minister ministers council
 chamber chambers commission commissions committee committees parliament assembly prosecutor prosecutors
 prosecution prosecution's office department departments authority authorities treasury state states
@@ -136,6 +138,7 @@ def _is_country(word: str) -> bool:
 class Legal(DocumentStyle):
     name = "legal"
     threshold = 0.035
+    trim_articles = True
 
     def evidence(self, text: str, words: list[str]) -> float:
         if len(text) < 400:
@@ -151,8 +154,10 @@ class Legal(DocumentStyle):
         if not words:
             return "empty"
         if etype != "PERSON" and any(w.lower().strip(".,;:()'’\"") in _PUBLIC_HEADS for w in words) \
-                and all(_generic(w) for w in words):
-            return "public entity"
+                and all(_generic(w) or is_dictionary_word(w.strip(".,;:()'’\"")) for w in words):
+            return "public entity"  # "the Ministry of Agriculture and Food Economics": no place, no name
+        if etype in ("PERSON", "ORGANIZATION") and len(words) == 1 and _is_country(words[0]):
+            return "a country is not a person"
         if etype == "NRP" and _AFTER_GROUP.match(text, e):
             return "nationality of a public actor or legal order"
         if etype in ("LOCATION", "ORGANIZATION") and len(words) >= 2 and words[0].lower() in ("the",) \

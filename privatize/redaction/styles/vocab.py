@@ -158,6 +158,66 @@ def city_first_words() -> dict[str, int]:
     return out
 
 
+DRUG_PREFIX = 5
+DRUG_SIMILARITY = 0.85
+
+
+@functools.lru_cache(maxsize=1)
+def _drug_index() -> tuple[frozenset[str], list[str]]:
+    words = sorted(w for w in drug_words() if len(w) >= DRUG_PREFIX)
+    prefixes = frozenset(w[:n] for w in words for n in range(DRUG_PREFIX, min(len(w), 9)))
+    return prefixes, words
+
+
+@functools.lru_cache(maxsize=50_000)
+def is_clinical_like(word: str, fuzzy: bool = False) -> bool:
+    """A clinical word, a drug name cut short (``Ceftaz``, ``Vanco``) or misspelt by one
+    or two letters (with ``fuzzy``: ``Fetanyl``, ``Levoquin``, Levenshtein similarity at
+    least 0.85 by ``rapidfuzz``; about 5 ms a word, so only where few words are asked)."""
+    w = word.lower().strip(".,;:()'’\"-~")
+    if is_clinical_word(w):
+        return True
+    if len(w) < DRUG_PREFIX or not w.isalpha():
+        return False
+    prefixes, words = _drug_index()
+    if w in prefixes:
+        return True
+    if len(w) < 6 or not fuzzy:
+        return False
+    from rapidfuzz import process
+    from rapidfuzz.distance import Levenshtein
+
+    return process.extractOne(w, words, scorer=Levenshtein.normalized_similarity,
+                              score_cutoff=DRUG_SIMILARITY) is not None
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _common(w: str, level: float) -> bool:
+    from privatize.redaction.filters import zipf
+
+    return zipf(w) >= level
+
+
+@functools.lru_cache(maxsize=50_000)
+def is_misspelt_or_compound(word: str) -> bool:
+    """A common word misspelt by one edit (``restuarant``, ``resturant``) or two common
+    words written as one (``pricerange``, ``swimmingpool``, ``towninfo``)."""
+    w = word.lower()
+    if len(w) < 5 or not w.isalpha():
+        return False
+    for k in range(3, len(w) - 2):
+        if _common(w[:k], 4.0) and _common(w[k:], 4.0):
+            return True
+    splits = [(w[:i], w[i:]) for i in range(len(w) + 1)]
+    edits = {a + b[1:] for a, b in splits if b}
+    edits |= {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
+    edits |= {a + c + b[1:] for a, b in splits if b for c in _LETTERS}
+    edits |= {a + c + b for a, b in splits for c in _LETTERS}
+    return any(len(x) >= 4 and _common(x, 3.5) for x in edits - {w})
+
+
 def is_clinical_word(word: str) -> bool:
     """A clinical abbreviation, shorthand word, eponymous device or drug name."""
     w = word.lower().strip(".,;:()'’\"")
