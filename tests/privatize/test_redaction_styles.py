@@ -173,3 +173,102 @@ def test_drug_words_come_from_the_maintained_dictionary():
     for drug in ("lasix", "captopril", "heparin", "propofol", "ativan"):
         assert drug in words
     assert is_clinical_word("Foley") and is_clinical_word("CCU") and not is_clinical_word("Philomena")
+
+
+# ---- clinical: names, places, numbers (PhysioNet deid dev snippets) ------------------
+
+@pytest.mark.parametrize("text, phi", [
+    ("PLAN INCLUDES CT GUIDED TAP...DICK CUCCHIARA (RESIDENT) WORKING ON IT. PT ON LASIX GTT.", "DICK CUCCHIARA"),
+    ("POST TEE SHOWING ONLY MILD TR, Z. MILLER AWARE AND WILL FOLLOW. HR 80S SR, BP STABLE ON NEO.", "Z. MILLER"),
+    ("PHONE CONVERSATION WITH PT'S SON IN PIKESVILLE, THE DECISION WAS MADE. CONT LASIX, HEP GTT.", "PIKESVILLE"),
+    ("77 YO FEMALE FOUND UNRESONSIVE IN ST MARY HOSPITAL. TRANSFERRED TO CCU. ON DOPA AND LEVO.", "ST MARY HOSPITAL"),
+    ("Pt seen for resp care. Sats 95% on 40% fio2, suctioned for thick secretions.\nPager #32007\n", "32007"),
+    ("PMH: OVARIAN CA (12/93) S/P DEBULKING, TAH. CAD, HTN. ON LASIX AND KCL. BP STABLE.", "12/93"),
+])
+def test_clinical_names_places_numbers(detector, text, phi):
+    r, found = spans(detector, text)
+    assert r.style == "clinical"
+    assert flagged(found, phi), found
+
+
+@pytest.mark.parametrize("text, word", [
+    ("Fentanyl gtt weaned. Receiving Fetanyl boluses prn, Levoquin started for pna. BP 110/60, HR 88.", "Fetanyl"),
+    ("EKG WITH ST DEPRESSION IN LAT LEADS, TROP POS. HEP GTT, NTG GTT. BP 100/60. LASIX GIVEN.", "DEPRESSION"),
+    ("SATS IN THE HIGH 90'S ON 2L NC. LUNGS CLEAR. ABD SOFT. FOLEY DRAINING. CONT LASIX.", "HIGH"),
+    ("Pt with R. FEMORAL line, A STENT placed in LAD. sputum sent, suctioned for secretions.", "FEMORAL"),
+])
+def test_clinical_words_are_not_names(detector, text, word):
+    r, found = spans(detector, text)
+    assert r.style == "clinical"
+    assert not flagged(found, word), found
+
+
+# ---- chat and legal ------------------------------------------------------------------
+
+def test_chat_cues_subjects_products(detector):
+    text = ("I am looking for a restaurant .\nHow about little seoul ? It 's expensive .\n"
+            "Could you book a hotel called avalon please ?\nGlad to help . Your taxi is a white Toyota .\n"
+            "Kohinoor has an address on mill road .\nThe Acorn Guest House is in the north .")
+    r, found = spans(detector, text)
+    assert r.style == "chat"
+    for name in ("little seoul", "avalon", "Kohinoor", "Acorn Guest House"):
+        assert name in found, (name, found)
+    assert "The Acorn Guest House" not in found  # the article names nothing
+    for word in ("Glad", "Toyota"):
+        assert not flagged(found, word), found
+
+
+def test_legal_public_bodies_in_dictionary_words(detector):
+    text = (LEGAL + "\n\nThe Minister of Agriculture and Food Economics refused. The applicant then complained to "
+            "the General Directorate of National Roads and to the Court. Austria was not a party to the appeal.")
+    _, found = spans(detector, text)
+    for public in ("Agriculture and Food Economics", "Directorate of National Roads"):
+        assert not flagged(found, public), found
+    assert found.get("Austria") not in ("PERSON", "ORGANIZATION")
+
+
+# ---- the vocabularies ------------------------------------------------------------------
+
+def test_vocabularies():
+    from privatize.redaction.styles import vocab
+
+    for w in ("femoral", "secretions", "suctioned", "supine"):
+        assert vocab.is_dictionary_word(w), w
+    for w in ("cucchiara", "philomena", "quartermain"):
+        assert not vocab.is_dictionary_word(w), w
+    assert {"pikesville", "rome", "baltimore"} <= vocab.city_names()
+    assert vocab.is_clinical_like("Fetanyl", fuzzy=True) and vocab.is_clinical_like("Ceftaz")
+    assert not vocab.is_clinical_like("Cucchiara", fuzzy=True)
+    for w in ("restuarant", "pricerange", "swimmingpool"):
+        assert vocab.is_misspelt_or_compound(w), w
+    for w in ("limehouse", "kohinoor", "nirala"):
+        assert not vocab.is_misspelt_or_compound(w), w
+
+
+# ---- the benchmark's TAB measures, by hand ---------------------------------------------
+
+def test_tab_measures_by_hand():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "redaction_real.py"
+    spec = importlib.util.spec_from_file_location("redaction_real", path)
+    mod = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.path.insert(0, str(path.parent))
+    spec.loader.exec_module(mod)
+    text = "Mr John Smith met Smith in Oslo on 3 May 2001 at the Court."
+    #       0         1         2         3         4         5
+    doc = {"text": text, "mentions": [
+        (3, 13, "PERSON", "DIRECT", "e1"), (18, 23, "PERSON", "DIRECT", "e1"),  # one entity, two mentions
+        (27, 31, "LOC", "QUASI", "e2"), (35, 45, "DATETIME", "QUASI", "e3"), (53, 58, "ORG", "NO_MASK", "e4")]}
+    # masks "John Smith" and "3 May 2001" and "Court": the second "Smith" and "Oslo" are missed
+    preds = [[(3, 13, "PERSON"), (35, 45, "DATE_TIME"), (53, 58, "ORGANIZATION")]]
+    m = mod.score_tab([doc], preds)
+    assert m["entity_recall_direct"] == 0.0  # e1 has an unmasked mention
+    assert m["mention_recall_direct"] == 0.5
+    assert m["entity_recall_quasi"] == 0.5  # e3 yes, e2 no
+    # tokens: gold DIRECT+QUASI = John, Smith, Smith, Oslo, 3, May, 2001 (7); predicted = John, Smith, 3, May,
+    # 2001, Court (6); true positives 5
+    assert m["token_precision"] == pytest.approx(5 / 6) and m["token_recall"] == pytest.approx(5 / 7)

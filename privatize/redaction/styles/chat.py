@@ -26,7 +26,7 @@ from __future__ import annotations
 import regex as re
 
 from privatize.redaction.filters import is_known_name, zipf
-from privatize.redaction.styles.vocab import is_dictionary_word, is_misspelt_or_compound
+from privatize.redaction.styles.vocab import first_names, is_dictionary_word, is_misspelt_or_compound
 from privatize.redaction.spans import Span
 from privatize.redaction.styles import DocumentStyle, register_style
 from privatize.redaction.words import stop_words
@@ -65,7 +65,8 @@ _NAME_CUE = re.compile(r"(?i)\b(?:called|named|the[ \t]+name[ \t]+is|name[ \t]+o
                        r"interested[ \t]+in|favou?rite[ \t]+is|try)[ \t]+(?:the[ \t]+)?"
                        r"(?P<v>[^\W\d_][\p{L}'’&-]*(?:[ \t]+(?!(?:for|in|on|at|that|which|and|or|is|are|with|to|it|they|"
                        r"but|because|as|if|near|located|please|instead|then|too|also)\b)[^\W\d_][\p{L}'’&-]*){0,4})"
-                       r"(?=[ \t]*(?:[.,?!:;\n\"]|$|[ \t]+(?:for|in|on|at|that|which|and|is|are|with|it|they|but)\b))")
+                       r"(?=[ \t]*(?:[.,?!:;\n\"]|$|[ \t]+(?:for|in|on|at|that|which|and|is|are|with|it|they|but|please|thanks|"
+                       r"today|tonight|tomorrow)\b))")
 _SUBJECT = re.compile(r"(?m)^(?:sure|yes|ok|okay|well)?[ \t,]*(?:the[ \t]+)?(?P<v>[^\W\d_][\p{L}'’&-]*(?:[ \t]+[^\W\d_][\p{L}'’&-]*){0,3})"
                       r"[ \t]+(?:is|has|sounds|fits|serves|offers)[ \t]+(?:located|a|an|the|at|on|in|perfect|great|good|"
                       r"interesting|an?[ \t]+\w+|\w+ing)\b")
@@ -97,7 +98,8 @@ class Chat(DocumentStyle):
         if etype == "ORGANIZATION" and _COLOUR.search(text, max(0, s - 16), s) and " " not in piece:
             return "a product (a white Toyota)"
         if etype == "PERSON" and source in ("spacy", "spacy_case", "propagation") \
-                and all(is_dictionary_word(w) or w.lower() in stop_words() for w in piece.split()):
+                and all(is_dictionary_word(w) or w.lower() in stop_words() for w in piece.split()) \
+                and not any(w.lower().strip(".,'’") in first_names() for w in piece.split()):
             return "dictionary words (Glad, Terrific, Postcode)"
         if etype == "STREET_ADDRESS" and re.search(r"(?i)\b(?:a|an|the)[ \t]+\S+$", piece) \
                 and not re.match(r"\d", piece):

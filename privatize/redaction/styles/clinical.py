@@ -26,11 +26,12 @@ import functools
 
 import regex as re
 
-from privatize.redaction.filters import FIRST_NAMES, is_known_name, zipf
+from privatize.redaction.filters import is_known_name, zipf
 from privatize.redaction.spans import Span
 from privatize.redaction.styles import DocumentStyle, register_style
 from privatize.redaction.styles.vocab import (CLINICAL_CONTEXT, city_first_words, city_names, is_clinical_like,
-                                              is_clinical_word, is_dictionary_word)
+                                              first_names, is_clinical_word, is_dictionary_word,
+                                              is_misspelt_or_compound)
 from privatize.redaction.words import stop_words
 
 _NAME_TYPES = frozenset({"PERSON", "LOCATION", "ORGANIZATION", "NRP"})
@@ -50,6 +51,15 @@ _ROLE_BEFORE = re.compile(rf"(?i)\b(?:{_ROLE})\b\.?(?:[ \t]*[:,]?[ \t]*)(?P<n>{_
 _AFTER_ROLE_WORD = re.compile(rf"(?i)\b(?:{_AFTER_ROLE})\b(?![\w/])|\((?:daughter|son|wife|husband|sister|brother|mother|"
                               rf"father|niece|nephew|friend|hcp|proxy|s/o|significant other)\)")
 _WORDS_BEFORE = re.compile(rf"(?P<n>{_WORD}(?:[ \t]+{_WORD})?)[ \t]*,?[ \t]*$")
+@functools.lru_cache(maxsize=16)
+def _cased_doc(text: str) -> bool:
+    """Whether ``text`` is written mostly in lower case with capitals (not in capitals)."""
+    sample = text[:4000]
+    upper = sum(c.isupper() for c in sample)
+    lower = sum(c.islower() for c in sample)
+    return lower > 3 * upper
+
+
 def _span_ctx(span: Span) -> bool:
     return bool(span[5])
 
@@ -122,25 +132,6 @@ def _is_nameish(word: str) -> bool:
     return bool(w) and w.lower() not in stop_words() and not w.isdigit() and not is_clinical_like(w)
 
 
-@functools.lru_cache(maxsize=1)
-def first_names() -> frozenset[str]:
-    """Lower-case census first names (the top 5,000 of each sex, as ``known_names``)."""
-    import os
-
-    import names
-
-    folder = os.path.dirname(names.__file__)
-    out: set[str] = set()
-    for fname in ("dist.male.first", "dist.female.first"):
-        with open(os.path.join(folder, fname), encoding="ascii") as fh:
-            for i, line in enumerate(fh):
-                if i >= FIRST_NAMES:
-                    break
-                if line.strip():
-                    out.add(line.split(None, 1)[0].lower())
-    return frozenset(out)
-
-
 def _name_evidence(word: str, strong: bool = False, title: bool = False) -> bool:
     """A word that may be a name next to a role or title (``strong``: the word follows a
     title such as ``Dr``, or a family role such as ``daughter``): a first name; a known
@@ -209,9 +200,10 @@ class Clinical(DocumentStyle):
             return "NER date without a day and a month (years, times, vital signs: the clinical rules decide)"
         if etype == "REFERENCE_NUMBER":
             piece = text[s:e]
-            if not _span_ctx(span) or sum(c.isdigit() for c in piece) < 2 or _DOSE.search(piece) \
-                    or re.search(r"\d[ \t]*-[ \t]*\d", piece):
-                return "not a reference (a word or a dose)"
+            digits = sum(c.isdigit() for c in piece)
+            if digits < 2 or _DOSE.search(piece) or re.search(r"(?<!\d)\d{1,3}[ \t]*-[ \t]*\d{1,3}(?!\d)", piece) \
+                    or (digits < 5 and not _span_ctx(span)):
+                return "not a reference (a word, a dose or a range)"
             return None
         if etype == "STREET_ADDRESS" and not _STREET_WORD.search(text, s, e):
             return "no street in it (clinical numbers)"
@@ -232,6 +224,17 @@ class Clinical(DocumentStyle):
         words = [w for w in words if any(c.isalpha() for c in w)]
         if not words:
             return "empty"
+        titled = _cased_doc(text) and not piece.isupper() and not piece.islower() \
+            and all(w[:1].isupper() or w.lower() in stop_words() for w in words)
+        if titled and etype in ("LOCATION", "ORGANIZATION") and not _initial(text, s):
+            # a proper name written as one in cased text ("Phoenix General Hospital", "New York")
+            if len(words) > 1 and not all(is_clinical_like(w, fuzzy=True) or w.lower() in stop_words()
+                                          for w in words):
+                return None
+            w = words[0]
+            if w.lower() in city_names() or is_known_name(w) or (
+                    zipf(w) < 3.5 and not is_dictionary_word(w) and not is_clinical_like(w, fuzzy=True)):
+                return None
         if all(is_clinical_like(w, fuzzy=True) or w.lower() in stop_words() or (zipf(w) >= 3.5 and not is_known_name(w))
                or (is_dictionary_word(w) and not is_known_name(w)) for w in words):
             return "clinical, dictionary or common words"
@@ -372,9 +375,10 @@ class Clinical(DocumentStyle):
                     or zipf(f) >= 5.0 or not _same_case(f, last) or _ROLE_WORD.fullmatch(f.lower()):
                 continue
             strong_first = not is_dictionary_word(f) or zipf(f) < 3.5
-            if not (strong_first and (_rare_surname(last) or _known_surname(last))) \
+            rare_last = _rare_surname(last) and len(last) >= 5 and not is_misspelt_or_compound(last)
+            if not (strong_first and (_rare_surname(last) or _known_surname(last))) and not rare_last \
                     and not (_known_surname(last) and not is_dictionary_word(last)):
-                continue  # "min seroussang", "eve regarading": a word that is also a first name
+                continue  # "eve regarading", "AMY LIX": a misspelling or an abbreviation after a first name
             out.append((m.start(), m.end(), "PERSON", 0.6, "clinical_name", False))
         for m in _INITIAL_NAME.finditer(text):
             last = m.group("l")
