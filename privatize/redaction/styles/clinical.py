@@ -35,7 +35,6 @@ from privatize.redaction.styles.vocab import (CLINICAL_CONTEXT, city_first_words
 from privatize.redaction.words import stop_words
 
 _NAME_TYPES = frozenset({"PERSON", "LOCATION", "ORGANIZATION", "NRP"})
-_NER = frozenset({"spacy", "spacy_case", "name_list", "propagation"})
 
 _TITLE = r"dr|drs['’]?|doctor|mr|mrs|miss"
 _ROLE = (r"dr|drs|doctor|md|rn|np|nurse|attending|resident|fellow|intern|wife|husband|spouse|son|sons|daughter|"
@@ -107,8 +106,6 @@ _DASH_DATE = re.compile(r"(?<![\d/-])(?:1[0-2]|0?[1-9])-(?:3[01]|[12]\d|0?[1-9])
 _PAGER = re.compile(r"(?i)\b(?:pager|page|pg|beeper|bpr|cell(?:ular)?|home|phone|tel|ph|mobile|contact)[ \t]*[:#-]*[ \t]*#?"
                     r"[ \t]*(?P<n>\(?\d{3}\)?[ \t/.-]?\d{3}[ \t/.-]?\d{4}|\d{4,7})(?![\d/]|\.\d)")
 _BARE_PHONE = re.compile(r"(?<![\d/.-])\(?\d{3}\)?(?:[ \t]*[/.-][ \t]*|[ \t]+)\d{3}(?:[ \t]*[/.-][ \t]*)?\d{4}(?![\d/-]|\.\d)")
-_SETTING_BEFORE = re.compile(r"(?i)(?:\b(?:ps|psv|peep|cpap|bipap|vent|vent\s+settings|settings|imv|simv|ac|on|of|"
-                             r"peep/ps|co/ci/svr|ci|svr|to|x|in|wean(?:ed)?(?:\s+to)?|and|&|,|~|#)[ \t]*[:=-]?[ \t]*)$")
 _FOLLOWED_BY_UNIT = re.compile(r"(?i)[ \t]*(?:bottles?|of|strength|st|dose|way|cm|ns|hrs?|hours?|[a-z]{2,}/)\b")
 _YEAR = re.compile(r"(?<![\d/.:@~#-])(?:19[0-9]\d|20[0-4]\d)(?![\d:]|[ \t]*(?:cc|ml|mg|-[ \t]*\d))")
 _YEAR_CUE = re.compile(r"(?i)(?:\b(?:in|since|of|year|from|circa|dated?|until|till|summer|spring|fall|winter|"
