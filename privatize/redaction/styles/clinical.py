@@ -7,15 +7,25 @@ Rules:
 
 * no re-cased NER pass: upper-case clinical shorthand is not caseless chat, and re-cased
   it turns ``LASIX`` and ``ABD SOFT`` into people and places;
-* an NER name (PERSON) is kept only when it holds a known first name or surname that is
-  not a clinical word, or stands next to a title or role (``Dr.``, ``RN``, ``wife``,
-  ``daughter``); an NER place or organisation only next to a place cue
-  (``transferred to``, ``admitted from``), with a place head word (``Hospital``) or as
-  a rare capitalised name in cased text (``Springfield``);
-* names after titles and roles in any case (``dtr laverne``, ``DAUGHTER PHILOMENA``,
-  ``s. roberto rrt``), places after movement cues (``TRANSFERRED TO GH``), dates in
-  shorthand (``8/23``: a valid month and day, not a fraction or a ventilator setting)
-  and years after a cue (``CABG 1957``, ``in 1983``, ``CA'88``);
+* clinical words are never names: abbreviations, drug names (also cut short, ``Ceftaz``,
+  or misspelt, ``Fetanyl``) and dictionary words (Webster's Second: ``femoral``,
+  ``supine``) unless they are census names;
+* an NER name (PERSON) is kept when it holds a known name, stands next to a title or role
+  (``Dr.``, ``RN``, ``wife``, ``daughter``) or is a rare capitalised word inside a
+  sentence; an NER place or organisation next to a place cue (``transferred to``), or
+  written as a proper name in cased text (``Phoenix General Hospital``, ``New York``);
+* names in any case after titles and roles (``dtr laverne``, ``DAUGHTER PHILOMENA``,
+  ``s. roberto rrt``, ``DR LAVELY``), first name + surname (``lorrie morales``, ``DICK
+  CUCCHIARA``) and initial + surname after a cue (``per B. KARGAS``);
+* places: cities and towns (GeoNames: ``PIKESVILLE``, ``rome``), hospital names (``St Mary
+  Hospital``, ``Harford Memorial``, ``University of Maryland``) and abbreviations (``GH``,
+  ``VAMC``), wards with their floor (``QUARTERMAIN 2``), places after movement cues
+  (``TRANSFERRED TO GH``);
+* numbers: dates in shorthand (``8/23``: a valid month and day, not a fraction, a pain
+  score or a ventilator setting; ``4/97``, ``10-6-06``), years after a cue (``CABG 1957``,
+  ``in 1983``, ``CA'88``, ``62'``), pager and phone numbers in a phone's form or after a
+  cue (``Pager #32007``); NER dates without a day and month, pressures read as phone
+  numbers and doses read as references are dropped;
 * ages stay identifiers at any age (HIPAA's safe harbour names only ages over 89, and
   the PhysioNet gold follows it; a data owner under other rules counts every age).
 """
@@ -50,6 +60,8 @@ _ROLE_BEFORE = re.compile(rf"(?i)\b(?:{_ROLE})\b\.?(?:[ \t]*[:,]?[ \t]*)(?P<n>{_
 _AFTER_ROLE_WORD = re.compile(rf"(?i)\b(?:{_AFTER_ROLE})\b(?![\w/])|\((?:daughter|son|wife|husband|sister|brother|mother|"
                               rf"father|niece|nephew|friend|hcp|proxy|s/o|significant other)\)")
 _WORDS_BEFORE = re.compile(rf"(?P<n>{_WORD}(?:[ \t]+{_WORD})?)[ \t]*,?[ \t]*$")
+
+
 @functools.lru_cache(maxsize=16)
 def _cased_doc(text: str) -> bool:
     """Whether ``text`` is written mostly in lower case with capitals (not in capitals)."""
