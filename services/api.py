@@ -41,7 +41,18 @@ from services.metrics import CONTENT_TYPE
 from services.models import ACTIVE_JOB_STATES, Corpus, Job, Key
 from services.tenants import authenticate, storage_used
 
-router = APIRouter()
+async def _clean_params(request: Request) -> None:
+    """A NUL byte in a query or path parameter is refused with a 422 naming the
+    parameter: no text column holds one (PostgreSQL refuses it with an error), so it must
+    never reach a query. (Invalid UTF-8 in a URL is decoded to U+FFFD, which is harmless.)"""
+    for where, items in (("query", request.query_params.multi_items()), ("path", request.path_params.items())):
+        for name, value in items:
+            if isinstance(value, str) and "\x00" in value:
+                raise InvalidRequest(f"{where} parameter {name!r}: a NUL byte is not allowed",
+                                     errors=[{"loc": [where, name], "message": "NUL byte"}])
+
+
+router = APIRouter(dependencies=[Depends(_clean_params)])
 
 
 async def get_ctx(request: Request) -> ServiceContext:

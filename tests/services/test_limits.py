@@ -197,3 +197,17 @@ def test_specs_over_a_limit_answer_422_and_store_nothing(api):
                                                                           bloom_capacity=1_000_000)})
     assert r.status_code == 201, r.text
     assert _jobs(engine) == 1
+
+
+def test_nul_bytes_in_parameters_answer_422_naming_them(api):
+    """Hypothesis found ``GET /v1/jobs?corpus_id=<NUL>`` answering 500 on PostgreSQL (which
+    refuses NUL in text): every query or path parameter is checked before any query."""
+    client, corpus_id, _settings, _engine = api
+    for url, name in (("/v1/jobs?corpus_id=ab%00cd", "corpus_id"), ("/v1/jobs?kind=x%00", "kind"),
+                      ("/v1/corpora/ab%00cd", "corpus_id"), ("/v1/audit?action=a%00", "action")):
+        r = client.get(url)
+        assert r.status_code == 422, (url, r.status_code, r.text)
+        assert name in r.json()["detail"]
+    r = client.get(f"/v1/jobs?corpus_id={corpus_id}")  # a real id still lists
+    assert r.status_code == 200 and r.json() == []
+    assert client.get("/v1/jobs?corpus_id=%ED%A0%80").status_code == 200  # invalid UTF-8: decoded to U+FFFD
