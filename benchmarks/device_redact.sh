@@ -3,7 +3,7 @@
 # 4, 8 and 16 CPUs, on a 16-core x86-64 machine with Python 3.12 and no network (the
 # workplace's device machine), in ONE call.
 #
-#   bash benchmarks/device_redact.sh bundle   # here, once: builds .devredact/ (~45 MB)
+#   bash benchmarks/device_redact.sh bundle   # here, once: builds .devredact/ (~52 MB)
 #   bash benchmarks/device_redact.sh remote   # there: the device call's command
 #
 # `bundle` downloads, at the versions of constraints.txt, the cp312 manylinux wheels the
