@@ -100,7 +100,9 @@ def test_every_single_character_change_of_a_token_is_never_decrypted(siv):
             variant = tok[:i] + c + tok[i + 1:]
             text, rep = siv.decrypt_text(variant)
             assert rep.ok == 0 and rep.revised == 0, (i, c)
-            assert "Ann" not in text and text == variant  # left exactly as it was
+            # left exactly as it was: nothing decrypted. (A changed base64 character can spell
+            # "Ann" by chance, so the plaintext's absence is no test; equality is.)
+            assert text == variant
             tried += 1
     assert tried == len(tok) * 65 - sum(1 for ch in tok if ch in B64 + "=")
 
