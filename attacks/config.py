@@ -38,7 +38,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from privatize.configfile import read_mapping, validate
+from privatize.io.configfile import read_mapping, validate
 
 
 class _Strict(BaseModel):

@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 
 from privatize.entrypoint import JobParser, run_entrypoint
 from privatize.errors import OutputError, PrivatizeError, SpecError
+from privatize.jobio import clear_output, is_remote, local_path, localize_input, redact_paths, upload_files
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def _relative(field: str, location: str) -> str:
 def load_config_any(location: str):
     """The evaluation config at a path or URI (YAML, or JSON by its ``.json`` name)."""
     from attacks.config import parse_config
-    from privatize.configfile import read_mapping
+    from privatize.io.configfile import read_mapping
 
     data = read_mapping(location)
     if isinstance(data, dict) and data.get("output") is not None:
@@ -79,17 +80,15 @@ def load_config_any(location: str):
 def localize(cfg, root: str, tmp: Path) -> tuple[object, dict[str, str]]:
     """The config with every location made a local path under ROOT (copied first when ROOT
     is remote), and {local path: the config's location} to name them in results."""
-    from privatize.job import localize_input
-    from train.job import _is_remote, _local
 
     data = cfg.to_dict()
     local: dict[str, str] = {}
-    remote = _is_remote(root)
+    remote = is_remote(root)
     for n, rel in enumerate(sorted({_relative(f, loc) for f, loc in locations(data)})):
         if remote:
             path = localize_input(f"{root.rstrip('/')}/{rel}", tmp / f"in-{n}")
         else:
-            path = str(Path(_local(root)) / rel)
+            path = str(Path(local_path(root)) / rel)
         local[rel] = str(Path(path).resolve())
 
     def swap(loc: str) -> str:
@@ -107,26 +106,16 @@ def localize(cfg, root: str, tmp: Path) -> tuple[object, dict[str, str]]:
 
 def _named(ev, names: dict[str, str]):
     """``ev`` with the local paths of models and data replaced by the config's locations."""
-    from train.job import _redact
-
     for m in ev.models:
-        m.path = names.get(m.path, _redact(m.path, names))
+        m.path = names.get(m.path, redact_paths(m.path, names))
         if m.perplexity_data:
-            m.perplexity_data = _redact(m.perplexity_data, names)
+            m.perplexity_data = redact_paths(m.perplexity_data, names)
     return ev
 
 
 def _upload(local: Path, location: str) -> None:
     """``report.html``, then ``evaluation.json`` (what the service reads) last."""
-    import pyarrow.fs as pafs
-
-    from privatize.job import _fs
-
-    fs, path = _fs(location)
-    fs.create_dir(path, recursive=True)
-    for name in (REPORT, EVALUATION):
-        pafs.copy_files(str(local / name), f"{path}/{name}", source_filesystem=pafs.LocalFileSystem(),
-                        destination_filesystem=fs)
+    upload_files(local, location, [REPORT, EVALUATION], last=EVALUATION)
 
 
 def run_job(config_location: str, root_location: str, output_location: str, *, evaluation_id: str | None = None,
@@ -135,25 +124,24 @@ def run_job(config_location: str, root_location: str, output_location: str, *, e
     from attacks.cli import summary
     from attacks.report import write_report
     from attacks.run import run_evaluation
-    from train.job import _clear_remote_output, _is_remote, _local, _redact
 
-    remote_out = _is_remote(output_location)
+    remote_out = is_remote(output_location)
     with tempfile.TemporaryDirectory(prefix="attack-job-") as tmpname:
         tmp = Path(tmpname)
         cfg = load_config_any(config_location)
-        out = tmp / "output" if remote_out else Path(_local(output_location))
+        out = tmp / "output" if remote_out else Path(local_path(output_location))
         if remote_out:
-            _clear_remote_output(output_location, overwrite)
+            clear_output(output_location, overwrite)
         elif (out / EVALUATION).exists() and not overwrite:
             raise OutputError(f"{output_location}: output exists (use --overwrite to replace it)")
         names: dict[str, str] = {}
         try:
             cfg, names = localize(cfg, root_location, tmp)
-            base_dir = None if _is_remote(config_location) else str(Path(_local(config_location)).resolve().parent)
+            base_dir = None if is_remote(config_location) else str(Path(local_path(config_location)).resolve().parent)
             ev = run_evaluation(cfg.with_output(str(tmp / "scratch")), base_dir=base_dir, progress=progress,
                                 evaluation_id=evaluation_id)
         except PrivatizeError as exc:
-            line = _redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            line = redact_paths(str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
                            {**names, str(tmp): "<tmp>", tmpname: "<tmp>"})
             try:
                 err = type(exc)(line)

@@ -7,7 +7,7 @@ in-process, ``privatize.ray`` on Ray Data), and the deterministic output layout
 (``privatize.output``).
 """
 
-__version__ = "0.1.0"
+from privatize.version import __version__  # noqa: F401
 
 __all__ = ["RunOptions", "run"]
 

@@ -20,56 +20,15 @@ joins ``address`` (or ``RAY_ADDRESS``, or starts an embedded local Ray).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from privatize.errors import SpecError
+from privatize.options import DEFAULT_RANGE_BYTES, RunOptions
+
+__all__ = ["DEFAULT_RANGE_BYTES", "RUNNERS", "RunOptions", "prepare", "run"]
 
 RUNNERS = ("local", "ray")
-DEFAULT_RANGE_BYTES = 64 << 20
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How to run (never what to compute: that is the spec). Fields after ``progress``
-    concern the Ray runner only; the local runner ignores them."""
-
-    batch_size: int = 1024
-    strict: bool = False
-    """Record-level problems are errors (exit 2) instead of quarantined records."""
-    overwrite: bool = False
-    progress: bool = False
-    read_range_bytes: int = DEFAULT_RANGE_BYTES
-    """JSONL and line-per-record text files larger than this are read in byte ranges (the
-    Ray runner also cuts smaller files so that every CPU gets a piece)."""
-    num_cpus: float | None = None
-    """CPUs of an embedded local Ray cluster (default: all)."""
-    object_store_memory: int | None = None
-    """Object store of an embedded local Ray cluster, in bytes (Ray's minimum is 75 MiB)."""
-    reads_on_driver_node: bool = True
-    """Input paths are the driver's: read them on its node (turn off for shared storage)."""
-    stall_timeout_s: float = 600.0
-    """A Ray run in which nothing finishes for this long fails with an error naming what it
-    waited for (a plan that cannot be scheduled would otherwise wait forever)."""
-
-    def __post_init__(self):
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise SpecError(f"options.batch_size: must be a positive integer, not {self.batch_size!r}")
-        if not isinstance(self.read_range_bytes, int) or self.read_range_bytes < 1:
-            raise SpecError(f"options.read_range_bytes: must be a positive integer, not {self.read_range_bytes!r}")
-        if self.num_cpus is not None and not self.num_cpus > 0:
-            raise SpecError(f"options.num_cpus: must be positive, not {self.num_cpus!r}")
-        if self.stall_timeout_s is not None and not self.stall_timeout_s > 0:
-            raise SpecError(f"options.stall_timeout_s: must be positive, not {self.stall_timeout_s!r}")
-
-    @classmethod
-    def from_kwargs(cls, **kw) -> "RunOptions":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(kw) - known)
-        if unknown:
-            raise TypeError(f"unknown run option(s): {', '.join(unknown)}")
-        return cls(**kw)
 
 
 def _spec_of(spec: Any, spec_dir: str | None):

@@ -22,26 +22,14 @@ from __future__ import annotations
 import logging
 import sys
 import tempfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from privatize.entrypoint import JobParser, run_entrypoint
-from privatize.errors import InputError, OutputError, SpecError
+from privatize.errors import SpecError
+from privatize.jobio import (check_output, is_remote, local_path, localize_input, open_location, output_dir,
+                             upload_files)
 
 log = logging.getLogger(__name__)
-
-
-def _is_uri(location: str) -> bool:
-    return "://" in location
-
-
-def _fs(location: str):
-    """(filesystem, path) for a URI; raises the given error kind with one line."""
-    import pyarrow.fs as pafs
-
-    try:
-        return pafs.FileSystem.from_uri(location)
-    except (OSError, ValueError, TypeError) as exc:  # pyarrow raises ArrowInvalid (a ValueError)
-        raise InputError(f"{location}: cannot open ({str(exc).splitlines()[0]})") from None
 
 
 def load_spec_any(location: str):
@@ -49,10 +37,10 @@ def load_spec_any(location: str):
     (a local spec's folder; none for a remote one)."""
     from privatize.spec import load_spec, parse_spec
 
-    if not _is_uri(location) or location.startswith("file://"):
-        path = location[len("file://"):] if location.startswith("file://") else location
+    if not is_remote(location):
+        path = local_path(location)
         return load_spec(path), str(Path(path).resolve().parent)
-    from privatize.configfile import read_mapping
+    from privatize.io.configfile import read_mapping
 
     data = read_mapping(location, what="spec")
     try:
@@ -61,63 +49,25 @@ def load_spec_any(location: str):
         raise SpecError(f"{location}: {exc}") from None
 
 
-def localize_input(location: str, tmp: Path) -> str:
-    """A local path holding the input: the path itself, or a copy of a remote file or
-    folder (file names, and so default document ids, are kept)."""
-    if not _is_uri(location):
-        return location
-    if location.startswith("file://"):
-        return location[len("file://"):]
-    import pyarrow.fs as pafs
-
-    fs, path = _fs(location)
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.NotFound:
-        raise InputError(f"{location}: no such file or directory")
-    dest = tmp / "input"
-    dest.mkdir(parents=True)
-    try:
-        if info.type == pafs.FileType.Directory:
-            pafs.copy_files(path, str(dest), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
-            return str(dest)
-        target = dest / PurePosixPath(path).name
-        pafs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
-        return str(target)
-    except OSError as exc:
-        raise InputError(f"{location}: cannot read: {str(exc).splitlines()[0]}") from None
-
-
 def upload_output(local: Path, location: str, *, overwrite: bool) -> str | None:
-    """Upload a finished output folder (and its quarantine) to ``location``; returns the
-    quarantine's URI when there is one."""
+    """Upload a finished output folder (and its quarantine) to ``location``: shards, the
+    quarantine, the manifest last; returns the quarantine's URI when there is one."""
     import pyarrow.fs as pafs
 
     from privatize.output import MANIFEST, SHARD_DIR, quarantine_path
 
-    fs, path = _fs(location)
-    local_fs = pafs.LocalFileSystem()
-    if overwrite:
-        if fs.get_file_info(path).type == pafs.FileType.Directory:
-            fs.delete_dir(path)
-    fs.create_dir(path, recursive=True)
-    pafs.copy_files(str(local / SHARD_DIR), f"{path}/{SHARD_DIR}", source_filesystem=local_fs,
-                    destination_filesystem=fs)
+    fs, path = open_location(location)
+    if overwrite and fs.get_file_info(path).type == pafs.FileType.Directory:
+        fs.delete_dir(path)
+    upload_files(local, location, [SHARD_DIR])
     q = quarantine_path(local)
     q_uri = None
     if q.exists():
-        pafs.copy_files(str(q), f"{path}.quarantine.jsonl", source_filesystem=local_fs, destination_filesystem=fs)
+        pafs.copy_files(str(q), f"{path}.quarantine.jsonl", source_filesystem=pafs.LocalFileSystem(),
+                        destination_filesystem=fs)
         q_uri = f"{location}.quarantine.jsonl"
-    pafs.copy_files(str(local / MANIFEST), f"{path}/{MANIFEST}", source_filesystem=local_fs,
-                    destination_filesystem=fs)
+    upload_files(local, location, [MANIFEST])
     return q_uri
-
-
-def _check_remote_output(location: str, overwrite: bool) -> None:
-    import pyarrow.fs as pafs
-
-    fs, path = _fs(location)
-    if fs.get_file_info(path).type != pafs.FileType.NotFound and not overwrite:
-        raise OutputError(f"{location}: output exists (use --overwrite to replace it)")
 
 
 def run_job(spec_location: str, input_location: str, output_location: str, *, batch_size: int = 1024,
@@ -125,17 +75,14 @@ def run_job(spec_location: str, input_location: str, output_location: str, *, ba
     """Run the job; returns the summary that ``main`` prints."""
     from privatize.api import RunOptions, run
 
-    remote_out = _is_uri(output_location) and not output_location.startswith("file://")
+    remote_out = is_remote(output_location)
     with tempfile.TemporaryDirectory(prefix="privatize-job-") as tmpname:
         tmp = Path(tmpname)
         spec, spec_dir = load_spec_any(spec_location)
         if remote_out:
-            _check_remote_output(output_location, overwrite)
+            check_output(output_location, overwrite)
         input_path = localize_input(input_location, tmp)
-        if remote_out:
-            out = tmp / "output"
-        else:
-            out = Path(output_location[len("file://"):] if output_location.startswith("file://") else output_location)
+        out = output_dir(output_location, tmp)
         options = RunOptions(batch_size=batch_size, strict=strict, overwrite=overwrite, progress=sys.stderr.isatty())
         manifest = run(spec, input_path, out, runner="ray", spec_dir=spec_dir, options=options)
         if remote_out:

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from privatize import __version__
+from privatize.version import __version__
 from privatize.errors import OutputError, RecordError
 from privatize.execution import DSTAGE, QSTAGE, READ_STAGE
 from privatize.stage import DROP, QUARANTINE, STAT_PREFIX, add_stats

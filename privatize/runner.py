@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from privatize import allocator
-from privatize.api import RunOptions
+from privatize.options import RunOptions
 from privatize.execution import (READ_STAGE, UniqueIds, concat, finish_stage_output, run_global_stage,
                                  run_stage_batch, split_marked)
 from privatize.keys import KeyResolver
@@ -23,7 +23,8 @@ from privatize.output import (OutputWriter, Tally, build_manifest, check_strict,
 from privatize.records import InputFile, read_inputs
 from privatize.settings import declared_key_kinds
 from privatize.spec import PipelineSpec
-from privatize.stage import GlobalStage, Stage, StageContext, build_stage
+from privatize.stage import GlobalStage, Stage, StageContext
+from privatize.stages import build_stage
 
 log = logging.getLogger(__name__)
 

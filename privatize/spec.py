@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from privatize.errors import SpecError
 from privatize.settings import (SECRET_KEY_KINDS, KeyKinds, KeyRef, StageSettings, field_holds_key_ref,
                                 field_holds_secret_ref, field_key_kinds)
-from privatize.stage import registered_kinds
+from privatize.stages import registered_kinds
 
 
 MAX_SHARDS = 4096

@@ -178,15 +178,3 @@ def register_stage(kind: str, settings_cls: type, *, force: bool = False):
         return cls
 
     return deco
-
-
-def registered_kinds() -> dict[str, tuple[type, type[Stage]]]:
-    import privatize.stages  # noqa: F401  (importing registers the built-in stages)
-
-    return dict(_REGISTRY)
-
-
-def build_stage(settings: Any, context: StageContext | None = None) -> Stage:
-    kinds = registered_kinds()
-    _, cls = kinds[settings.kind]
-    return cls(settings, context=context)

@@ -135,7 +135,7 @@ def _client(args: argparse.Namespace):
 
 def read_config_file(path: str, what: str = "a training config is a mapping (kind, data, model, optim...)") -> dict:
     """A config file (YAML, or JSON by its name), unvalidated: the service checks it."""
-    from privatize.configfile import read_mapping
+    from privatize.io.configfile import read_mapping
     from privatize.errors import SpecError
 
     data = read_mapping(path)

@@ -73,7 +73,7 @@ class JobKind:
     models: Callable[[dict], dict[str, str]] | None = None
     """Models the stored spec names by reference: ``{reference: location relative to the
     tenant's folder}``, handed to every worker of the job as storage locations
-    (``privatize.stages.refill.MODELS_ENV`` in its runtime environment)."""
+    (``privatize.refs.MODELS_ENV`` in its runtime environment)."""
 
     def entrypoint(self, spec: str, input: str, output: str, extra: tuple[str, ...] = ()) -> str:
         """The Ray Jobs entrypoint for these locations (the service chose them all; no key

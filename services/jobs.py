@@ -177,7 +177,7 @@ def runtime_env_for(ctx: ServiceContext, job: Job) -> dict:
     jk = job_kind(job.kind)
     models = jk.models(job.spec) if jk.models else {}
     if models:  # the models the spec names by reference, where every worker finds them
-        from privatize.stages.refill import MODELS_ENV
+        from privatize.refs import MODELS_ENV
 
         env[MODELS_ENV] = json.dumps({ref: ctx.storage.location(f"{tenant_prefix(job.tenant_id)}/{rel}")
                                       for ref, rel in sorted(models.items())})

@@ -13,7 +13,7 @@ from privatize.errors import SpecError
 from privatize.spec import InputSettings, PipelineSpec, parse_spec
 from privatize.spec import key_references as spec_key_references
 from privatize.spec import key_requirements
-from privatize.stages.refill import MODEL_REF
+from privatize.refs import MODEL_REF
 from services.errors import SpecInvalid
 from services.models import Key
 

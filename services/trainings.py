@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from privatize.stages.refill import MODEL_REF
+from privatize.refs import MODEL_REF
 from services.errors import Conflict, NotFound, config_error, config_invalid
 from services.jobkinds import TRAIN
 from services.models import Job

@@ -29,7 +29,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from privatize.configfile import read_mapping, validate
+from privatize.io.configfile import read_mapping, validate
 
 Kind = Literal["pretrain", "continue", "dp", "crt", "mlm"]
 Split = Literal["all", "public", "private"]

@@ -35,7 +35,9 @@ import threading
 from pathlib import Path
 
 from privatize.entrypoint import JobParser, run_entrypoint
-from privatize.errors import InputError, OutputError, PrivatizeError, SpecError
+from privatize.errors import InputError, PrivatizeError, SpecError
+from privatize.jobio import (clear_output, delete_dir, is_remote, local_path, localize_input, open_location, redact_paths,
+                             upload_files)
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +45,6 @@ SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
-
-
-def _is_remote(location: str) -> bool:
-    return "://" in location and not location.startswith("file://")
-
-
-def _local(location: str) -> str:
-    return location[len("file://"):] if location.startswith("file://") else location
 
 
 def load_config_any(location: str):
@@ -76,10 +70,8 @@ class _MetricsMirror(threading.Thread):
 
     def __init__(self, local: Path, location: str, every: float):
         super().__init__(name="metrics-mirror", daemon=True)
-        from privatize.job import _fs
-
         self.local, self.every = local / METRICS, every
-        self.fs, self.path = _fs(location)
+        self.fs, self.path = open_location(location)
         self.stopped = threading.Event()
         self.size = -1
 
@@ -105,63 +97,11 @@ class _MetricsMirror(threading.Thread):
         self.join(timeout=60)
 
 
-def _clear_remote_output(location: str, overwrite: bool) -> None:
-    """A remote output must not exist, unless ``overwrite`` (then it is deleted first)."""
-    import pyarrow.fs as pafs
-
-    from privatize.job import _fs
-
-    fs, path = _fs(location)
-    kind = fs.get_file_info(path).type
-    if kind == pafs.FileType.NotFound:
-        return
-    if not overwrite:
-        raise OutputError(f"{location}: output exists (use --overwrite to replace it)")
-    if kind == pafs.FileType.Directory:
-        fs.delete_dir(path)
-    else:
-        fs.delete_file(path)
-
-
-def _delete_remote_dir(location: str) -> None:
-    import pyarrow.fs as pafs
-
-    from privatize.job import _fs
-
-    fs, path = _fs(location)
-    try:
-        if fs.get_file_info(path).type == pafs.FileType.Directory:
-            fs.delete_dir(path)
-    except OSError as exc:  # the run is done; leftovers only cost space
-        log.warning("could not delete %s: %s", location, str(exc).splitlines()[0])
-
-
 def upload_run(local: Path, location: str) -> None:
     """Upload a finished run folder: everything, ``summary.json`` last."""
-    import pyarrow.fs as pafs
-
-    from privatize.job import _fs
-
-    fs, path = _fs(location)
-    local_fs = pafs.LocalFileSystem()
-    fs.create_dir(path, recursive=True)
     files = sorted(f.relative_to(local).as_posix() for f in local.rglob("*")
                    if f.is_file() and not any(part.startswith(".") for part in f.relative_to(local).parts))
-    made = {path}
-    for rel in [f for f in files if f != SUMMARY] + [SUMMARY]:
-        parent = f"{path}/{rel}".rsplit("/", 1)[0]
-        if parent not in made:  # (implicit on object stores; a local or mounted destination needs it)
-            fs.create_dir(parent, recursive=True)
-            made.add(parent)
-        pafs.copy_files(str(local / rel), f"{path}/{rel}", source_filesystem=local_fs, destination_filesystem=fs)
-
-
-def _redact(message: str, paths: dict[str, str]) -> str:
-    """A one-line message with local paths replaced by what they stand for."""
-    for path, name in sorted(paths.items(), key=lambda kv: -len(kv[0])):
-        if path:
-            message = message.replace(path, name)
-    return message
+    upload_files(local, location, files, last=SUMMARY)
 
 
 def run_job(config_location: str, input_location: str, output_location: str, *, keep_checkpoints: bool = False,
@@ -169,10 +109,9 @@ def run_job(config_location: str, input_location: str, output_location: str, *, 
             checkpoint_location: str | None = None) -> dict:
     """Run the training; returns the summary that ``main`` prints. ``checkpoint_location``
     (a path or URI; a remote one is copied locally first) replaces ``model.checkpoint``."""
-    from privatize.job import localize_input
     from train.run import run_training
 
-    remote_out = _is_remote(output_location)
+    remote_out = is_remote(output_location)
     with tempfile.TemporaryDirectory(prefix="train-job-") as tmpname:
         tmp = Path(tmpname)
         cfg = load_config_any(config_location)
@@ -181,12 +120,12 @@ def run_job(config_location: str, input_location: str, output_location: str, *, 
                 raise SpecError(f"{field}: set by this command (INPUT and OUTPUT), not by the config")
         ckpt_remote = None
         if remote_out:
-            _clear_remote_output(output_location, overwrite)
+            clear_output(output_location, overwrite)
             if cfg.storage is None:  # Ray Train's checkpoints where every node reaches them
                 ckpt_remote = f"{output_location.rstrip('/')}/{CHECKPOINTS}"
                 cfg = cfg.model_copy(update={"storage": ckpt_remote})
         input_path = localize_input(input_location, tmp)
-        out = tmp / "output" if remote_out else Path(_local(output_location))
+        out = tmp / "output" if remote_out else Path(local_path(output_location))
         redact = {str(Path(input_path).resolve()): "<input>", input_path: "<input>",
                   str(out.resolve()): "<output>", str(out): "<output>"}
         if checkpoint_location is not None:
@@ -207,7 +146,7 @@ def run_job(config_location: str, input_location: str, output_location: str, *, 
             summary = run_training(cfg.with_paths(data=str(Path(input_path).resolve()), output=str(out.resolve())),
                                    progress=progress)
         except PrivatizeError as exc:
-            line = _redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, redact)
+            line = redact_paths(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, redact)
             try:
                 err = type(exc)(line)
             except TypeError:  # an error class with another signature
@@ -217,7 +156,7 @@ def run_job(config_location: str, input_location: str, output_location: str, *, 
             if mirror is not None:
                 mirror.stop()
         if not keep_checkpoints and ckpt_remote is not None:
-            _delete_remote_dir(ckpt_remote)
+            delete_dir(ckpt_remote)
         elif not keep_checkpoints and cfg.storage is None:
             shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)
         if remote_out:

@@ -78,9 +78,7 @@ class Budget:
 
 def _runtime_env() -> dict | None:
     """Workers of an embedded cluster import ``privatize`` from where this process did."""
-    import privatize
-
-    root = str(Path(privatize.__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding the privatize package
     if "site-packages" in root or "dist-packages" in root:
         return None
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)

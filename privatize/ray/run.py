@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from privatize.api import RunOptions
+from privatize.options import RunOptions
 from privatize.execution import READ_STAGE
 from privatize.output import OutputWriter, Tally, build_manifest, check_strict, quarantine_path, write_quarantine
 from privatize.ray import cluster

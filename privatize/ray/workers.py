@@ -31,7 +31,8 @@ from privatize.execution import (DSTAGE, READ_STAGE, UniqueIds, apply_global_bat
 from privatize.keys import KeyResolver
 from privatize.routing import Router
 from privatize.settings import declared_key_kinds
-from privatize.stage import DROP, Stage, StageContext, build_stage
+from privatize.stage import DROP, Stage, StageContext
+from privatize.stages import build_stage
 
 INFO = "\x00privatize-info"
 """The ``_drop`` reason of an info row."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import regex as re
 
-from privatize.redaction.engine import import_presidio
+from privatize.redaction.presidio import import_presidio
 from privatize.redaction.words import MONTH_NAMES
 
 import_presidio()

@@ -26,7 +26,7 @@ import os
 
 import regex as re
 
-from privatize.redaction.words import MONTH_NAMES
+from privatize.redaction.words import MONTH_NAMES, OCCUPATION_SET
 from privatize.redaction.words import stop_words
 
 FIRST_NAMES = 5_000
@@ -79,9 +79,7 @@ def is_known_name(word: str) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def occupations() -> frozenset[str]:
-    from privatize.redaction.names import _OCCUPATION_SET
-
-    return _OCCUPATION_SET
+    return OCCUPATION_SET
 
 
 def is_common_word(word: str) -> bool:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import regex as re
 
-from privatize.redaction.engine import import_presidio
+from privatize.redaction.filters import is_known_name
+from privatize.redaction.presidio import import_presidio
+from privatize.redaction.words import OCCUPATION_SET as _OCCUPATION_SET
+from privatize.redaction.words import OCCUPATIONS as _OCCUPATIONS
 from privatize.redaction.words import stop_words
 
-import_presidio()  # first, so Presidio leaves Transformers out (see engine.py)
+import_presidio()  # first, so Presidio leaves Transformers out (see presidio.py)
 
 from presidio_analyzer import Pattern, PatternRecognizer  # noqa: E402
 
@@ -56,27 +59,6 @@ class TitledNameRecognizer(PatternRecognizer):
         return first in _NOT_NAMES or name.isupper() and len(name) <= 3
 
 
-_OCCUPATIONS = (
-    "manager|director|officer|executive|president|chairman|chairwoman|chair|head|chief|lead|supervisor|foreman|"
-    "engineer|technician|technologist|operator|assistant|aide|clerk|administrator|analyst|consultant|coordinator|"
-    "specialist|designer|developer|programmer|scientist|researcher|teacher|lecturer|professor|tutor|instructor|"
-    "nurse|doctor|physician|surgeon|dentist|pharmacist|therapist|psychologist|psychiatrist|paramedic|midwife|"
-    "lawyer|attorney|solicitor|barrister|paralegal|judge|accountant|auditor|bookkeeper|actuary|economist|"
-    "architect|surveyor|planner|estimator|drafter|draftsman|inspector|examiner|investigator|detective|"
-    "cashier|teller|driver|pilot|installer|mechanic|machinist|welder|electrician|plumber|carpenter|painter|"
-    "repairer|fitter|fabricator|assembler|tender|setter|sorter|packer|loader|mover|cleaner|janitor|"
-    "representative|agent|broker|adviser|advisor|counselor|counsellor|secretary|receptionist|"
-    "editor|writer|author|journalist|reporter|producer|publicist|photographer|artist|musician|actor|"
-    "chef|cook|baker|butcher|bartender|waiter|waitress|host|hostess|salesperson|merchandiser|buyer|"
-    "librarian|translator|interpreter|curator|archivist|chemist|physicist|biologist|geologist|"
-    "statistician|mathematician|worker|labourer|laborer|farmer|gardener|landscaper|ranger|guard|"
-    "firefighter|soldier|sergeant|captain|platemaker|trainer|coach|caregiver|nanny|dispatcher|scheduler|"
-    "recruiter|strategist|controller|treasurer|underwriter|adjuster|appraiser|optician|optometrist|"
-    "radiographer|sonographer|hygienist|dietitian|nutritionist|veterinarian|vet|tailor|jeweler|jeweller"
-)
-
-
-_OCCUPATION_SET = frozenset(_OCCUPATIONS.split("|"))
 _OCC_NOT_BEFORE = frozenset("the a an and or of my our your his her their is was as to for with at in on".split())
 _ALPHA_WORD = re.compile(r"[^\W\d_][\w'’-]*")
 
@@ -162,8 +144,6 @@ class NameLineRecognizer(PatternRecognizer):
             return True
         # a job title on its own line ("Project Manager", "Senior Software Engineer"), unless
         # it starts with a known first name ("John Baker")
-        from privatize.redaction.filters import is_known_name
-
         return words[-1].lower() in _OCCUPATION_SET and not is_known_name(words[0])
 
     def analyze(self, text, entities, nlp_artifacts=None, regex_flags=None):  # noqa: D102

@@ -76,7 +76,8 @@ from typing import Callable
 import regex as re
 
 from privatize.errors import InputError
-from privatize.redaction.engine import DEFAULT_MODEL, import_presidio, resolve_model
+from privatize.redaction.engine import DEFAULT_MODEL, resolve_model
+from privatize.redaction.presidio import import_presidio
 
 log = logging.getLogger(__name__)
 

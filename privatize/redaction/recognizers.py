@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import regex as re
 
-from privatize.redaction.engine import import_presidio
+from privatize.redaction.presidio import import_presidio
 
-import_presidio()  # first, so Presidio leaves Transformers out (see engine.py)
+import_presidio()  # first, so Presidio leaves Transformers out (see presidio.py)
 from presidio_analyzer import Pattern, PatternRecognizer  # noqa: E402
 
 CASE = re.MULTILINE | re.VERSION0

@@ -20,3 +20,27 @@ def stop_words() -> frozenset[str]:
              "sorry", "dear", "regards", "bye", "goodbye", "welcome", "well", "oh", "no", "yeah", "yep", "sir",
              "madam", "shall"}
     return frozenset(STOP_WORDS) | frozenset(extra)
+
+
+OCCUPATIONS = (  # job titles: a line of them is a title, not a name
+
+    "manager|director|officer|executive|president|chairman|chairwoman|chair|head|chief|lead|supervisor|foreman|"
+    "engineer|technician|technologist|operator|assistant|aide|clerk|administrator|analyst|consultant|coordinator|"
+    "specialist|designer|developer|programmer|scientist|researcher|teacher|lecturer|professor|tutor|instructor|"
+    "nurse|doctor|physician|surgeon|dentist|pharmacist|therapist|psychologist|psychiatrist|paramedic|midwife|"
+    "lawyer|attorney|solicitor|barrister|paralegal|judge|accountant|auditor|bookkeeper|actuary|economist|"
+    "architect|surveyor|planner|estimator|drafter|draftsman|inspector|examiner|investigator|detective|"
+    "cashier|teller|driver|pilot|installer|mechanic|machinist|welder|electrician|plumber|carpenter|painter|"
+    "repairer|fitter|fabricator|assembler|tender|setter|sorter|packer|loader|mover|cleaner|janitor|"
+    "representative|agent|broker|adviser|advisor|counselor|counsellor|secretary|receptionist|"
+    "editor|writer|author|journalist|reporter|producer|publicist|photographer|artist|musician|actor|"
+    "chef|cook|baker|butcher|bartender|waiter|waitress|host|hostess|salesperson|merchandiser|buyer|"
+    "librarian|translator|interpreter|curator|archivist|chemist|physicist|biologist|geologist|"
+    "statistician|mathematician|worker|labourer|laborer|farmer|gardener|landscaper|ranger|guard|"
+    "firefighter|soldier|sergeant|captain|platemaker|trainer|coach|caregiver|nanny|dispatcher|scheduler|"
+    "recruiter|strategist|controller|treasurer|underwriter|adjuster|appraiser|optician|optometrist|"
+    "radiographer|sonographer|hygienist|dietitian|nutritionist|veterinarian|vet|tailor|jeweler|jeweller"
+)
+
+
+OCCUPATION_SET = frozenset(OCCUPATIONS.split("|"))

@@ -65,7 +65,7 @@ from privatize.ciphers.tokens import reserved_spans
 from privatize.errors import RecordError
 from privatize.settings import Before, StageSettings
 from privatize.stage import QUARANTINE, GlobalStage, register_stage, set_column
-from privatize.stages.mask import _INNER, _WORD, _char_classes, _code_points
+from privatize.text.words import INNER, WORD_CHAR, char_classes, code_points
 
 NO_TEXT = "no text to search for identifiers"
 NO_INDIVIDUAL = "no individual_id"
@@ -107,7 +107,7 @@ def _normal_table(case: str, digits: str) -> np.ndarray:
 @functools.cache
 def _classes() -> np.ndarray:
     """``mask``'s character classes, with the sentence ends."""
-    table = _char_classes().copy()
+    table = char_classes().copy()
     for c in ".!?\u2026\n\r":
         table[ord(c)] |= _END
     return table
@@ -172,7 +172,7 @@ class _Terms:
             cps = np.frombuffer(data, np.uint8)
             bounds = offsets - offsets[0]
         else:
-            cps = _code_points(bytes(data).decode("utf-8", "surrogatepass"))
+            cps = code_points(bytes(data).decode("utf-8", "surrogatepass"))
             bounds = np.zeros(len(arr) + 1, np.int64)
             np.cumsum(pc.utf8_length(arr).to_numpy(zero_copy_only=False) + 1, out=bounds[1:])
         may = pc.match_substring_regex(arr, _MAY_RESERVE).to_numpy(zero_copy_only=False) if len(arr) else []
@@ -186,7 +186,7 @@ class _Terms:
         self._norm: str | None = None
         from privatize.stages import termscan  # numba: imported where the stage runs, not where it registers
 
-        starts, ends, a1, a2, self.seg = termscan.scan_words(cps, _classes(), self._normal, _WORD, _INNER, _END)
+        starts, ends, a1, a2, self.seg = termscan.scan_words(cps, _classes(), self._normal, WORD_CHAR, INNER, _END)
         long = np.flatnonzero(ends - starts > _LONG)
         if len(long):
             lanes = np.frombuffer(b"".join(hashlib.blake2b(self._normal[cps[s:e]].astype("<u4").tobytes(),
@@ -215,7 +215,7 @@ class _Terms:
         norm = self.normalised()
         data = norm.encode("utf-8", "surrogatepass")
         if len(data) != len(norm):  # byte offsets of the code points
-            cps = _code_points(norm)
+            cps = code_points(norm)
             width = 1 + (cps >= 0x80).astype(np.int64) + (cps >= 0x800) + (cps >= 0x10000)
             at = np.zeros(len(cps) + 1, np.int64)
             np.cumsum(width, out=at[1:])

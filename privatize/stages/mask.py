@@ -55,6 +55,8 @@ from pydantic import Field, model_validator
 from privatize.ciphers.tokens import MASK_TOKEN, reserved_spans
 from privatize.settings import Before, StageSettings
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
+from privatize.text.words import (INNER, JOINS, WORD_CHAR, HashSet, char_classes, code_points, lower_in_place, runs,
+                                  token_hashes)
 
 log = logging.getLogger(__name__)
 
@@ -155,106 +157,9 @@ def _originals(text: str, masked: str, merged: list[tuple[int, int]]) -> list[st
     return out
 
 
-_HASH_BASE = np.uint64(1_000_003)
-_HASH_INV = np.uint64(pow(1_000_003, -1, 2**64))
 _RESERVED_START, _ENTITY_OPEN = re.compile(r"<[A-Z]"), re.compile(r"_\[")
 """Where a reserved token may be (a tag, an entity token): two literal-prefix patterns,
 each a fast scan, instead of ``RESERVED_RE`` over the whole batch."""
-_WORD, _INNER, _JOINS = 1, 2, 4
-"""Character classes: a word character of ``WORD`` (``[^\\W_]``, which is ``str.isalnum``),
-an inner character that may join the parts of one word (apostrophes, hyphen), and what
-may stand between two masks that merge (``_JOIN``: space, tab, hyphen)."""
-
-
-@functools.cache
-def _char_classes() -> np.ndarray:
-    """The class bits of every code point."""
-    table = np.fromiter((chr(c).isalnum() for c in range(0x110000)), np.uint8, count=0x110000)
-    for c in "'’-":
-        table[ord(c)] |= _INNER
-    for c in " \t-":
-        table[ord(c)] |= _JOINS
-    return table
-
-
-def _code_points(text: str) -> np.ndarray:
-    """The code points of ``text`` in the narrowest array that holds them (the dense
-    passes of the scan then move a quarter or a half of the bytes)."""
-    if text.isascii():
-        return np.frombuffer(text.encode("ascii"), np.uint8)
-    wide = text.encode("utf-16-le", "surrogatepass")
-    if len(wide) == 2 * len(text):  # no code point beyond the BMP
-        return np.frombuffer(wide, np.uint16)
-    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
-
-
-class _Powers:
-    """``B**i`` and ``B**-i`` modulo 2**64 for i up to the longest batch yet."""
-
-    def __init__(self) -> None:
-        self.up = self.down = np.ones(1, np.uint64)
-
-    def __call__(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        if len(self.up) <= n:
-            size = max(n + 1, 2 * len(self.up))
-            with np.errstate(over="ignore"):
-                self.up, self.down = (
-                    np.cumprod(np.concatenate((np.ones(1, np.uint64), np.full(size - 1, b, np.uint64))),
-                               dtype=np.uint64) for b in (_HASH_BASE, _HASH_INV))
-        return self.up, self.down
-
-
-_powers = _Powers()
-
-
-def token_hashes(cps: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """A polynomial hash modulo 2**64 of each range ``[starts, ends)`` of the code points
-    ``cps``, all at once: prefix sums of ``cp * B**i``, differenced and shifted back by
-    ``B**-start`` (B odd, so invertible modulo 2**64). Equal ranges hash equal wherever
-    they are."""
-    n = len(cps)
-    up, down = _powers(n)
-    with np.errstate(over="ignore"):
-        prefix = np.zeros(n + 1, np.uint64)
-        np.cumsum(cps * up[:n], dtype=np.uint64, out=prefix[1:])
-        return (prefix[ends] - prefix[starts]) * down[starts]
-
-
-def _runs(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Starts and ends of the runs of True in ``flags``."""
-    padded = np.concatenate(([False], flags, [False]))
-    edges = np.flatnonzero(padded[1:] != padded[:-1])
-    return edges[0::2], edges[1::2]
-
-
-class HashSet:
-    """Membership of 64-bit hashes, vectorised: a direct-address table on the top bits
-    (one look-up per query), and a binary search only for the buckets two members share."""
-
-    def __init__(self, hashes: np.ndarray):
-        self.sorted = np.unique(hashes)
-        bits = max(20, int(np.ceil(np.log2(64 * len(self.sorted) + 1))))  # 8 MB for 16K members
-        self.shift = np.uint64(64 - bits)
-        bucket = self._bucket(self.sorted)
-        counts = np.bincount(bucket, minlength=1 << bits)
-        self.table = np.zeros(1 << bits, np.uint64)
-        self.table[bucket] = self.sorted
-        self.filled, self.shared = counts > 0, counts > 1
-
-    def _bucket(self, h: np.ndarray) -> np.ndarray:
-        """Fibonacci hashing: the top bits of ``h`` times 2**64 / phi (a short word's
-        polynomial hash has no high bits of its own)."""
-        with np.errstate(over="ignore"):
-            return ((h * np.uint64(0x9E3779B97F4A7C15)) >> self.shift).astype(np.int64)
-
-    def member(self, h: np.ndarray) -> np.ndarray:
-        bucket = self._bucket(h)
-        found = self.filled[bucket] & (self.table[bucket] == h)
-        shared = np.flatnonzero(self.shared[bucket])
-        if len(shared):
-            at = np.minimum(np.searchsorted(self.sorted, h[shared]), len(self.sorted) - 1)
-            found[shared] = self.sorted[at] == h[shared]
-        return found
 
 
 class WordScan:
@@ -274,10 +179,10 @@ class WordScan:
 
     def __init__(self, known: frozenset[str]):
         self.known = known
-        self.classes = _char_classes()
+        self.classes = char_classes()
         simple = sorted(w for w in known if w.isalnum())
-        cps = _code_points("\n".join(simple))
-        starts, ends = _runs((self.classes[cps] & _WORD) > 0)
+        cps = code_points("\n".join(simple))
+        starts, ends = runs((self.classes[cps] & WORD_CHAR) > 0)
         self.hashes = HashSet(token_hashes(cps, starts, ends))
         self.longest = max((len(w) for w in simple), default=0)
         self._plans: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
@@ -302,11 +207,11 @@ class WordScan:
         low = joined.lower()
         if len(low) != len(joined):  # lower() changed a length somewhere: per text, as the loop
             low = "\n".join(lower_in_place(t) for t in texts)
-        cps = _code_points(low)
+        cps = code_points(low)
         bounds = np.zeros(len(texts) + 1, np.int64)
         np.cumsum([len(t) + 1 for t in texts], out=bounds[1:])
         cls = self.classes[cps]
-        token = (cls & (_WORD | _INNER)) > 0
+        token = (cls & (WORD_CHAR | INNER)) > 0
         # a reserved token starts with "<" and a capital letter or holds "_[": those texts
         # (found by the regex, on candidates only) are left to the per-word path
         cand = [m.start() for m in _RESERVED_START.finditer(joined)]
@@ -315,9 +220,9 @@ class WordScan:
                            if reserved_spans(texts[i])})
         for i in declined:
             token[bounds[i]:bounds[i + 1]] = False
-        starts, ends = _runs(token)
+        starts, ends = runs(token)
         odd = np.zeros(len(starts), bool)  # tokens with an inner character
-        inner = np.flatnonzero(cls & _INNER)
+        inner = np.flatnonzero(cls & INNER)
         odd[np.searchsorted(starts, inner[token[inner]], side="right") - 1] = True
         simple_s, simple_e = starts[~odd], ends[~odd]
         h = token_hashes(cps, simple_s, simple_e)
@@ -347,7 +252,7 @@ class WordScan:
         per_text = np.searchsorted(ms, bounds)
         # merge neighbours of one text separated only by spaces, tabs or hyphens
         gaps = np.zeros(len(cls) + 1, np.int32)
-        np.cumsum((cls & _JOINS) == 0, dtype=np.int32, out=gaps[1:])
+        np.cumsum((cls & JOINS) == 0, dtype=np.int32, out=gaps[1:])
         first = np.ones(len(ms), bool)
         first[1:] = gaps[ms[1:]] != gaps[me[:-1]]
         first[per_text[:-1][per_text[:-1] < len(ms)]] = True
@@ -362,15 +267,6 @@ def word_scan(word_list: str | None, size: int) -> WordScan:
     """One scan per word list and process: its tables and its cache of distinct tokens
     outlive a batch (on Ray a stage is unpickled per task)."""
     return WordScan(load_words(word_list, size))
-
-
-def lower_in_place(text: str) -> str:
-    """``text.lower()`` with every offset kept: a character whose lower case is longer
-    (``İ``) stays as it is."""
-    low = text.lower()
-    if len(low) == len(text):
-        return low
-    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
@@ -516,7 +412,7 @@ def _scan_columns(found: dict, skip: set[int]) -> dict[str, pa.Array]:
     if len(raw) == len(joined):
         byte = (lambda x: x)  # noqa: E731
     else:  # UTF-8 offsets: a code point's offset plus the extra bytes of the wide ones before it
-        cps = _code_points(joined)
+        cps = code_points(joined)
         wide = np.flatnonzero(cps >= 0x80)
         extra = np.zeros(len(wide) + 1, np.int64)
         np.cumsum(1 + (cps[wide] >= 0x800) + (cps[wide] >= 0x10000), out=extra[1:])

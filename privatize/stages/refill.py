@@ -36,8 +36,6 @@ import hashlib
 import json
 import logging
 import os
-import re
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -46,6 +44,7 @@ from pydantic import Field, model_validator
 
 from privatize.ciphers.tokens import MASK_TOKEN
 from privatize.errors import SpecError
+from privatize.refs import MODEL_REF, model_folder
 from privatize.settings import AfterOneOf, Before, StageSettings
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 from privatize.stages.mask import ORIGINALS, SPANS_TYPE, WORD, load_words
@@ -55,12 +54,6 @@ log = logging.getLogger(__name__)
 NO_TEXT = "no text to refill"
 
 
-MODEL_REF = re.compile(r"training:([0-9a-f]{16})")
-"""A model by reference (the service's ``training:<id>``, the id its group), not by folder."""
-MODELS_ENV = "PRIVATIZE_MODELS"
-"""JSON ``{reference: location}`` (a path or a URI) for the models a run names by
-reference: the service sets it in the job's runtime environment, so every worker, on any
-node, finds them (locations only, as the key bundle's)."""
 
 
 class RefillSettings(StageSettings):
@@ -72,7 +65,7 @@ class RefillSettings(StageSettings):
     checkpoint: str
     """A local Hugging Face masked-LM folder (``config.json``, weights, tokenizer); through
     the service, ``training:<id>``: the model of one of the tenant's succeeded ``mlm``
-    trainings, which the workers fetch from the run's :data:`MODELS_ENV` (locations, set
+    trainings, which the workers fetch from the run's :data:`privatize.refs.MODELS_ENV` (locations, set
     by the service)."""
     strategy: Literal["top1", "topk"] = "topk"
     k: int = Field(10, ge=1, le=1000)
@@ -159,35 +152,6 @@ class Vocabulary:
         or after "(" is written without it). A token without the space may be a piece
         of a word ("ing"), which no gap wants."""
         return self.ok & self.starts
-
-
-_FETCHED: dict[str, str] = {}
-
-
-def model_folder(checkpoint: str) -> str:
-    """A local folder holding ``checkpoint``: the folder itself, or, for a reference, the
-    run's copy of its location (fetched once per process when it is remote)."""
-    if not checkpoint.startswith("training:"):
-        return checkpoint
-    if checkpoint in _FETCHED:
-        return _FETCHED[checkpoint]
-    try:
-        location = json.loads(os.environ.get(MODELS_ENV) or "{}").get(checkpoint)
-    except ValueError:
-        location = None
-    if not location:
-        raise SpecError(f"refill.checkpoint: {checkpoint} names a training of the service; this run has no "
-                        "location for it (outside the service, give the model's folder)")
-    import atexit
-    import shutil
-    import tempfile
-
-    from privatize.job import localize_input
-
-    tmp = Path(tempfile.mkdtemp(prefix="privatize-model-"))
-    atexit.register(shutil.rmtree, tmp, True)
-    _FETCHED[checkpoint] = localize_input(location, tmp)
-    return _FETCHED[checkpoint]
 
 
 @register_stage("refill", RefillSettings)

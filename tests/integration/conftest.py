@@ -43,7 +43,7 @@ def _probed(fn, kind: str, name: str):
 
 def probe_targets() -> list[tuple[type, str]]:
     from privatize.execution import UniqueIds
-    from privatize.stage import registered_kinds
+    from privatize.stages import registered_kinds
 
     classes = [cls for _, cls in registered_kinds().values()] + [UniqueIds]
     return [(cls, m) for cls in classes for m in PROBED_METHODS if m in cls.__dict__]

@@ -21,7 +21,8 @@ from privatize.corpus import make_corpus
 from privatize.errors import KeyMaterialError, SpecError
 from privatize.keys import load_key_file, new_key, write_key_file
 from privatize.spec import load_spec, parse_spec
-from privatize.stage import StageContext, build_stage, registered_kinds
+from privatize.stage import StageContext
+from privatize.stages import build_stage, registered_kinds
 from privatize.stages.canaries import (SEPARATOR, Canaries, CanariesSettings, KeyedStream, canary_secrets,
                                        canary_text, derive_secrets)
 from tests.conftest import ROOT

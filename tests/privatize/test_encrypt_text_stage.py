@@ -8,7 +8,8 @@ from privatize.ciphers import vigenere
 from privatize.ciphers.vigenere import Vigenere
 from privatize.errors import KeyMaterialError
 from privatize.keys import import_key, new_key, write_key_file
-from privatize.stage import QUARANTINE, StageContext, build_stage, registered_kinds
+from privatize.stage import QUARANTINE, StageContext
+from privatize.stages import build_stage, registered_kinds
 from privatize.stages.encrypt_text import EncryptText, EncryptTextSettings
 from tests.secrets_scan import leaks
 

@@ -197,7 +197,7 @@ def test_hash_set_membership_against_a_python_set():
     buckets share some), against Python's set."""
     import numpy as np
 
-    from privatize.stages.mask import HashSet
+    from privatize.text.words import HashSet
 
     rng = np.random.default_rng(0)
     members = rng.integers(0, 2**63, 100_000, dtype=np.uint64) * np.uint64(2) + np.uint64(1)

@@ -86,7 +86,7 @@ def test_worker_cache_sets_a_stage_up_once_per_run_and_forgets_old_runs(monkeypa
 
 
 def test_only_stages_with_a_heavy_setup_get_actor_pools():
-    from privatize.stage import registered_kinds
+    from privatize.stages import registered_kinds
 
     heavy = {kind for kind, (_, cls) in registered_kinds().items() if cls.heavy_setup}
     # a spaCy model, a transformer, an LLM client and its cache; encrypt_text only resolves a key

@@ -201,7 +201,7 @@ def test_statistics_per_row():
 
 
 def test_stage_is_registered():
-    from privatize.stage import build_stage
+    from privatize.stages import build_stage
 
     st = build_stage(RedactSettings())
     assert isinstance(st, Redact) and st.kind == "redact"

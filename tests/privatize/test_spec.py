@@ -142,7 +142,7 @@ def test_parse_spec_enforces_a_registered_stages_own_rule(tmp_path):
 
 
 def test_every_built_in_rule_lives_on_its_settings_class():
-    from privatize.stage import registered_kinds
+    from privatize.stages import registered_kinds
 
     declared = {k: len(s.order_rules) for k, (s, _) in registered_kinds().items()}
     assert declared == {"split": 2, "dedup": 4, "redact": 1, "split_private": 1, "encrypt_text": 1, "canaries": 1,
@@ -200,7 +200,7 @@ def test_every_key_like_field_of_a_stage_is_a_key_ref():
 
     from privatize.settings import field_holds_key_ref, field_holds_secret_ref
     from privatize.spec import OutputSettings
-    from privatize.stage import registered_kinds
+    from privatize.stages import registered_kinds
 
     def models_in(tp):
         if isinstance(tp, type) and issubclass(tp, BaseModel):

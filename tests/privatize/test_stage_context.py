@@ -12,7 +12,8 @@ import pytest
 import privatize.redaction
 from privatize import keys
 from privatize.keys import KeyResolver, import_key, register_keystore, write_key_file
-from privatize.stage import StageContext, build_stage
+from privatize.stage import StageContext
+from privatize.stages import build_stage
 from privatize.stages.encrypt_text import EncryptTextSettings
 
 pytestmark = pytest.mark.filterwarnings("ignore:the whole-text cipher is obfuscation")

@@ -174,7 +174,7 @@ def test_every_key_field_of_every_registered_stage_declares_its_kinds():
     from privatize.keys import KINDS
     from privatize.settings import field_holds_key_ref, field_key_kinds
     from privatize.spec import OutputSettings
-    from privatize.stage import registered_kinds
+    from privatize.stages import registered_kinds
 
     seen = []
 

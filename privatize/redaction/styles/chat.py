@@ -28,7 +28,7 @@ import regex as re
 from privatize.redaction.filters import is_known_name, zipf
 from privatize.redaction.styles.vocab import first_names, is_dictionary_word, is_misspelt_or_compound
 from privatize.redaction.spans import Span
-from privatize.redaction.styles import DocumentStyle, register_style
+from privatize.redaction.styles.base import DocumentStyle, register_style
 from privatize.redaction.words import stop_words
 
 _CHAT_WORDS = frozenset("""

@@ -38,7 +38,7 @@ import regex as re
 
 from privatize.redaction.filters import is_known_name, zipf
 from privatize.redaction.spans import Span
-from privatize.redaction.styles import DocumentStyle, register_style
+from privatize.redaction.styles.base import DocumentStyle, register_style
 from privatize.redaction.styles.vocab import (CLINICAL_CONTEXT, city_first_words, city_names, is_clinical_like,
                                               first_names, is_clinical_word, is_dictionary_word,
                                               is_misspelt_or_compound)

@@ -32,7 +32,7 @@ import regex as re
 
 from privatize.redaction.filters import is_known_name, zipf
 from privatize.redaction.spans import Span
-from privatize.redaction.styles import DocumentStyle, register_style
+from privatize.redaction.styles.base import DocumentStyle, register_style
 from privatize.redaction.styles.vocab import is_dictionary_word
 from privatize.redaction.words import stop_words
 

@@ -20,9 +20,9 @@ def read_mapping(location: str, what: str = "the config") -> object:
 
     try:
         if "://" in location and not location.startswith("file://"):
-            from privatize.job import _fs
+            from privatize.io.locations import open_location
 
-            fs, path = _fs(location)
+            fs, path = open_location(location)
             with fs.open_input_stream(path) as fh:
                 text = fh.read().decode("utf-8")
         else:

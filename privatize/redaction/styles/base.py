@@ -1,0 +1,75 @@
+"""The style contract (:class:`DocumentStyle`) and its registry; see :mod:`privatize.redaction.styles`.
+Style modules import this, and the package imports them, so nothing imports back."""
+
+from __future__ import annotations
+
+
+import regex as re
+
+from privatize.redaction.spans import Span
+
+AUTO = "auto"
+GENERAL = "general"
+SAMPLE_CHARS = 6_000
+"""Auto detection reads at most this many characters from the start of a text."""
+
+_WORDS = re.compile(r"[^\W_][\w'’/]*")
+
+
+class DocumentStyle:
+    """One style's rules. Subclasses set ``name`` and override what they change."""
+
+    name: str = GENERAL
+    recase: bool = True
+    """Whether caseless sentences go through NER a second time, re-cased."""
+    threshold: float = 1.0
+    """:meth:`evidence` at or above this picks the style under ``auto``."""
+
+    def evidence(self, text: str, words: list[str]) -> float:
+        """How strongly ``text`` (its first :data:`SAMPLE_CHARS`; ``words`` its
+        lower-case words) looks like this style, on the scale of :attr:`threshold`."""
+        return 0.0
+
+    def drop(self, text: str, span: Span) -> str | None:
+        """Why a pi candidate is not PII in this style (``None`` keeps it)."""
+        return None
+
+    def extra(self, text: str) -> list[Span]:
+        """Spans this style's own rules find (pi candidates)."""
+        return []
+
+    trim_articles: bool = False
+    """Whether name spans (people, places, organisations) lose a leading article
+    (``the Acorn Guest House`` -> ``Acorn Guest House``): it names nothing."""
+
+    def propagate_key(self, piece: str) -> str | None:
+        """For case-insensitive propagation: the key a detected string is looked up by
+        (``None``: propagation stays case-sensitive)."""
+        return None
+
+
+_REGISTRY: dict[str, DocumentStyle] = {GENERAL: DocumentStyle()}
+
+
+_ARTICLE = re.compile(r"(?i)(?:the|a|an)[ \t]+")
+_NAME_SPAN_TYPES = frozenset({"PERSON", "LOCATION", "ORGANIZATION", "NRP"})
+
+
+def trim_article(text: str, span: Span) -> Span:
+    """``span`` without a leading article when it is a name span and more follows."""
+    s, e, etype, sc, src, ctx = span
+    if etype in _NAME_SPAN_TYPES:
+        m = _ARTICLE.match(text, s, e)
+        if m and m.end() < e:
+            return (m.end(), e, etype, sc, src, ctx)
+    return span
+
+
+def register_style(cls: type[DocumentStyle]) -> type[DocumentStyle]:
+    """Class decorator: make a style available by its ``name``."""
+    if cls.name in _REGISTRY or cls.name == AUTO:
+        raise ValueError(f"style {cls.name!r} is already registered")
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+

@@ -1,0 +1,62 @@
+"""The import layers of pyproject.toml's ``[tool.importlinter]`` hold, checked by import-linter
+(``lint-imports``) on the code as it is, and a deliberately wrong import in a copy breaks them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGES = ("privatize", "train", "attacks", "services")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """``lint-imports`` with ``root`` first on the path (its pyproject.toml, its packages)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from importlinter.cli import lint_imports_command; "
+            "lint_imports_command(['--no-cache'])")
+    return subprocess.run([sys.executable, "-c", code, str(root)], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_layers_hold():
+    r = lint_imports(ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "3 kept, 0 broken" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("layers")
+    shutil.copy(ROOT / "pyproject.toml", root)
+    for p in PACKAGES:
+        shutil.copytree(ROOT / p, root / p, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+@pytest.mark.parametrize("module, line, contract", [
+    # a stage that reaches up to the job entrypoint (refill once did)
+    ("privatize/stages/split.py", "from privatize.job import run_job", "privatize: job above runners"),
+    # the bottom layer importing a stage (the service once imported refill for a regex)
+    ("privatize/refs.py", "from privatize.stages.mask import WORD", "privatize: job above runners"),
+    # training reaching up to the service
+    ("train/loop.py", "from services.settings import Settings", "packages: services above attacks"),
+    # a word list importing the recognizers that use it
+    ("privatize/redaction/words.py", "from privatize.redaction.names import NameLineRecognizer",
+     "redaction: the detector above styles"),
+])
+def test_a_wrong_import_breaks_a_layer(copy, module, line, contract):
+    path = copy / module
+    original = path.read_text()
+    try:
+        path.write_text(original + f"\n{line}  # deliberately wrong\n")
+        r = lint_imports(copy)
+    finally:
+        path.write_text(original)
+    assert r.returncode == 1, r.stdout[-2000:]
+    assert "1 broken" in r.stdout and contract in r.stdout.replace("\n", " "), r.stdout[-2000:]
+    assert r.stdout.count("BROKEN") == 1
