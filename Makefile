@@ -28,8 +28,10 @@ test: $(STAMP)
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ./deploy/demo.sh
 
+# The quick CPU set, listed in benchmarks/README.md's ```quick block; long and GPU ones are run by name.
 bench: $(STAMP)
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in $$(sed -n '/^```quick$$/,/^```$$/{/^```/d;p}' benchmarks/README.md); do \
+		echo "== benchmarks/$$b"; $(PY) benchmarks/$$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

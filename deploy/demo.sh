@@ -7,8 +7,10 @@
 #      encryption as a Ray job, download the result (deploy/demo-service.sh); then the
 #      main job over the same API (deploy/main_job.py): a corpus with canaries ->
 #      privatize -> three tiny models (plain, redacted, CRT) -> attacks -> one report;
-#   3. synthesis: redact then synthesize a small sample against `transformers serve` of a
-#      tiny model trained here (deploy/synthesis-demo.sh; no network).
+#   3. synthesis, only when an LLM endpoint is configured: PRIVATIZE_LLM_URL (an
+#      OpenAI-compatible base URL), optionally PRIVATIZE_LLM_MODEL and PRIVATIZE_LLM_API_KEY:
+#      redact then synthesize a small sample against it (deploy/synthesis-demo.sh). A tiny
+#      model trained here cannot follow the prompts, so without an endpoint it is skipped.
 # Then say where everything is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,9 +53,20 @@ echo
 echo "== 2. the service (FastAPI + embedded Ray head): upload, job, download"
 DEMO_OUT="$OUT/service" ./deploy/demo-service.sh
 echo
-echo "== 3. synthesis against a local OpenAI-compatible server (transformers serve)"
-DEMO_OUT="$OUT/synthesis" ./deploy/synthesis-demo.sh
+if [[ -n "${PRIVATIZE_LLM_URL:-}" ]]; then
+  echo "== 3. synthesis against the LLM endpoint in PRIVATIZE_LLM_URL"
+  DEMO_OUT="$OUT/synthesis" ./deploy/synthesis-demo.sh
+else
+  echo "== 3. synthesis: skipped (no LLM endpoint configured; a tiny local model cannot follow its prompts)"
+  echo "  To run it, serve a chat model with vLLM (\`vllm serve MODEL\`), then: PRIVATIZE_LLM_URL=http://localhost:8000/v1 make demo"
+  echo "  A hosted OpenAI-compatible API: PRIVATIZE_LLM_URL=<its base URL> PRIVATIZE_LLM_MODEL=<model> and the key in"
+  echo "  PRIVATIZE_LLM_API_KEY (the spec names it as env:PRIVATIZE_LLM_API_KEY; the key is never written or printed)."
+fi
 echo
-echo "Demo outputs: $(cd "$OUT" && pwd)/batch (CLI run), $(cd "$OUT" && pwd)/service (service run) and"
-echo "  $(cd "$OUT" && pwd)/synthesis (synthesis run)."
-echo "The privacy report of the main job: $(cd "$OUT" && pwd)/service/main/report/report.html"
+A=$(cd "$OUT" && pwd)
+if [[ -d "$OUT/synthesis" ]]; then
+  echo "Demo outputs: $A/batch (CLI run), $A/service (service run) and $A/synthesis (synthesis run)."
+else
+  echo "Demo outputs: $A/batch (CLI run) and $A/service (service run)."
+fi
+echo "The privacy report of the main job: $A/service/main/report/report.html"

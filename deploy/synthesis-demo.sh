@@ -6,6 +6,12 @@
 # nonsense, so few samples pass the instruction checks: this shows the mechanics (the
 # requests, the graph, the checks, the cache); point llm.base_url and llm.model at vLLM or
 # a hosted API for real text (see README).
+#
+# With PRIVATIZE_LLM_URL set (an OpenAI-compatible base URL such as http://localhost:8000/v1)
+# no model is trained or served here: the same sample goes to that endpoint instead, as
+# model PRIVATIZE_LLM_MODEL (default: the first one its /models lists), with the API key
+# named by reference (api_key: env:PRIVATIZE_LLM_API_KEY) when that variable is set. At most
+# 100 requests are sent (max_requests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${DEMO_OUT:-demo-out/synthesis}
@@ -18,6 +24,30 @@ head -n 4 "$OUT/corpus.jsonl" > "$OUT/sample.jsonl"
 mkdir -p "$OUT/input" && mv "$OUT/sample.jsonl" "$OUT/input/"
 "${P[@]}" keys new --kind aes-siv --out "$OUT/keys/entity.key" >/dev/null
 
+LLM_URL=${PRIVATIZE_LLM_URL:-}
+if [[ -n "$LLM_URL" ]]; then
+  [[ "$LLM_URL" =~ ^https?://[^\"]+$ ]] || { echo "PRIVATIZE_LLM_URL must be an http(s):// URL" >&2; exit 2; }
+  BASE_URL=${LLM_URL%/}
+  MODEL=${PRIVATIZE_LLM_MODEL:-}
+  if [[ -z "$MODEL" ]]; then
+    MODEL=$(python - "$BASE_URL" <<'PY'
+import json, os, sys, urllib.request
+req = urllib.request.Request(sys.argv[1] + "/models")
+if os.environ.get("PRIVATIZE_LLM_API_KEY"):
+    req.add_header("Authorization", "Bearer " + os.environ["PRIVATIZE_LLM_API_KEY"])
+try:
+    with urllib.request.urlopen(req, timeout=30) as r:
+        print(json.load(r)["data"][0]["id"])
+except Exception as exc:
+    sys.exit(f"cannot list the models of {sys.argv[1]} ({type(exc).__name__}); set PRIVATIZE_LLM_MODEL")
+PY
+)
+  fi
+  API_KEY=
+  [[ -n "${PRIVATIZE_LLM_API_KEY:-}" ]] && API_KEY=", api_key: env:PRIVATIZE_LLM_API_KEY"
+  MAX_TOKENS=512 MAX_REQUESTS=100
+  echo "-- the endpoint $BASE_URL, model $MODEL"
+else
 echo "-- a tiny causal LM (150 steps on the demo corpus)"
 cat > "$OUT/train.yaml" <<YAML
 version: 1
@@ -52,6 +82,10 @@ for _ in $(seq 1 120); do
   kill -0 $SERVER 2>/dev/null || { tail -20 "$OUT/serve.log"; exit 1; }
   sleep 0.5
 done
+BASE_URL="http://127.0.0.1:$PORT/v1"
+API_KEY=
+MAX_TOKENS=48 MAX_REQUESTS=null
+fi
 
 cat > "$OUT/spec.yaml" <<YAML
 version: 1
@@ -63,7 +97,8 @@ stages:
     max_entities: 4
     max_k: 3
     cache: llm-cache
-    llm: {base_url: "http://127.0.0.1:$PORT/v1", model: "$MODEL", max_tokens: 48, max_in_flight: 8}
+    max_requests: $MAX_REQUESTS
+    llm: {base_url: "$BASE_URL", model: "$MODEL", max_tokens: $MAX_TOKENS, max_in_flight: 8$API_KEY}
 YAML
 echo "-- privatize run: redact (encrypt) then synthesize, 4 articles"
 "${P[@]}" run "$OUT/spec.yaml" --input "$OUT/input" --output "$OUT/result" > "$OUT/summary.json"
