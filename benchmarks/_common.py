@@ -73,9 +73,62 @@ def one_core() -> None:
         os.environ.setdefault(v, "1")
 
 
+# ---- the harness: timing with a same-run baseline, and results keyed by commit, machine, date ----
+
+def commit() -> str:
+    """The checked-out commit, ``+dirty`` when tracked files differ from it."""
+    import subprocess
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def run_key() -> dict:
+    """What a result is keyed by: commit, machine and UTC date-time."""
+    import datetime
+
+    return {"commit": commit(), "machine": machine(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def timed(fn, repeats: int = 5) -> dict:
+    """The median of ``repeats`` timed runs of ``fn``, by wall clock and by process CPU time
+    (on a shared machine the CPU figure is the steadier one), with every run's wall time."""
+    wall, cpu = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return {"wall_s": statistics.median(wall), "cpu_s": statistics.median(cpu), "runs_wall_s": wall,
+            "repeats": repeats}
+
+
+def compare(candidate: dict, baseline: dict) -> dict:
+    """The ratio of a candidate's time to a baseline's, both from :func:`timed` in the same run
+    (speed-up: baseline time over candidate time)."""
+    return {"speedup_wall": baseline["wall_s"] / candidate["wall_s"],
+            "speedup_cpu": baseline["cpu_s"] / max(candidate["cpu_s"], 1e-12)}
+
+
 def save_result(name: str, result: dict) -> Path:
-    """Write ``benchmarks/results/<name>.json`` (the raw figures RESULTS.md cites)."""
+    """Write a benchmark's figures as JSON keyed by commit, machine and date:
+    ``benchmarks/results/<name>.json`` (the latest, which RESULTS.md cites) and
+    ``benchmarks/results/history/<name>/<date>_<commit>.json`` (kept)."""
+    payload = {"benchmark": name, **run_key(), **result}
+    text = json.dumps(payload, indent=2, default=str) + "\n"
     out = ROOT / "benchmarks" / "results" / f"{name}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    hist = ROOT / "benchmarks" / "results" / "history" / name / (
+        f"{payload['date'].replace(':', '')}_{payload['commit'].replace('+', '_')}.json")
+    hist.parent.mkdir(parents=True, exist_ok=True)
+    for path in (hist, out):
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
     return out

@@ -142,6 +142,19 @@ class Vigenere:
     def __repr__(self) -> str:
         return f"Vigenere(alphabet={self.alphabet!r}, key_length={self.key_length})"
 
+    def rotated(self, k: int) -> Vigenere:
+        """This cipher with its key started ``k`` positions in: text that continues a record
+        ``k`` code points (mod the key length) after its start encrypts with it as the record's
+        continuation (how a document too big for one array is ciphered in pieces)."""
+        k %= self.key_length
+        if k == 0:
+            return self
+        twin = object.__new__(Vigenere)  # (copy.copy would go through the refused __reduce__)
+        twin.__dict__.update(self.__dict__)
+        twin._shifts = np.roll(self._shifts, -k)
+        twin._tiles = {}  # tiles follow the shifts; tables (per sign) do not
+        return twin
+
     def __reduce__(self):
         raise TypeError("Vigenere is not picklable (its tables are the key): build it in setup() on the worker")
 

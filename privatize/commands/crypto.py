@@ -58,13 +58,78 @@ def _keys_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_stdin() -> str:
-    data = sys.stdin.buffer.read()
+def _read_stdin(data: bytes | None = None) -> str:
+    data = sys.stdin.buffer.read() if data is None else data
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise InputError(f"<stdin>:{line}: input is not UTF-8") from None
+
+
+PIECE_BYTES = 8 << 20
+"""Stdin is ciphered in pieces of about this size, cut after a newline (no reserved token
+holds one), so that memory stays a few times a piece and is reused piece after piece."""
+
+
+def _vigenere_pieces(cipher, data: bytes, per_line: bool, sign: int):
+    """The whole-text cipher over stdin's bytes on the encrypt_text stage's path (Arrow arrays
+    over the bytes as they were read: no decode, no Python strings), as output pieces; or None
+    where only the record path applies (``--per-line`` input with a ``{``, which may be a JSON
+    record). Byte for byte what the record path writes: a document is one record, ciphered
+    piece by piece with the key continued (:meth:`Vigenere.rotated`); with ``--per-line`` each
+    line is one record, and its newline, which the cipher leaves as it is, ends it. Everything
+    is checked to be UTF-8 before the first piece is written."""
+    import numpy as np
+    import pyarrow as pa
+
+    from privatize.allocator import tune
+
+    if per_line and b"{" in data:
+        return None
+    whole = pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, len(data)], np.int64)), pa.py_buffer(data))
+    try:
+        whole.validate(full=True)
+    except pa.ArrowInvalid:
+        _read_stdin(data)  # names the line
+        raise
+    tune()  # keep freed memory for the next piece (glibc would give it back, then fault it in again)
+    return _pieces(cipher, data, per_line, sign)
+
+
+def _pieces(cipher, data: bytes, per_line: bool, sign: int):
+    import numpy as np
+    import pyarrow as pa
+
+    n, start, positions = len(data), 0, 0
+    view = np.frombuffer(data, np.uint8)
+    while True:
+        end = min(start + PIECE_BYTES, n)
+        if end < n:
+            nl = data.find(b"\n", end)
+            end = n if nl < 0 else nl + 1
+        piece = view[start:end]
+        if per_line:
+            ends = np.flatnonzero(piece == 10) + 1
+            if not len(ends) or ends[-1] != len(piece):
+                ends = np.append(ends, len(piece))
+            offsets, c = np.concatenate(([0], ends)).astype(np.int32), cipher
+        else:
+            offsets, c = np.array([0, len(piece)], np.int32), cipher.rotated(positions)
+            positions += len(piece) - int(np.count_nonzero((piece & 0xC0) == 0x80))
+        arr = pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets), pa.py_buffer(data[start:end]))
+        out = c.encrypt_array(arr) if sign > 0 else c.decrypt_array(arr)
+        bounds = np.frombuffer(out.buffers()[1], np.int32, count=len(out) + 1)
+        yield memoryview(out.buffers()[2])[int(bounds[0]):int(bounds[-1])]
+        start = end
+        if start >= n:
+            return
+
+
+def _vigenere_bytes(cipher, data: bytes, per_line: bool, sign: int) -> bytes | None:
+    """All of :func:`_vigenere_pieces` at once (for tests)."""
+    pieces = _vigenere_pieces(cipher, data, per_line, sign)
+    return None if pieces is None else b"".join(pieces)
 
 
 class _Record:
@@ -99,6 +164,16 @@ def _records(data: str, per_line: bool) -> list[_Record]:
         else:
             out.append(_Record(line, None))
     return out
+
+
+def _write_fast(cipher, data: bytes, per_line: bool, sign: int) -> bool:
+    pieces = _vigenere_pieces(cipher, data, per_line, sign)
+    if pieces is None:
+        return False
+    for out in pieces:
+        sys.stdout.buffer.write(out)
+    sys.stdout.flush()
+    return True
 
 
 def _emit(recs: list[_Record], outputs: list[str | None], per_line: bool) -> None:
@@ -169,12 +244,16 @@ def _encrypt_quiet(args: argparse.Namespace) -> int:
     km = load_key_file(args.key)
     if args.spans and km.kind not in ("aes-siv", "aes-ecb"):
         raise InputError(f"--spans applies to aes-siv / aes-ecb keys; {args.key} is a {km.kind} key")
-    recs = _records(_read_stdin(), args.per_line)
-    texts = [r.text for r in recs]
+    data = sys.stdin.buffer.read()
     if km.kind == "vigenere":
         from privatize.ciphers.vigenere import Vigenere, warn_obfuscation
 
         warn_obfuscation()
+        if _write_fast(Vigenere.from_key(km), data, args.per_line, +1):
+            return 0
+    recs = _records(_read_stdin(data), args.per_line)
+    texts = [r.text for r in recs]
+    if km.kind == "vigenere":
         outs = Vigenere.from_key(km).encrypt_batch(texts)
     elif km.kind in ("aes-siv", "aes-ecb"):
         from privatize.ciphers.entity import EntityCipher
@@ -197,11 +276,15 @@ def _encrypt_quiet(args: argparse.Namespace) -> int:
 
 def _decrypt_quiet(args: argparse.Namespace) -> int:
     km = load_key_file(args.key)
-    recs = _records(_read_stdin(), args.per_line)
-    texts = [r.text for r in recs]
+    data = sys.stdin.buffer.read()
     if km.kind == "vigenere":
         from privatize.ciphers.vigenere import Vigenere
 
+        if _write_fast(Vigenere.from_key(km), data, args.per_line, -1):
+            return 0
+    recs = _records(_read_stdin(data), args.per_line)
+    texts = [r.text for r in recs]
+    if km.kind == "vigenere":
         outs = Vigenere.from_key(km).decrypt_batch(texts)
     elif km.kind in ("aes-siv", "aes-ecb"):
         from privatize.ciphers.entity import DecryptReport, EntityCipher

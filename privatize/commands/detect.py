@@ -83,11 +83,11 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    try:
-        from privatize.redaction.detect import DEFAULT_SCORE_THRESHOLD
-        from privatize.redaction.engine import DEFAULT_MODEL
-    except ImportError:  # the redaction component is absent: no detect command
+    import importlib.util
+
+    if importlib.util.find_spec("presidio_analyzer") is None:  # the redaction component is absent
         return
+    from privatize.redaction.defaults import DEFAULT_MODEL, DEFAULT_SCORE_THRESHOLD
 
     p = sub.add_parser("detect", help="print the PII spans the redaction policy finds in each JSONL record")
     p.add_argument("--input", required=True, help="JSONL file with a 'text' field per line ('-' for stdin)")

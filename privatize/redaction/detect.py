@@ -53,6 +53,7 @@ from typing import Iterable
 import regex as re
 
 from privatize.ciphers.tokens import reserved_spans
+from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
                                          url_span, warm_word_lists)
@@ -76,7 +77,6 @@ DEFAULT_ENTITIES: tuple[str, ...] = (
 KNOWN_ENTITIES: frozenset[str] = frozenset(DEFAULT_ENTITIES) | {"TITLE"}
 """Every type the detector can report (TITLE, job titles, is off by default: weak)."""
 
-DEFAULT_SCORE_THRESHOLD = 0.3
 PROFILES = ("balanced", "high_recall")
 """``balanced`` (the default) runs the false-positive filters of
 :mod:`privatize.redaction.filters` on pi's hits and keeps context-dependent patterns

