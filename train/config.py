@@ -27,11 +27,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from privatize.io.configfile import read_mapping, validate
+from train.kinds import train_kind
 
-Kind = Literal["pretrain", "continue", "dp", "crt", "mlm"]
 Split = Literal["all", "public", "private"]
 
 
@@ -126,7 +126,13 @@ class WorkersConfig(_Strict):
 
 class TrainConfig(_Strict):
     version: Literal[1] = 1
-    kind: Kind
+    kind: str = Field(description="a registered training kind (train.kinds): pretrain, continue, dp, crt, mlm")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        train_kind(v)  # a ValueError naming the registered kinds
+        return v
     data: DataConfig = DataConfig()
     output: Optional[str] = Field(None, description="the run folder (local path)")
     storage: Optional[str] = Field(None, description="checkpoint storage (local path or s3://); default: OUTPUT/checkpoints")
@@ -142,28 +148,24 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self):
-        if self.kind in ("dp", "crt") and self.dp is None:
+        kind = train_kind(self.kind)
+        if kind.dp and self.dp is None:
             raise ValueError(f"kind {self.kind} needs a 'dp' section")
-        if self.kind in ("pretrain", "continue", "mlm") and self.dp is not None:
+        if not kind.dp and self.dp is not None:
             raise ValueError(f"kind {self.kind} trains without DP: remove 'dp' or use kind dp")
-        if self.kind != "crt" and self.crt is not None:
+        if not kind.confidentiality and self.crt is not None:
             raise ValueError("'crt' is only for kind crt")
-        if self.kind == "crt" and self.data.split != "all":
-            raise ValueError("kind crt reads both splits: leave data.split at 'all'")
-        if self.kind == "continue" and not self.model.checkpoint:
-            raise ValueError("kind continue needs model.checkpoint")
+        if kind.needs_checkpoint and not self.model.checkpoint:
+            raise ValueError(f"kind {self.kind} needs model.checkpoint")
         if self.model.preset is None and not self.model.checkpoint:
             raise ValueError("model: give a preset or a checkpoint")
-        if self.kind == "mlm" and self.model.checkpoint and self.tokenizer.mode == "separate":
-            raise ValueError("tokenizer.mode: kind mlm fine-tunes a checkpoint with its own tokenizer (shared)")
-        if self.kind == "mlm" and self.model.preset == "paper-551m" and not self.model.checkpoint:
-            raise ValueError("model.preset: paper-551m is a causal model; kind mlm takes tiny or small")
+        kind.check(self)
         if self.data.ignore_kinds and not self.data.ignore_spans:
             raise ValueError("data.ignore_kinds: give data.ignore_spans, the column the kinds are in")
         # by value, not by "was it given": a stored config (every field written) must parse again
-        if self.data.mlm_probability != 0.15 and self.kind != "mlm":
+        if self.data.mlm_probability != 0.15 and not kind.masked_lm:
             raise ValueError("data.mlm_probability is a setting of kind mlm")
-        if self.tokenizer.also_on and self.kind != "pretrain":
+        if self.tokenizer.also_on and not kind.trains_tokenizer:
             raise ValueError("tokenizer.also_on: only a pretrain trains the shared tokenizer")
         return self
 

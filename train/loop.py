@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from train.kinds import train_kind
+
 IGNORE = -100
 
 
@@ -67,11 +69,7 @@ def plan_phases(kind: str, sizes: dict[str, int], batch_size: int) -> list[Phase
     def dp(split: str) -> Phase:
         return Phase("private", True, max(1, round(sizes[split] / batch_size)), split)
 
-    if kind in ("pretrain", "continue", "mlm"):
-        return [plain("train", "train")]
-    if kind == "dp":
-        return [dp("train")]
-    return [plain("public", "public"), dp("private")]
+    return train_kind(kind).phases(plain, dp)
 
 
 def total_steps(phases: list[Phase], epochs: int, max_steps: int | None) -> int:

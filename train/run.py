@@ -36,6 +36,7 @@ from pathlib import Path
 
 from privatize.errors import OutputError, SpecError
 from train.config import TrainConfig
+from train.kinds import train_kind
 
 log = logging.getLogger(__name__)
 
@@ -202,14 +203,17 @@ def prepare(cfg: TrainConfig) -> Prepared:
     import pyarrow.parquet as pq
 
     names = pq.read_schema(files[0]).names if fmt == "parquet" else None
-    splits = {"crt": {"public": "public", "private": "private"}}.get(cfg.kind, {"train": cfg.data.split})
+    kind = train_kind(cfg.kind)
+    splits = kind.splits(cfg)
     if names is not None:
         for s in set(splits.values()):
             _check_columns(names, cfg.data.text_column, s, files[0], cfg.data.ignore_spans)
     elif cfg.data.ignore_spans and fmt == "text":
         raise SpecError("data.ignore_spans: plain text has no span column; give Parquet or JSONL")
-    if cfg.kind == "crt" and fmt != "parquet":
-        raise SpecError("data.path: kind crt reads the private/public split of privatized Parquet shards")
+    try:
+        kind.check_data(fmt)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
 
     tok_from, init = None, {"seed": cfg.optim.seed}
     if cfg.tokenizer.path:
@@ -222,11 +226,11 @@ def prepare(cfg: TrainConfig) -> Prepared:
         from transformers import AutoConfig
 
         mconf = AutoConfig.from_pretrained(ck)
-        if cfg.kind == "mlm" and cfg.data.seq_len > getattr(mconf, "max_position_embeddings", cfg.data.seq_len):
+        if kind.masked_lm and cfg.data.seq_len > getattr(mconf, "max_position_embeddings", cfg.data.seq_len):
             raise SpecError(f"data.seq_len: {cfg.data.seq_len} is longer than {ck}'s "
                             f"{mconf.max_position_embeddings} positions")
-        init.update(checkpoint=str(ck.resolve()), fresh_weights=cfg.kind == "pretrain")
-        if cfg.kind != "pretrain" and cfg.tokenizer.mode == "shared":
+        init.update(checkpoint=str(ck.resolve()), fresh_weights=kind.fresh_weights)
+        if not kind.fresh_weights and cfg.tokenizer.mode == "shared":
             ck_tok = load_tokenizer(str(ck), "model.checkpoint") if (ck / "tokenizer.json").is_file() else None
             if tok_from is None:
                 if ck_tok is None:
@@ -241,14 +245,14 @@ def prepare(cfg: TrainConfig) -> Prepared:
                                 f"{len(load_tokenizer(tok_from))}: it was trained with another tokenizer")
     else:
         init["preset"] = cfg.model.preset
-        if cfg.kind == "mlm":
+        if kind.masked_lm:
             from train.models import MLM_PRESETS
 
             most = MLM_PRESETS[cfg.model.preset]["max_position_embeddings"]
             if cfg.data.seq_len > most:
                 raise SpecError(f"data.seq_len: {cfg.data.seq_len} is longer than the {cfg.model.preset} masked "
                                 f"LM's {most} positions")
-    if cfg.kind == "mlm":
+    if kind.masked_lm:
         init["mlm"] = True
     resume = None
     latest = _latest_checkpoint(storage_of(cfg, out))
@@ -274,7 +278,7 @@ def _tokenizer(p: Prepared, progress: bool, dest: Path):
             texts += read_texts(extra, cfg.data.text_column, "all", cfg.data.max_records)
         vocab = cfg.tokenizer.vocab_size
         if cfg.model.preset and "vocab_size" not in cfg.tokenizer.model_fields_set:
-            vocab = (MLM_PRESETS if cfg.kind == "mlm" else PRESETS)[cfg.model.preset]["vocab_size"]
+            vocab = (MLM_PRESETS if train_kind(cfg.kind).masked_lm else PRESETS)[cfg.model.preset]["vocab_size"]
         t0 = time.perf_counter()
         tok = train_tokenizer(texts, vocab, cfg.tokenizer.min_frequency, cfg.tokenizer.max_entity_tokens)
         if progress:
@@ -292,7 +296,7 @@ def _datasets(p: Prepared, tok_dir: str) -> dict:
         ds = plan_blocks(p.data, cfg.data.text_column, split, tok_dir, cfg.data.seq_len, cfg.data.mask_token_loss,
                          cfg.data.max_records, cfg.data.ignore_spans, tuple(cfg.data.ignore_kinds)).materialize()
         n = ds.count()
-        if n == 0 and not (cfg.kind == "crt" and split == "public"):
+        if n == 0 and not train_kind(cfg.kind).may_be_empty(split):
             raise SpecError(f"data.split: the {split} split of {p.data} is empty")
         if n == 0:
             log.warning("the public split is empty: CRT trains with DP-SGD on everything")
@@ -343,14 +347,15 @@ def _plan(p: Prepared, tok, data: dict, progress: bool):
     from train.tokenizer import special_ids
 
     cfg = p.config
+    kind = train_kind(cfg.kind)
     init = dict(p.init, special=special_ids(tok))
-    if cfg.kind == "mlm":
+    if kind.masked_lm:
         if tok.mask_token_id is None:
             raise SpecError(f"tokenizer: {p.tokenizer_from} has no mask token: a masked LM needs one")
         init.update(mask_id=tok.mask_token_id, vocab_len=len(tok))
     if "preset" in init:
         init["vocab_size"] = len(tok)
-    elif p.init.get("checkpoint") and (cfg.kind == "pretrain" or cfg.tokenizer.mode == "separate"):
+    elif p.init.get("checkpoint") and (kind.fresh_weights or cfg.tokenizer.mode == "separate"):
         init["resize_to"] = len(tok)
     sizes = {k: n for k, (_, n) in data.items()}
     phases = plan_phases(cfg.kind, sizes, cfg.optim.batch_size)
@@ -419,7 +424,7 @@ def _trainer(p: Prepared, data: dict, plan: tuple, sink):
         "dp": dp_plan, "poisson": cfg.dp.poisson if cfg.dp else True,
         "dp_steps_cap": budget.steps if budget else None,
         "report_every": cfg.report_every, "checkpoint_every": cfg.checkpoint_every,
-        "mlm": _mlm_plan(cfg, init) if cfg.kind == "mlm" else None,
+        "mlm": _mlm_plan(cfg, init) if train_kind(cfg.kind).masked_lm else None,
     }
     storage = storage_of(cfg, p.output)
     if "://" not in storage:
@@ -472,7 +477,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     from privatize.ray.cluster import connect
 
     p = prepare(cfg)
-    gamma_delta = _crt_inputs(p) if cfg.kind == "crt" else None
+    gamma_delta = _crt_inputs(p) if train_kind(cfg.kind).confidentiality else None
     connect(address)
     timings: dict[str, float] = {}
     tok, data, plan = _stage(p, progress, timings)

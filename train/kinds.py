@@ -1,0 +1,137 @@
+"""Training kinds: what a ``kind:`` in a training config means, one class each, registered by
+name as stages are (:func:`register_train_kind`). The config validator, the planner
+(``train.run``) and the phase plan (``train.loop.plan_phases``) ask the kind; none of them
+compares kind names. A new kind is one class here or in any module that is imported before its
+config is parsed.
+
+A kind says which splits of the data it reads, its phases (plain steps over a split, DP-SGD
+steps over a split), whether it trains with DP (then the config needs a ``dp`` section) or a
+masked LM, what a checkpoint gives it (weights, or only an architecture), and any rule of its
+own on the config (:meth:`TrainKind.check`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar
+
+_REGISTRY: dict[str, "TrainKind"] = {}
+
+
+class TrainKind:
+    name: ClassVar[str]
+    dp: ClassVar[bool] = False
+    """Trains with DP-SGD: the config needs a ``dp`` section (and may not have one otherwise)."""
+    masked_lm: ClassVar[bool] = False
+    """A masked LM (bidirectional, BERT-style masking) instead of a causal one."""
+    fresh_weights: ClassVar[bool] = False
+    """A checkpoint gives only the architecture (and its tokenizer): its weights are re-initialised."""
+    needs_checkpoint: ClassVar[bool] = False
+    trains_tokenizer: ClassVar[bool] = False
+    """May train the shared tokenizer on further corpora (``tokenizer.also_on``)."""
+    confidentiality: ClassVar[bool] = False
+    """Reports CRT's confidentiality (epsilon, delta from gamma and delta_2): takes a ``crt`` section."""
+
+    def splits(self, cfg: Any) -> dict[str, str]:
+        """{phase data name: split of the privatized data} this kind reads."""
+        return {"train": cfg.data.split}
+
+    def phases(self, plain: Callable[[str, str], Any], dp: Callable[[str], Any]) -> list:
+        """The phases of one epoch, built with ``plain(split, name)`` and ``dp(split)``."""
+        return [dp("train")] if self.dp else [plain("train", "train")]
+
+    def may_be_empty(self, split: str) -> bool:
+        """Whether ``split`` may hold no example (the run then warns instead of refusing)."""
+        return False
+
+    def check(self, cfg: Any) -> None:
+        """Rules of this kind on the whole config: a ValueError naming the field."""
+
+    def check_data(self, fmt: str) -> None:
+        """Rules of this kind on the data's format (``parquet``, ``jsonl``, ``text``): a ValueError."""
+
+
+def register_train_kind(cls: type[TrainKind]) -> type[TrainKind]:
+    """Class decorator: make a training kind available by its ``name``."""
+    if cls.name in _REGISTRY and type(_REGISTRY[cls.name]) is not cls:
+        raise ValueError(f"training kind {cls.name!r} is already registered")
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def train_kinds() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def train_kind(name: str) -> TrainKind:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown kind {name!r}; choose from {', '.join(_REGISTRY)}") from None
+
+
+# ---- the built-in kinds ----------------------------------------------------------------------
+
+@register_train_kind
+class Pretrain(TrainKind):
+    """Pre-training from scratch (a preset, or a checkpoint's architecture with fresh weights)."""
+
+    name = "pretrain"
+    fresh_weights = True
+    trains_tokenizer = True
+
+
+@register_train_kind
+class Continue(TrainKind):
+    """Continual pre-training of a checkpoint."""
+
+    name = "continue"
+    needs_checkpoint = True
+
+
+@register_train_kind
+class DP(TrainKind):
+    """DP-SGD over the whole split."""
+
+    name = "dp"
+    dp = True
+
+
+@register_train_kind
+class CRT(TrainKind):
+    """Confidentially redacted training: plain steps on the public split, then DP-SGD on the
+    private one, every epoch (the public split may be empty: then DP-SGD on everything)."""
+
+    name = "crt"
+    dp = True
+    confidentiality = True
+
+    def splits(self, cfg: Any) -> dict[str, str]:
+        return {"public": "public", "private": "private"}
+
+    def phases(self, plain, dp) -> list:
+        return [plain("public", "public"), dp("private")]
+
+    def may_be_empty(self, split: str) -> bool:
+        return split == "public"
+
+    def check(self, cfg: Any) -> None:
+        if cfg.data.split != "all":
+            raise ValueError("kind crt reads both splits: leave data.split at 'all'")
+
+    def check_data(self, fmt: str) -> None:
+        if fmt != "parquet":
+            raise ValueError("data.path: kind crt reads the private/public split of privatized Parquet shards")
+
+
+@register_train_kind
+class MLM(TrainKind):
+    """A masked LM, from a preset or fine-tuning a masked-LM checkpoint with its tokenizer."""
+
+    name = "mlm"
+    masked_lm = True
+
+    def check(self, cfg: Any) -> None:
+        if cfg.model.checkpoint and cfg.tokenizer.mode == "separate":
+            raise ValueError("tokenizer.mode: kind mlm fine-tunes a checkpoint with its own tokenizer (shared)")
+        if cfg.model.preset == "paper-551m" and not cfg.model.checkpoint:
+            raise ValueError("model.preset: paper-551m is a causal model; kind mlm takes tiny or small")
