@@ -218,18 +218,32 @@ def windowed(fn, arg_lists: list[tuple], window: int, guard: "StallGuard | None"
 
 # ---- the stall guard ----------------------------------------------------------------------
 
+class Stalled(BaseException):
+    """Raised in the main thread by a :class:`StallGuard` that fired (a BaseException, as
+    KeyboardInterrupt is, so that no ``except Exception`` on the way swallows it)."""
+
+
 class StallGuard:
     """Fails a run in which the driver sees nothing finish for ``timeout`` seconds: no
     block out of an operator, no task result. A watcher thread interrupts the main
     thread, and :meth:`check` turns the interrupt into :class:`RunStalled` with what the
     cluster waits for (its pending resource demands, from the autoscaler's view).
-    Only armed on the main thread (where an interrupt can land)."""
+    Only armed on the main thread (where an interrupt can land).
+
+    The first interrupt is a simulated SIGINT (it also ends a blocking wait). It is lost
+    where SIGINT's handler is not Python's default (a library or a host may have replaced
+    or ignored it) or where code on the way swallows KeyboardInterrupt, so until the run
+    has ended the guard raises :class:`Stalled` in the main thread every ``REPEAT_S``
+    seconds (an asynchronous exception, delivered at the thread's next bytecode)."""
+
+    REPEAT_S = 5.0
 
     def __init__(self, timeout: float | None):
         self.timeout = timeout
         self.last = time.monotonic()
         self.fired: str | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # no Stalled is raised once the run has ended
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "StallGuard":
@@ -239,7 +253,8 @@ class StallGuard:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
+        with self._lock:
+            self._stop.set()
 
     def tick(self) -> None:
         self.last = time.monotonic()
@@ -253,12 +268,25 @@ class StallGuard:
                               f"{pending_demands()}")
                 log.error("%s", self.fired)
                 _thread.interrupt_main()
+                while not self._stop.wait(self.REPEAT_S):
+                    with self._lock:
+                        if not self._stop.is_set():
+                            _raise_in_main(Stalled)
                 return
 
     def check(self, exc: BaseException) -> None:
         """Raise :class:`RunStalled` if ``exc`` is this guard's interrupt."""
-        if self.fired and isinstance(exc, KeyboardInterrupt):
+        if self.fired and isinstance(exc, (KeyboardInterrupt, Stalled)):
+            with self._lock:
+                self._stop.set()
             raise RunStalled(self.fired) from None
+
+
+def _raise_in_main(exc_type: type[BaseException]) -> None:
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.main_thread().ident),
+                                               ctypes.py_object(exc_type))
 
 
 def pending_demands() -> str:

@@ -189,7 +189,7 @@ def run_ray(spec: PipelineSpec, files: list[InputFile], output_dir: Path, *, spe
     t_start = time.perf_counter()
     writer = OutputWriter(Path(output_dir), spec.output.num_shards, overwrite=options.overwrite)
     connected = False
-    ctx = saved = None
+    ctx = saved = guard = None
     try:
         connected = cluster.connect(address, num_cpus=options.num_cpus,
                                     object_store_memory=options.object_store_memory)
@@ -215,6 +215,8 @@ def run_ray(spec: PipelineSpec, files: list[InputFile], output_dir: Path, *, spe
         writer.commit(manifest)
     except BaseException as exc:
         writer.abort()
+        if guard is not None:
+            guard.check(exc)  # the guard's interrupt, wherever it landed: RunStalled
         err = cluster.find_privatize_error(exc)
         if err is not None and err is not exc:
             # a stage's or reader's error, as raised in the worker: one line, exit code 2

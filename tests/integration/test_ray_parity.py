@@ -428,12 +428,20 @@ def test_cli_run_with_ray_address_matches_in_process(ray_session, workdir, tmp_p
     assert shard_hashes(out) == shard_hashes(base_out)
 
 
-def test_a_plan_that_cannot_be_scheduled_fails_instead_of_waiting(ray_session, workdir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_plan_that_cannot_be_scheduled_fails_instead_of_waiting(ray_session, workdir, tmp_path, monkeypatch,
+                                                                  request, sigint):
     """Tasks that ask for more CPU than any node has wait forever in Ray; the stall guard
-    ends the run with one clear error, and no output is left behind."""
+    ends the run with one clear error, and no output is left behind; also where SIGINT is
+    ignored (a host's choice), so the guard's simulated SIGINT is lost."""
+    import signal
     import time
 
     from privatize.ray.cluster import Budget, RunStalled
+
+    if sigint == "ignored":
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
 
     # the stage maps ask for 64 CPUs: reads run, then nothing can
     monkeypatch.setattr(Budget, "map_args", lambda self, actor: {"num_cpus": 64.0})
