@@ -40,7 +40,7 @@ def measure(preset: str, mode: str, batch: int, seq: int, steps: int, warmup: in
     import numpy as np
     import torch
 
-    from train.loop import _DP, make_batch, train_step
+    from train.loop import make_private, make_batch, train_step
     from train.models import build_model, preset_config
 
     dev = torch.device(device)
@@ -55,8 +55,8 @@ def measure(preset: str, mode: str, batch: int, seq: int, steps: int, warmup: in
     dp = None
     if mode != "plain":
         gen = torch.Generator(device=dev).manual_seed(0)
-        dp = _DP(model, opt, {"grad_sample_mode": mode, "max_grad_norm": 1.0, "noise_multiplier": 1.0,
-                              "accountant": "prv", "sample_rate": 0.01}, batch, False, gen)
+        dp = make_private(model, opt, grad_sample_mode=mode, max_grad_norm=1.0, noise_multiplier=1.0,
+                          accountant="prv", sample_rate=0.01, expected_batch_size=batch, generator=gen)
     rng = np.random.default_rng(0)
     ids = rng.integers(3, model.config.vocab_size, size=(batch, seq)).astype(np.int32)
     x, y = make_batch(ids, np.ones_like(ids, np.uint8), np.arange(batch), dev)

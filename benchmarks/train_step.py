@@ -28,7 +28,7 @@ def _setup(preset: str, mode: str, batch: int, seq: int, threads: int):
     import numpy as np
     import torch
 
-    from train.loop import _DP, make_batch
+    from train.loop import make_private, make_batch
     from train.models import build_model, preset_config
 
     torch.set_num_threads(threads)
@@ -37,8 +37,8 @@ def _setup(preset: str, mode: str, batch: int, seq: int, threads: int):
     dp = None
     if mode != "plain":
         gen = torch.Generator().manual_seed(0)
-        dp = _DP(model, opt, {"grad_sample_mode": mode, "max_grad_norm": 1.0, "noise_multiplier": 1.0,
-                              "accountant": "prv", "sample_rate": 0.01}, batch, False, gen)
+        dp = make_private(model, opt, grad_sample_mode=mode, max_grad_norm=1.0, noise_multiplier=1.0,
+                          accountant="prv", sample_rate=0.01, expected_batch_size=batch, generator=gen)
     rng = np.random.default_rng(0)
     vocab = model.config.vocab_size
     ids = rng.integers(3, vocab, size=(batch, seq)).astype(np.int32)

@@ -35,27 +35,13 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from train.kinds import train_kind
+from train.plan import MLMPlan, ModelInit, Phase, WorkerPlan
 
 IGNORE = -100
-
-
-@dataclass(frozen=True)
-class Phase:
-    name: str  # train | public | private
-    dp: bool
-    steps: int
-    split: str  # which materialised dataset
-
-    @property
-    def sample_rate(self) -> float:
-        """A DP phase's Poisson sample rate, 1 / steps: the one place it is derived (the
-        sampler, the accountant and the budget plan all read it here)."""
-        return 1.0 / self.steps
 
 
 def plan_phases(kind: str, sizes: dict[str, int], batch_size: int) -> list[Phase]:
@@ -136,9 +122,9 @@ def make_batch(ids, loss, idx: np.ndarray, device):
     return x.to(device), y.to(device)
 
 
-def mlm_batch(ids, loss, idx: np.ndarray, mlm: dict, seed: int, epoch: int, step: int, device):
+def mlm_batch(ids, loss, idx: np.ndarray, mlm: MLMPlan, seed: int, epoch: int, step: int, device):
     """(inputs, targets) for a masked-LM step: each target token (``loss`` 1) is chosen
-    with probability ``mlm["probability"]``, drawn per example from (seed, epoch, step,
+    with probability ``mlm.probability``, drawn per example from (seed, epoch, step,
     example), so a resumed run, or one with another number of workers, draws the same; a
     chosen token becomes ``<MASK>`` (80%), a random token (10%) or stays (10%), and is the
     only target."""
@@ -152,11 +138,11 @@ def mlm_batch(ids, loss, idx: np.ndarray, mlm: dict, seed: int, epoch: int, step
     for row, i in enumerate(idx):
         rng = np.random.default_rng([seed, epoch, step, int(i)])
         u, how = rng.random(x.shape[1]), rng.random(x.shape[1])
-        chosen = (u < mlm["probability"]) & (loss[i] == 1)
+        chosen = (u < mlm.probability) & (loss[i] == 1)
         y[row, chosen] = x[row, chosen]
-        x[row, chosen & (how < 0.8)] = mlm["mask_id"]
+        x[row, chosen & (how < 0.8)] = mlm.mask_id
         rand = chosen & (how >= 0.8) & (how < 0.9)
-        x[row, rand] = rng.integers(0, mlm["vocab_size"], int(rand.sum()))
+        x[row, rand] = rng.integers(0, mlm.vocab_size, int(rand.sum()))
     return torch.as_tensor(x).to(device), torch.as_tensor(y).to(device)
 
 
@@ -186,48 +172,62 @@ def lr_lambda(warmup: int, total: int):
 
 # ---- the worker ------------------------------------------------------------------------
 
-def _init_model(init: dict):
+def _init_model(init: ModelInit):
     from train.models import build_model, load_checkpoint, mlm_preset_config, preset_config, resize_for_new_vocabulary
 
-    mlm = init.get("mlm", False)
-    if init.get("checkpoint"):
-        model = load_checkpoint(init["checkpoint"], mlm)
-        if init.get("fresh_weights"):
-            model = build_model(model.config, init["seed"], mlm)
-        if init.get("resize_to"):
-            resize_for_new_vocabulary(model, init["resize_to"], init["seed"], **init["special"])
+    if init.checkpoint:
+        model = load_checkpoint(init.checkpoint, init.mlm)
+        if init.fresh_weights:
+            model = build_model(model.config, init.seed, init.mlm)
+        if init.resize_to:
+            resize_for_new_vocabulary(model, init.resize_to, init.seed, **init.special)
         return model
-    config = (mlm_preset_config if mlm else preset_config)(init["preset"], init["vocab_size"], **init["special"])
-    return build_model(config, init["seed"], mlm)
+    config = (mlm_preset_config if init.mlm else preset_config)(init.preset, init.vocab_size, **init.special)
+    return build_model(config, init.seed, init.mlm)
 
 
-class _DP:
-    """Opacus' DP-SGD pieces around ``model`` (see the module docstring)."""
+def make_private(model, optimizer, *, noise_multiplier: float, max_grad_norm: float, sample_rate: float,
+                 expected_batch_size: float, accountant: str = "prv", grad_sample_mode: str = "hooks",
+                 distributed: bool = False, generator=None) -> "DPSetup":
+    """Opacus' DP-SGD pieces around ``model`` and ``optimizer``, in the manner of Opacus'
+    ``PrivacyEngine.make_private``: every setting by keyword. ``expected_batch_size`` is this
+    worker's expected share of a Poisson batch (the sum of clipped gradients is divided by it);
+    ``grad_sample_mode`` is Opacus' ``hooks`` or ``ghost``, or ``bk`` (book-keeping,
+    ``train.bk``)."""
+    return DPSetup(model, optimizer, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
+                   sample_rate=sample_rate, expected_batch_size=expected_batch_size, accountant=accountant,
+                   grad_sample_mode=grad_sample_mode, distributed=distributed, generator=generator)
 
-    def __init__(self, model, optimizer, dp: dict, expected_local_batch: float, distributed: bool, generator):
+
+class DPSetup:
+    """Opacus' DP-SGD pieces around ``model`` (see the module docstring); made by
+    :func:`make_private`."""
+
+    def __init__(self, model, optimizer, *, noise_multiplier: float, max_grad_norm: float, sample_rate: float,
+                 expected_batch_size: float, accountant: str, grad_sample_mode: str, distributed: bool, generator):
         import train.grad_samplers  # noqa: F401  (RMSNorm's per-example gradients, without functorch)
         from opacus.accountants import create_accountant
         from opacus.grad_sample.utils import wrap_model
         from opacus.optimizers import get_optimizer_class
         from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 
-        mode = dp["grad_sample_mode"]
+        mode = grad_sample_mode
         self.bk = None
         if mode == "bk":  # book-keeping: our clipping, Opacus' optimizer for noise and accounting
             from train.bk import BookKeeping
 
             self.module = model
-            self.bk = BookKeeping(unwrap(model), dp["max_grad_norm"])
+            self.bk = BookKeeping(unwrap(model), max_grad_norm)
         else:
-            kw = {"max_grad_norm": dp["max_grad_norm"]} if mode == "ghost" else {}
+            kw = {"max_grad_norm": max_grad_norm} if mode == "ghost" else {}
             self.module = wrap_model(model, grad_sample_mode=mode, batch_first=True, loss_reduction="mean", **kw)
         cls = get_optimizer_class(clipping="flat", distributed=distributed,
                                   grad_sample_mode="ghost" if mode == "bk" else mode)
-        self.optimizer = cls(optimizer=optimizer, noise_multiplier=dp["noise_multiplier"],
-                             max_grad_norm=dp["max_grad_norm"], expected_batch_size=expected_local_batch,
+        self.optimizer = cls(optimizer=optimizer, noise_multiplier=noise_multiplier,
+                             max_grad_norm=max_grad_norm, expected_batch_size=expected_batch_size,
                              loss_reduction="mean", generator=generator)
-        self.accountant = create_accountant(mechanism=dp["accountant"])
-        self.optimizer.attach_step_hook(self.accountant.get_optimizer_hook_fn(sample_rate=dp["sample_rate"]))
+        self.accountant = create_accountant(mechanism=accountant)
+        self.optimizer.attach_step_hook(self.accountant.get_optimizer_hook_fn(sample_rate=sample_rate))
         self.criterion = (DPLossFastGradientClipping(self.module, self.optimizer, MaskedLMLoss(), "mean")
                           if mode == "ghost" else MaskedLMLoss())
         self.ghost = mode == "ghost"
@@ -239,7 +239,7 @@ class _DP:
             (self.module.disable_hooks if on else self.module.enable_hooks)()
 
 
-def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = False,
+def train_step(model, dp: "DPSetup | None", opt, private: bool, x, y, bf16: bool = False,
                pad_id: int | None = None) -> float:
     """One optimizer step on (x, y): DP-SGD when ``private`` (Opacus' clipping and noise),
     else a plain step on the same parameters (grad sample hooks off). Returns the loss.
@@ -288,13 +288,13 @@ def train_step(model, dp: "_DP | None", opt, private: bool, x, y, bf16: bool = F
 class _Run:
     """One worker's training state: model, optimizers, schedule, noise, position."""
 
-    def __init__(self, cfg: dict, rank: int, world: int, data: dict):
+    def __init__(self, plan: WorkerPlan, rank: int, world: int, data: dict):
         import ray.train
         import torch
         from ray.train.torch import prepare_model
 
-        self.cfg, self.rank, self.world, self.data = cfg, rank, world, data
-        model = _init_model(cfg["init"])
+        self.plan, self.rank, self.world, self.data = plan, rank, world, data
+        model = _init_model(plan.init)
         state = None
         ckpt = ray.train.get_checkpoint()
         if ckpt is not None:
@@ -306,15 +306,20 @@ class _Run:
         self.model = prepare_model(model)
         self.device = next(self.model.parameters()).device
         params = [p for p in self.model.parameters() if p.requires_grad]
-        kind = torch.optim.SGD if cfg["optimizer"] == "sgd" else torch.optim.AdamW
-        self.opt = kind(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+        o = plan.optim
+        optimizer = torch.optim.SGD if o.optimizer == "sgd" else torch.optim.AdamW
+        self.opt = optimizer(params, lr=o.lr, weight_decay=o.weight_decay)
         self.noise = torch.Generator(device=self.device)
-        self.noise.manual_seed(cfg["seed"] * 7919 + rank)
+        self.noise.manual_seed(plan.seed * 7919 + rank)
         self.dp = None
-        if cfg["dp"]:
-            local = cfg["dp"]["sample_rate"] * len(data[cfg["dp"]["split"]]) / world
-            self.dp = _DP(self.model, self.opt, cfg["dp"], local, world > 1, self.noise)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg["warmup_steps"], cfg["total_steps"]))
+        if plan.dp is not None:
+            d = plan.dp
+            self.dp = make_private(self.model, self.opt, noise_multiplier=d.noise_multiplier,
+                                   max_grad_norm=d.max_grad_norm, sample_rate=d.sample_rate,
+                                   expected_batch_size=d.sample_rate * len(data[d.split]) / world,
+                                   accountant=d.accountant, grad_sample_mode=d.grad_sample_mode,
+                                   distributed=world > 1, generator=self.noise)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, plan.total_steps))
         self.step, self.tokens = 0, 0
         if state is not None:
             self.opt.load_state_dict(state["optimizer"])
@@ -341,7 +346,7 @@ class _Run:
         rec = {"step": self.step, "epoch": epoch, "phase": phase.name, "loss": loss_sum / max(1, loss_n),
                "lr": self.sched.get_last_lr()[0], "tokens": self.tokens, "tokens_per_s": tok_rate}
         if self.dp is not None and self.dp_steps():
-            rec["epsilon"] = float(self.dp.accountant.get_epsilon(delta=self.cfg["dp"]["delta"]))
+            rec["epsilon"] = float(self.dp.accountant.get_epsilon(delta=self.plan.dp.delta))
             rec["dp_steps"] = self.dp_steps()
         return rec
 
@@ -369,9 +374,10 @@ class _Run:
             ray.train.report(rec, checkpoint=out)
 
 
-def train_loop(cfg: dict) -> None:
-    """Ray Train's ``train_loop_per_worker``. ``cfg`` is :func:`train.run.run_training` 's
-    plan (phases, steps, the DP plan, the blocks' object references, the metrics actor)."""
+def train_loop(config: dict) -> None:
+    """Ray Train's ``train_loop_per_worker``. ``config`` holds the run's
+    :class:`~train.plan.WorkerPlan` (``plan``), the blocks' object references per split
+    (``splits``) and the metrics actor (``sink``)."""
     import ray.train
     import torch
 
@@ -379,35 +385,34 @@ def train_loop(cfg: dict) -> None:
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    torch.set_num_threads(cfg["threads"])
+    plan: WorkerPlan = config["plan"]
+    torch.set_num_threads(plan.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
-    sink = cfg["sink"]
+    sink = config["sink"]
     sink.worker.remote({"rank": rank, "world": world, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()})
-    data = {name: from_refs(refs) for name, refs in cfg["splits"].items()}
-    phases = [Phase(**p) for p in cfg["phases"]]
-    total, bs, seed = cfg["total_steps"], cfg["batch_size"], cfg["seed"]
-    bf16 = cfg["precision"] == "bf16" and cfg["use_gpu"]
-    mlm = cfg.get("mlm")
-    run = _Run(cfg, rank, world, data)
+    data = {name: from_refs(refs) for name, refs in config["splits"].items()}
+    phases, total, bs, seed, mlm = plan.phases, plan.total_steps, plan.batch_size, plan.seed, plan.mlm
+    dp_cap = plan.dp.steps_cap if plan.dp is not None else None
+    run = _Run(plan, rank, world, data)
     t_last, tok_last, loss_sum, loss_n, last_loss = time.perf_counter(), run.tokens, 0.0, 0, float("nan")
     while run.step < total:
         epoch, pi, k = position(phases, run.step)
         ph = phases[pi]
         blocks = data[ph.split]
-        chosen = batch_indices(ph, len(blocks), bs, seed, epoch, k, pi, cfg["poisson"])
+        chosen = batch_indices(ph, len(blocks), bs, seed, epoch, k, pi, plan.poisson)
         if mlm:
             x, y = mlm_batch(blocks.ids, blocks.loss, chosen[rank::world], mlm, seed, epoch, run.step, run.device)
         else:
             x, y = make_batch(blocks.ids, blocks.loss, chosen[rank::world], run.device)
-        if ph.dp and cfg["dp_steps_cap"] is not None and run.dp_steps() >= cfg["dp_steps_cap"]:
+        if ph.dp and dp_cap is not None and run.dp_steps() >= dp_cap:
             raise RuntimeError("privacy budget spent: the run's DP steps are done (refusing to continue)")
-        last_loss = train_step(run.model, run.dp, run.opt, ph.dp, x, y, bf16, mlm["pad_id"] if mlm else None)
+        last_loss = train_step(run.model, run.dp, run.opt, ph.dp, x, y, plan.bf16, mlm.pad_id if mlm else None)
         run.sched.step()
         run.step += 1
         run.tokens += int(blocks.loss[chosen].sum() if mlm else blocks.loss[chosen, 1:].sum())
         loss_sum, loss_n = loss_sum + last_loss, loss_n + 1
-        checkpoint = run.step % cfg["checkpoint_every"] == 0 or run.step == total
-        if checkpoint or run.step % cfg["report_every"] == 0:
+        checkpoint = run.step % plan.checkpoint_every == 0 or run.step == total
+        if checkpoint or run.step % plan.report_every == 0:
             now = time.perf_counter()
             rec = run.record(ph, epoch, loss_sum, loss_n, (run.tokens - tok_last) / max(1e-9, now - t_last))
             t_last, tok_last, loss_sum, loss_n = now, run.tokens, 0.0, 0

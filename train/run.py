@@ -31,12 +31,13 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from privatize.errors import OutputError, SpecError
 from train.config import TrainConfig
 from train.kinds import train_kind
+from train.plan import DPPlan, MLMPlan, ModelInit, OptimPlan, RunPlan, WorkerPlan
 
 log = logging.getLogger(__name__)
 
@@ -369,12 +370,26 @@ def _plan(p: Prepared, tok, data: dict, progress: bool):
         budget = (plan_budget(cfg.dp, sizes[phases[i].split], phases[i].sample_rate, dp_steps) if saved is None
                   else _resumed_budget(cfg, saved, phases[i].sample_rate, dp_steps,
                                        (p.resume or {}).get("dp_steps", 0)))
-        dp_plan = {**cfg.dp.model_dump(), "noise_multiplier": budget.noise_multiplier,
-                   "sample_rate": budget.sample_rate, "delta": budget.delta, "split": phases[i].split}
+        dp_plan = DPPlan(noise_multiplier=budget.noise_multiplier, max_grad_norm=cfg.dp.max_grad_norm,
+                         sample_rate=budget.sample_rate, delta=budget.delta, split=phases[i].split,
+                         accountant=cfg.dp.accountant, grad_sample_mode=cfg.dp.grad_sample_mode,
+                         poisson=cfg.dp.poisson, steps_cap=budget.steps)
         if progress:
             print(f"DP-SGD: noise multiplier {budget.noise_multiplier:.4f}, sample rate {budget.sample_rate:.4g}, "
                   f"{budget.steps} steps, planned epsilon {budget.planned_epsilon:.3f} at delta {budget.delta:.3g}")
-    return phases, total, budget, dp_plan, init, sizes
+    mlm = None
+    if kind.masked_lm:
+        mlm = MLMPlan(probability=cfg.data.mlm_probability, mask_id=init["mask_id"], vocab_size=init["vocab_len"],
+                      pad_id=init["special"]["pad_token_id"])
+    model_init = ModelInit(**{f.name: init[f.name] for f in fields(ModelInit) if f.name in init})
+    worker = WorkerPlan(
+        phases=tuple(phases), total_steps=total, batch_size=cfg.optim.batch_size, seed=cfg.optim.seed,
+        init=model_init, optim=OptimPlan(optimizer=cfg.optim.optimizer, lr=cfg.optim.lr,
+                                         weight_decay=cfg.optim.weight_decay, warmup_steps=cfg.optim.warmup_steps),
+        dp=dp_plan, mlm=mlm, threads=cfg.workers.threads_per_worker or max(1, int(cfg.workers.cpus_per_worker)),
+        bf16=cfg.workers.precision == "bf16" and cfg.workers.use_gpu, report_every=cfg.report_every,
+        checkpoint_every=cfg.checkpoint_every)
+    return RunPlan(worker, budget, sizes)
 
 
 def _stage(p: Prepared, progress: bool, timings: dict):
@@ -389,8 +404,8 @@ def _stage(p: Prepared, progress: bool, timings: dict):
         timings["data_s"] = time.perf_counter() - t0 - timings["tokenizer_s"]
         plan = _plan(p, tok, data, progress)
         p.output.mkdir(parents=True, exist_ok=True)
-        if plan[2] is not None and not (p.output / PLAN).exists():
-            (p.output / f".{PLAN}.tmp").write_text(json.dumps(plan[2].to_dict(), indent=2) + "\n")
+        if plan.budget is not None and not (p.output / PLAN).exists():
+            (p.output / f".{PLAN}.tmp").write_text(json.dumps(plan.budget.to_dict(), indent=2) + "\n")
             os.replace(p.output / f".{PLAN}.tmp", p.output / PLAN)
         if not (p.output / "tokenizer").is_dir():
             shutil.copytree(work / "tokenizer", p.output / ".tokenizer.tmp", dirs_exist_ok=True)
@@ -400,12 +415,7 @@ def _stage(p: Prepared, progress: bool, timings: dict):
     return tok, data, plan
 
 
-def _mlm_plan(cfg: TrainConfig, init: dict) -> dict:
-    return {"probability": cfg.data.mlm_probability, "mask_id": init["mask_id"],
-            "vocab_size": init["vocab_len"], "pad_id": init["special"]["pad_token_id"]}
-
-
-def _trainer(p: Prepared, data: dict, plan: tuple, sink):
+def _trainer(p: Prepared, data: dict, plan: RunPlan, sink):
     """The ``TorchTrainer`` for this run: CPU and gloo, or GPUs and nccl."""
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -414,18 +424,7 @@ def _trainer(p: Prepared, data: dict, plan: tuple, sink):
     from train.loop import train_loop
 
     cfg = p.config
-    phases, total, budget, dp_plan, init, _ = plan
-    loop_cfg = {
-        "threads": cfg.workers.threads_per_worker or max(1, int(cfg.workers.cpus_per_worker)), "sink": sink,
-        "splits": {k: block_refs(ds) for k, (ds, _) in data.items()}, "phases": [asdict(ph) for ph in phases],
-        "total_steps": total, "batch_size": cfg.optim.batch_size, "seed": cfg.optim.seed, "init": init,
-        "precision": cfg.workers.precision, "use_gpu": cfg.workers.use_gpu, "optimizer": cfg.optim.optimizer,
-        "lr": cfg.optim.lr, "weight_decay": cfg.optim.weight_decay, "warmup_steps": cfg.optim.warmup_steps,
-        "dp": dp_plan, "poisson": cfg.dp.poisson if cfg.dp else True,
-        "dp_steps_cap": budget.steps if budget else None,
-        "report_every": cfg.report_every, "checkpoint_every": cfg.checkpoint_every,
-        "mlm": _mlm_plan(cfg, init) if train_kind(cfg.kind).masked_lm else None,
-    }
+    loop_cfg = {"plan": plan.worker, "splits": {k: block_refs(ds) for k, (ds, _) in data.items()}, "sink": sink}
     storage = storage_of(cfg, p.output)
     if "://" not in storage:
         storage = str(Path(storage).resolve())
@@ -441,11 +440,11 @@ def _trainer(p: Prepared, data: dict, plan: tuple, sink):
     )
 
 
-def _summary(p: Prepared, tok, plan: tuple, metrics: dict, state: dict, gamma_delta, timings: dict) -> dict:
+def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_delta, timings: dict) -> dict:
     from train.privacy import crt_confidentiality
     from train.tokenizer import fingerprint
 
-    cfg, budget, sizes = p.config, plan[2], plan[5]
+    cfg, budget, sizes = p.config, plan.budget, plan.sizes
     summary = {
         "kind": cfg.kind, "steps": metrics.get("step"), "final_loss": metrics.get("loss"),
         "last_step_loss": next((f["last_loss"] for f in state["finals"] if f["rank"] == 0), None),
@@ -489,7 +488,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     # (propagated from the driver to the controller; a value the user set is kept)
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     t0 = time.perf_counter()
-    with _ProgressBar(sink, plan[1], progress):
+    with _ProgressBar(sink, plan.worker.total_steps, progress):
         result = trainer.fit()
     timings["fit_s"] = time.perf_counter() - t0
     # the final model, with its tokenizer, then the summary: a reader that finds the

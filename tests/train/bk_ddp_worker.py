@@ -17,15 +17,16 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
 torch.set_num_threads(1)
 dist.init_process_group("gloo", rank=rank, world_size=world)
 
-from train.loop import _DP, make_batch, train_step  # noqa: E402
+from train.loop import make_batch, make_private, train_step  # noqa: E402
 from train.models import build_model, preset_config  # noqa: E402
 
 model = build_model(preset_config("tiny", vocab_size=300, bos_token_id=0, eos_token_id=0, pad_token_id=1), 0)
 ddp = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
 gen = torch.Generator().manual_seed(1)
-dp = _DP(ddp, opt, {"grad_sample_mode": "bk", "max_grad_norm": float(os.environ.get("CLIP", "1e6")),
-                    "noise_multiplier": 0.0, "accountant": "prv", "sample_rate": 0.25}, 4 / world, True, gen)
+dp = make_private(ddp, opt, grad_sample_mode="bk", max_grad_norm=float(os.environ.get("CLIP", "1e6")),
+                  noise_multiplier=0.0, accountant="prv", sample_rate=0.25, expected_batch_size=4 / world,
+                  distributed=True, generator=gen)
 rng = np.random.default_rng(0)
 ids = rng.integers(2, 300, size=(12, 16)).astype(np.int32)
 loss = (rng.random((12, 16)) > 0.1).astype(np.uint8)

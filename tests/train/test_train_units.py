@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from train.data import pack
-from train.loop import IGNORE, MaskedLMLoss, Phase, _DP, batch_indices, make_batch, plan_phases, position, train_step
+from train.loop import (IGNORE, MaskedLMLoss, Phase, batch_indices, make_batch, make_private, plan_phases, position,
+                        train_step)
+from train.plan import MLMPlan
 from train.models import PRESETS, build_model, parameter_count, preset_config
 from train.tokenizer import EOS, PAD, fingerprint, load_tokenizer, train_tokenizer
 
@@ -100,8 +102,8 @@ def _dp(model, opt, sigma, clip, mode="hooks"):
     import torch
 
     gen = torch.Generator().manual_seed(1)
-    return _DP(model, opt, {"grad_sample_mode": mode, "max_grad_norm": clip, "noise_multiplier": sigma,
-                            "accountant": "prv", "sample_rate": 0.25}, 4, False, gen)
+    return make_private(model, opt, grad_sample_mode=mode, max_grad_norm=clip, noise_multiplier=sigma,
+                        accountant="prv", sample_rate=0.25, expected_batch_size=4, distributed=False, generator=gen)
 
 
 @pytest.mark.parametrize("mode", ["hooks", "ghost", "bk"])
@@ -297,7 +299,7 @@ def test_mlm_batch_masks_only_targets_with_bert_proportions():
     ids = rng.integers(10, vocab, (n, t)).astype(np.int32)
     loss = np.ones((n, t), np.uint8)
     loss[:, -10:] = 0  # padding or <MASK>: never chosen
-    cfg = {"probability": 0.15, "mask_id": mask_id, "vocab_size": vocab, "pad_id": 1}
+    cfg = MLMPlan(probability=0.15, mask_id=mask_id, vocab_size=vocab, pad_id=1)
     idx = np.arange(n)
     x, y = (a.numpy() for a in mlm_batch(ids, loss, idx, cfg, seed=5, epoch=0, step=3, device="cpu"))
     chosen = y != IGNORE
@@ -394,7 +396,7 @@ def test_ppclm_step_equals_a_plain_step_with_identifier_labels_ignored_by_hand(t
     # PPMLM: the masked-LM step never chooses an identifier token as a mask
     from train.loop import mlm_batch
 
-    cfg = {"probability": 0.99, "mask_id": tok.mask_token_id, "vocab_size": len(tok), "pad_id": tok.pad_token_id}
+    cfg = MLMPlan(probability=0.99, mask_id=tok.mask_token_id, vocab_size=len(tok), pad_id=tok.pad_token_id)
     _, ym = mlm_batch(ppclm["ids"], ppclm["loss"], idx, cfg, 0, 0, 0, "cpu")
     chosen = np.flatnonzero(ym.numpy().ravel() != IGNORE).tolist()
     assert not set(chosen) & set(zorblax + quintessa) and len(chosen) > 10
