@@ -6,11 +6,11 @@ asked for and the service's limit.
 
 * ``stages``: at most ``pipeline_max_stages`` stages;
 * ``output.num_shards``: at most ``pipeline_max_shards``;
-* ``stages.<i>.bloom_capacity``: the Bloom filters of the spec's ``dedup`` stages
-  (``method: bloom``), sized from ``bloom_capacity`` and ``bloom_fp_rate``
-  (``DedupSettings.bloom_memory_bytes``), at most ``pipeline_max_bloom_bytes`` in all;
-* ``stages.<i>.batch_size`` of a ``redact`` stage: at most ``pipeline_max_redact_batch_size``;
-* ``stages.<i>.llm.base_url`` of a ``synthesize`` stage: one of ``llm_base_urls``.
+* every settings field marked ``privatize.policy.Quota`` or ``AllowList`` (the stages declare
+  them; nothing here names a stage kind): today ``dedup``'s ``bloom_capacity`` (the Bloom
+  filters its ``bloom_memory_bytes()`` needs, at most ``pipeline_max_bloom_bytes`` for the
+  whole job), ``redact``'s ``batch_size`` (``pipeline_max_redact_batch_size``) and
+  ``synthesize``'s ``llm.base_url`` (one of ``llm_base_urls``).
 
 The quotas of trainings are ``services.trainings.check_limits`` (``PRIVATIZE_TRAIN_*``);
 the number of jobs a tenant runs at once is the tenant's ``max_concurrent_jobs``
@@ -19,6 +19,7 @@ the number of jobs a tenant runs at once is the tenant's ``max_concurrent_jobs``
 
 from __future__ import annotations
 
+from privatize.policy import AllowList, Quota, marked_values
 from services.errors import SpecInvalid
 
 GiB = 1 << 30
@@ -39,28 +40,29 @@ def pipeline_limits(settings, spec) -> list[tuple[str, str]]:
     if spec.output.num_shards > s.pipeline_max_shards:
         errors.append(("output.num_shards", f"at most {s.pipeline_max_shards} on this service "
                                             f"(asked for {spec.output.num_shards})"))
-    blooms = [(i, st, st.bloom_memory_bytes()) for i, st in enumerate(spec.stages)
-              if st.kind == "dedup" and st.bloom_memory_bytes() > 0]
-    total = sum(b for _, _, b in blooms)
-    if total > s.pipeline_max_bloom_bytes:
-        for i, st, b in blooms:
-            errors.append((f"stages.{i}.bloom_capacity",
-                           f"bloom_capacity {st.bloom_capacity} at bloom_fp_rate {st.bloom_fp_rate:g} needs "
-                           f"{_size(b)} of Bloom filters{f' ({_size(total)} for the job)' if len(blooms) > 1 else ''}; "
-                           "at most "
-                           f"{_size(s.pipeline_max_bloom_bytes)} on this service: lower bloom_capacity, raise "
-                           "bloom_fp_rate or use method sha1"))
+    totals: dict[str, list] = {}
+    fields: list[tuple[str, str]] = []
     for i, st in enumerate(spec.stages):
-        if st.kind == "redact" and st.batch_size > s.pipeline_max_redact_batch_size:
-            errors.append((f"stages.{i}.batch_size", f"at most {s.pipeline_max_redact_batch_size} on this "
-                                                     f"service (asked for {st.batch_size})"))
-        if st.kind == "synthesize":
-            allowed = s.llm_base_url_list
-            if st.llm.base_url.rstrip("/") not in allowed:
-                errors.append((f"stages.{i}.llm.base_url",
-                               f"not an LLM endpoint of this service (it calls {', '.join(allowed)})" if allowed
-                               else "this service calls no LLM endpoint (its operator lists them in "
-                                    "PRIVATIZE_LLM_BASE_URLS)"))
+        for path, value, m, holder in marked_values(st, (Quota, AllowList)):
+            where, limit = f"stages.{i}.{'.'.join(path)}", getattr(s, m.setting)
+            if isinstance(m, AllowList):
+                if value.rstrip("/") not in limit:
+                    fields.append((where, m.refused.format(allowed=", ".join(limit)) if limit else m.none))
+            elif m.measure is None:
+                if value > limit:
+                    fields.append((where, f"at most {limit} on this service (asked for {value})"))
+            else:
+                need = getattr(holder, m.measure)()
+                if need > 0:
+                    totals.setdefault(m.setting, []).append((where, holder, m, need))
+    for setting, asks in totals.items():
+        limit, total = getattr(s, setting), sum(n for *_, n in asks)
+        if (total if asks[0][2].total else max(n for *_, n in asks)) > limit:
+            for where, holder, m, need in asks:
+                job = f" ({_size(total)} for the job)" if m.total and len(asks) > 1 else ""
+                errors.append((where, f"{m.asked.format(**dict(holder))} needs {_size(need)} of {m.what}{job}; at "
+                                      f"most {_size(limit)} on this service: {m.hint}"))
+    errors += fields
     return errors
 
 

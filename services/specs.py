@@ -3,13 +3,15 @@ with field paths), then checked for what a tenant may reference: no ``file:`` ke
 and only ``keystore:`` keys of its own that are enabled and of a kind the field takes
 (what its settings class declares: ``privatize.settings.KeyKinds``). Settings that name
 a file on the server (a word list, a filler model) are refused before the spec is parsed,
-so a tenant cannot probe the server's file system through validation errors."""
+so a tenant cannot probe the server's file system through validation errors. Which fields
+those are is declared on the fields (``privatize.policy``); nothing here names a stage kind."""
 
 from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
 from privatize.errors import SpecError
+from privatize.policy import Credential, ServerPath, marked, marked_values
 from privatize.spec import InputSettings, PipelineSpec, parse_spec
 from privatize.spec import key_references as spec_key_references
 from privatize.spec import key_requirements
@@ -27,44 +29,32 @@ def _structured_errors(exc: SpecError) -> list[dict]:
     return [{"path": ".".join(loc), "loc": ["body", "spec", *loc], "message": msg} for loc, msg in fields]
 
 
-SERVER_FILE_FIELDS: dict[str, tuple[str, ...]] = {"mask": ("word_list",), "refill": ("checkpoint", "word_list"),
-                                                   "synthesize": ("cache",)}
-"""Stage settings that name a file on the server: not taken from tenants (a service job's
-synthesis keeps no answers on disk: :func:`for_service`)."""
+def _stage_settings(st) -> type | None:
+    from privatize.stages import registered_kinds
 
-KEYSTORE_CREDENTIALS: dict[str, tuple[str, ...]] = {"synthesize": ("llm", "api_key")}
-"""Credential references a tenant gives only as ``keystore:<id>`` (an ``api-key`` key of
-its own): ``env:`` and ``file:`` would name the server's environment and files."""
+    return registered_kinds().get(st.get("kind"), (None,))[0] if isinstance(st, dict) else None
 
 
 def _server_files(data: dict) -> list[dict]:
+    """The tenant policy its settings declare on their fields (``privatize.policy``), on the raw
+    spec: a credential reference other than ``keystore:``, a field naming a file on the server
+    (a ``training:<id>`` is one of the tenant's models where the field takes it: checked by
+    :func:`check_model_references`)."""
     stages = data.get("stages")
     errors = []
     for i, st in enumerate(stages if isinstance(stages, list) else []):
-        if not isinstance(st, dict):
-            continue
-        kind = st.get("kind")
-        cred = KEYSTORE_CREDENTIALS.get(kind)
-        if cred is not None:
-            parent, name = st.get(cred[0]), cred[1]
-            ref = parent.get(name) if isinstance(parent, dict) else None
-            if isinstance(ref, str) and not ref.startswith("keystore:"):
-                path = f"stages.{i}.{kind}.{'.'.join(cred)}"
-                errors.append({"path": path, "loc": ["body", "spec", *path.split(".")],
-                               "message": "the service takes keystore:<id> of one of your api-key keys (POST "
-                                          "/v1/keys with kind api-key and its material), never env: or file:"})
-        for field in SERVER_FILE_FIELDS.get(kind, ()):
-            if kind == "refill" and field == "checkpoint" and isinstance(st.get(field), str) \
-                    and MODEL_REF.fullmatch(st[field]):
-                continue  # one of the tenant's trainings: checked by check_model_references
-            if st.get(field) is not None:
-                path = f"stages.{i}.{kind}.{field}"
-                why = ("not taken by the service: it names a file on the server (run this stage with the "
-                       "privatize CLI or a Ray job of your own)")
-                if kind == "refill" and field == "checkpoint":
-                    why = ("not taken by the service: it names a file on the server (the filler is "
-                           "training:<id>, one of your succeeded trainings of kind mlm)")
-                errors.append({"path": path, "loc": ["body", "spec", *path.split(".")], "message": why})
+        cls = _stage_settings(st)
+        if cls is None:
+            continue  # an unknown kind: parse_spec names it
+        for path, value, m in marked(st, cls, (Credential, ServerPath)):
+            where = f"stages.{i}.{st['kind']}.{'.'.join(path)}"
+            if isinstance(m, Credential):
+                if isinstance(value, str) and not value.startswith("keystore:"):
+                    errors.append({"path": where, "loc": ["body", "spec", *where.split(".")],
+                                   "message": "the service takes keystore:<id> of one of your api-key keys (POST "
+                                              "/v1/keys with kind api-key and its material), never env: or file:"})
+            elif value is not None and not (m.model_ref and isinstance(value, str) and MODEL_REF.fullmatch(value)):
+                errors.append({"path": where, "loc": ["body", "spec", *where.split(".")], "message": m.why})
     return errors
 
 
@@ -127,13 +117,15 @@ def check_key_reference(s: Session, tenant_id: str, ref: str, kinds: tuple[str, 
 
 def model_references(spec: dict) -> dict[str, str]:
     """``{field path: training id}`` for every model a stored spec names by reference (a
-    ``refill`` stage's ``checkpoint: training:<id>``)."""
+    field marked ``ServerPath(model_ref=True)`` holding ``training:<id>``: a ``refill``
+    stage's ``checkpoint``)."""
     out = {}
     for i, st in enumerate(spec.get("stages") or []):
-        ckpt = st.get("checkpoint") if isinstance(st, dict) and st.get("kind") == "refill" else None
-        m = MODEL_REF.fullmatch(ckpt) if isinstance(ckpt, str) else None
-        if m:
-            out[f"stages.{i}.refill.checkpoint"] = m.group(1)
+        cls = _stage_settings(st)
+        for path, value, m in marked(st, cls, (ServerPath,)) if cls is not None else ():
+            ref = MODEL_REF.fullmatch(value) if m.model_ref and isinstance(value, str) else None
+            if ref:
+                out[f"stages.{i}.{st['kind']}.{'.'.join(path)}"] = ref.group(1)
     return out
 
 
@@ -155,10 +147,14 @@ def check_model_references(s: Session, tenant_id: str, spec: PipelineSpec) -> No
 
 
 def for_service(spec: PipelineSpec) -> PipelineSpec:
-    """The spec as a service job runs it: a ``synthesize`` stage keeps no answers on disk
-    (``cache: null``; a node's disk is no tenant's, and a shared cache would answer one
-    tenant from another's requests); its budget is the run's ledger actor."""
-    stages = [st.model_copy(update={"cache": None}) if st.kind == "synthesize" else st for st in spec.stages]
+    """The spec as a service job runs it: fields marked ``ServerPath(cleared=True)`` are
+    cleared (a ``synthesize`` stage keeps no answers on disk: ``cache: null``; a node's disk
+    is no tenant's, and a shared cache would answer one tenant from another's requests)."""
+    def cleared(st):
+        names = [path[0] for path, _, m, _ in marked_values(st, (ServerPath,)) if m.cleared and len(path) == 1]
+        return st.model_copy(update={n: None for n in names}) if names else st
+
+    stages = [cleared(st) for st in spec.stages]
     if all(a is b for a, b in zip(stages, spec.stages)):
         return spec
     return spec.model_copy(update={"stages": stages})

@@ -42,15 +42,6 @@ MODEL_DIR = "model"
 PROGRESS_FIELDS = ("step", "epoch", "phase", "loss", "lr", "tokens", "tokens_per_s", "epsilon", "dp_steps", "time")
 TAIL_BYTES = 64 << 10
 
-SERVICE_FIELDS: dict[tuple[str, ...], str] = {
-    ("data", "path"): "set by the service: a training reads the privatization job named by job_id",
-    ("output",): "set by the service: a training writes to its own folder",
-    ("storage",): "set by the service: checkpoints stay in the training's own folder",
-    ("tokenizer", "path"): "not taken by the service: the tokenizer is trained on the job's data",
-    ("tokenizer", "also_on"): "not taken by the service: a training reads its job's data only",
-}
-"""Config fields a tenant may not set (they name files on the server), with why."""
-
 TRAINING_REF = MODEL_REF
 """``model.checkpoint`` through the service: ``training:<id>``, the model of one of the
 tenant's succeeded trainings (``kind: continue``, or an ``mlm`` fine-tune); the job gets
@@ -72,27 +63,18 @@ class TrainSpec:
         return hashlib.sha256(blob).hexdigest()
 
 
-def _given(data: dict, path: tuple[str, ...]) -> bool:
-    node: Any = data
-    for part in path:
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return node not in (None, [])
-
-
 def validate_config(data) -> TrainSpec:
     """A tenant's training config -> :class:`TrainSpec`; SpecInvalid with field paths."""
     from privatize.errors import SpecError
-    from train.config import parse_config
+    from privatize.policy import ServerPath, marked
+    from train.config import TrainConfig, parse_config
 
     if not isinstance(data, dict):
         raise config_invalid([("", "config: must be a JSON object (a training config, as in train/configs/)")])
-    errors = [(".".join(path), why) for path, why in SERVICE_FIELDS.items() if _given(data, path)]
-    ckpt = data.get("model", {}).get("checkpoint") if isinstance(data.get("model"), dict) else None
-    if ckpt is not None and not (isinstance(ckpt, str) and TRAINING_REF.fullmatch(ckpt)):
-        errors.append(("model.checkpoint", "through the service a checkpoint is training:<id>, one of your "
-                                           "succeeded trainings (the model it ended with)"))
+    # fields naming files on the server, as the config declares them (privatize.policy.ServerPath)
+    errors = [(".".join(path), m.why) for path, value, m in marked(data, TrainConfig, (ServerPath,))
+              if value not in (None, []) and not (m.model_ref and isinstance(value, str)
+                                                  and TRAINING_REF.fullmatch(value))]
     if errors:
         raise config_invalid(errors)
     try:

@@ -25,11 +25,12 @@ a cluster for the impossible. Unknown fields are errors (with their path).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from privatize.io.configfile import read_mapping, validate
+from privatize.policy import ServerPath
 from train.kinds import train_kind
 
 Split = Literal["all", "public", "private"]
@@ -43,7 +44,8 @@ class DataConfig(_Strict):
     """Where the training text is: a privatization run's output folder (its
     ``shards/*.parquet``), a folder of Parquet or JSONL files, or one such file."""
 
-    path: Optional[str] = None
+    path: Annotated[Optional[str], ServerPath(
+        why="set by the service: a training reads the privatization job named by job_id", runner_sets=True)] = None
     text_column: str = "text"
     split: Split = "all"
     seq_len: int = Field(128, ge=8, le=8192)
@@ -64,8 +66,11 @@ class TokenizerConfig(_Strict):
     a new one trained on this run's data (a continue re-initialises the embeddings)."""
 
     mode: Literal["shared", "separate"] = "shared"
-    path: Optional[str] = Field(None, description="an existing Hugging Face tokenizer folder instead of training one")
-    also_on: list[str] = Field(default_factory=list, max_length=16)
+    path: Annotated[Optional[str], ServerPath(
+        why="not taken by the service: the tokenizer is trained on the job's data")] = Field(
+        None, description="an existing Hugging Face tokenizer folder instead of training one")
+    also_on: Annotated[list[str], ServerPath(why="not taken by the service: a training reads its job's data only")] \
+        = Field(default_factory=list, max_length=16)
     vocab_size: int = Field(4096, ge=300, le=262_144)
     min_frequency: int = Field(2, ge=1, le=1000)
     max_entity_tokens: int = Field(4096, ge=0, le=100_000)
@@ -73,7 +78,9 @@ class TokenizerConfig(_Strict):
 
 class ModelConfig(_Strict):
     preset: Optional[Literal["tiny", "small", "paper-551m"]] = "tiny"
-    checkpoint: Optional[str] = None
+    checkpoint: Annotated[Optional[str], ServerPath(
+        why="through the service a checkpoint is training:<id>, one of your succeeded trainings (the model it "
+            "ended with)", model_ref=True)] = None
 
 
 class OptimConfig(_Strict):
@@ -134,8 +141,12 @@ class TrainConfig(_Strict):
         train_kind(v)  # a ValueError naming the registered kinds
         return v
     data: DataConfig = DataConfig()
-    output: Optional[str] = Field(None, description="the run folder (local path)")
-    storage: Optional[str] = Field(None, description="checkpoint storage (local path or s3://); default: OUTPUT/checkpoints")
+    output: Annotated[Optional[str], ServerPath(
+        why="set by the service: a training writes to its own folder", runner_sets=True)] = Field(
+        None, description="the run folder (local path)")
+    storage: Annotated[Optional[str], ServerPath(
+        why="set by the service: checkpoints stay in the training's own folder")] = Field(
+        None, description="checkpoint storage (local path or s3://); default: OUTPUT/checkpoints")
     model: ModelConfig = ModelConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     optim: OptimConfig = OptimConfig()

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from privatize.entrypoint import JobParser, run_entrypoint
 from privatize.errors import InputError, PrivatizeError, SpecError
+from privatize.policy import ServerPath, marked_values
 from privatize.jobio import (clear_output, delete_dir, is_remote, local_path, localize_input, open_location, redact_paths,
                              upload_files)
 
@@ -115,9 +116,9 @@ def run_job(config_location: str, input_location: str, output_location: str, *, 
     with tempfile.TemporaryDirectory(prefix="train-job-") as tmpname:
         tmp = Path(tmpname)
         cfg = load_config_any(config_location)
-        for field, value in (("data.path", cfg.data.path), ("output", cfg.output)):
-            if value:
-                raise SpecError(f"{field}: set by this command (INPUT and OUTPUT), not by the config")
+        for path, value, m, _ in marked_values(cfg, (ServerPath,)):
+            if m.runner_sets and value:
+                raise SpecError(f"{'.'.join(path)}: set by this command (INPUT and OUTPUT), not by the config")
         ckpt_remote = None
         if remote_out:
             clear_output(output_location, overwrite)

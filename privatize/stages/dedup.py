@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +49,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from privatize.bloom import BloomFilter, bloom_bytes
+from privatize.policy import Quota
 from privatize.settings import AfterOneOf, Before, StageSettings
 from privatize.stage import DECISION_ROW, DROP, NUM_PARTITIONS, GlobalStage, register_stage, set_column
 from privatize.ciphers.tokens import MASK_TOKEN
@@ -84,7 +85,11 @@ class DedupSettings(StageSettings):
     """``none``: exact bytes; ``whitespace``: runs of whitespace count as one space and
     leading/trailing whitespace is ignored; ``whitespace_case``: also case-insensitive
     (Unicode lower case)."""
-    bloom_capacity: int = Field(10_000_000, ge=1, le=MAX_BLOOM_CAPACITY)
+    bloom_capacity: Annotated[int, Quota(
+        "pipeline_max_bloom_bytes", measure="bloom_memory_bytes", total=True, what="Bloom filters",
+        asked="bloom_capacity {bloom_capacity} at bloom_fp_rate {bloom_fp_rate:g}",
+        hint="lower bloom_capacity, raise bloom_fp_rate or use method sha1")] = Field(10_000_000, ge=1,
+                                                                                     le=MAX_BLOOM_CAPACITY)
     """Expected number of distinct keyed records in the corpus (``method: bloom``)."""
     bloom_fp_rate: float = Field(1e-6, ge=MIN_BLOOM_FP_RATE, lt=1)
 

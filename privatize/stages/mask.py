@@ -45,7 +45,7 @@ import functools
 import logging
 import os
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
 from privatize.ciphers.tokens import MASK_TOKEN, reserved_spans
+from privatize.policy import ServerPath
 from privatize.settings import Before, StageSettings
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 from privatize.text.words import (INNER, JOINS, WORD_CHAR, HashSet, char_classes, code_points, lower_in_place, runs,
@@ -73,7 +74,7 @@ class MaskSettings(StageSettings):
     kind: Literal["mask"] = "mask"
     order_rules = (Before("encrypt_text", "mask after encrypt_text sees only ciphertext; put it before the cipher"),)
     technique: Literal["allow_list", "vocab_threshold", "entity_tagger"]
-    word_list: str | None = None
+    word_list: Annotated[str | None, ServerPath()] = None
     """A word list file (one word per line, most frequent first for ``vocab_threshold``)
     instead of wordfreq's English list."""
     allow_list_size: int = Field(5_000, ge=1, le=1_000_000)

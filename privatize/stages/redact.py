@@ -37,6 +37,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from privatize.ciphers.tokens import MASK_TOKEN
+from privatize.policy import Quota
 from privatize.redaction.detect import DEFAULT_ENTITIES, DEFAULT_SCORE_THRESHOLD, KNOWN_ENTITIES
 from privatize.redaction.engine import DEFAULT_MODEL
 from privatize.redaction.styles import AUTO, style_names
@@ -112,7 +113,7 @@ class RedactSettings(StageSettings):
     looks like), or one of ``clinical``, ``legal``, ``chat``, ``general`` (every document
     read in that style; ``general`` is the detector without style rules)."""
     pi_c: PiCSettings = Field(default_factory=PiCSettings)
-    batch_size: int = Field(32, ge=1, le=10_000)
+    batch_size: Annotated[int, Quota("pipeline_max_redact_batch_size")] = Field(32, ge=1, le=10_000)
     """Texts per spaCy ``nlp.pipe`` batch."""
 
     @field_validator("entities")

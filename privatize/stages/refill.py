@@ -36,7 +36,7 @@ import hashlib
 import json
 import logging
 import os
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +44,7 @@ from pydantic import Field, model_validator
 
 from privatize.ciphers.tokens import MASK_TOKEN
 from privatize.errors import SpecError
+from privatize.policy import ServerPath
 from privatize.refs import MODEL_REF, model_folder
 from privatize.settings import AfterOneOf, Before, StageSettings
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
@@ -62,7 +63,9 @@ class RefillSettings(StageSettings):
         AfterOneOf("mask", "refill fills the masks of a mask stage: put a mask stage before it"),
         Before("encrypt_text", "refill after encrypt_text sees only ciphertext; put it before the cipher"),
     )
-    checkpoint: str
+    checkpoint: Annotated[str, ServerPath(
+        why="not taken by the service: it names a file on the server (the filler is training:<id>, one of your "
+            "succeeded trainings of kind mlm)", model_ref=True)]
     """A local Hugging Face masked-LM folder (``config.json``, weights, tokenizer); through
     the service, ``training:<id>``: the model of one of the tenant's succeeded ``mlm``
     trainings, which the workers fetch from the run's :data:`privatize.refs.MODELS_ENV` (locations, set
@@ -71,7 +74,7 @@ class RefillSettings(StageSettings):
     k: int = Field(10, ge=1, le=1000)
     seed: int = Field(0, ge=0, le=2**63 - 1)
     forbid_original: bool = True
-    word_list: str | None = None
+    word_list: Annotated[str | None, ServerPath()] = None
     """``topk``'s allow list (a file, one word per line) instead of wordfreq's."""
     allow_list_size: int = Field(5_000, ge=1, le=1_000_000)
     tokens_per_mask: int = Field(1, ge=1, le=8)

@@ -50,12 +50,13 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privatize.ciphers.tokens import ENTITY_TOKEN_RE
+from privatize.policy import AllowList, Credential, ServerPath
 from privatize.settings import AfterOneOf, Before, SecretRef, StageSettings
 from privatize.stage import DROP, QUARANTINE, Stage, register_stage, set_column
 from privatize.synthesis import graph, prompts
@@ -71,9 +72,12 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 class LLMSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    base_url: str = Field(min_length=1, max_length=500, pattern=r"^https?://")
+    base_url: Annotated[str, AllowList(
+        "llm_base_url_list", refused="not an LLM endpoint of this service (it calls {allowed})",
+        none="this service calls no LLM endpoint (its operator lists them in PRIVATIZE_LLM_BASE_URLS)")] = Field(
+        min_length=1, max_length=500, pattern=r"^https?://")
     model: str = Field(min_length=1, max_length=200)
-    api_key: Optional[SecretRef] = Field(None, max_length=300,
+    api_key: Annotated[Optional[SecretRef], Credential()] = Field(None, max_length=300,
                                          description="a reference: env:NAME, file:PATH or keystore:ID (an api-key "
                                                      "key), never the key")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
@@ -104,7 +108,7 @@ class SynthesizeSettings(StageSettings):
     threshold: float = Field(0.5, ge=0.0, le=1.0)
     max_k: int = Field(10, ge=2, le=50)
     keep_source: bool = True
-    cache: Optional[str] = Field(".llm-cache", min_length=1, max_length=500,
+    cache: Annotated[Optional[str], ServerPath(cleared=True)] = Field(".llm-cache", min_length=1, max_length=500,
                                  description="the answers' folder (relative to the spec's); null: none kept "
                                              "(a re-run sends its requests again)")
     max_requests: Optional[int] = Field(None, ge=1)

@@ -1,0 +1,119 @@
+"""Tenant policy, declared on the settings fields it concerns (``Annotated[..., marker]``, as
+:class:`~privatize.settings.KeyKinds` is) rather than in per-stage tables of the service: a
+field that names a file on the server (:class:`ServerPath`), a credential reference
+(:class:`Credential`), a number the service bounds (:class:`Quota`), an address it allows
+from a list (:class:`AllowList`). The service walks any spec or config with :func:`marked`
+(raw data, before validation: a tenant may not probe the server through validation errors)
+or :func:`marked_values` (a validated model) and names no stage or config kind.
+
+Outside the service these are plain fields: the CLI and Ray jobs of one's own take paths."""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from pydantic import BaseModel
+
+SERVER_FILE = ("it names a file on the server (run this stage with the privatize CLI or a Ray job of your "
+               "own)")
+
+
+@dataclass(frozen=True)
+class ServerPath:
+    """The field names a file or folder where the work runs: the service refuses it from a
+    tenant (``why`` says what to do instead), or clears it (``cleared``: the service's runs
+    use none). ``model_ref``: the service's ``training:<id>`` is taken instead of a path.
+    ``runner_sets``: a job entrypoint sets it from its INPUT / OUTPUT arguments."""
+
+    why: str = "not taken by the service: " + SERVER_FILE
+    model_ref: bool = False
+    cleared: bool = False
+    runner_sets: bool = False
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A credential reference (``env:``, ``file:``, ``keystore:``): through the service only
+    ``keystore:<id>`` of one of the tenant's own keys."""
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A number the service bounds by its setting ``setting``: the field's value, or the
+    settings' ``measure()`` when given (bytes of ``what``), summed over the spec when
+    ``total``; ``asked`` (formatted with the settings' fields) and ``hint`` make the message."""
+
+    setting: str
+    measure: str | None = None
+    total: bool = False
+    what: str = ""
+    asked: str = ""
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class AllowList:
+    """An address the service takes only from its setting ``setting`` (a list); ``refused``
+    (with ``{allowed}``) and ``none`` are the messages."""
+
+    setting: str
+    refused: str = "not allowed on this service (it takes {allowed})"
+    none: str = "this service takes none"
+
+
+def _models(annotation) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (``X``, ``Optional[X]``, ``list[X]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _models(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType, list, tuple):
+        return [m for a in typing.get_args(annotation) for m in _models(a)]
+    return []
+
+
+def marked(data: Any, model: type[BaseModel], kinds: tuple[type, ...], prefix: tuple[str, ...] = ()
+           ) -> Iterator[tuple[tuple[str, ...], Any, Any]]:
+    """(field path, value, marker) for every field of ``model`` that ``data`` (a raw mapping)
+    gives and that carries a marker of one of ``kinds``, at any depth of nested models."""
+    if not isinstance(data, dict):
+        return
+    for name, field in model.model_fields.items():
+        if name not in data:
+            continue
+        path = (*prefix, name)
+        for m in field.metadata:
+            if isinstance(m, kinds):
+                yield path, data[name], m
+        for sub in _models(field.annotation):
+            yield from marked(data[name], sub, kinds, path)
+
+
+def marked_values(obj: BaseModel, kinds: tuple[type, ...], prefix: tuple[str, ...] = ()
+                  ) -> Iterator[tuple[tuple[str, ...], Any, Any, BaseModel]]:
+    """(field path, value, marker, the model holding it) for every marked field of a validated
+    model, at any depth of nested models."""
+    for name, field in type(obj).model_fields.items():
+        value = getattr(obj, name)
+        path = (*prefix, name)
+        for m in field.metadata:
+            if isinstance(m, kinds):
+                yield path, value, m, obj
+        if isinstance(value, BaseModel):
+            yield from marked_values(value, kinds, path)
+
+
+def marked_fields(model: type[BaseModel], kinds: tuple[type, ...], prefix: tuple[str, ...] = ()
+                  ) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(field path, marker) for every marked field a model declares, at any depth."""
+    for name, field in model.model_fields.items():
+        path = (*prefix, name)
+        for m in field.metadata:
+            if isinstance(m, kinds):
+                yield path, m
+        for sub in _models(field.annotation):
+            yield from marked_fields(sub, kinds, path)
