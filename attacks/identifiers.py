@@ -12,7 +12,7 @@ LM predicts or regurgitates of the identifiers the ``identifiers`` stage found.
 * :func:`loss_mia`: the loss attack per individual (their records' mean token loss),
   ROC AUC and TPR at 1% FPR through :mod:`attacks.metrics`.
 
-:mod:`attacks.identifier_eval` trains the models these are asked about.
+:mod:`experiments.identifier_eval` trains the models these are asked about.
 """
 
 from __future__ import annotations

@@ -47,9 +47,9 @@ def main() -> None:
     methods = args.methods or ("mlm,ppmlm" if args.mlm else "plain,ppclm,ppclm_indirect,ppclm_direct")
     args.work = args.work or str(ROOT / "benchmarks" / "work" / name)
 
-    from attacks.identifier_eval import (IdentifierPlan, customersim_by_customer, evaluate, markdown, mlm_markdown,
+    from experiments.identifier_eval import (IdentifierPlan, customersim_by_customer, evaluate, markdown, mlm_markdown,
                                          mlm_plot, plot)
-    from attacks.refill_eval import write_jsonl
+    from experiments.refill_eval import write_jsonl
 
     data = need_data()
     work = Path(args.work)

@@ -93,8 +93,8 @@ def throughput(args) -> None:
 
 def cost(args) -> None:
     """Graph build, NER and one training epoch on the same dialogues."""
-    from attacks.identifier_eval import customersim_by_customer
-    from attacks.refill_eval import write_jsonl
+    from experiments.identifier_eval import customersim_by_customer
+    from experiments.refill_eval import write_jsonl
     from privatize import run
     from privatize.spec import parse_spec
     from train.config import parse_config

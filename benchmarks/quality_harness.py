@@ -1,4 +1,4 @@
-"""The QuALITY harness (issue 20, :mod:`attacks.quality_eval`): a few QuALITY articles
+"""The QuALITY harness (issue 20, :mod:`experiments.quality_eval`): a few QuALITY articles
 through redact (AES-SIV entity tokens) and entity-graph ``synthesize`` against an
 OpenAI-compatible LLM, the synthetic entity tokens decrypted with the key (SoE's Table 5)
 and the growth factor measured; then continual pre-training (Ray Train) of one base model
@@ -61,7 +61,7 @@ def main() -> None:
 
     import contextlib
 
-    from attacks.quality_eval import QualityPlan, evaluate, markdown, plot
+    from experiments.quality_eval import QualityPlan, evaluate, markdown, plot
 
     if args.scripted and args.llm_url:
         ap.error("--scripted and --llm-url are two endpoints: give one")

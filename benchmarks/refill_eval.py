@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--work", default=str(ROOT / "benchmarks" / "work" / "refill_eval"))
     args = ap.parse_args()
 
-    from attacks.refill_eval import EvalPlan, customersim_dialogues, evaluate, markdown, plot
+    from experiments.refill_eval import EvalPlan, customersim_dialogues, evaluate, markdown, plot
 
     data = need_data()
     work = Path(args.work)

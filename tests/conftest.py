@@ -63,7 +63,7 @@ def wikitext_base(wikitext_docs, tmp_path_factory) -> Path:
     """A tiny causal LM pretrained (Ray Train) on WikiText-2 valid for 30 steps, its own
     1,024-token tokenizer: the base model the paper 002 and paper 003 evaluations adapt
     (``SmallLM.base_model``; each Ray Train run costs about 15 s before its first step)."""
-    from attacks.refill_eval import SmallLM, base_model
+    from experiments.refill_eval import SmallLM, base_model
 
     plan = SmallLM(vocab_size=1024, seq_len=128, batch_size=8, base_steps=30)
     optim = {"batch_size": 8, "lr": plan.lr, "warmup_steps": 5, "seed": 0, "epochs": 1000}

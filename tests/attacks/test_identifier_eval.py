@@ -5,8 +5,8 @@ trained on the same records with those tokens never prediction targets, does not
 
 import math
 
-from attacks.identifier_eval import IdentifierPlan, customersim_by_customer, evaluate, markdown, plot
-from attacks.refill_eval import write_jsonl
+from experiments.identifier_eval import IdentifierPlan, customersim_by_customer, evaluate, markdown, plot
+from experiments.refill_eval import write_jsonl
 from attacks.identifiers import Leaks, Record, low_cost_mia, privacy
 from privatize.stages.identifiers import IdentifiersSettings, term_strings
 

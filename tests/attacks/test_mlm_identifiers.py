@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attacks.identifiers import Record, low_cost_mia, loss_mia, privacy
-from attacks.mlm_identifiers import MaskedLMAdapter, masked_utility, mlm_leaks
+from experiments.mlm_identifiers import MaskedLMAdapter, masked_utility, mlm_leaks
 from privatize.stages.identifiers import IdentifiersSettings
 
 SENTENCES = ["the cat sat on the mat, and the dog sat on the log.", "a bird sang in the tree by the river.",
@@ -220,7 +220,7 @@ def test_windows_longer_texts_and_loads_a_folder(tok, tmp_path):
 
 
 def test_the_evaluation_refuses_unknown_methods_and_tables_masked_rows(tmp_path):
-    from attacks.identifier_eval import IdentifierPlan, checks, evaluate, mlm_markdown
+    from experiments.identifier_eval import IdentifierPlan, checks, evaluate, mlm_markdown
 
     with pytest.raises(ValueError, match="unknown mlmx"):
         evaluate(IdentifierPlan(corpus=tmp_path / "none.jsonl", base_corpus=tmp_path / "none.jsonl", work=tmp_path,

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from attacks.quality_eval import (Question, chat_model, choice_loglikelihoods, cipher_table, continuation, growth,
+from experiments.quality_eval import (Question, chat_model, choice_loglikelihoods, cipher_table, continuation, growth,
                                   load_quality, prompt, score_choices)
 
 torch = pytest.importorskip("torch")

@@ -10,7 +10,7 @@ import math
 
 import pyarrow.parquet as pq
 
-from attacks.refill_eval import EvalPlan, customersim_dialogues, evaluate, markdown, order_checks, plot
+from experiments.refill_eval import EvalPlan, customersim_dialogues, evaluate, markdown, order_checks, plot
 from privatize.ciphers.tokens import MASK_TOKEN
 
 

@@ -195,7 +195,7 @@ def served_model(tmp_path_factory):
     """``transformers serve`` (a real OpenAI-compatible server) on loopback, serving a tiny
     Llama with random weights and a chat template: the protocol path of a real server
     (started as the QuALITY harness starts one)."""
-    from attacks.quality_eval import CHAT_TEMPLATE, served
+    from experiments.quality_eval import CHAT_TEMPLATE, served
     from train.models import build_model, preset_config
     from train.tokenizer import special_ids, train_tokenizer
 

@@ -18,7 +18,7 @@ goes through the product's own ``mask``/``refill`` stages and ``privatize train`
 (Ray Train), with the same seed, steps and tokenizer (the base model's), so the runs
 differ only in their text.
 
-    from attacks.refill_eval import EvalPlan, evaluate
+    from experiments.refill_eval import EvalPlan, evaluate
     result = evaluate(EvalPlan(train=..., test=[...], base_corpus=..., work=...))
 
 ``benchmarks/refill_eval.py`` runs the full table and draws it.
@@ -81,7 +81,7 @@ def _from_preset(plan, kind: str, given: Path | None, steps: int, corpus: Path, 
     its own tokenizer (``plan.vocab_size``) for ``steps`` on ``corpus``, in ``out``."""
     if given is not None:
         return Path(given)
-    _train({**common, "kind": kind, "data": {"path": str(corpus), "seq_len": plan.seq_len},
+    train_model({**common, "kind": kind, "data": {"path": str(corpus), "seq_len": plan.seq_len},
             "model": {"preset": preset or plan.preset}, "tokenizer": {"vocab_size": plan.vocab_size},
             "optim": {**optim, "max_steps": steps}}, out, progress)
     return out / "model"
@@ -131,7 +131,7 @@ def customersim_dialogues(path: str | Path, n: int) -> list[dict]:
     return out
 
 
-def _train(cfg: dict, out: Path, progress: bool) -> dict:
+def train_model(cfg: dict, out: Path, progress: bool) -> dict:
     from train.config import parse_config
     from train.run import SUMMARY, run_training
 
@@ -140,7 +140,7 @@ def _train(cfg: dict, out: Path, progress: bool) -> dict:
     return run_training(parse_config({**cfg, "output": str(out)}), progress=progress)
 
 
-def _privatize(stages: list[dict], corpus: Path, out: Path) -> dict:
+def privatize_corpus(stages: list[dict], corpus: Path, out: Path) -> dict:
     from privatize.api import run
     from privatize.spec import parse_spec
 
@@ -149,7 +149,7 @@ def _privatize(stages: list[dict], corpus: Path, out: Path) -> dict:
     return run(parse_spec({"stages": stages}), corpus, out)
 
 
-def _stats(manifest: dict, kind: str) -> dict:
+def stage_stats(manifest: dict, kind: str) -> dict:
     return next(s["stats"] for s in manifest["stages"] if s["kind"] == kind)
 
 
@@ -179,7 +179,7 @@ def evaluate(plan: EvalPlan, progress: bool = True) -> dict:
     def adapt(name: str, data: Path, mask_loss: bool = True) -> float:
         say(f"{name}: continual pre-training")
         run = work / "runs" / name
-        _train({**common, "kind": "continue", "data": {"path": str(data), "seq_len": plan.seq_len,
+        train_model({**common, "kind": "continue", "data": {"path": str(data), "seq_len": plan.seq_len,
                                                         "mask_token_loss": mask_loss},
                 "model": {"preset": None, "checkpoint": str(base)},
                 "optim": {**optim, "max_steps": plan.adapt_steps}}, run, progress)
@@ -195,8 +195,8 @@ def evaluate(plan: EvalPlan, progress: bool = True) -> dict:
         row: dict = {"oracle": oracle} if oracle is not None else {}
         mask = {"kind": "mask", "technique": tech}
         masked = work / "corpora" / tech
-        m = _privatize([mask], plan.train, masked)
-        st = _stats(m, "mask")
+        m = privatize_corpus([mask], plan.train, masked)
+        st = stage_stats(m, "mask")
         result["masked_share"][tech] = st["words_masked"] / max(1, st["words"])
         say(f"{tech}: {100 * result['masked_share'][tech]:.1f}% of words masked")
         if "baseline0" in plan.methods:
@@ -209,15 +209,15 @@ def evaluate(plan: EvalPlan, progress: bool = True) -> dict:
             strategy, fill = method.split("_")[0], filler
             if method == "topk_ft":
                 say(f"{tech}: fine-tuning the filler on the masked corpus")
-                _train({**common, "kind": "mlm", "data": {"path": str(masked), "seq_len": plan.seq_len},
+                train_model({**common, "kind": "mlm", "data": {"path": str(masked), "seq_len": plan.seq_len},
                         "model": {"preset": None, "checkpoint": str(filler)},
                         "optim": {**optim, "max_steps": plan.ft_steps}}, work / "fillers" / tech, progress)
                 fill = work / "fillers" / tech / "model"
             refill = {"kind": "refill", "checkpoint": str(fill), "strategy": strategy, "seed": plan.seed,
                       **({k: v for k, v in plan.refill.items() if strategy == "topk" or k not in ("k", "word_list")})}
             out = work / "corpora" / f"{tech}-{method}"
-            rm = _privatize([mask, refill], plan.train, out)
-            rs = _stats(rm, "refill")
+            rm = privatize_corpus([mask, refill], plan.train, out)
+            rs = stage_stats(rm, "refill")
             result["refill"][f"{tech}-{method}"] = {
                 k: rs.get(k, 0) for k in ("masks_filled", "top_choice_original", "fills_on_allow_list",
                                           "original_known")}

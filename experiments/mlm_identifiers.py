@@ -20,7 +20,7 @@ at randomly masked positions (:meth:`MaskedLMAdapter.masked_scores`), so
 * :func:`masked_utility`: masked-token accuracy and perplexity over texts with a seeded
   share of their tokens masked (the utility figure in place of the causal perplexity).
 
-torch is imported inside the methods (as :mod:`attacks.quality_eval` does): importing
+torch is imported inside the methods (as :mod:`experiments.quality_eval` does): importing
 this module does not load it.
 """
 

@@ -19,17 +19,17 @@ cost in perplexity?
    individuals' records (the utility cost).
 5. Opt-in, the masked-LM side (methods ``mlm`` and ``ppmlm``): from one base masked LM
    pre-trained on the public corpus (kind ``mlm``, the filler of
-   :mod:`attacks.refill_eval`, or ``filler``), fine-tuning (kind ``mlm``) on the members'
+   :mod:`experiments.refill_eval`, or ``filler``), fine-tuning (kind ``mlm``) on the members'
    records: ``mlm`` plainly, ``ppmlm`` with ``data.ignore_spans`` (identifier tokens never
    chosen as masks). Each, and the base masked LM as the floor, is asked which identifiers
-   it predicts when they are masked (:mod:`attacks.mlm_identifiers`; no regurgitation: a
+   it predicts when they are masked (:mod:`experiments.mlm_identifiers`; no regurgitation: a
    masked LM does not generate), the same Privacy and low-cost MIA, the loss attack over
    15% of each record's tokens masked, and in place of perplexity the masked-token
    accuracy and perplexity on the held-out individuals' records with ``utility_mask`` of
    their tokens masked at ``seed``. Their rows are in ``mlm_models``. With only masked-LM
    methods, no causal model is trained.
 
-    from attacks.identifier_eval import IdentifierPlan, evaluate
+    from experiments.identifier_eval import IdentifierPlan, evaluate
     result = evaluate(IdentifierPlan(corpus=..., base_corpus=..., work=...))
 
 ``benchmarks/identifier_eval.py`` runs it on CustomerSim and draws the result.
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attacks.refill_eval import SmallLM, base_model, write_jsonl
+from experiments.refill_eval import SmallLM, base_model, write_jsonl
 
 METHODS = {"plain": None, "ppclm": [], "ppclm_indirect": ["indirect"], "ppclm_direct": ["direct"]}
 """Method -> the span kinds whose tokens carry no loss (None: no ignore_spans at all; []:
@@ -73,7 +73,7 @@ class IdentifierPlan(SmallLM):
     max_new_tokens: int = 48
     filler: Path | None = None
     """The base masked LM of ``mlm``/``ppmlm`` (a folder); None trains one (kind mlm) on
-    ``base_corpus`` as :mod:`attacks.refill_eval` does."""
+    ``base_corpus`` as :mod:`experiments.refill_eval` does."""
     filler_steps: int = 600
     mlm_steps: int | None = None
     """Fine-tuning steps of ``mlm``/``ppmlm``; None: ``adapt_steps``."""
@@ -131,7 +131,7 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
     ``work/result.json``). An interrupted evaluation picks up where it stopped."""
     from attacks.identifiers import leaks, loss_mia, low_cost_mia, privacy
     from attacks.model import ModelAdapter
-    from attacks.refill_eval import _privatize, _stats
+    from experiments.refill_eval import privatize_corpus, stage_stats
     from privatize.stages.identifiers import IdentifiersSettings
 
     unknown = [m for m in plan.methods if m not in METHODS and m not in MLM_METHODS]
@@ -154,13 +154,13 @@ def evaluate(plan: IdentifierPlan, progress: bool = True) -> dict:
     settings = IdentifiersSettings(**{k: v for k, v in stage.items() if k != "kind"})
     say(f"{len(rows)} records of {len(set(who.values()))} individuals, {len(members)} members: "
         "the identifiers stage over the members' records and over everyone's")
-    m_members = _privatize([stage], write_jsonl([r for r in rows if r["individual_id"] in members],
+    m_members = privatize_corpus([stage], write_jsonl([r for r in rows if r["individual_id"] in members],
                                                 work / "members.jsonl"), work / "corpora" / "members")
-    m_all = _privatize([stage], write_jsonl(rows, work / "all.jsonl"), work / "corpora" / "all")
+    m_all = privatize_corpus([stage], write_jsonl(rows, work / "all.jsonl"), work / "corpora" / "all")
     member_records = _records(work / "corpora" / "members", who)
     all_records = _records(work / "corpora" / "all", who)
     held_out = [r.text for r in all_records if r.individual not in members]
-    graph = _stats(m_members, "identifiers")
+    graph = stage_stats(m_members, "identifiers")
     per_person: dict[str, set] = {}
     for r in all_records:
         per_person.setdefault(r.individual, set()).update(s["term"] for s in r.spans if s["kind"] == "indirect")
@@ -221,8 +221,8 @@ def _masked_side(plan: IdentifierPlan, methods: list[str], result: dict, member_
     """The masked LMs: the base one (the filler), then each of ``methods`` fine-tuned from
     it on the members' records; each measured into ``result["mlm_models"]``."""
     from attacks.identifiers import loss_mia, low_cost_mia, privacy
-    from attacks.mlm_identifiers import MaskedLMAdapter, masked_utility, mlm_leaks
-    from attacks.refill_eval import filler_model
+    from experiments.mlm_identifiers import MaskedLMAdapter, masked_utility, mlm_leaks
+    from experiments.refill_eval import filler_model
 
     if plan.filler is None:
         say("base masked LM: kind mlm on the public corpus")
@@ -262,13 +262,13 @@ def _adapt(plan: IdentifierPlan, kind: str, method: str, kinds: list[str] | None
     records, with no loss on (or, for a masked LM, no masks over) the identifier spans of
     ``kinds`` (None: no spans ignored; []: every kind); its time into ``result``; returns
     the model's folder."""
-    from attacks.refill_eval import _train
+    from experiments.refill_eval import train_model
 
     data = {"path": str(plan.work / "corpora" / "members"), "seq_len": plan.seq_len}
     if kinds is not None:
         data.update(ignore_spans="identifier_spans", ignore_kinds=kinds)
     run = plan.work / "runs" / method
-    summary = _train({**common, "kind": kind, "data": data, "model": {"preset": None, "checkpoint": str(start)},
+    summary = train_model({**common, "kind": kind, "data": data, "model": {"preset": None, "checkpoint": str(start)},
                       "optim": {**optim, "max_steps": steps}}, run, progress)
     result["train_seconds"][method] = summary.get("seconds")
     return run / "model"

@@ -20,7 +20,7 @@ questions, against the same model without synthesis?
    the growth factor from the synthesize stage's manifest statistics (synthetic tokens per
    source token, requests per article, tokens in and out).
 4. **Continual pre-training** (kind ``continue``, ``privatize train`` on Ray Train, the
-   path :mod:`attacks.refill_eval` uses) from one base model, with the same steps, seed
+   path :mod:`experiments.refill_eval` uses) from one base model, with the same steps, seed
    and tokenizer, on the arms of SoE's Table 3: ``raw`` (the articles, SoE's orig.),
    ``synthetic`` (the decrypted synthetic text: the data owner holds the key; SoE's
    synt.), and optionally ``raw_encrypted`` (encO.) and ``synthetic_encrypted`` (encS.).
@@ -37,7 +37,7 @@ given with ``base_model`` (any local Hugging Face causal-LM folder) and ``llm_ur
 ``llm_model``; then it measures the effect. An arm without data (no synthetic sample
 passed the stage's checks) is skipped and said so, never filled with anything else.
 
-    from attacks.quality_eval import QualityPlan, evaluate
+    from experiments.quality_eval import QualityPlan, evaluate
     result = evaluate(QualityPlan(data=..., base_corpus=..., work=...))
 
 ``benchmarks/quality_harness.py`` is the command; it prints and draws the result.
@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from attacks.refill_eval import SmallLM, _privatize, _stats, _train, base_model, write_jsonl
+from experiments.refill_eval import SmallLM, privatize_corpus, stage_stats, train_model, base_model, write_jsonl
 
 ARMS = ("base", "raw", "synthetic", "raw_encrypted", "synthetic_encrypted")
 LABELS = {"base": "base (no CPT)", "raw": "CPT on the raw articles", "raw_encrypted": "CPT on the encrypted articles",
@@ -406,16 +406,16 @@ def evaluate(plan: QualityPlan, progress: bool = True) -> dict:
         endpoint = manifest["spec"]["stages"][1]["llm"]["base_url"] + " (a finished run, reused)"
     elif plan.llm_url:
         say(f"privatize: redact (encrypt) + synthesize against {plan.llm_url} ({plan.llm_model})")
-        manifest = _privatize(synth_stages(plan.llm_url, plan.llm_model), raw, synth_out)
+        manifest = privatize_corpus(synth_stages(plan.llm_url, plan.llm_model), raw, synth_out)
         endpoint = plan.llm_url
     else:
         served_dir = chat_model(Path(checkpoint_dir(base)), work / "chat-model")
         say(f"privatize: transformers serve {served_dir} on loopback; redact (encrypt) + synthesize")
         with served(served_dir, work / "serve.log", device=plan.device) as url:
-            manifest = _privatize(synth_stages(url, str(served_dir)), raw, synth_out)
+            manifest = privatize_corpus(synth_stages(url, str(served_dir)), raw, synth_out)
         endpoint = "transformers serve (loopback)"
     phase("privatize", t)
-    st = _stats(manifest, "synthesize")
+    st = stage_stats(manifest, "synthesize")
     say(f"privatize: {st['requests']} requests ({st['requests_cached']} cached), {st['tokens_in']:,} tokens in, "
         f"{st['tokens_out']:,} out; edges {st['edges']}, tuples {st['tuples']}; samples kept {st['samples']}, "
         f"filtered empty {st['filtered_empty']}, format {st['filtered_format']}, entities {st['filtered_entities']}")
@@ -471,7 +471,7 @@ def evaluate(plan: QualityPlan, progress: bool = True) -> dict:
         run = work / "runs" / f"{arm}-{digest}"
         say(f"{arm}: continual pre-training, {plan.adapt_steps} steps on {corpora[arm].name}")
         t = time.perf_counter()
-        summary = _train({**common, "kind": "continue",
+        summary = train_model({**common, "kind": "continue",
                           "data": {"path": str(corpora[arm]), "seq_len": plan.seq_len},
                           "model": {"preset": None, "checkpoint": str(checkpoint_dir(base))},
                           "optim": {**optim, "max_steps": plan.adapt_steps}}, run, progress)
