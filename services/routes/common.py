@@ -1,0 +1,57 @@
+"""What every route module shares: the service context, the tenant of a request, the base of
+the Out models, and reading a job of one kind reconciled with Ray."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict
+
+from services import jobs as jobs_mod
+from services.context import ServiceContext
+from services.db import session_scope
+from services.models import Job
+from services.tenants import authenticate
+
+
+async def get_ctx(request: Request) -> ServiceContext:
+    # async: FastAPI runs a sync dependency on the thread pool, a hop per request for nothing
+    return request.app.state.ctx
+
+
+@dataclass(frozen=True)
+class TenantRef:
+    id: str
+    name: str
+    token_id: str
+
+
+bearer = HTTPBearer(auto_error=False, description="An API token (`pvt_...`) from `privatize admin tenant create`")
+
+
+def tenant_of(conn, credentials: HTTPAuthorizationCredentials | None) -> TenantRef:
+    return TenantRef(*authenticate(conn, credentials.credentials.strip() if credentials is not None else None))
+
+
+def current_tenant(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+                   ctx: ServiceContext = Depends(get_ctx)) -> TenantRef:
+    with ctx.engine.connect() as conn:
+        ref = tenant_of(conn, credentials)
+    request.state.privatize_tenant = ref  # for the access log and the audit entry
+    return ref
+
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+
+def fresh_of(get, ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
+    """The tenant's job of one kind (``get`` raises 404 otherwise), reconciled with Ray
+    while active."""
+    with session_scope(ctx.sessions) as s:
+        get(s, tenant_id, job_id)
+    return jobs_mod.fresh_job(ctx, tenant_id, job_id)
