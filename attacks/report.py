@@ -11,19 +11,13 @@ are user-provided) and neutralised for matplotlib's mathtext before it reaches a
 from __future__ import annotations
 
 import argparse
-import base64
-import html
-import io
 import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from attacks.results import (
     Evaluation,
@@ -35,10 +29,9 @@ from attacks.results import (
     from_dict,
     to_json,
 )
-
-TARGET_FPR = 0.01  # the comparison table's operating point (TPR at 1% FPR)
-_DPI = 100
-_DASH = "—"
+from attacks.report_format import (DASH, TARGET_FPR, best_auc, best_tpr, esc, fmt_num, fmt_pct, is_resolvable,
+                                   log2_candidates, tpr_at)
+from attacks.report_plots import plots_html
 
 _CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d2330;
@@ -66,62 +59,11 @@ details { margin-top: .3rem; }
 """
 
 
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _num(value: float | None, spec: str = ".3g") -> str:
-    return _DASH if value is None else format(value, spec)
-
-
-def _pct(value: float | None) -> str:
-    """Percent with three significant digits, so 0.1% and 45.7% both read naturally."""
-    return _DASH if value is None else f"{value * 100:.3g}%"
-
-
-def _label(text: object, limit: int = 40) -> str:
-    """A data string made safe for a matplotlib label.
-
-    An even number of ``$`` would switch on mathtext, which raises on malformed TeX at
-    draw time, and a legend silently drops labels starting with ``_``.
-    """
-    s = str(text)
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    s = s.replace("$", r"\$")
-    return " " + s if s.startswith("_") else s
-
-
-def _tpr_at(roc: RocResult, max_fpr: float) -> TprAtFpr | None:
-    return next((t for t in roc.tpr_at if math.isclose(t.max_fpr, max_fpr, rel_tol=1e-6)), None)
-
-
-def _resolvable(t: TprAtFpr) -> bool:
-    """Below one negative per FPR budget, the only threshold is "reject all": no figure."""
-    return t.max_fpr * t.negatives >= 1
-
-
-def _best_auc(mia: MiaResult | None) -> RocResult | None:
-    scores = [r for r in (mia.scores if mia else []) if not math.isnan(r.auc)]
-    return max(scores, key=lambda r: r.auc, default=None)
-
-
-def _best_tpr(mia: MiaResult | None, max_fpr: float) -> tuple[RocResult, TprAtFpr] | None:
-    """The worst case for privacy: the highest resolvable TPR at ``max_fpr`` over the scores."""
-    found = [(r, t) for r in (mia.scores if mia else [])
-             if (t := _tpr_at(r, max_fpr)) is not None and _resolvable(t)]
-    return max(found, key=lambda rt: rt[1].tpr, default=None)
-
-
-def _log2_candidates(exposure: ExposureResult) -> float | None:
-    return math.log2(exposure.candidates) if exposure.candidates > 1 else None
-
-
 # ---------------------------------------------------------------------------- cards
 
 
 def _kv_table(rows: Sequence[tuple[str, str]]) -> str:
-    body = "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" if k else f'<tr><td colspan="2">{v}</td></tr>'
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" if k else f'<tr><td colspan="2">{v}</td></tr>'
                    for k, v in rows)
     return f'<table class="kv">{body}</table>'
 
@@ -130,21 +72,21 @@ def _training_rows(m: ModelResult) -> list[tuple[str, str]]:
     t = m.training
     if t is None:
         return [("Data protection", '<span class="absent">not recorded</span>')]
-    rows = [("Data protection", f"{_e(t.protection)} <span class=\"hint\">({_e(t.kind)} training)</span>")]
+    rows = [("Data protection", f"{esc(t.protection)} <span class=\"hint\">({esc(t.kind)} training)</span>")]
     if t.epsilon is not None:
-        rows.append(("Differential privacy", f"ε = {_num(t.epsilon)}, δ = {_num(t.delta)}"))
+        rows.append(("Differential privacy", f"ε = {fmt_num(t.epsilon)}, δ = {fmt_num(t.delta)}"))
     else:
         rows.append(("Differential privacy", "none (no DP guarantee)"))
     if t.confidentiality_epsilon is not None or t.confidentiality_delta is not None:
         rows.append(("CRT confidentiality",
-                     f"(ε, δ) = ({_num(t.confidentiality_epsilon)}, {_num(t.confidentiality_delta)})"))
+                     f"(ε, δ) = ({fmt_num(t.confidentiality_epsilon)}, {fmt_num(t.confidentiality_delta)})"))
     return rows
 
 
 def _perplexity_html(m: ModelResult) -> str:
     if m.perplexity is None:
         return '<span class="absent">not measured</span>'
-    where = _e(m.perplexity_data) if m.perplexity_data else "data not recorded"
+    where = esc(m.perplexity_data) if m.perplexity_data else "data not recorded"
     return f"{m.perplexity:.2f} <span class=\"hint\">on {where}</span>"
 
 
@@ -153,28 +95,28 @@ def _exposure_rows(x: ExposureResult | None) -> list[tuple[str, str]]:
         return [("Canary exposure", '<span class="absent">not run</span>')]
     inserted = sum(1 for c in x.canaries if c.repeats > 0)
     reference = len(x.canaries) - inserted
-    log2r = _log2_candidates(x)
+    log2r = log2_candidates(x)
     ceiling = f" of log₂|R| = {log2r:.2f}" if log2r is not None else ""
     rows = [
         ("Max exposure", f"<b>{x.max_exposure:.2f}</b> bits{ceiling} "
-                         f"<span class=\"hint\">({_e(x.method)}, |R| = {x.candidates:,})</span>"),
+                         f"<span class=\"hint\">({esc(x.method)}, |R| = {x.candidates:,})</span>"),
         ("Mean exposure", f"{x.mean_exposure:.2f} bits over {inserted} inserted canaries"),
     ]
     if x.max_reference_exposure is not None:
         rows.append(("Reference canaries",
                      f"max {x.max_reference_exposure:.2f} bits over {reference} never inserted "
                      "<span class=\"hint\">(the level chance reaches)</span>"))
-    rows.append(("Canary format", f"<code>{_e(x.format)}</code>, {x.digits} digits; scored: {_e(x.scored)}"))
+    rows.append(("Canary format", f"<code>{esc(x.format)}</code>, {x.digits} digits; scored: {esc(x.scored)}"))
     return rows
 
 
 def _tpr_cell(t: TprAtFpr | None, per_cell_negatives: bool) -> str:
     if t is None:
-        return f"<td>{_DASH}</td>"
+        return f"<td>{DASH}</td>"
     support = f' <span class="hint">({t.negatives:,} neg.)</span>' if per_cell_negatives else ""
-    if not _resolvable(t):
+    if not is_resolvable(t):
         return f'<td class="warn" title="{t.negatives:,} negatives">not resolvable{support}</td>'
-    return f'<td class="num" title="FPR reached: {_pct(t.fpr)}">{_pct(t.tpr)}{support}</td>'
+    return f'<td class="num" title="FPR reached: {fmt_pct(t.fpr)}">{fmt_pct(t.tpr)}{support}</td>'
 
 
 def _support_note(fprs: Sequence[float], negatives: int) -> str:
@@ -182,8 +124,8 @@ def _support_note(fprs: Sequence[float], negatives: int) -> str:
     note = f"Each TPR figure is backed by {negatives:,} negatives (non-members)."
     short = [f for f in fprs if f * negatives < 1]
     if short:
-        note += " Not resolvable: " + ", ".join(f"{_pct(f)} FPR needs ≥ {math.ceil(1 / f):,}" for f in short) + "."
-    return f'<p class="hint">{_e(note)}</p>'
+        note += " Not resolvable: " + ", ".join(f"{fmt_pct(f)} FPR needs ≥ {math.ceil(1 / f):,}" for f in short) + "."
+    return f'<p class="hint">{esc(note)}</p>'
 
 
 def _mia_rows(mia: MiaResult | None) -> list[tuple[str, str]]:
@@ -193,20 +135,20 @@ def _mia_rows(mia: MiaResult | None) -> list[tuple[str, str]]:
     fprs = sorted({t.max_fpr for r in rocs for t in r.tpr_at}, reverse=True)
     negatives = {t.negatives for r in rocs for t in r.tpr_at}
     per_cell = len(negatives) > 1
-    head = "".join(f"<th>TPR@{_pct(f)} FPR</th>" for f in fprs)
+    head = "".join(f"<th>TPR@{fmt_pct(f)} FPR</th>" for f in fprs)
 
     def line(name: str, r: RocResult) -> str:
-        cells = "".join(_tpr_cell(_tpr_at(r, f), per_cell) for f in fprs)
+        cells = "".join(_tpr_cell(tpr_at(r, f), per_cell) for f in fprs)
         return f"<tr><td>{name}</td><td class=\"num\">{r.auc:.3f}</td>{cells}</tr>"
 
-    body = "".join(line(_e(r.score), r) for r in mia.scores)
+    body = "".join(line(esc(r.score), r) for r in mia.scores)
     if mia.group:
         size = f" of {mia.group_size}" if mia.group_size else ""
-        body += line(f"group{_e(size)} ({_e(mia.group.score)})", mia.group)
+        body += line(f"group{esc(size)} ({esc(mia.group.score)})", mia.group)
     table = f'<table class="scores"><tr><th>Score</th><th>AUC</th>{head}</tr>{body}</table>'
     note = _support_note(fprs, negatives.pop()) if len(negatives) == 1 else ""
     return [("Membership inference",
-             f"{mia.members:,} members vs {mia.non_members:,} non-members; scored on: <code>{_e(mia.context)}</code>"),
+             f"{mia.members:,} members vs {mia.non_members:,} non-members; scored on: <code>{esc(mia.context)}</code>"),
             ("", table + note)]
 
 
@@ -214,9 +156,9 @@ def _attack_rows(m: ModelResult) -> list[tuple[str, str]]:
     absent = '<span class="absent">not run</span>'
     rows = []
     r = m.reconstruction
-    chance = f", chance {_pct(1 / r.candidates)}" if r and r.candidates > 0 else ""
+    chance = f", chance {fmt_pct(1 / r.candidates)}" if r and r.candidates > 0 else ""
     rows.append(("Name reconstruction", absent if r is None else
-                 f"<b>{_pct(r.rate)}</b> ({r.successes:,}/{r.trials:,}) "
+                 f"<b>{fmt_pct(r.rate)}</b> ({r.successes:,}/{r.trials:,}) "
                  f"<span class=\"hint\">over {r.candidates:,} candidates{chance}</span>"))
     p = m.true_prefix
     rows.append(("True-prefix distance", absent if p is None else
@@ -228,16 +170,16 @@ def _attack_rows(m: ModelResult) -> list[tuple[str, str]]:
     else:
         text = (f"<b>{x.extracted:,}</b> of {x.prompts:,} generations share ≥ {x.min_words} words with the "
                 f"training data <span class=\"hint\">({x.unique_extracted:,} unique; {x.dropped_low_zlib:,} "
-                f"dropped under zlib threshold {_num(x.zlib_threshold)})</span>")
+                f"dropped under zlib threshold {fmt_num(x.zlib_threshold)})</span>")
         if x.examples:
-            items = "".join(f"<li><code>{_e(s)}</code></li>" for s in x.examples)
+            items = "".join(f"<li><code>{esc(s)}</code></li>" for s in x.examples)
             n = len(x.examples)
             text += f"<details><summary>{n} example{'s' if n != 1 else ''}</summary><ul>{items}</ul></details>"
         rows.append(("Extraction", text))
     c = m.cipher_outputs
     rows.append(("Cipher outputs", absent if c is None else
                  f"{c.total_tokens:,} entity tokens ({c.unique_tokens:,} unique); {c.invalid_tokens:,} invalid "
-                 f"({c.unique_invalid:,} unique), failure ratio {_pct(c.failure_ratio)}; "
+                 f"({c.unique_invalid:,} unique), failure ratio {fmt_pct(c.failure_ratio)}; "
                  f"<b>{c.resurfaced_plaintext:,}</b> training PII values resurfaced in plain text"))
     return rows
 
@@ -246,38 +188,38 @@ def _card(i: int, m: ModelResult) -> str:
     rows = [*_training_rows(m), ("Perplexity", _perplexity_html(m)), *_exposure_rows(m.exposure),
             *_mia_rows(m.mia), *_attack_rows(m)]
     took = f" · attacks took {m.seconds:.0f} s" if m.seconds else ""
-    return (f'<section class="card" id="model-{i}"><h3>{_e(m.name)}</h3>'
-            f'<p class="meta"><code>{_e(m.path)}</code>{took}</p>{_kv_table(rows)}</section>')
+    return (f'<section class="card" id="model-{i}"><h3>{esc(m.name)}</h3>'
+            f'<p class="meta"><code>{esc(m.path)}</code>{took}</p>{_kv_table(rows)}</section>')
 
 
 def _comparison(models: Sequence[ModelResult]) -> str:
     head = ("<tr><th>Model</th><th>Protection</th><th>Perplexity</th><th>Max exposure (bits)</th>"
-            f"<th>Best MIA AUC</th><th>Best TPR@{_pct(TARGET_FPR)} FPR</th><th>Extraction</th>"
+            f"<th>Best MIA AUC</th><th>Best TPR@{fmt_pct(TARGET_FPR)} FPR</th><th>Extraction</th>"
             "<th>Name reconstruction</th></tr>")
     rows = []
     for i, m in enumerate(models):
         x = m.exposure
-        log2r = _log2_candidates(x) if x else None
-        exposure = _DASH if x is None else f"{x.max_exposure:.2f}" + (f" / {log2r:.1f}" if log2r else "")
-        auc = _best_auc(m.mia)
-        best = _best_tpr(m.mia, TARGET_FPR)
+        log2r = log2_candidates(x) if x else None
+        exposure = DASH if x is None else f"{x.max_exposure:.2f}" + (f" / {log2r:.1f}" if log2r else "")
+        auc = best_auc(m.mia)
+        best = best_tpr(m.mia, TARGET_FPR)
         if best:
-            tpr = f"{_pct(best[1].tpr)} ({_e(best[0].score)}, {best[1].negatives:,} neg.)"
-        elif m.mia and any(_tpr_at(r, TARGET_FPR) for r in m.mia.scores):
+            tpr = f"{fmt_pct(best[1].tpr)} ({esc(best[0].score)}, {best[1].negatives:,} neg.)"
+        elif m.mia and any(tpr_at(r, TARGET_FPR) for r in m.mia.scores):
             tpr = '<span class="warn">not resolvable</span>'
         else:
-            tpr = _DASH
+            tpr = DASH
         ext = m.extraction
         rec = m.reconstruction
         cells = [
-            f'<a href="#model-{i}">{_e(m.name)}</a>',
-            _e(m.training.protection) if m.training else _DASH,
-            _num(m.perplexity, ".2f"),
+            f'<a href="#model-{i}">{esc(m.name)}</a>',
+            esc(m.training.protection) if m.training else DASH,
+            fmt_num(m.perplexity, ".2f"),
             exposure,
-            _DASH if auc is None else f"{auc.auc:.3f} ({_e(auc.score)})",
+            DASH if auc is None else f"{auc.auc:.3f} ({esc(auc.score)})",
             tpr,
-            _DASH if ext is None else f"{ext.extracted:,} / {ext.prompts:,}",
-            _DASH if rec is None else _pct(rec.rate),
+            DASH if ext is None else f"{ext.extracted:,} / {ext.prompts:,}",
+            DASH if rec is None else fmt_pct(rec.rate),
         ]
         rows.append("<tr>" + "".join(
             f'<td class="num">{c}</td>' if k in (2, 3) else f"<td>{c}</td>" for k, c in enumerate(cells)) + "</tr>")
@@ -287,7 +229,7 @@ def _comparison(models: Sequence[ModelResult]) -> str:
 def _privacy_cell(p: dict | None) -> str:
     """One kind's Privacy with the counts behind it (never the terms)."""
     if not p or not p.get("identifiers"):
-        return f'<td>{_DASH} <span class="hint">(none found)</span></td>'
+        return f'<td>{DASH} <span class="hint">(none found)</span></td>'
     how = (f' title="predicted {p["predicted"]:,}, regurgitated {p["regurgitated"]:,}"'
            if "predicted" in p and "regurgitated" in p else "")
     return (f'<td class="num"{how}>{p["privacy"]:.3f} '
@@ -301,17 +243,17 @@ def _identifiers(models: Sequence[ModelResult]) -> str:
         return ""
     head = ("<tr><th>Model</th><th>Privacy</th><th>direct</th><th>indirect</th>"
             "<th>Low-cost MIA precision / recall / F1</th><th>Loss MIA AUC</th>"
-            f"<th>TPR@{_pct(TARGET_FPR)} FPR</th></tr>")
+            f"<th>TPR@{fmt_pct(TARGET_FPR)} FPR</th></tr>")
     body = []
     for i, m, x in rows:
         low = x.low_cost_mia
-        low_cell = (f"<td>{_DASH}</td>" if low is None else
+        low_cell = (f"<td>{DASH}</td>" if low is None else
                     f'<td class="num" title="{low["guessed_members"]:,} of {low["individuals"]:,} individuals '
                     f'called members">{low["precision"]:.2f} / {low["recall"]:.2f} / {low["f1"]:.2f}</td>')
         roc = x.loss_mia
-        auc = f"<td>{_DASH}</td>" if roc is None else f'<td class="num">{roc.auc:.3f}</td>'
-        tpr = _tpr_cell(_tpr_at(roc, TARGET_FPR) if roc else None, per_cell_negatives=True)
-        body.append(f'<tr><td><a href="#model-{i}">{_e(m.name)}</a></td>'
+        auc = f"<td>{DASH}</td>" if roc is None else f'<td class="num">{roc.auc:.3f}</td>'
+        tpr = _tpr_cell(tpr_at(roc, TARGET_FPR) if roc else None, per_cell_negatives=True)
+        body.append(f'<tr><td><a href="#model-{i}">{esc(m.name)}</a></td>'
                     + "".join(_privacy_cell(x.privacy.get(k)) for k in ("all", "direct", "indirect"))
                     + low_cell + auc + tpr + "</tr>")
     x = rows[0][2]
@@ -328,161 +270,21 @@ def _identifiers(models: Sequence[ModelResult]) -> str:
                "a member when any of their indirect identifiers is predicted; the loss attack scores an "
                "individual by their records' mean token loss.")
     return (f"<table>{head}{''.join(body)}</table>"
-            f'<p class="hint">{_e(support)}</p><p class="hint">{_e(reading)}</p>')
+            f'<p class="hint">{esc(support)}</p><p class="hint">{esc(reading)}</p>')
 
 
 def _corpus_stats(stats: dict) -> str:
     keys = list(dict.fromkeys(k for v in stats.values() if isinstance(v, dict) for k in v))
-    head = "<tr><th>Corpus</th>" + "".join(f"<th>{_e(k)}</th>" for k in keys) + "</tr>"
+    head = "<tr><th>Corpus</th>" + "".join(f"<th>{esc(k)}</th>" for k in keys) + "</tr>"
 
     def cell(v: object) -> str:
-        return f'<td class="num">{v:.3g}</td>' if isinstance(v, (int, float)) else f"<td>{_e(v)}</td>"
+        return f'<td class="num">{v:.3g}</td>' if isinstance(v, (int, float)) else f"<td>{esc(v)}</td>"
 
     body = "".join(
-        f"<tr><td>{_e(name)}</td>" + "".join(cell(v.get(k, _DASH) if isinstance(v, dict) else _DASH)
+        f"<tr><td>{esc(name)}</td>" + "".join(cell(v.get(k, DASH) if isinstance(v, dict) else DASH)
                                               for k in keys) + "</tr>"
         for name, v in stats.items())
     return f"<table>{head}{body}</table>"
-
-
-# ---------------------------------------------------------------------------- plots
-
-
-def _data_uri(fig: Figure) -> str:
-    FigureCanvasAgg(fig)  # Agg explicitly: no pyplot, no global backend switch
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _roc_figure(models: Sequence[ModelResult]) -> Figure | None:
-    curves = [(m.name, r) for m in models if (r := _best_auc(m.mia)) is not None and r.fpr]
-    if not curves:
-        return None
-    fig = Figure(figsize=(11, 4.4), layout="constrained")
-    lin, log = fig.subplots(1, 2)
-    low = 1.0
-    for k, (name, r) in enumerate(curves):
-        lin.plot(r.fpr, r.tpr, color=f"C{k}", label=f"{_label(name)} ({_label(r.score)}, AUC {r.auc:.3f})")
-        pts = [(f, t) for f, t in zip(r.fpr, r.tpr) if f > 0 and t > 0]
-        if pts:
-            log.plot(*zip(*pts), color=f"C{k}")
-            low = min(low, min(f for f, _ in pts))
-    lin.plot([0, 1], [0, 1], ":", color="grey", label="chance")
-    lin.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (best score per model)",
-            xlim=(0, 1), ylim=(0, 1.01))
-    lin.legend(loc="lower right", fontsize=8)
-    low = min(low, TARGET_FPR / 10)
-    log.plot([low, 1], [low, 1], ":", color="grey")
-    log.axvline(TARGET_FPR, color="black", lw=0.8, ls="--")
-    log.text(TARGET_FPR, low, f" {_pct(TARGET_FPR)} FPR", fontsize=8, va="bottom")
-    log.set(xscale="log", yscale="log", xlabel="false positive rate", ylabel="true positive rate",
-            title="ROC, log-log (low-FPR regime)", xlim=(low, 1), ylim=(low, 1.05))
-    return fig
-
-
-def _exposure_figure(models: Sequence[ModelResult]) -> Figure | None:
-    panels = [m for m in models if m.exposure and m.exposure.canaries]
-    if not panels:
-        return None
-    cols = min(len(panels), 3)
-    rows = math.ceil(len(panels) / cols)
-    fig = Figure(figsize=(4.2 * cols, 3.6 * rows), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False, sharey=True).ravel()
-    for ax, m in zip(axes, panels):
-        x = m.exposure
-        ins = [c for c in x.canaries if c.repeats > 0]
-        ref = [c for c in x.canaries if c.repeats == 0]
-        if ins:
-            ax.scatter([c.index for c in ins], [c.exposure for c in ins], s=[14 + 6 * min(c.repeats, 20) for c in ins],
-                       color="C0", alpha=0.8, label="inserted (size ∝ repeats)")
-        if ref:
-            ax.scatter([c.index for c in ref], [c.exposure for c in ref], marker="x", color="grey",
-                       label="never inserted (reference)")
-        log2r = _log2_candidates(x)
-        if log2r is not None:
-            ax.axhline(log2r, color="C3", ls="--", lw=1, label=rf"$\log_2|R|$ = {log2r:.1f}")
-        ax.set(title=f"{_label(m.name, 30)} ({_label(x.method)})", xlabel="canary index")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=7, loc="best")
-    axes[0].set_ylabel("exposure (bits)")
-    for ax in axes[len(panels):]:
-        ax.set_visible(False)
-    return fig
-
-
-def _loss_figure(models: Sequence[ModelResult]) -> Figure | None:
-    curves = [(m.name, m.training.loss_curve) for m in models if m.training and m.training.loss_curve]
-    if not curves:
-        return None
-    fig = Figure(figsize=(8, 4), layout="constrained")
-    ax = fig.subplots()
-    for k, (name, curve) in enumerate(curves):
-        ax.plot([p[0] for p in curve], [p[1] for p in curve], color=f"C{k}", label=_label(name))
-    ax.set(xlabel="step", ylabel="training loss", title="Training loss")
-    ax.legend(fontsize=8)
-    return fig
-
-
-def _tradeoff_figure(points: list[tuple[str, float, float]], ylabel: str, title: str,
-                     chance: float | None = None) -> Figure | None:
-    if not points:
-        return None
-    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
-    ax = fig.subplots()
-    for k, (name, x, y) in enumerate(points):
-        ax.scatter([x], [y], color=f"C{k}", s=40, zorder=3)
-        ax.annotate(_label(name, 28), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
-    if chance is not None:
-        ax.axhline(chance, color="grey", ls=":", label="chance")
-        ax.legend(fontsize=8)
-    ax.set(xlabel="perplexity (lower = more useful)", ylabel=ylabel, title=title)
-    ax.margins(0.2)
-    return fig
-
-
-def _ppl_exposure_figure(models: Sequence[ModelResult]) -> Figure | None:
-    pts = [(m.name, m.perplexity, m.exposure.max_exposure) for m in models
-           if m.perplexity is not None and m.exposure is not None]
-    return _tradeoff_figure(pts, "max canary exposure (bits)", "Utility vs canary exposure")
-
-
-def _ppl_auc_figure(models: Sequence[ModelResult]) -> Figure | None:
-    pts = [(m.name, m.perplexity, r.auc) for m in models
-           if m.perplexity is not None and (r := _best_auc(m.mia)) is not None]
-    return _tradeoff_figure(pts, "best membership-inference AUC", "Utility vs membership inference", chance=0.5)
-
-
-# key, caption, alt text, figure builder, what is said when there is no data
-_PLOTS: tuple[tuple[str, str, str, Callable[[Sequence[ModelResult]], Figure | None], str], ...] = (
-    ("roc", "Membership inference: ROC curve of each model's best score (by AUC).",
-     "ROC curves of each model's best membership-inference score, on linear and log-log axes",
-     _roc_figure, "No ROC plot: no model has a membership-inference result with a curve."),
-    ("exposure", "Canary exposure per canary; the dashed line is the ceiling log₂|R| (rank 1).",
-     "Exposure of each canary per model, inserted canaries and never-inserted references distinguished",
-     _exposure_figure, "No exposure plot: no model has a canary-exposure result."),
-    ("loss", "Training loss curves.",
-     "Training loss against step for each model with a recorded loss curve",
-     _loss_figure, "No loss plot: no model records a training loss curve."),
-    ("ppl-exposure", "Utility vs privacy: perplexity against max canary exposure.",
-     "Scatter of perplexity against max canary exposure, one labelled point per model",
-     _ppl_exposure_figure, "No perplexity-vs-exposure plot: no model has both a perplexity and an exposure result."),
-    ("ppl-auc", "Utility vs privacy: perplexity against best membership-inference AUC.",
-     "Scatter of perplexity against best membership-inference AUC, one labelled point per model",
-     _ppl_auc_figure, "No perplexity-vs-AUC plot: no model has both a perplexity and a membership-inference result."),
-)
-
-
-def _plots(models: Sequence[ModelResult]) -> str:
-    parts = []
-    for key, caption, alt, build, absent in _PLOTS:
-        fig = build(models)
-        if fig is None:
-            parts.append(f'<p class="absent" data-plot-absent="{key}">{_e(absent)}</p>')
-            continue
-        parts.append(f'<figure><img id="plot-{key}" data-plot="{key}" alt="{_e(alt)}" src="{_data_uri(fig)}">'
-                     f"<figcaption>{_e(caption)}</figcaption></figure>")
-    return "".join(parts)
 
 
 # ---------------------------------------------------------------------------- page
@@ -505,7 +307,7 @@ def render_report(evaluation: Evaluation) -> str:
     """The report as one HTML string with every plot embedded."""
     ev = evaluation
     n = len(ev.models)
-    notes = ("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(s)}</li>" for s in ev.notes) + "</ul>") if ev.notes else ""
+    notes = ("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(s)}</li>" for s in ev.notes) + "</ul>") if ev.notes else ""
     stats = f"<h2>Corpus statistics</h2>{_corpus_stats(ev.corpus_stats)}" if ev.corpus_stats else ""
     if ev.models:
         ids = _identifiers(ev.models)
@@ -513,15 +315,15 @@ def render_report(evaluation: Evaluation) -> str:
                 + (f'<h2 id="identifiers">Identifiers (paper 003)</h2>{ids}' if ids else "")
                 + '<h2>Privacy cards</h2><div class="cards">'
                 + "".join(_card(i, m) for i, m in enumerate(ev.models))
-                + f"</div><h2>Plots</h2>{_plots(ev.models)}")
+                + f"</div><h2>Plots</h2>{plots_html(ev.models)}")
     else:
         body = '<p class="absent">This evaluation has no model results.</p>'
     return (
         "<!DOCTYPE html>\n"
-        f'<html lang="en"><head><meta charset="utf-8"><title>Privacy report — {_e(ev.id)}</title>'
+        f'<html lang="en"><head><meta charset="utf-8"><title>Privacy report — {esc(ev.id)}</title>'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_CSS}</style></head>'
-        f"<body><h1>Privacy report — {_e(ev.id)}</h1>"
-        f'<p class="meta">Evaluation <code>{_e(ev.id)}</code> · created {_e(ev.created)} · '
+        f"<body><h1>Privacy report — {esc(ev.id)}</h1>"
+        f'<p class="meta">Evaluation <code>{esc(ev.id)}</code> · created {esc(ev.created)} · '
         f"{n} model{'s' if n != 1 else ''}</p>"
         f"{notes}{body}{stats}<h2>Reading the figures</h2>{_READING}</body></html>\n"
     )

@@ -1,0 +1,65 @@
+"""Formatting shared by the report's page and its plots: escaping, numbers, labels, and the
+figures picked from a result (best AUC, TPR at a false-positive rate)."""
+
+from __future__ import annotations
+
+import html
+import math
+
+
+from attacks.results import ExposureResult, MiaResult, RocResult, TprAtFpr
+
+TARGET_FPR = 0.01  # the comparison table's operating point (TPR at 1% FPR)
+DPI = 100
+DASH = "—"
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def fmt_num(value: float | None, spec: str = ".3g") -> str:
+    return DASH if value is None else format(value, spec)
+
+
+def fmt_pct(value: float | None) -> str:
+    """Percent with three significant digits, so 0.1% and 45.7% both read naturally."""
+    return DASH if value is None else f"{value * 100:.3g}%"
+
+
+def short_label(text: object, limit: int = 40) -> str:
+    """A data string made safe for a matplotlib label.
+
+    An even number of ``$`` would switch on mathtext, which raises on malformed TeX at
+    draw time, and a legend silently drops labels starting with ``_``.
+    """
+    s = str(text)
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    s = s.replace("$", r"\$")
+    return " " + s if s.startswith("_") else s
+
+
+def tpr_at(roc: RocResult, max_fpr: float) -> TprAtFpr | None:
+    return next((t for t in roc.tpr_at if math.isclose(t.max_fpr, max_fpr, rel_tol=1e-6)), None)
+
+
+def is_resolvable(t: TprAtFpr) -> bool:
+    """Below one negative per FPR budget, the only threshold is "reject all": no figure."""
+    return t.max_fpr * t.negatives >= 1
+
+
+def best_auc(mia: MiaResult | None) -> RocResult | None:
+    scores = [r for r in (mia.scores if mia else []) if not math.isnan(r.auc)]
+    return max(scores, key=lambda r: r.auc, default=None)
+
+
+def best_tpr(mia: MiaResult | None, max_fpr: float) -> tuple[RocResult, TprAtFpr] | None:
+    """The worst case for privacy: the highest resolvable TPR at ``max_fpr`` over the scores."""
+    found = [(r, t) for r in (mia.scores if mia else [])
+             if (t := tpr_at(r, max_fpr)) is not None and is_resolvable(t)]
+    return max(found, key=lambda rt: rt[1].tpr, default=None)
+
+
+def log2_candidates(exposure: ExposureResult) -> float | None:
+    return math.log2(exposure.candidates) if exposure.candidates > 1 else None

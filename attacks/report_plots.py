@@ -1,0 +1,155 @@
+"""The report's plots: matplotlib figures embedded as PNG ``data:`` URIs (nothing outside the
+page), each absent with a sentence when the evaluation has no data for it."""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Callable, Sequence
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from attacks.results import ModelResult
+from attacks.report_format import DPI, TARGET_FPR, best_auc, esc, fmt_pct, log2_candidates, short_label
+
+
+
+
+def _data_uri(fig: Figure) -> str:
+    FigureCanvasAgg(fig)  # Agg explicitly: no pyplot, no global backend switch
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _roc_figure(models: Sequence[ModelResult]) -> Figure | None:
+    curves = [(m.name, r) for m in models if (r := best_auc(m.mia)) is not None and r.fpr]
+    if not curves:
+        return None
+    fig = Figure(figsize=(11, 4.4), layout="constrained")
+    lin, log = fig.subplots(1, 2)
+    low = 1.0
+    for k, (name, r) in enumerate(curves):
+        lin.plot(r.fpr, r.tpr, color=f"C{k}", label=f"{short_label(name)} ({short_label(r.score)}, AUC {r.auc:.3f})")
+        pts = [(f, t) for f, t in zip(r.fpr, r.tpr) if f > 0 and t > 0]
+        if pts:
+            log.plot(*zip(*pts), color=f"C{k}")
+            low = min(low, min(f for f, _ in pts))
+    lin.plot([0, 1], [0, 1], ":", color="grey", label="chance")
+    lin.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (best score per model)",
+            xlim=(0, 1), ylim=(0, 1.01))
+    lin.legend(loc="lower right", fontsize=8)
+    low = min(low, TARGET_FPR / 10)
+    log.plot([low, 1], [low, 1], ":", color="grey")
+    log.axvline(TARGET_FPR, color="black", lw=0.8, ls="--")
+    log.text(TARGET_FPR, low, f" {fmt_pct(TARGET_FPR)} FPR", fontsize=8, va="bottom")
+    log.set(xscale="log", yscale="log", xlabel="false positive rate", ylabel="true positive rate",
+            title="ROC, log-log (low-FPR regime)", xlim=(low, 1), ylim=(low, 1.05))
+    return fig
+
+
+def _exposure_figure(models: Sequence[ModelResult]) -> Figure | None:
+    panels = [m for m in models if m.exposure and m.exposure.canaries]
+    if not panels:
+        return None
+    cols = min(len(panels), 3)
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(4.2 * cols, 3.6 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=True).ravel()
+    for ax, m in zip(axes, panels):
+        x = m.exposure
+        ins = [c for c in x.canaries if c.repeats > 0]
+        ref = [c for c in x.canaries if c.repeats == 0]
+        if ins:
+            ax.scatter([c.index for c in ins], [c.exposure for c in ins], s=[14 + 6 * min(c.repeats, 20) for c in ins],
+                       color="C0", alpha=0.8, label="inserted (size ∝ repeats)")
+        if ref:
+            ax.scatter([c.index for c in ref], [c.exposure for c in ref], marker="x", color="grey",
+                       label="never inserted (reference)")
+        log2r = log2_candidates(x)
+        if log2r is not None:
+            ax.axhline(log2r, color="C3", ls="--", lw=1, label=rf"$\log_2|R|$ = {log2r:.1f}")
+        ax.set(title=f"{short_label(m.name, 30)} ({short_label(x.method)})", xlabel="canary index")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=7, loc="best")
+    axes[0].set_ylabel("exposure (bits)")
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    return fig
+
+
+def _loss_figure(models: Sequence[ModelResult]) -> Figure | None:
+    curves = [(m.name, m.training.loss_curve) for m in models if m.training and m.training.loss_curve]
+    if not curves:
+        return None
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.subplots()
+    for k, (name, curve) in enumerate(curves):
+        ax.plot([p[0] for p in curve], [p[1] for p in curve], color=f"C{k}", label=short_label(name))
+    ax.set(xlabel="step", ylabel="training loss", title="Training loss")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _tradeoff_figure(points: list[tuple[str, float, float]], ylabel: str, title: str,
+                     chance: float | None = None) -> Figure | None:
+    if not points:
+        return None
+    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+    ax = fig.subplots()
+    for k, (name, x, y) in enumerate(points):
+        ax.scatter([x], [y], color=f"C{k}", s=40, zorder=3)
+        ax.annotate(short_label(name, 28), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    if chance is not None:
+        ax.axhline(chance, color="grey", ls=":", label="chance")
+        ax.legend(fontsize=8)
+    ax.set(xlabel="perplexity (lower = more useful)", ylabel=ylabel, title=title)
+    ax.margins(0.2)
+    return fig
+
+
+def _ppl_exposure_figure(models: Sequence[ModelResult]) -> Figure | None:
+    pts = [(m.name, m.perplexity, m.exposure.max_exposure) for m in models
+           if m.perplexity is not None and m.exposure is not None]
+    return _tradeoff_figure(pts, "max canary exposure (bits)", "Utility vs canary exposure")
+
+
+def _ppl_auc_figure(models: Sequence[ModelResult]) -> Figure | None:
+    pts = [(m.name, m.perplexity, r.auc) for m in models
+           if m.perplexity is not None and (r := best_auc(m.mia)) is not None]
+    return _tradeoff_figure(pts, "best membership-inference AUC", "Utility vs membership inference", chance=0.5)
+
+
+# key, caption, alt text, figure builder, what is said when there is no data
+_PLOTS: tuple[tuple[str, str, str, Callable[[Sequence[ModelResult]], Figure | None], str], ...] = (
+    ("roc", "Membership inference: ROC curve of each model's best score (by AUC).",
+     "ROC curves of each model's best membership-inference score, on linear and log-log axes",
+     _roc_figure, "No ROC plot: no model has a membership-inference result with a curve."),
+    ("exposure", "Canary exposure per canary; the dashed line is the ceiling log₂|R| (rank 1).",
+     "Exposure of each canary per model, inserted canaries and never-inserted references distinguished",
+     _exposure_figure, "No exposure plot: no model has a canary-exposure result."),
+    ("loss", "Training loss curves.",
+     "Training loss against step for each model with a recorded loss curve",
+     _loss_figure, "No loss plot: no model records a training loss curve."),
+    ("ppl-exposure", "Utility vs privacy: perplexity against max canary exposure.",
+     "Scatter of perplexity against max canary exposure, one labelled point per model",
+     _ppl_exposure_figure, "No perplexity-vs-exposure plot: no model has both a perplexity and an exposure result."),
+    ("ppl-auc", "Utility vs privacy: perplexity against best membership-inference AUC.",
+     "Scatter of perplexity against best membership-inference AUC, one labelled point per model",
+     _ppl_auc_figure, "No perplexity-vs-AUC plot: no model has both a perplexity and a membership-inference result."),
+)
+
+
+def plots_html(models: Sequence[ModelResult]) -> str:
+    parts = []
+    for key, caption, alt, build, absent in _PLOTS:
+        fig = build(models)
+        if fig is None:
+            parts.append(f'<p class="absent" data-plot-absent="{key}">{esc(absent)}</p>')
+            continue
+        parts.append(f'<figure><img id="plot-{key}" data-plot="{key}" alt="{esc(alt)}" src="{_data_uri(fig)}">'
+                     f"<figcaption>{esc(caption)}</figcaption></figure>")
+    return "".join(parts)
