@@ -14,7 +14,8 @@ from privatize.execution import READ_STAGE, finish_stage_output
 from privatize.ray import cluster
 from privatize.ray.cluster import StallGuard, windowed
 from privatize.ray.workers import BatchInfo, with_info
-from privatize.records import InputFile, ReadPiece, not_jsonl_error, read_piece_tables, scan_range
+from privatize.byteranges import ReadPiece, read_piece_tables, scan_range
+from privatize.records import InputFile, not_jsonl_error
 
 MIN_RANGE_BYTES = 64 << 10
 """The smallest byte range :func:`range_bytes_for` cuts a file into."""
