@@ -53,8 +53,10 @@ from typing import Iterable
 import regex as re
 
 from privatize.ciphers.tokens import reserved_spans
+from privatize.redaction.compiled import (CompiledRecognizer, default_pattern_recognizers, has_context, line_parts,
+                                          split_caseless)
 from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD
-from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping, patch_tldextract
+from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
                                          url_span, warm_word_lists)
 from privatize.redaction.styles import AUTO, get_style, style_picker, trim_article
@@ -90,10 +92,21 @@ NER_SCORE = 0.85  # Presidio's SpacyRecognizer score for every entity
 ORG_SCORE = 0.5  # Presidio ignores ORGANIZATION (false positives); we keep it, lower
 CONTEXT_FACTOR = 0.35  # Presidio's LemmaContextAwareEnhancer defaults
 CONTEXT_MIN_SCORE = 0.4
-CONTEXT_PREFIX_WORDS = 6
-CONTEXT_SUFFIX_WORDS = 2
 MAX_CHUNK = 100_000  # characters per spaCy call; longer texts are cut at whitespace
-CASELESS_LABELS = frozenset({"PERSON", "GPE", "LOC", "FAC", "NORP"})  # re-cased NER: ORG is mostly noise there
+
+
+# NER DATE/TIME entities that name no date: relative expressions without digits,
+# month or day names
+_RELATIVE_DATE = re.compile(
+    r"(?i)(?:(?:a|an|the|this|that|these|those|last|next|past|previous|coming|following|few|several|some|many|"
+    r"couple|of|one|two|three|four|five|six|seven|eight|nine|ten|a\s+few|recent|recently|ago|later|earlier|"
+    r"now|today|tonight|tomorrow|yesterday|day|days|daily|week|weeks|weekly|weekend|weekends|month|months|"
+    r"monthly|year|years|yearly|annual|annually|hour|hours|minute|minutes|second|seconds|moment|morning|"
+    r"mornings|afternoon|evening|evenings|night|nights|noon|midnight|time|times|decade|decades|century|"
+    r"season|quarter|half|long|short|same|other|each|every|all|before|after|ahead|within|about|around|"
+    r"almost|nearly|over|under|just|soon|once|twice|dawn|dusk|overnight|currently|present|future|"
+    r"and|or|to|in|on|at|for)[\s,'’-]*)+")
+_SPEAKER_LABEL = re.compile(r"(?<=^|\n)[ \t]*[A-Z]{2,5}(?=:)")
 
 
 
@@ -134,157 +147,6 @@ class Detection:
 
 
 # ---------------------------------------------------------------------------------------
-# recognizers
-
-def default_pattern_recognizers() -> list:
-    """Presidio's predefined pattern recognizers for English (as its default registry
-    loads them, minus the phone and card recognizers, which ours supersede) plus the
-    recognizers of :mod:`privatize.redaction.recognizers`."""
-    patch_tldextract()
-    import tldextract
-
-    tldextract.extract("example.com")  # load the bundled suffix list now, not inside the first batch
-    from presidio_analyzer.predefined_recognizers import (
-        CryptoRecognizer, EmailRecognizer, IbanRecognizer, IpRecognizer, MacAddressRecognizer,
-        MedicalLicenseRecognizer, NhsRecognizer, UrlRecognizer, UsBankRecognizer, UsItinRecognizer,
-        UsLicenseRecognizer, UsPassportRecognizer, UsSsnRecognizer, UuidRecognizer)
-
-    from privatize.redaction.recognizers import better_recognizers
-
-    presidio = [CryptoRecognizer(), EmailRecognizer(), IbanRecognizer(), IpRecognizer(),
-                MacAddressRecognizer(), MedicalLicenseRecognizer(), NhsRecognizer(), UrlRecognizer(),
-                UsBankRecognizer(), UsItinRecognizer(), UsLicenseRecognizer(), UsPassportRecognizer(),
-                UsSsnRecognizer(), UuidRecognizer()]
-    return presidio + better_recognizers()
-
-
-_WORD_RE = re.compile(r"[^\W_]+")
-
-
-def _context_words(words: Iterable[str]) -> frozenset[str]:
-    out = set()
-    for w in words:
-        for part in w.lower().split():
-            out.add(part.strip())
-    return frozenset(x for x in out if x)
-
-
-# every pattern of the recognizers for these types needs a decimal digit
-_DIGIT_ENTITIES = frozenset({"PHONE_NUMBER", "CREDIT_CARD", "US_SSN", "US_ITIN", "US_BANK_NUMBER", "ZIP_CODE", "AGE",
-                             "DATE_TIME", "STREET_ADDRESS"})
-
-
-class _CompiledRecognizer:
-    """One Presidio PatternRecognizer, its patterns compiled with its own flags."""
-
-    __slots__ = ("rec", "entity", "name", "patterns", "context", "has_validate", "has_invalidate", "needs_digit",
-                 "needs", "min_newlines", "finder")
-
-    def __init__(self, rec):
-        from presidio_analyzer import PatternRecognizer
-
-        self.rec = rec
-        self.entity = rec.supported_entities[0]
-        self.name = rec.name
-        flags = rec.global_regex_flags if rec.global_regex_flags is not None else 0
-        if self.entity == "IBAN_CODE":
-            flags |= re.IGNORECASE  # Presidio's own analyze finds "gb48awjv0722..." too; validation upper-cases
-        self.patterns = [(re.compile(p.regex, flags), p.score, p.name) for p in rec.patterns]
-        self.context = _context_words(rec.context or ())
-        self.has_validate = type(rec).validate_result is not PatternRecognizer.validate_result
-        self.has_invalidate = type(rec).invalidate_result is not PatternRecognizer.invalidate_result
-        # every pattern of these recognizers needs a digit / an '@' / a '.' somewhere: skip texts without
-        self.needs = {"EMAIL_ADDRESS": "@", "URL": "."}.get(self.entity)
-        self.needs_digit = self.entity in _DIGIT_ENTITIES
-        self.min_newlines = int(getattr(rec, "min_newlines", 0))
-        self.finder = getattr(rec, "find_candidates", None)
-
-    def run(self, text: str) -> list[tuple[int, int, str, float, str]]:
-        out: list[tuple[int, int, str, float, str]] = []
-        rec = self.rec
-        if self.finder is not None:  # a recognizer with a faster equivalent of its patterns
-            return [(s, e, self.entity, sc, self.name) for s, e, sc, _ in self.finder(text) if sc > 0]
-        for rx, base, _pname in self.patterns:
-            for m in rx.finditer(text):
-                s, e = m.span()
-                if s == e:
-                    continue
-                piece = text[s:e]
-                score = base
-                if self.has_validate:
-                    v = rec.validate_result(piece)
-                    if v is True:
-                        score = 1.0
-                    elif v is False:
-                        continue
-                if self.has_invalidate and rec.invalidate_result(piece):
-                    continue
-                if score <= 0:
-                    continue
-                out.append((s, e, self.entity, score, self.name))
-        return out
-
-
-def _has_context(text: str, s: int, e: int, words: frozenset[str]) -> bool:
-    if not words:
-        return False
-    before = _WORD_RE.findall(text[max(0, s - 80):s])[-CONTEXT_PREFIX_WORDS:]
-    after = _WORD_RE.findall(text[e:e + 40])[:CONTEXT_SUFFIX_WORDS]
-    for w in before + after:
-        w = w.lower()
-        if w in words or (w.endswith("s") and w[:-1] in words):
-            return True
-    return False
-
-
-# NER DATE/TIME entities that name no date: relative expressions without digits,
-# month or day names
-_RELATIVE_DATE = re.compile(
-    r"(?i)(?:(?:a|an|the|this|that|these|those|last|next|past|previous|coming|following|few|several|some|many|"
-    r"couple|of|one|two|three|four|five|six|seven|eight|nine|ten|a\s+few|recent|recently|ago|later|earlier|"
-    r"now|today|tonight|tomorrow|yesterday|day|days|daily|week|weeks|weekly|weekend|weekends|month|months|"
-    r"monthly|year|years|yearly|annual|annually|hour|hours|minute|minutes|second|seconds|moment|morning|"
-    r"mornings|afternoon|evening|evenings|night|nights|noon|midnight|time|times|decade|decades|century|"
-    r"season|quarter|half|long|short|same|other|each|every|all|before|after|ahead|within|about|around|"
-    r"almost|nearly|over|under|just|soon|once|twice|dawn|dusk|overnight|currently|present|future|"
-    r"and|or|to|in|on|at|for)[\s,'’-]*)+")
-_SPEAKER_LABEL = re.compile(r"(?<=^|\n)[ \t]*[A-Z]{2,5}(?=:)")
-
-
-def _line_parts(text: str, s: int, e: int) -> list[tuple[int, int]]:
-    """The non-empty lines of ``text[s:e]`` as (start, end), trimmed of spaces and
-    punctuation at their ends."""
-    out, pos = [], s
-    for line in text[s:e].split("\n"):
-        a, b = pos, pos + len(line)
-        pos = b + 1
-        while a < b and text[a] in " \t>*-|,;:":
-            a += 1
-        while b > a and text[b - 1] in " \t,;:-":
-            b -= 1
-        if b > a:
-            out.append((a, b))
-    return out
-
-
-def _split_caseless(ents: list[tuple[int, int, str]], regions: list[tuple[int, int]]):
-    """NER entities of a text whose caseless regions were re-cased: (entities outside
-    the regions, entities inside them). Inside, only :data:`CASELESS_LABELS` and labels
-    that do not depend on case (dates, numbers) are kept: re-cased text makes every word
-    look like an organisation's name."""
-    outside, inside = [], []
-    for s, e, lab in ents:
-        if any(a <= s < b for a, b in regions):
-            if lab in CASELESS_LABELS:
-                inside.append((s, e, lab))
-            elif lab not in ("ORG", "PRODUCT", "WORK_OF_ART", "LAW", "EVENT"):
-                outside.append((s, e, lab))
-        else:
-            outside.append((s, e, lab))
-    return outside, inside
-
-
-# ---------------------------------------------------------------------------------------
 # the detector
 
 class Detector:
@@ -318,7 +180,7 @@ class Detector:
         mapping, ignored = ner_mapping(model)
         self.ner_map = {k: v for k, v in mapping.items()}
         self.ner_ignored = frozenset(ignored) - {"ORGANIZATION"}
-        self.recognizers = [_CompiledRecognizer(r) for r in default_pattern_recognizers()]
+        self.recognizers = [CompiledRecognizer(r) for r in default_pattern_recognizers()]
         warm_word_lists()  # wordfreq and the census names load here, not inside the first batch
 
     # ---- NER ----------------------------------------------------------------------
@@ -373,7 +235,7 @@ class Detector:
             # a name ends its line: "James\n\nSent from my iPhone", "Paula Bjelajac\nDemystdata"
             # are a name and what follows it; each line is judged on its own, and a later
             # line only counts when it is not made of common words ("Marketing Director")
-            for k, (a, b) in enumerate(_line_parts(text, s, e)):
+            for k, (a, b) in enumerate(line_parts(text, s, e)):
                 if ner_name_filter(text, a, b, etype, source, case):
                     continue
                 if k and all(is_common_word(w) or w.lower() in stop_words() for w in text[a:b].split()):
@@ -397,7 +259,7 @@ class Detector:
             if cr.min_newlines and text.count("\n") < cr.min_newlines:
                 continue
             for s, e, t, sc, src in cr.run(text):
-                ctx = bool(cr.context) and _has_context(text, s, e, cr.context)
+                ctx = bool(cr.context) and has_context(text, s, e, cr.context)
                 if ctx and sc < 1.0:
                     sc = max(min(1.0, sc + CONTEXT_FACTOR), CONTEXT_MIN_SCORE)
                 if self.filtered and t == "URL":
@@ -500,7 +362,7 @@ class Detector:
         case_ner = {}
         for i, regions in enumerate(recased):
             if regions:
-                ner[i], case_ner[i] = _split_caseless(ner[i], regions)
+                ner[i], case_ner[i] = split_caseless(ner[i], regions)
         results = []
         pi_c = self.pi_c
         for i, text in enumerate(texts):

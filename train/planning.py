@@ -1,0 +1,95 @@
+"""The run's plan, made on the driver before any worker starts: phases and steps from the kind,
+the DP budget (planned, or kept from the run's ``privacy_plan.json`` when it resumes: spending
+is never reset), and the :class:`~train.plan.WorkerPlan` the workers get."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from privatize.errors import SpecError
+from train.config import TrainConfig
+from train.kinds import train_kind
+from train.plan import DPPlan, MLMPlan, ModelInit, OptimPlan, RunPlan, WorkerPlan
+
+if TYPE_CHECKING:
+    from train.run import Prepared
+
+PLAN = "privacy_plan.json"
+
+
+def saved_plan(output: Path) -> dict | None:
+    f = output / PLAN
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def resumed_budget(cfg: TrainConfig, saved: dict, sample_rate: float, dp_steps: int, taken: int):
+    """A resumed DP run keeps the noise, sample rate and delta it started with, and may not
+    plan past its target epsilon: the accountant's spending is never reset."""
+    from train.privacy import Budget, epsilon
+
+    sigma, q, delta = saved["noise_multiplier"], saved["sample_rate"], saved["delta"]
+    if cfg.dp.noise_multiplier is not None and cfg.dp.noise_multiplier != sigma:
+        raise SpecError(f"dp.noise_multiplier: this run started with {sigma}; a resumed run keeps its noise")
+    if abs(sample_rate - q) > 1e-12:
+        raise SpecError(f"data.path: the DP split changed since this run started (sample rate {q:.4g}); "
+                        "start a new run")
+    target = cfg.dp.target_epsilon if cfg.dp.target_epsilon is not None else saved.get("target_epsilon")
+    eps = epsilon(sigma, q, dp_steps, delta, saved["accountant"])
+    if target is not None and eps > target * (1 + 1e-9):
+        raise SpecError(f"dp.target_epsilon: resuming this run to {dp_steps} DP steps ({taken} taken) would spend "
+                        f"epsilon {eps:.3f} > target {target}; nothing was run")
+    return Budget(sigma, q, dp_steps, delta, saved["accountant"], target, eps)
+
+
+def plan_run(p: "Prepared", tok, data: dict, progress: bool):
+    """Phases, steps and the DP budget; a SpecError when the config cannot run as asked."""
+    from train.loop import plan_phases, total_steps
+    from train.privacy import plan_budget
+    from train.tokenizer import special_ids
+
+    cfg = p.config
+    kind = train_kind(cfg.kind)
+    init = dict(p.init, special=special_ids(tok))
+    if kind.masked_lm:
+        if tok.mask_token_id is None:
+            raise SpecError(f"tokenizer: {p.tokenizer_from} has no mask token: a masked LM needs one")
+        init.update(mask_id=tok.mask_token_id, vocab_len=len(tok))
+    if "preset" in init:
+        init["vocab_size"] = len(tok)
+    elif p.init.get("checkpoint") and (kind.fresh_weights or cfg.tokenizer.mode == "separate"):
+        init["resize_to"] = len(tok)
+    sizes = {k: n for k, (_, n) in data.items()}
+    phases = plan_phases(cfg.kind, sizes, cfg.optim.batch_size)
+    total = total_steps(phases, cfg.optim.epochs, cfg.optim.max_steps)
+    budget = dp_plan = None
+    if cfg.dp is not None:
+        i = next(j for j, ph in enumerate(phases) if ph.dp)
+        before, per_epoch = sum(ph.steps for ph in phases[:i]), sum(ph.steps for ph in phases)
+        dp_steps = sum(min(phases[i].steps, max(0, total - e * per_epoch - before)) for e in range(cfg.optim.epochs))
+        saved = saved_plan(p.output)
+        budget = (plan_budget(cfg.dp, sizes[phases[i].split], phases[i].sample_rate, dp_steps) if saved is None
+                  else resumed_budget(cfg, saved, phases[i].sample_rate, dp_steps,
+                                       (p.resume or {}).get("dp_steps", 0)))
+        dp_plan = DPPlan(noise_multiplier=budget.noise_multiplier, max_grad_norm=cfg.dp.max_grad_norm,
+                         sample_rate=budget.sample_rate, delta=budget.delta, split=phases[i].split,
+                         accountant=cfg.dp.accountant, grad_sample_mode=cfg.dp.grad_sample_mode,
+                         poisson=cfg.dp.poisson, steps_cap=budget.steps)
+        if progress:
+            print(f"DP-SGD: noise multiplier {budget.noise_multiplier:.4f}, sample rate {budget.sample_rate:.4g}, "
+                  f"{budget.steps} steps, planned epsilon {budget.planned_epsilon:.3f} at delta {budget.delta:.3g}")
+    mlm = None
+    if kind.masked_lm:
+        mlm = MLMPlan(probability=cfg.data.mlm_probability, mask_id=init["mask_id"], vocab_size=init["vocab_len"],
+                      pad_id=init["special"]["pad_token_id"])
+    model_init = ModelInit(**{f.name: init[f.name] for f in fields(ModelInit) if f.name in init})
+    worker = WorkerPlan(
+        phases=tuple(phases), total_steps=total, batch_size=cfg.optim.batch_size, seed=cfg.optim.seed,
+        init=model_init, optim=OptimPlan(optimizer=cfg.optim.optimizer, lr=cfg.optim.lr,
+                                         weight_decay=cfg.optim.weight_decay, warmup_steps=cfg.optim.warmup_steps),
+        dp=dp_plan, mlm=mlm, threads=cfg.workers.threads_per_worker or max(1, int(cfg.workers.cpus_per_worker)),
+        bf16=cfg.workers.precision == "bf16" and cfg.workers.use_gpu, report_every=cfg.report_every,
+        checkpoint_every=cfg.checkpoint_every)
+    return RunPlan(worker, budget, sizes)
