@@ -80,7 +80,7 @@ echo "== keys (created by the service, sealed under the master key; the API neve
 import json, os, sys
 from pathlib import Path
 
-from privatize.stage import registered_kinds
+from privatize.stages import registered_kinds
 from services.client import ServiceClient
 
 out = Path(sys.argv[1])
