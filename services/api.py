@@ -16,24 +16,12 @@ reachable) and ``/metrics`` (Prometheus; no tenant data).
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 
-from services.errors import InvalidRequest
 from services.routes import corpora, evaluations, health, jobs, keys, trainings
 
-
-async def _clean_params(request: Request) -> None:
-    """A NUL byte in a query or path parameter is refused with a 422 naming the
-    parameter: no text column holds one (PostgreSQL refuses it with an error), so it must
-    never reach a query. (Invalid UTF-8 in a URL is decoded to U+FFFD, which is harmless.)"""
-    for where, items in (("query", request.query_params.multi_items()), ("path", request.path_params.items())):
-        for name, value in items:
-            if isinstance(value, str) and "\x00" in value:
-                raise InvalidRequest(f"{where} parameter {name!r}: a NUL byte is not allowed",
-                                     errors=[{"loc": [where, name], "message": "NUL byte"}])
-
-
-router = APIRouter(dependencies=[Depends(_clean_params)])
-"""Every route of the API, one module per resource under ``services/routes/`` (in this order)."""
+router = APIRouter()
+"""Every route of the API, one module per resource under ``services/routes/`` (in this order; the
+routes themselves, not the modules' routers, so that ``router.routes`` lists each route)."""
 for _module in (health, corpora, keys, jobs, trainings, evaluations):
-    router.include_router(_module.router)
+    router.routes.extend(_module.router.routes)

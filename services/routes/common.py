@@ -12,8 +12,20 @@ from pydantic import BaseModel, ConfigDict
 from services import jobs as jobs_mod
 from services.context import ServiceContext
 from services.db import session_scope
+from services.errors import InvalidRequest
 from services.models import Job
 from services.tenants import authenticate
+
+
+async def clean_params(request: Request) -> None:
+    """A NUL byte in a query or path parameter is refused with a 422 naming the
+    parameter: no text column holds one (PostgreSQL refuses it with an error), so it must
+    never reach a query. (Invalid UTF-8 in a URL is decoded to U+FFFD, which is harmless.)"""
+    for where, items in (("query", request.query_params.multi_items()), ("path", request.path_params.items())):
+        for name, value in items:
+            if isinstance(value, str) and "\x00" in value:
+                raise InvalidRequest(f"{where} parameter {name!r}: a NUL byte is not allowed",
+                                     errors=[{"loc": [where, name], "message": "NUL byte"}])
 
 
 async def get_ctx(request: Request) -> ServiceContext:

@@ -106,27 +106,27 @@ def test_only_stages_with_a_heavy_setup_get_actor_pools():
 def test_range_scan_streams_in_small_chunks_and_matches_the_whole_range(tmp_path, monkeypatch):
     """``scan_range`` counts lines through a small buffer and stops the JSONL check at the
     first record; its answers equal those computed on the whole range at once."""
-    from privatize import records
+    from privatize import byteranges
 
     lines = [b"", b"  ", b"{not json", b"[1, 2]", b'{"id": "a", "text": "x"}', b"\xff\xfe", b'{"id": "b"}', b""]
     data = b"\n".join(lines) + b"\n"
     path = tmp_path / "f.jsonl"
     path.write_bytes(data)
-    monkeypatch.setattr(records, "_SCAN_CHUNK", 5)
+    monkeypatch.setattr(byteranges, "_SCAN_CHUNK", 5)
     size = len(data)
-    whole = records.scan_range(str(path), "jsonl", 0, size, size)
+    whole = byteranges.scan_range(str(path), "jsonl", 0, size, size)
     assert whole["start"] == 0 and whole["end"] == size
     assert whole["newlines"] == data.count(b"\n") == 8
     assert whole["nonblank"] and whole["record"]
     assert whole["bad"] == (3, "invalid JSON: Expecting property name enclosed in double quotes")
     # a range starting mid-line begins at the next line; one of blank lines only has no record
     start = data.index(b"[1, 2]") - 2
-    part = records.scan_range(str(path), "jsonl", start, size, size)
+    part = byteranges.scan_range(str(path), "jsonl", start, size, size)
     assert part["start"] == data.index(b"[1, 2]") and part["newlines"] == 5
     assert part["record"] and part["bad"] == (1, "not a JSON object")
-    blank = records.scan_range(str(path), "jsonl", 0, 3, size)
+    blank = byteranges.scan_range(str(path), "jsonl", 0, 3, size)
     assert blank == {"start": 0, "end": 4, "newlines": 2, "nonblank": False, "record": False, "bad": None}
-    tail = records.scan_range(str(path), "jsonl", data.index(b"\xff"), size, size)
+    tail = byteranges.scan_range(str(path), "jsonl", data.index(b"\xff"), size, size)
     assert tail["record"] and tail["bad"] == (1, "not UTF-8")
 
 
