@@ -17,11 +17,9 @@ stage's path in-process and the record path the command took before it shared th
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from _common import ROOT, compare, gutenberg_texts, machine, one_core, save_result
@@ -50,14 +48,9 @@ def naive_encrypt(text: str, key: str) -> str:
 
 
 def timed(fn, repeats: int = REPEATS) -> tuple[float, float]:
-    """(median wall seconds, median CPU seconds)."""
-    wall, cpu = [], []
-    for _ in range(repeats):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    return statistics.median(wall), statistics.median(cpu)
+    """(median wall seconds, median CPU seconds), from the harness."""
+    r = harness_timed(fn, repeats)
+    return r["wall_s"], r["cpu_s"]
 
 
 def main() -> None:
