@@ -359,7 +359,10 @@ def _trainer(p: Prepared, data: dict, plan: RunPlan, sink):
         scaling_config=ScalingConfig(num_workers=cfg.workers.num_workers, use_gpu=cfg.workers.use_gpu,
                                      resources_per_worker={"CPU": cfg.workers.cpus_per_worker}),
         run_config=RunConfig(name=RAY_RUN_NAME, storage_path=storage,
-                             failure_config=FailureConfig(max_failures=cfg.max_failures),
+                             # a worker group that cannot start (too few CPUs or GPUs) is retried
+                             # max_failures times, then the run fails; Ray's default retries forever
+                             failure_config=FailureConfig(max_failures=cfg.max_failures,
+                                                          controller_failure_limit=cfg.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
         resume_from_checkpoint=Checkpoint(p.resume["path"], filesystem=p.resume["filesystem"]) if p.resume else None,
     )
@@ -394,6 +397,29 @@ def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_
     return summary
 
 
+def _raise_unschedulable(e: Exception, cfg: TrainConfig) -> None:
+    """A run whose workers never started ends in one line naming what it asked for and
+    what the cluster has (Ray Train's own message is a paragraph of possible causes)."""
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+
+    cause = getattr(e, "controller_failure", None)
+    if not isinstance(cause, WorkerGroupStartupTimeoutError):
+        return
+    import ray
+
+    from privatize.ray.cluster import RunStalled
+
+    w = cfg.workers
+    need = f"{w.num_workers} worker(s) x {w.cpus_per_worker:g} CPU" + (" and 1 GPU" if w.use_gpu else "")
+    total, free = ray.cluster_resources(), ray.available_resources()
+    have = f"{free.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs free"
+    if w.use_gpu:
+        have += f", {free.get('GPU', 0):g} of {total.get('GPU', 0):g} GPUs free"
+    timeout = os.environ.get("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "60")
+    raise RunStalled(f"workers: {need} could not start within {timeout} s, {cfg.max_failures + 1} tries "
+                    f"(the cluster has {have})") from None
+
+
 def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None = None) -> dict:
     """Run ``cfg`` to the end; returns the summary (also written to OUTPUT/summary.json)."""
     import ray
@@ -414,7 +440,11 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     t0 = time.perf_counter()
     with _ProgressBar(sink, plan.worker.total_steps, progress):
-        result = trainer.fit()
+        try:
+            result = trainer.fit()
+        except Exception as e:
+            _raise_unschedulable(e, cfg)
+            raise
     timings["fit_s"] = time.perf_counter() - t0
     # the final model, with its tokenizer, then the summary: a reader that finds the
     # summary finds the model

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
-def train_ray():
+def _train_ray_session():
     """The session's Ray (the integration suite's, when it ran first), else a local one
     with 2 CPUs: enough for two Ray Train workers."""
     import ray
@@ -24,6 +24,27 @@ def train_ray():
         from privatize.ray import local_init_args
 
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, **local_init_args(2))
+    return ray
+
+
+@pytest.fixture()
+def train_ray(_train_ray_session):
+    """Ray, with every CPU free: a Ray Train test starts only once what earlier tests ran
+    has released its CPUs (up to 60 s), and fails naming the actors still holding them
+    rather than waiting behind them."""
+    import time
+
+    ray = _train_ray_session
+    total = ray.cluster_resources().get("CPU", 0)
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU", 0) < total and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if ray.available_resources().get("CPU", 0) < total:
+        from ray.util.state import list_actors
+
+        alive = [f"{a.class_name} (pid {a.pid})" for a in list_actors(filters=[("state", "=", "ALIVE")])]
+        pytest.fail(f"{ray.available_resources().get('CPU', 0):g} of {total:g} CPUs free after 60 s; "
+                    f"alive actors: {', '.join(alive) or 'none'}")
     return ray
 
 
