@@ -27,6 +27,7 @@ from services.api import router
 from services.context import ServiceContext, build_context
 from services.corpora import sweep_orphans
 from services.jobs import reconcile_active
+from services.jsonguard import BodyLimitMiddleware
 from services.metrics import Metrics
 from services.observability import RequestMiddleware
 from services.settings import Settings, get_settings
@@ -134,6 +135,9 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     app = FastAPI(title="privatize control plane", version="1", lifespan=lifespan)
     metrics = Metrics(ray_state=lambda: getattr(app.state, "ray_state", "unknown"))
     app.state.metrics = metrics
+    # inside the request middleware (added first): a body over its limit is refused before
+    # any route reads it, and the refusal has its request id and access-log line
+    app.add_middleware(BodyLimitMiddleware, settings=settings)
     app.add_middleware(RequestMiddleware, metrics=metrics)
     app.add_exception_handler(E.ServiceError, _service_error)
     app.include_router(router)

@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(100 * GiB, ge=1)
     upload_chunk_bytes: int = Field(4 << 20, ge=1 << 16)
     max_decrypt_bytes: int = Field(16 << 20, ge=1)
+    max_json_body_bytes: int = Field(1 << 20, ge=1 << 12, le=64 << 20)
+    """A JSON request body over this is refused with 413 before it is read whole."""
+    max_json_string_chars: int = Field(16_384, ge=256, le=1 << 20)
+    """A string in a JSON request's configuration (not /v1/decrypt's texts) over this is refused with 422."""
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
     """One JSON object per log line (with the request id), or plain text."""

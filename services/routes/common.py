@@ -13,14 +13,21 @@ from services import jobs as jobs_mod
 from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import InvalidRequest
+from services.jsonguard import LONG_TEXT_FIELDS, body_limit, check_json_body
 from services.models import Job
 from services.tenants import authenticate
 
 
-async def clean_params(request: Request) -> None:
+async def clean_request(request: Request) -> None:
     """A NUL byte in a query or path parameter is refused with a 422 naming the
     parameter: no text column holds one (PostgreSQL refuses it with an error), so it must
-    never reach a query. (Invalid UTF-8 in a URL is decoded to U+FFFD, which is harmless.)"""
+    never reach a query. (Invalid UTF-8 in a URL is decoded to U+FFFD, which is harmless.)
+    A JSON body is checked by :func:`services.jsonguard.check_json_body`: no lone
+    surrogate, no non-finite number, no configuration string over the service's bound."""
+    key = (request.url.path, request.method)
+    if body_limit(request.app.state.ctx.settings, *key) is not None:
+        check_json_body(await request.body(), max_chars=request.app.state.ctx.settings.max_json_string_chars,
+                        long_fields=LONG_TEXT_FIELDS.get(key, frozenset()))
     for where, items in (("query", request.query_params.multi_items()), ("path", request.path_params.items())):
         for name, value in items:
             if isinstance(value, str) and "\x00" in value:

@@ -13,10 +13,10 @@ from services import corpora as corpora_mod
 from services import jobs as jobs_mod
 from services.context import ServiceContext
 from services.db import session_scope
-from services.routes.common import Out, TenantRef, clean_params, current_tenant, get_ctx
+from services.routes.common import Out, TenantRef, clean_request, current_tenant, get_ctx
 
 
-router = APIRouter(dependencies=[Depends(clean_params)])
+router = APIRouter(dependencies=[Depends(clean_request)])
 
 
 class CorpusOut(Out):

@@ -15,10 +15,10 @@ from services.db import session_scope
 from services.metrics import CONTENT_TYPE
 from services.models import ACTIVE_JOB_STATES, Job
 from services.tenants import storage_used
-from services.routes.common import Out, TenantRef, clean_params, current_tenant, get_ctx
+from services.routes.common import Out, TenantRef, clean_request, current_tenant, get_ctx
 
 
-router = APIRouter(dependencies=[Depends(clean_params)])
+router = APIRouter(dependencies=[Depends(clean_request)])
 
 
 # ---- health and tenant ----------------------------------------------------------------

@@ -17,10 +17,10 @@ from services import jobs as jobs_mod
 from services.context import ServiceContext
 from services.db import session_scope
 from services.models import ACTIVE_JOB_STATES, Corpus, Job
-from services.routes.common import Out, TenantRef, bearer, clean_params, current_tenant, get_ctx, tenant_of
+from services.routes.common import Out, TenantRef, bearer, clean_request, current_tenant, get_ctx, tenant_of
 
 
-router = APIRouter(dependencies=[Depends(clean_params)])
+router = APIRouter(dependencies=[Depends(clean_request)])
 
 
 class JobCreate(BaseModel):

@@ -14,10 +14,10 @@ from services.context import ServiceContext
 from services.db import checkpoint_sqlite, session_scope
 from services.errors import Conflict, InvalidRequest
 from services.models import Key
-from services.routes.common import Out, TenantRef, clean_params, current_tenant, get_ctx
+from services.routes.common import Out, TenantRef, clean_request, current_tenant, get_ctx
 
 
-router = APIRouter(dependencies=[Depends(clean_params)])
+router = APIRouter(dependencies=[Depends(clean_request)])
 
 
 class KeyCreate(BaseModel):

@@ -15,10 +15,10 @@ from services.context import ServiceContext
 from services.db import session_scope
 from services.jobkinds import TRAIN
 from services.models import Job
-from services.routes.common import Out, TenantRef, clean_params, current_tenant, fresh_of, get_ctx
+from services.routes.common import Out, TenantRef, clean_request, current_tenant, fresh_of, get_ctx
 
 
-router = APIRouter(dependencies=[Depends(clean_params)])
+router = APIRouter(dependencies=[Depends(clean_request)])
 
 
 class TrainingCreate(BaseModel):

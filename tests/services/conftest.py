@@ -354,3 +354,31 @@ def crt_run(service, acme, corpus_file, tmp_path_factory):
         p.write_bytes(r.content)
     return {"corpus": corpus, "job": job, "dest": dest, "listing": listing,
             "keys": {"text": text_key, "hmac": hmac_key, "siv": siv_key}}
+
+
+# ---- in process ---------------------------------------------------------------------
+
+@pytest.fixture
+def api(tmp_path):
+    """The app in process: FastAPI's TestClient on SQLite with a Ray address nothing answers
+    on (no job could run even if one were admitted), one tenant and one small corpus.
+    Yields (client, corpus id, settings, engine)."""
+    from fastapi.testclient import TestClient
+
+    from services.app import create_app
+    from services.settings import Settings
+    from services.db import make_engine, session_factory, session_scope
+    from services.tenants import create_tenant
+
+    settings = Settings(env="development", data_dir=tmp_path / "data", ray_address="http://127.0.0.1:9",
+                        poll_interval_s=60)
+    with TestClient(create_app(settings)) as client:
+        engine = make_engine(settings.effective_database_url)
+        factory = session_factory(engine)
+        with session_scope(factory) as s:
+            _, _, token = create_tenant(s, "quota", storage_limit_bytes=1 << 30, max_concurrent_jobs=4)
+        client.headers["Authorization"] = f"Bearer {token}"
+        r = client.post("/v1/corpora?format=jsonl&name=c", content=b'{"text": "Hello there. Hello there."}\n')
+        assert r.status_code == 201, r.text
+        yield client, r.json()["id"], settings, engine
+        engine.dispose()

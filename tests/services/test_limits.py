@@ -12,14 +12,12 @@ import copy
 import math
 
 import pytest
-from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from privatize.errors import SpecError
 from privatize.spec import OutputSettings, PipelineSpec, parse_spec
 from privatize.stages.dedup import DedupSettings
 from privatize.stages.redact import RedactSettings
-from services.app import create_app
 from services.errors import SpecInvalid
 from services.limits import check_pipeline_limits
 from services.settings import Settings
@@ -143,25 +141,6 @@ def test_service_quotas_stay_within_the_models_bounds():
 
 
 # ---- over HTTP: 422 naming the field, nothing stored, the connection usable -----------------
-
-@pytest.fixture
-def api(tmp_path):
-    from services.db import make_engine, session_factory, session_scope
-    from services.tenants import create_tenant
-
-    settings = Settings(env="development", data_dir=tmp_path / "data", ray_address="http://127.0.0.1:9",
-                        poll_interval_s=60)
-    with TestClient(create_app(settings)) as client:
-        engine = make_engine(settings.effective_database_url)
-        factory = session_factory(engine)
-        with session_scope(factory) as s:
-            _, _, token = create_tenant(s, "quota", storage_limit_bytes=1 << 30, max_concurrent_jobs=4)
-        client.headers["Authorization"] = f"Bearer {token}"
-        r = client.post("/v1/corpora?format=jsonl&name=c", content=b'{"text": "Hello there. Hello there."}\n')
-        assert r.status_code == 201, r.text
-        yield client, r.json()["id"], settings, engine
-        engine.dispose()
-
 
 def _stored(settings) -> list[str]:
     root = settings.data_path / "storage"
