@@ -129,6 +129,10 @@ class WorkersConfig(_Strict):
     cpus_per_worker: float = Field(1.0, gt=0, le=64)
     threads_per_worker: Optional[int] = Field(None, ge=1, le=64)
     precision: Literal["fp32", "bf16"] = "fp32"
+    start_timeout_s: float = Field(300.0, ge=1, le=86_400)
+    """How long the workers may wait for their CPUs (or GPUs) before the run fails: a
+    cluster that is busy or scaling up gets this long; one that can never hold them fails
+    after it (Ray Train's own default waits forever)."""
 
 
 class TrainConfig(_Strict):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -360,9 +361,10 @@ def _trainer(p: Prepared, data: dict, plan: RunPlan, sink):
                                      resources_per_worker={"CPU": cfg.workers.cpus_per_worker}),
         run_config=RunConfig(name=RAY_RUN_NAME, storage_path=storage,
                              # a worker group that cannot start (too few CPUs or GPUs) is retried
-                             # max_failures times, then the run fails; Ray's default retries forever
+                             # until workers.start_timeout_s, then the run fails; Ray's default
+                             # retries forever
                              failure_config=FailureConfig(max_failures=cfg.max_failures,
-                                                          controller_failure_limit=cfg.max_failures),
+                                                          controller_failure_limit=_start_tries(cfg) - 1),
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
         resume_from_checkpoint=Checkpoint(p.resume["path"], filesystem=p.resume["filesystem"]) if p.resume else None,
     )
@@ -397,6 +399,19 @@ def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_
     return summary
 
 
+_START_TRY_S = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+
+
+def _start_try_s() -> float:
+    return float(os.environ.get(_START_TRY_S, "60"))
+
+
+def _start_tries(cfg: TrainConfig) -> int:
+    """Worker-group starts of :func:`_start_try_s` each (Ray Train's per-try timeout, 60 s
+    unless set) that fit in ``workers.start_timeout_s``: at least one."""
+    return max(1, math.ceil(cfg.workers.start_timeout_s / _start_try_s() - 1e-9))
+
+
 def _raise_unschedulable(e: Exception, cfg: TrainConfig) -> None:
     """A run whose workers never started ends in one line naming what it asked for and
     what the cluster has (Ray Train's own message is a paragraph of possible causes)."""
@@ -415,9 +430,9 @@ def _raise_unschedulable(e: Exception, cfg: TrainConfig) -> None:
     have = f"{free.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs free"
     if w.use_gpu:
         have += f", {free.get('GPU', 0):g} of {total.get('GPU', 0):g} GPUs free"
-    timeout = os.environ.get("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "60")
-    raise RunStalled(f"workers: {need} could not start within {timeout} s, {cfg.max_failures + 1} tries "
-                    f"(the cluster has {have})") from None
+    tries = _start_tries(cfg)
+    raise RunStalled(f"workers: {need} could not start in {tries} tries of {_start_try_s():g} s "
+                     f"(workers.start_timeout_s {cfg.workers.start_timeout_s:g}; the cluster has {have})") from None
 
 
 def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None = None) -> dict:
@@ -438,6 +453,9 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     # short, ended up to 2 s after its last step; 0.5 s costs one small RPC per worker
     # (propagated from the driver to the controller; a value the user set is kept)
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+    # one start try is at most start_timeout_s (so a short budget is not rounded up to 60 s)
+    if _START_TRY_S not in os.environ and cfg.workers.start_timeout_s < 60:
+        os.environ[_START_TRY_S] = f"{cfg.workers.start_timeout_s:g}"
     t0 = time.perf_counter()
     with _ProgressBar(sink, plan.worker.total_steps, progress):
         try:

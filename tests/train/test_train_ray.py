@@ -216,16 +216,17 @@ def test_mlm_filler_trains_in_ray_train_workers(tiny_filler):
 def test_workers_the_cluster_cannot_hold_fail_in_one_line_and_free_the_cluster(train_ray, stories, tmp_path,
                                                                                monkeypatch):
     """Three one-CPU workers on the 2-CPU test cluster: Ray Train's own default retries the
-    start forever (one CI run hung here for an hour); the run tries max_failures + 1 times,
-    fails with what it asked for and what the cluster has, and leaves every CPU free."""
+    start forever (one CI run hung here for an hour); the run tries for
+    ``workers.start_timeout_s``, fails with what it asked for and what the cluster has, and
+    leaves every CPU free."""
     from privatize.ray.cluster import RunStalled
 
     monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "2")
     cfg = parse_config(_cfg(kind="pretrain", data={"path": str(stories["plain"])}, optim={"max_steps": 2},
-                            workers={"num_workers": 3}, max_failures=1, output=str(tmp_path / "run")))
+                            workers={"num_workers": 3, "start_timeout_s": 4}, output=str(tmp_path / "run")))
     t0 = time.monotonic()
-    with pytest.raises(RunStalled, match=r"^workers: 3 worker\(s\) x 1 CPU could not start within 2 s, 2 tries "
-                                         r"\(the cluster has [\d.]+ of 2 CPUs free\)$"):
+    with pytest.raises(RunStalled, match=r"^workers: 3 worker\(s\) x 1 CPU could not start in 2 tries of 2 s "
+                                         r"\(workers.start_timeout_s 4; the cluster has [\d.]+ of 2 CPUs free\)$"):
         run_training(cfg, progress=False)
     assert time.monotonic() - t0 < 120
     deadline = time.monotonic() + 30
