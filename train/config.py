@@ -95,11 +95,16 @@ class OptimConfig(_Strict):
 
 
 class DPConfig(_Strict):
-    target_epsilon: Optional[float] = Field(None, gt=0, le=1000)
-    noise_multiplier: Optional[float] = Field(None, ge=0, le=1000)
-    delta: Optional[float] = Field(None, gt=0, lt=1)
-    max_grad_norm: float = Field(1.0, gt=0)
+    target_epsilon: Optional[float] = Field(None, gt=0, le=100)
+    """At most 100: past it the guarantee protects nothing (and PRV's search grows without bound)."""
+    noise_multiplier: Optional[float] = Field(None, ge=0.3, le=1000)
+    """At least 0.3: below it epsilon passes 100 in a few hundred steps at usual sample
+    rates, and PRV's grid grows as 1/sigma^2 (gigabytes by 0.1)."""
+    delta: Optional[float] = Field(None, gt=0, le=0.1)
+    """Default: 1/(10 N) over the DP split's N units; above 1/N it is refused at planning."""
+    max_grad_norm: float = Field(1.0, gt=0, le=1e6)
     poisson: bool = True
+    """Must be true: the accountants' epsilon holds for Poisson sampling only."""
     accountant: Literal["prv", "rdp"] = "prv"
     grad_sample_mode: Literal["hooks", "ghost", "bk"] = "hooks"
     """How per-example gradients are clipped: Opacus' ``hooks`` (materialised per-example
@@ -110,6 +115,9 @@ class DPConfig(_Strict):
     def _budget(self):
         if self.target_epsilon is None and self.noise_multiplier is None:
             raise ValueError("give target_epsilon or noise_multiplier")
+        if not self.poisson:
+            raise ValueError("poisson: false is refused: the accountant's epsilon holds only for Poisson "
+                             "sampling, so a run without it would be told a guarantee it does not have")
         return self
 
 

@@ -28,7 +28,8 @@ def saved_plan(output: Path) -> dict | None:
 def resumed_budget(cfg: TrainConfig, saved: dict, sample_rate: float, dp_steps: int, taken: int):
     """A resumed DP run keeps the noise, sample rate and delta it started with, and may not
     plan past its target epsilon: the accountant's spending is never reset."""
-    from train.privacy import Budget, epsilon
+    from train.accounting import bounded_epsilon
+    from train.privacy import Budget
 
     sigma, q, delta = saved["noise_multiplier"], saved["sample_rate"], saved["delta"]
     if cfg.dp.noise_multiplier is not None and cfg.dp.noise_multiplier != sigma:
@@ -37,11 +38,12 @@ def resumed_budget(cfg: TrainConfig, saved: dict, sample_rate: float, dp_steps: 
         raise SpecError(f"data.path: the DP split changed since this run started (sample rate {q:.4g}); "
                         "start a new run")
     target = cfg.dp.target_epsilon if cfg.dp.target_epsilon is not None else saved.get("target_epsilon")
-    eps = epsilon(sigma, q, dp_steps, delta, saved["accountant"])
+    acc = bounded_epsilon(sigma, q, dp_steps, delta, saved["accountant"])
+    eps = acc.value
     if target is not None and eps > target * (1 + 1e-9):
         raise SpecError(f"dp.target_epsilon: resuming this run to {dp_steps} DP steps ({taken} taken) would spend "
                         f"epsilon {eps:.3f} > target {target}; nothing was run")
-    return Budget(sigma, q, dp_steps, delta, saved["accountant"], target, eps)
+    return Budget(sigma, q, dp_steps, delta, acc.accountant, target, eps, saved.get("units", 0), acc.note)
 
 
 def plan_run(p: "Prepared", tok, data: dict, progress: bool):
@@ -75,11 +77,12 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool):
                                        (p.resume or {}).get("dp_steps", 0)))
         dp_plan = DPPlan(noise_multiplier=budget.noise_multiplier, max_grad_norm=cfg.dp.max_grad_norm,
                          sample_rate=budget.sample_rate, delta=budget.delta, split=phases[i].split,
-                         accountant=cfg.dp.accountant, grad_sample_mode=cfg.dp.grad_sample_mode,
+                         accountant=budget.accountant, grad_sample_mode=cfg.dp.grad_sample_mode,
                          poisson=cfg.dp.poisson, steps_cap=budget.steps)
         if progress:
             print(f"DP-SGD: noise multiplier {budget.noise_multiplier:.4f}, sample rate {budget.sample_rate:.4g}, "
-                  f"{budget.steps} steps, planned epsilon {budget.planned_epsilon:.3f} at delta {budget.delta:.3g}")
+                  f"{budget.steps} steps, planned epsilon {budget.planned_epsilon:.3f} at delta {budget.delta:.3g} "
+                  f"({budget.accountant})" + (f"; {budget.note}" if budget.note else ""))
     mlm = None
     if kind.masked_lm:
         mlm = MLMPlan(probability=cfg.data.mlm_probability, mask_id=init["mask_id"], vocab_size=init["vocab_len"],

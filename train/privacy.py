@@ -12,10 +12,13 @@ confidentiality bound of SEEDS.md section 6.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass
 
 from privatize.errors import SpecError
+
+log = logging.getLogger(__name__)
 
 
 def make_accountant(name: str):
@@ -43,9 +46,16 @@ def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: in
                                       steps=steps, accountant=accountant, epsilon_tolerance=0.005))
 
 
+MAX_EPSILON = 100.0
+"""The most epsilon a plan may spend: past it the guarantee protects nothing (e^100)."""
+
+
 def default_delta(n: int) -> float:
-    """1 / n^1.1: below 1/n, as DP-SGD needs (n: data points in the DP split)."""
-    return 1.0 / max(2, n) ** 1.1
+    """At most 1/(10 n) (and 1/n^1.1 where that is smaller, past 10^10 units): a delta near
+    1/n allows a mechanism that publishes one unit's data outright (n: the units of the DP
+    split)."""
+    n = max(1, n)
+    return min(0.1 / n, float(n) ** -1.1)
 
 
 def crt_confidentiality(eps: float, delta: float, gamma: float, delta_2: float) -> tuple[float, float]:
@@ -69,7 +79,8 @@ def miss_rate_upper_bound(misses: int, total: int, confidence: float = 0.95) -> 
 
 @dataclass(frozen=True)
 class Budget:
-    """What a DP (or CRT private-phase) plan spends."""
+    """What a DP (or CRT private-phase) plan spends. ``accountant`` is the accountant whose
+    figures the plan used (RDP where PRV would pass its budget: ``note`` says so)."""
 
     noise_multiplier: float
     sample_rate: float
@@ -78,6 +89,8 @@ class Budget:
     accountant: str
     target_epsilon: float | None
     planned_epsilon: float
+    units: int = 0
+    note: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -85,21 +98,36 @@ class Budget:
 
 def plan_budget(dp, n: int, sample_rate: float, steps: int) -> Budget:
     """Noise for ``steps`` DP steps at ``sample_rate`` (``Phase.sample_rate``) over ``n``
-    examples; a one-line :class:`SpecError` when the config would overspend its target."""
+    units, with bounded accounting (:mod:`train.accounting`); a one-line
+    :class:`SpecError` when the config would overspend its target, spend more than
+    :data:`MAX_EPSILON`, or take a delta above 1/n."""
+    from train.accounting import bounded_epsilon, bounded_noise
+
     if n <= 0:
         raise SpecError("data.split: the DP split has no examples")
     q = sample_rate
+    if dp.delta is not None and dp.delta > 1.0 / n:
+        raise SpecError(f"dp.delta: {dp.delta:g} > 1/N = {1.0 / n:.3g} for the N = {n} units of the DP split: "
+                        f"such a delta allows publishing a unit outright; leave it out for {default_delta(n):.3g}")
     delta = dp.delta if dp.delta is not None else default_delta(n)
     if dp.noise_multiplier is not None:
         sigma = dp.noise_multiplier
-        eps = epsilon(sigma, q, steps, delta, dp.accountant)
+        acc = bounded_epsilon(sigma, q, steps, delta, dp.accountant)
+        eps = acc.value
+        if not math.isfinite(eps) or eps > MAX_EPSILON:
+            raise SpecError(f"dp.noise_multiplier: {sigma} over {steps} steps at sample rate {q:.4g} spends epsilon "
+                            f"{eps:.4g} > {MAX_EPSILON:g}, a guarantee that protects nothing; add noise or take "
+                            "fewer steps (nothing was run)")
         if dp.target_epsilon is not None and eps > dp.target_epsilon * (1 + 1e-9):
             raise SpecError(f"dp.noise_multiplier: {sigma} over {steps} steps at sample rate {q:.4g} spends "
                             f"epsilon {eps:.3f} > dp.target_epsilon {dp.target_epsilon}; nothing was run")
     else:
         try:
-            sigma = noise_for(dp.target_epsilon, delta, q, steps, dp.accountant)
+            acc = bounded_noise(dp.target_epsilon, delta, q, steps, dp.accountant)
         except ValueError as exc:
             raise SpecError(f"dp.target_epsilon: {dp.target_epsilon} cannot be met ({exc})") from None
-        eps = epsilon(sigma, q, steps, delta, dp.accountant)
-    return Budget(sigma, q, steps, delta, dp.accountant, dp.target_epsilon, eps)
+        sigma = acc.value
+        eps = bounded_epsilon(sigma, q, steps, delta, acc.accountant).value
+    if acc.note:
+        log.warning("DP plan: %s", acc.note)
+    return Budget(sigma, q, steps, delta, acc.accountant, dp.target_epsilon, eps, n, acc.note)

@@ -190,3 +190,17 @@ def test_nul_bytes_in_parameters_answer_422_naming_them(api):
     r = client.get(f"/v1/jobs?corpus_id={corpus_id}")  # a real id still lists
     assert r.status_code == 200 and r.json() == []
     assert client.get("/v1/jobs?corpus_id=%ED%A0%80").status_code == 200  # invalid UTF-8: decoded to U+FFFD
+
+
+def test_dp_configs_the_red_team_sent_answer_422_at_the_field(api):
+    """Issue 36: sigma 0.06 ran a worker at 4.4 GB, target epsilon 1000 planned for 200 s in
+    5 GB, poisson: false changed the sampler but not the accounting; all were admitted."""
+    client, _, _, engine = api
+    for dp, path in (({"noise_multiplier": 0.06}, "dp.noise_multiplier"),
+                     ({"target_epsilon": 1000}, "dp.target_epsilon"),
+                     ({"noise_multiplier": 1.0, "delta": 0.999}, "dp.delta"),
+                     ({"noise_multiplier": 1.0, "poisson": False}, "dp")):
+        r = client.post("/v1/trainings", json={"job_id": "j", "config": {"kind": "dp", "dp": dp}})
+        assert r.status_code == 422, r.text
+        assert path in [e["path"] for e in r.json()["errors"]], r.json()
+    assert _jobs(engine) == 0

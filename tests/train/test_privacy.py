@@ -67,3 +67,66 @@ def test_plan_refuses_to_overspend_and_meets_a_target():
     b = plan_budget(DPConfig(target_epsilon=2.0, delta=1e-5), n=1000, sample_rate=0.01, steps=100)
     assert b.sample_rate == 0.01 and b.planned_epsilon <= 2.0 and b.planned_epsilon == pytest.approx(2.0, rel=0.01)
     assert epsilon(b.noise_multiplier, 0.01, 100, 1e-5) == pytest.approx(b.planned_epsilon)
+
+
+# ---- issue 36: an epsilon users can trust ------------------------------------------------
+
+@pytest.mark.parametrize("n,expected", [(6, 1 / 60), (1000, 1e-4), (10**12, 10**-13.2)])
+def test_the_default_delta_is_at_most_a_tenth_of_one_over_n(n, expected):
+    from train.privacy import default_delta
+
+    assert default_delta(n) == pytest.approx(expected, rel=1e-9) and default_delta(n) <= 0.1 / n
+    # the red-team's case: 6 blocks in the private split had delta 6^-1.1 = 0.139 > 1/6
+    b = plan_budget(DPConfig(noise_multiplier=1.0), n=6, sample_rate=0.5, steps=4)
+    assert b.delta == pytest.approx(1 / 60) and b.units == 6
+
+
+def test_a_delta_above_one_over_n_is_refused():
+    with pytest.raises(SpecError, match=r"^dp.delta: 0.02 > 1/N = 0.01 for the N = 100 units"):
+        plan_budget(DPConfig(noise_multiplier=1.0, delta=0.02), n=100, sample_rate=0.1, steps=10)
+    plan_budget(DPConfig(noise_multiplier=1.0, delta=0.01), n=100, sample_rate=0.1, steps=10)  # 1/N itself
+
+
+def test_an_epsilon_past_the_cap_is_refused_before_anything_runs():
+    """sigma 0.3 with every example in each of 1,000 steps: RDP's epsilon is in the
+    thousands (and PRV would have needed gigabytes): refused, naming the field."""
+    from train.privacy import MAX_EPSILON
+
+    with pytest.raises(SpecError, match=rf"^dp.noise_multiplier: 0.3 over 1000 steps .* > {MAX_EPSILON:g}, "
+                                        "a guarantee that protects nothing"):
+        plan_budget(DPConfig(noise_multiplier=0.3, accountant="rdp"), n=100, sample_rate=1.0, steps=1000)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("poisson", False, "poisson: false is refused"),
+    ("noise_multiplier", 0.06, "greater than or equal to 0.3"),
+    ("noise_multiplier", 0.0, "greater than or equal to 0.3"),
+    ("target_epsilon", 1000, "less than or equal to 100"),
+    ("delta", 0.999, "less than or equal to 0.1"),
+])
+def test_configs_the_red_team_sent_are_refused_at_the_field(field, value, message):
+    from train.config import parse_config
+
+    dp = {"noise_multiplier": 1.0, field: value}
+    with pytest.raises(SpecError) as ei:
+        parse_config({"version": 1, "kind": "dp", "dp": dp})
+    assert f"dp.{field}" in str(ei.value) or "dp: " in str(ei.value)
+    assert message in str(ei.value)
+
+
+def test_prv_runs_within_its_budget_or_gives_way_to_rdp():
+    """The oracle: within its budget the bounded PRV is Opacus' PRV, in process. Past it (1
+    GiB where sigma 0.5 with every example in each step needs about 8), the plan keeps RDP's
+    bound, names it, and says why; the parent's memory never held PRV's grid."""
+    import resource
+
+    from train.accounting import bounded_epsilon
+
+    ok = bounded_epsilon(1.0, 0.1, 50, 1e-5, "prv")
+    assert ok.accountant == "prv" and ok.note is None
+    assert ok.value == pytest.approx(epsilon(1.0, 0.1, 50, 1e-5, "prv"), rel=1e-9)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    big = bounded_epsilon(0.5, 1.0, 1000, 1e-5, "prv", memory_bytes=1 << 30)
+    assert big.accountant == "rdp" and big.note.startswith("PRV needed over 1 GiB")
+    assert big.value == epsilon(0.5, 1.0, 1000, 1e-5, "rdp") and big.value > 100
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 << 10  # KiB: under 200 MB grew

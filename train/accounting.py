@@ -1,0 +1,113 @@
+"""Planning's privacy accounting, bounded in memory and time.
+
+Opacus' PRV accountant builds a grid whose size grows with 1/sigma^2 and with the sample
+rate: 0.4 GB at sigma 0.3, 8 GB at sigma 0.5 with every example in every step, 706 GiB
+at sigma 0.001; a target-epsilon search evaluates it dozens of times. RDP costs
+milliseconds and is an upper bound. So planning
+
+1. accounts with RDP first, in process: an infinite epsilon is refused here;
+2. with ``accountant: prv``, runs PRV (the epsilon, or the noise search) in a child
+   process under ``PRV_MEMORY_BYTES`` of data and ``PRV_SECONDS``; past either, the plan
+   keeps RDP's figures and says so (``accountant`` in the plan is the one whose figure
+   was used, and the workers account with it).
+
+The child is ``python -m train.accounting`` (JSON on stdin and stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+PRV_MEMORY_BYTES = 2 << 30
+PRV_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class Accounted:
+    """A figure (epsilon or noise multiplier) and the accountant that produced it; ``note``
+    says why PRV was not used when it was asked for."""
+
+    value: float
+    accountant: str
+    note: str | None = None
+
+
+def _prv_in_child(request: dict, memory_bytes: int, seconds: float) -> tuple[float | None, str | None]:
+    request = dict(request, memory_bytes=memory_bytes)
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    try:
+        r = subprocess.run([sys.executable, "-m", "train.accounting"], input=json.dumps(request), text=True,
+                           capture_output=True, timeout=seconds, env=env)
+    except subprocess.TimeoutExpired:
+        return None, f"PRV took over {seconds:g} s"
+    out = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not out:
+        if "MemoryError" in r.stderr:
+            return None, f"PRV needed over {memory_bytes / 2**30:g} GiB"
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"PRV failed ({last[:200]})"
+    value = json.loads(out[-1])["value"]
+    if value is None or not math.isfinite(value):
+        return None, "PRV gave no finite figure"
+    return float(value), None
+
+
+def bounded_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str, *,
+                    memory_bytes: int = PRV_MEMORY_BYTES, seconds: float = PRV_SECONDS) -> Accounted:
+    """Epsilon of ``steps`` Poisson-sampled Gaussian steps; RDP's (an upper bound) where PRV
+    would pass its budget. ``inf`` when RDP finds no finite bound (the caller refuses it)."""
+    from train.privacy import epsilon
+
+    rdp = epsilon(noise_multiplier, sample_rate, steps, delta, "rdp")
+    if accountant == "rdp" or not math.isfinite(rdp) or steps <= 0:
+        return Accounted(rdp, "rdp")
+    prv, why = _prv_in_child({"op": "epsilon", "sigma": noise_multiplier, "q": sample_rate, "steps": steps,
+                              "delta": delta}, memory_bytes, seconds)
+    if prv is None:
+        return Accounted(rdp, "rdp", f"{why}: RDP's bound is used instead")
+    return Accounted(prv, "prv")
+
+
+def bounded_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str, *,
+                  memory_bytes: int = PRV_MEMORY_BYTES, seconds: float = PRV_SECONDS) -> Accounted:
+    """The smallest noise multiplier within ``target_epsilon``: RDP's (more noise than
+    needed, never less) where PRV's search would pass its budget. A ValueError when no
+    noise meets the target."""
+    from train.privacy import noise_for
+
+    rdp = noise_for(target_epsilon, delta, sample_rate, steps, "rdp")
+    if accountant == "rdp":
+        return Accounted(rdp, "rdp")
+    prv, why = _prv_in_child({"op": "noise", "target": target_epsilon, "q": sample_rate, "steps": steps,
+                              "delta": delta}, memory_bytes, seconds)
+    if prv is None:
+        return Accounted(rdp, "rdp", f"{why}: RDP's noise is used instead")
+    return Accounted(prv, "prv")
+
+
+def _child() -> None:
+    import resource
+
+    req = json.loads(sys.stdin.read())
+    # the child limits itself before it imports anything large: its data segment, numpy's
+    # arrays included (preexec_fn is unsafe in a parent with threads, as Ray's driver is)
+    resource.setrlimit(resource.RLIMIT_DATA, (req["memory_bytes"], req["memory_bytes"]))
+    from train.privacy import epsilon, noise_for
+
+    if req["op"] == "epsilon":
+        value = epsilon(req["sigma"], req["q"], req["steps"], req["delta"], "prv")
+    else:
+        value = noise_for(req["target"], req["delta"], req["q"], req["steps"], "prv")
+    print(json.dumps({"value": value if math.isfinite(value) else None}))
+
+
+if __name__ == "__main__":
+    _child()
