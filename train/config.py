@@ -121,6 +121,15 @@ class DPConfig(_Strict):
         return self
 
 
+class AuditConfig(_Strict):
+    """An empirical audit of the run's DP guarantee (``train.audit``, one-run auditing):
+    ``canaries`` random blocks, each inserted into the DP split with probability 1/2,
+    scored after training; the summary shows the audited epsilon beside the accountant's."""
+
+    canaries: int = Field(1000, ge=8, le=100_000)
+    confidence: float = Field(0.95, ge=0.5, lt=1)
+
+
 class CRTConfig(_Strict):
     """The confidentiality report's inputs: gamma (the share of secrets policy pi misses,
     1 - recall) and delta_2 (the share policy pi_c misses), measured on gold data with an
@@ -164,6 +173,7 @@ class TrainConfig(_Strict):
     optim: OptimConfig = OptimConfig()
     dp: Optional[DPConfig] = None
     crt: Optional[CRTConfig] = None
+    audit: Optional[AuditConfig] = None
     workers: WorkersConfig = WorkersConfig()
     checkpoint_every: int = Field(50, ge=1, le=10_000_000)
     report_every: int = Field(10, ge=1, le=10_000_000)
@@ -176,6 +186,8 @@ class TrainConfig(_Strict):
             raise ValueError(f"kind {self.kind} needs a 'dp' section")
         if not kind.dp and self.dp is not None:
             raise ValueError(f"kind {self.kind} trains without DP: remove 'dp' or use kind dp")
+        if self.audit is not None and self.dp is None:
+            raise ValueError("audit: audits a DP guarantee; this run has no 'dp' section")
         if not kind.confidentiality and self.crt is not None:
             raise ValueError("'crt' is only for kind crt")
         if kind.needs_checkpoint and not self.model.checkpoint:

@@ -33,12 +33,14 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from privatize.errors import OutputError, SpecError
 from train.config import TrainConfig
 from train.kinds import train_kind
-from train.planning import PLAN, plan_run
+from train.audit import SEED_FIELD
+from train.planning import PLAN, plan_run, saved_plan
 from train.plan import RunPlan
 
 log = logging.getLogger(__name__)
@@ -328,20 +330,83 @@ def _stage(p: Prepared, progress: bool, timings: dict):
         timings["tokenizer_s"] = time.perf_counter() - t0
         data = _datasets(p, str(work / "tokenizer"))
         timings["data_s"] = time.perf_counter() - t0 - timings["tokenizer_s"]
+        canaries = _audit_canaries(p, tok, data)
         plan = plan_run(p, tok, data, progress)
         p.output.mkdir(parents=True, exist_ok=True)
         if plan.budget is not None and not (p.output / PLAN).exists():
-            (p.output / f".{PLAN}.tmp").write_text(json.dumps(plan.budget.to_dict(), indent=2) + "\n")
+            saved = plan.budget.to_dict() | ({SEED_FIELD: canaries.seed} if canaries else {})
+            (p.output / f".{PLAN}.tmp").write_text(json.dumps(saved, indent=2) + "\n")
             os.replace(p.output / f".{PLAN}.tmp", p.output / PLAN)
         if not (p.output / "tokenizer").is_dir():
             shutil.copytree(work / "tokenizer", p.output / ".tokenizer.tmp", dirs_exist_ok=True)
             os.replace(p.output / ".tokenizer.tmp", p.output / "tokenizer")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return tok, data, plan
+    return tok, data, plan, canaries
 
 
-def _trainer(p: Prepared, data: dict, plan: RunPlan, sink):
+@dataclass
+class Canaries:
+    """The audit's canaries (``train.audit``): all ``ids``, which were ``inserted``, into
+    which dataset, and the object reference of the inserted blocks the workers read."""
+
+    seed: int
+    split: str
+    ids: Any
+    inserted: Any
+    ref: object
+
+
+def _audit_canaries(p: Prepared, tok, data: dict) -> Canaries | None:
+    """With ``audit``, draw the canaries from the run's audit seed (kept in its privacy plan,
+    so a resumed run inserts the same ones) and add the inserted half to the DP split:
+    its size, so its sample rate and accounting, counts them."""
+    cfg = p.config
+    if cfg.audit is None:
+        return None
+    import secrets
+
+    import numpy as np
+    import ray
+
+    from train.audit import canaries as draw
+    from train.loop import plan_phases
+
+    phases = plan_phases(cfg.kind, {k: n for k, (_, n) in data.items()}, cfg.optim.batch_size)
+    split = next(ph.split for ph in phases if ph.dp)
+    saved = saved_plan(p.output) or {}
+    seed = saved.get(SEED_FIELD, secrets.randbits(63))
+    ids, inserted = draw(seed, cfg.audit.canaries, cfg.data.seq_len, 0, len(tok))
+    block = {"ids": ids[inserted], "loss": np.ones(ids[inserted].shape, np.uint8)}
+    ds, n = data[split]
+    data[split] = (ds, n + int(inserted.sum()))
+    return Canaries(seed, split, ids, inserted, ray.put(block))
+
+
+def _run_audit(p: Prepared, canaries: Canaries, model_dir: Path, epsilon: float, delta: float,
+               progress: bool) -> dict:
+    """Score every canary with the final model and bound epsilon from below."""
+    from transformers import AutoModelForCausalLM
+
+    from train.audit import audit, canary_scores
+
+    t0 = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    result = audit(canary_scores(model, canaries.ids), canaries.inserted, delta, p.config.audit.confidence)
+    out = result.to_dict() | {"accountant_epsilon": epsilon, "seconds": round(time.perf_counter() - t0, 2)}
+    if result.epsilon_lower_bound > epsilon * (1 + 1e-9):
+        # the accountant's epsilon is an upper bound; an audit above it means the DP code is wrong
+        out["exceeds_accountant"] = True
+        log.error("the audited epsilon %.3f exceeds the accountant's %.3f: the DP guarantee does not hold",
+                  result.epsilon_lower_bound, epsilon)
+    if progress:
+        print(f"audit: epsilon >= {result.epsilon_lower_bound:.3f} ({result.confidence:.0%}) from "
+              f"{result.correct} of {result.guesses} guesses on {result.canaries} canaries; accountant "
+              f"epsilon {epsilon:.3f}")
+    return out
+
+
+def _trainer(p: Prepared, data: dict, plan: RunPlan, sink, canaries: Canaries | None = None):
     """The ``TorchTrainer`` for this run: CPU and gloo, or GPUs and nccl."""
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -350,7 +415,10 @@ def _trainer(p: Prepared, data: dict, plan: RunPlan, sink):
     from train.loop import train_loop
 
     cfg = p.config
-    loop_cfg = {"plan": plan.worker, "splits": {k: block_refs(ds) for k, (ds, _) in data.items()}, "sink": sink}
+    splits = {k: block_refs(ds) for k, (ds, _) in data.items()}
+    if canaries is not None:
+        splits[canaries.split] = splits[canaries.split] + [canaries.ref]
+    loop_cfg = {"plan": plan.worker, "splits": splits, "sink": sink}
     storage = storage_of(cfg, p.output)
     if "://" not in storage:
         storage = str(Path(storage).resolve())
@@ -445,10 +513,10 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     gamma_delta = _crt_inputs(p) if train_kind(cfg.kind).confidentiality else None
     connect(address)
     timings: dict[str, float] = {}
-    tok, data, plan = _stage(p, progress, timings)
+    tok, data, plan, canaries = _stage(p, progress, timings)
     sink = _sink_class().options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=False)).remote(str(p.output.resolve()), progress)
-    trainer = _trainer(p, data, plan, sink)
+    trainer = _trainer(p, data, plan, sink, canaries)
     # Ray Train's controller looks at its workers every 2 s by default, so every run, however
     # short, ended up to 2 s after its last step; 0.5 s costs one small RPC per worker
     # (propagated from the driver to the controller; a value the user set is kept)
@@ -474,6 +542,8 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
         shutil.rmtree(final_dir)
     os.replace(tmp, final_dir)
     summary = _summary(p, tok, plan, dict(result.metrics or {}), ray.get(sink.state.remote()), gamma_delta, timings)
+    if canaries is not None:
+        summary["audit"] = _run_audit(p, canaries, final_dir, summary["epsilon"], plan.budget.delta, progress)
     tmp_s = p.output / f".{SUMMARY}.tmp"
     tmp_s.write_text(json.dumps(summary, indent=2) + "\n")
     os.replace(tmp_s, p.output / SUMMARY)

@@ -233,3 +233,25 @@ def test_workers_the_cluster_cannot_hold_fail_in_one_line_and_free_the_cluster(t
     while train_ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
         time.sleep(0.5)
     assert train_ray.available_resources().get("CPU", 0) == 2
+
+
+def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray, stories, tmp_path):
+    """``audit``: 64 canaries drawn from the run's audit seed (kept in its privacy plan), the
+    inserted half added to the DP split (so counted by its sample rate), all scored after
+    training. The audited epsilon is a lower bound: above the accountant's epsilon it would
+    mean broken DP code."""
+    from train.audit import SEED_FIELD, canaries
+
+    base = run_training(parse_config(_cfg(kind="dp", data={"path": str(stories["plain"])}, output=str(tmp_path / "b"),
+                                          optim={"max_steps": 2}, dp={"noise_multiplier": 1.2})), progress=False)
+    cfg = _cfg(kind="dp", data={"path": str(stories["plain"])}, output=str(tmp_path / "run"),
+               optim={"max_steps": 30, "batch_size": 8}, dp={"noise_multiplier": 1.2}, audit={"canaries": 64})
+    s = run_training(parse_config(cfg), progress=False)
+    a = s["audit"]
+    seed = json.loads((tmp_path / "run" / "privacy_plan.json").read_text())[SEED_FIELD]
+    _, inserted = canaries(seed, 64, 32, 0, s["tokenizer"]["vocab_size"])
+    assert a["canaries"] == 64 and a["inserted"] == int(inserted.sum()) and 0 < a["inserted"] < 64
+    assert s["examples"]["train"] == base["examples"]["train"] + a["inserted"]
+    assert a["guesses"] == 2 * a["k"] and 0 <= a["correct"] <= a["guesses"]
+    assert 0 <= a["epsilon_lower_bound"] <= s["epsilon"] == a["accountant_epsilon"]
+    assert "exceeds_accountant" not in a and a["delta"] == s["delta"]
