@@ -74,7 +74,13 @@ def _training_rows(m: ModelResult) -> list[tuple[str, str]]:
         return [("Data protection", '<span class="absent">not recorded</span>')]
     rows = [("Data protection", f"{esc(t.protection)} <span class=\"hint\">({esc(t.kind)} training)</span>")]
     if t.epsilon is not None:
-        rows.append(("Differential privacy", f"ε = {fmt_num(t.epsilon)}, δ = {fmt_num(t.delta)}"))
+        rows.append(("Differential privacy", f"accountant ε = {fmt_num(t.epsilon)}, δ = {fmt_num(t.delta)}"))
+        if t.audit_epsilon is not None:
+            rows.append(("Empirical audit", f"audited ε ≥ {fmt_num(t.audit_epsilon)} "
+                                            f"({t.audit_confidence:.0%}) <span class=\"hint\">{esc(t.audit_guesses or '')}; "
+                                            "one-run audit, Steinke et al. 2023</span>"))
+        else:
+            rows.append(("Empirical audit", '<span class="absent">not run (set audit: in the training config)</span>'))
     else:
         rows.append(("Differential privacy", "none (no DP guarantee)"))
     if t.confidentiality_epsilon is not None or t.confidentiality_delta is not None:

@@ -137,6 +137,10 @@ class TrainingInfo:
     delta: float | None = None
     confidentiality_epsilon: float | None = None  # CRT's Bayesian confidentiality
     confidentiality_delta: float | None = None
+    # the one-run audit (train.audit): the audited lower bound, its confidence, the guesses
+    audit_epsilon: float | None = None
+    audit_confidence: float | None = None
+    audit_guesses: str | None = None  # "v of r right on m canaries"
     loss_curve: list[list[float]] = field(default_factory=list)  # [[step, loss], ...]
 
 

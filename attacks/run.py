@@ -155,9 +155,13 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
     kind = s.get("kind", "unknown")
     default = {"pretrain": "none (plain training)", "continue": "none (continual pre-training)",
                "dp": "DP-SGD", "crt": "CRT: public split plain, private split DP-SGD"}.get(kind, kind)
+    audit = s.get("audit") or {}
+    guesses = (f"{audit['correct']} of {audit['guesses']} guesses right on {audit['canaries']} canaries"
+               if audit else None)
     return TrainingInfo(kind=kind, protection=protection or default, epsilon=s.get("epsilon"), delta=s.get("delta"),
                         confidentiality_epsilon=conf.get("epsilon"), confidentiality_delta=conf.get("delta"),
-                        loss_curve=curve)
+                        audit_epsilon=audit.get("epsilon_lower_bound"), audit_confidence=audit.get("confidence"),
+                        audit_guesses=guesses, loss_curve=curve)
 
 
 def _score(model_path: str, texts: list[str], cfg: AttackConfig, progress: bool, desc: str, adapter=None):
