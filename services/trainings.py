@@ -81,6 +81,10 @@ def validate_config(data) -> TrainSpec:
         cfg = parse_config(data, "config")
     except SpecError as exc:
         raise config_error(exc) from None
+    if cfg.dp is not None and cfg.dp.no_guarantee:
+        # a tenant's model would carry a DP-SGD label and no guarantee: the CLI runs these
+        raise config_invalid([("dp.no_guarantee", "a training through the service makes a privacy claim; "
+                                                  "run calibration without one from the CLI")])
     return TrainSpec(cfg)
 
 

@@ -95,11 +95,23 @@ class OptimConfig(_Strict):
 
 
 class DPConfig(_Strict):
+    no_guarantee: bool = False
+    """DP-SGD's sampling and clipping with any noise, 0 included, and no privacy claim: the
+    summary has no epsilon and says so. For audits and comparisons (kind dp, the CLI only:
+    the service refuses it)."""
     target_epsilon: Optional[float] = Field(None, gt=0, le=100)
     """At most 100: past it the guarantee protects nothing (and PRV's search grows without bound)."""
-    noise_multiplier: Optional[float] = Field(None, ge=0.3, le=1000)
-    """At least 0.3: below it epsilon passes 100 in a few hundred steps at usual sample
-    rates, and PRV's grid grows as 1/sigma^2 (gigabytes by 0.1)."""
+    noise_multiplier: Optional[float] = Field(None, ge=0, le=1000)
+    """At least 0.3 (unless ``no_guarantee``): below it epsilon passes 100 in a few hundred
+    steps at usual sample rates, and PRV's grid grows as 1/sigma^2 (gigabytes by 0.1)."""
+
+    @field_validator("noise_multiplier")
+    @classmethod
+    def _enough_noise(cls, v, info):
+        if v is not None and v < 0.3 and not info.data.get("no_guarantee"):
+            raise ValueError(f"{v} is below 0.3, where no useful guarantee remains (dp.no_guarantee runs it "
+                             "without one)")
+        return v
     delta: Optional[float] = Field(None, gt=0, le=0.1)
     """Default: 1/(10 N) over the DP split's N units; above 1/N it is refused at planning."""
     max_grad_norm: float = Field(1.0, gt=0, le=1e6)
@@ -115,6 +127,8 @@ class DPConfig(_Strict):
     def _budget(self):
         if self.target_epsilon is None and self.noise_multiplier is None:
             raise ValueError("give target_epsilon or noise_multiplier")
+        if self.no_guarantee and self.target_epsilon is not None:
+            raise ValueError("no_guarantee: a run without a guarantee has no target_epsilon")
         if not self.poisson:
             raise ValueError("poisson: false is refused: the accountant's epsilon holds only for Poisson "
                              "sampling, so a run without it would be told a guarantee it does not have")
@@ -186,6 +200,8 @@ class TrainConfig(_Strict):
             raise ValueError(f"kind {self.kind} needs a 'dp' section")
         if not kind.dp and self.dp is not None:
             raise ValueError(f"kind {self.kind} trains without DP: remove 'dp' or use kind dp")
+        if self.dp is not None and self.dp.no_guarantee and kind.confidentiality:
+            raise ValueError("dp.no_guarantee: kind crt reports a confidentiality bound, which needs a guarantee")
         if self.audit is not None and self.dp is None:
             raise ValueError("audit: audits a DP guarantee; this run has no 'dp' section")
         if not kind.confidentiality and self.crt is not None:

@@ -345,7 +345,7 @@ class _Run:
             loss_sum = t.item() / self.world
         rec = {"step": self.step, "epoch": epoch, "phase": phase.name, "loss": loss_sum / max(1, loss_n),
                "lr": self.sched.get_last_lr()[0], "tokens": self.tokens, "tokens_per_s": tok_rate}
-        if self.dp is not None and self.dp_steps():
+        if self.dp is not None and self.dp_steps() and self.plan.dp.noise_multiplier > 0:
             rec["epsilon"] = float(self.dp.accountant.get_epsilon(delta=self.plan.dp.delta))
             rec["dp_steps"] = self.dp_steps()
         return rec

@@ -93,7 +93,10 @@ class Budget:
     note: str | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not math.isfinite(d["planned_epsilon"]):
+            d["planned_epsilon"] = None  # dp.no_guarantee with no noise: no figure, and JSON has no inf
+        return d
 
 
 def plan_budget(dp, n: int, sample_rate: float, steps: int) -> Budget:
@@ -112,9 +115,11 @@ def plan_budget(dp, n: int, sample_rate: float, steps: int) -> Budget:
     delta = dp.delta if dp.delta is not None else default_delta(n)
     if dp.noise_multiplier is not None:
         sigma = dp.noise_multiplier
-        acc = bounded_epsilon(sigma, q, steps, delta, dp.accountant)
+        acc = bounded_epsilon(sigma, q, steps, delta, "rdp" if dp.no_guarantee else dp.accountant)
         eps = acc.value
-        if not math.isfinite(eps) or eps > MAX_EPSILON:
+        if dp.no_guarantee:
+            pass  # no claim is made, so none is refused
+        elif not math.isfinite(eps) or eps > MAX_EPSILON:
             raise SpecError(f"dp.noise_multiplier: {sigma} over {steps} steps at sample rate {q:.4g} spends epsilon "
                             f"{eps:.4g} > {MAX_EPSILON:g}, a guarantee that protects nothing; add noise or take "
                             "fewer steps (nothing was run)")

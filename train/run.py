@@ -383,7 +383,7 @@ def _audit_canaries(p: Prepared, tok, data: dict) -> Canaries | None:
     return Canaries(seed, split, ids, inserted, ray.put(block))
 
 
-def _run_audit(p: Prepared, canaries: Canaries, model_dir: Path, epsilon: float, delta: float,
+def _run_audit(p: Prepared, canaries: Canaries, model_dir: Path, epsilon: float | None, delta: float,
                progress: bool) -> dict:
     """Score every canary with the final model and bound epsilon from below."""
     from transformers import AutoModelForCausalLM
@@ -394,15 +394,15 @@ def _run_audit(p: Prepared, canaries: Canaries, model_dir: Path, epsilon: float,
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     result = audit(canary_scores(model, canaries.ids), canaries.inserted, delta, p.config.audit.confidence)
     out = result.to_dict() | {"accountant_epsilon": epsilon, "seconds": round(time.perf_counter() - t0, 2)}
-    if result.epsilon_lower_bound > epsilon * (1 + 1e-9):
+    if epsilon is not None and result.epsilon_lower_bound > epsilon * (1 + 1e-9):
         # the accountant's epsilon is an upper bound; an audit above it means the DP code is wrong
         out["exceeds_accountant"] = True
         log.error("the audited epsilon %.3f exceeds the accountant's %.3f: the DP guarantee does not hold",
                   result.epsilon_lower_bound, epsilon)
     if progress:
+        claim = f"accountant epsilon {epsilon:.3f}" if epsilon is not None else "no guarantee claimed"
         print(f"audit: epsilon >= {result.epsilon_lower_bound:.3f} ({result.confidence:.0%}) from "
-              f"{result.correct} of {result.guesses} guesses on {result.canaries} canaries; accountant "
-              f"epsilon {epsilon:.3f}")
+              f"{result.correct} of {result.guesses} guesses on {result.canaries} canaries; {claim}")
     return out
 
 
@@ -456,7 +456,10 @@ def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_
         "model": "model", "timings": {k: round(v, 2) for k, v in timings.items()}, "config": cfg.to_dict(),
     }
     if budget is not None:
-        summary.update(epsilon=metrics.get("epsilon", 0.0), delta=budget.delta, dp=budget.to_dict(),
+        eps = None if cfg.dp.no_guarantee else metrics.get("epsilon", 0.0)
+        if eps is None:
+            summary["guarantee"] = "none: dp.no_guarantee (DP-SGD's sampling and clipping, no privacy claim)"
+        summary.update(epsilon=eps, delta=budget.delta, dp=budget.to_dict(),
                        dp_steps=metrics.get("dp_steps"))
     if gamma_delta is not None:
         g, d2 = gamma_delta
@@ -549,8 +552,10 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     os.replace(tmp_s, p.output / SUMMARY)
     if progress:
         line = f"trained {cfg.kind}: {summary['steps']} steps, loss {summary['final_loss']:.4f}"
-        if "epsilon" in summary:
+        if summary.get("epsilon") is not None:
             line += f", epsilon {summary['epsilon']:.3f} (delta {summary['delta']:.3g})"
+        elif "epsilon" in summary:
+            line += ", no DP guarantee (dp.no_guarantee)"
         if "confidentiality" in summary:
             c = summary["confidentiality"]
             line += f", confidentiality ({c['epsilon']:.4f}, {c['delta']:.3g})"

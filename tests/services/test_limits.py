@@ -199,7 +199,8 @@ def test_dp_configs_the_red_team_sent_answer_422_at_the_field(api):
     for dp, path in (({"noise_multiplier": 0.06}, "dp.noise_multiplier"),
                      ({"target_epsilon": 1000}, "dp.target_epsilon"),
                      ({"noise_multiplier": 1.0, "delta": 0.999}, "dp.delta"),
-                     ({"noise_multiplier": 1.0, "poisson": False}, "dp")):
+                     ({"noise_multiplier": 1.0, "poisson": False}, "dp"),
+                     ({"noise_multiplier": 0.0, "no_guarantee": True}, "dp.no_guarantee")):
         r = client.post("/v1/trainings", json={"job_id": "j", "config": {"kind": "dp", "dp": dp}})
         assert r.status_code == 422, r.text
         assert path in [e["path"] for e in r.json()["errors"]], r.json()

@@ -99,8 +99,8 @@ def test_an_epsilon_past_the_cap_is_refused_before_anything_runs():
 
 @pytest.mark.parametrize("field,value,message", [
     ("poisson", False, "poisson: false is refused"),
-    ("noise_multiplier", 0.06, "greater than or equal to 0.3"),
-    ("noise_multiplier", 0.0, "greater than or equal to 0.3"),
+    ("noise_multiplier", 0.06, "0.06 is below 0.3"),
+    ("noise_multiplier", 0.0, "0.0 is below 0.3"),
     ("target_epsilon", 1000, "less than or equal to 100"),
     ("delta", 0.999, "less than or equal to 0.1"),
 ])
@@ -130,3 +130,15 @@ def test_prv_runs_within_its_budget_or_gives_way_to_rdp():
     assert big.accountant == "rdp" and big.note.startswith("PRV needed over 1 GiB")
     assert big.value == epsilon(0.5, 1.0, 1000, 1e-5, "rdp") and big.value > 100
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 << 10  # KiB: under 200 MB grew
+
+
+def test_no_guarantee_runs_without_noise_and_claims_nothing():
+    from train.config import parse_config
+
+    cfg = parse_config({"version": 1, "kind": "dp", "dp": {"noise_multiplier": 0.0, "no_guarantee": True}})
+    b = plan_budget(cfg.dp, n=100, sample_rate=0.1, steps=10)
+    assert b.noise_multiplier == 0 and b.to_dict()["planned_epsilon"] is None
+    with pytest.raises(SpecError, match="no_guarantee: a run without a guarantee has no target_epsilon"):
+        parse_config({"version": 1, "kind": "dp", "dp": {"target_epsilon": 1, "no_guarantee": True}})
+    with pytest.raises(SpecError, match="dp.no_guarantee: kind crt reports a confidentiality bound"):
+        parse_config({"version": 1, "kind": "crt", "dp": {"noise_multiplier": 0.0, "no_guarantee": True}})
