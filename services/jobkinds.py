@@ -70,6 +70,10 @@ class JobKind:
     options: Callable[[dict], list[tuple[str, str]]] | None = None
     """Extra entrypoint options from the stored spec: (flag, location relative to the
     tenant's folder), turned into the storage's locations by the service."""
+    discard_unless_succeeded: tuple[str, ...] = ()
+    """Folders of the job's output, relative to it, removed when the job ends any other way
+    than succeeded (a cancelled training's checkpoints: they counted against the quota and
+    nothing resumes them)."""
     models: Callable[[dict], dict[str, str]] | None = None
     """Models the stored spec names by reference: ``{reference: location relative to the
     tenant's folder}``, handed to every worker of the job as storage locations
@@ -211,6 +215,7 @@ def _train_options(spec: dict) -> list[tuple[str, str]]:
 
 
 register_job_kind(JobKind(TRAIN, _validate_train, "train.job", _train_results, _prepare_train, result_file=SUMMARY,
+                          discard_unless_succeeded=("checkpoints",),
                           limits=_train_limits, input_kind=PRIVATIZE, also_reads=_train_reads,
                           options=_train_options))
 

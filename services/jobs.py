@@ -317,6 +317,13 @@ def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
     # sibling directory and renames it into place)
     out_name = job.output_path.rsplit("/", 1)[-1]
     ctx.storage.delete_children(job_dir(job.tenant_id, job.id), f".{out_name}.")
+    if status != "succeeded":
+        try:
+            discard = job_kind(job.kind).discard_unless_succeeded
+        except LookupError:
+            discard = ()
+        for rel in discard:
+            ctx.storage.delete_tree(f"{job.output_path}/{rel}")
     job.output_bytes = ctx.storage.tree_bytes(job_dir(job.tenant_id, job.id))
     if s is not None:
         audit.record(s, actor="system", action=f"job.{status}", tenant_id=job.tenant_id, resource_type="job",

@@ -230,3 +230,34 @@ def test_jobs_recorded_before_kinds_existed_are_privatizations(tmp_path):
     migrate(engine)
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT kind FROM jobs WHERE id = 'j'").scalar() == PRIVATIZE
+
+
+def test_a_cancelled_training_loses_its_checkpoints_and_keeps_the_rest(api):
+    """Issue 36: a cancelled training kept its checkpoints (30 MB against the quota); a
+    training's kind discards them when it ends any way but succeeded, and the job's
+    output bytes count what is left."""
+    from services import jobs as jobs_mod
+    from services.db import session_scope
+    from services.models import Job, Tenant
+
+    client, _, _, _ = api
+    ctx = client.app.state.ctx
+    with session_scope(ctx.sessions) as s:
+        tenant_id = s.query(Tenant).one().id
+        rows = {}
+        for status in ("cancelled", "succeeded"):
+            job = Job(tenant_id=tenant_id, kind="train", status="running", spec={}, spec_sha256="0" * 64,
+                      output_path="")
+            s.add(job)
+            s.flush()
+            job.output_path = f"{jobs_mod.job_dir(tenant_id, job.id)}/output"
+            for rel, size in (("checkpoints/ckpt_1/model.pt", 3000), ("metrics.jsonl", 100)):
+                ctx.storage.write_bytes(f"{job.output_path}/{rel}", b"x" * size)
+            rows[status] = job
+        for status, job in rows.items():
+            jobs_mod._finish(ctx, job, status, None)
+        for status, job in rows.items():
+            has_ckpt = ctx.storage.exists(f"{job.output_path}/checkpoints/ckpt_1/model.pt")
+            assert has_ckpt == (status == "succeeded"), status
+            assert ctx.storage.exists(f"{job.output_path}/metrics.jsonl")
+            assert job.output_bytes == (3100 if status == "succeeded" else 100), (status, job.output_bytes)
