@@ -95,6 +95,12 @@ class OptimConfig(_Strict):
 
 
 class DPConfig(_Strict):
+    unit: Literal["sequence", "record"] = "sequence"
+    """What one epsilon protects. ``sequence``: one packed block of ``data.seq_len`` tokens
+    (records are packed end to end, so a record spread over k blocks has up to k times the
+    epsilon). ``record``: blocks never mix records, and a record of up to k blocks is
+    accounted as a group (group privacy: k eps, k e^((k-1) eps) delta); the target epsilon
+    and delta are the record's."""
     no_guarantee: bool = False
     """DP-SGD's sampling and clipping with any noise, 0 included, and no privacy claim: the
     summary has no epsilon and says so. For audits and comparisons (kind dp, the CLI only:

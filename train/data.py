@@ -94,7 +94,7 @@ class Pack:
     """Ray Data callable: a batch of texts -> packed ``ids``/``loss`` blocks."""
 
     def __init__(self, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool,
-                 ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = ()):
+                 ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = (), per_record: bool = False):
         from tokenizers import Tokenizer  # the fast tokenizer alone: no transformers import per worker
 
         from privatize.ciphers.tokens import MASK_TOKEN
@@ -107,17 +107,22 @@ class Pack:
             self.pad = self.eos
         self.mask_id = self.tok.token_to_id(MASK_TOKEN) if mask_token_loss else None
         self.ignore_spans, self.ignore_kinds = ignore_spans, frozenset(ignore_kinds)
+        self.per_record = per_record
 
     def __call__(self, batch: dict) -> dict:
         keep = [i for i, t in enumerate(batch[self.column].tolist()) if t]
         texts = [batch[self.column][i] for i in keep]
+        targets = None
         if not self.ignore_spans:
             enc = self.tok.encode_batch_fast(texts, add_special_tokens=False) if texts else []
-            return pack([e.ids for e in enc], self.seq_len, self.eos, self.pad, self.mask_id)
-        enc = self.tok.encode_batch(texts, add_special_tokens=False) if texts else []
-        spans = [batch[self.ignore_spans][i] for i in keep]
-        targets = [token_targets(e.offsets, self._spans(s)) for e, s in zip(enc, spans)]
-        return pack([e.ids for e in enc], self.seq_len, self.eos, self.pad, self.mask_id, targets)
+        else:
+            enc = self.tok.encode_batch(texts, add_special_tokens=False) if texts else []
+            spans = [batch[self.ignore_spans][i] for i in keep]
+            targets = [token_targets(e.offsets, self._spans(s)) for e, s in zip(enc, spans)]
+        docs = [e.ids for e in enc]
+        if not self.per_record:
+            return pack(docs, self.seq_len, self.eos, self.pad, self.mask_id, targets)
+        return pack_records(docs, self.seq_len, self.eos, self.pad, self.mask_id, targets)
 
     def _spans(self, spans) -> list[tuple[int, int]]:
         if spans is None:
@@ -163,6 +168,22 @@ def pack(docs: list[list[int]], seq_len: int, eos: int, pad: int, mask_id: int |
     return {"ids": ids.reshape(n, seq_len), "loss": loss.reshape(n, seq_len)}
 
 
+def pack_records(docs: list[list[int]], seq_len: int, eos: int, pad: int, mask_id: int | None,
+                 targets: list[np.ndarray] | None = None) -> dict:
+    """:func:`pack` one record at a time: no block holds tokens of two records (``dp.unit:
+    record``). ``first`` is 1 on each record's first block and ``blocks`` is its record's
+    number of blocks, for the group accounting."""
+    parts = [pack([d], seq_len, eos, pad, mask_id, None if targets is None else [targets[i]])
+             for i, d in enumerate(docs)]
+    if not parts:
+        out = pack([], seq_len, eos, pad, mask_id)
+        return out | {"first": np.zeros(0, np.uint8), "blocks": np.zeros(0, np.int32)}
+    sizes = [len(p["ids"]) for p in parts]
+    first = np.concatenate([np.eye(1, n, dtype=np.uint8)[0] for n in sizes])
+    return {"ids": np.concatenate([p["ids"] for p in parts]), "loss": np.concatenate([p["loss"] for p in parts]),
+            "first": first, "blocks": np.repeat(np.asarray(sizes, np.int32), sizes)}
+
+
 @dataclass(frozen=True)
 class Blocks:
     """One materialised split: ``ids`` and ``loss`` of shape (blocks, seq_len)."""
@@ -179,7 +200,8 @@ class Blocks:
 
 
 def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len: int, mask_token_loss: bool,
-                limit: int | None = None, ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = ()):
+                limit: int | None = None, ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = (),
+                per_record: bool = False):
     """The Ray Data plan for one split (not executed)."""
     import ray
 
@@ -202,7 +224,7 @@ def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len:
     if limit:
         ds = ds.limit(limit)
     return ds.map_batches(_pack_batch, fn_args=(tokenizer_dir, column, seq_len, mask_token_loss, ignore_spans,
-                                                tuple(ignore_kinds)),
+                                                tuple(ignore_kinds), per_record),
                           batch_size=PACK_ROWS, batch_format="numpy", num_cpus=0.5)
 
 
@@ -210,9 +232,9 @@ _PACKERS: dict = {}
 
 
 def _pack_batch(batch: dict, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool,
-                ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = ()) -> dict:
+                ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = (), per_record: bool = False) -> dict:
     """Ray Data task: one :class:`Pack` per worker process and tokenizer, reused."""
-    key = (tokenizer_dir, column, seq_len, mask_token_loss, ignore_spans, ignore_kinds)
+    key = (tokenizer_dir, column, seq_len, mask_token_loss, ignore_spans, ignore_kinds, per_record)
     if key not in _PACKERS:
         _PACKERS.clear()
         _PACKERS[key] = Pack(*key)

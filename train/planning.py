@@ -43,10 +43,23 @@ def resumed_budget(cfg: TrainConfig, saved: dict, sample_rate: float, dp_steps: 
     if target is not None and eps > target * (1 + 1e-9):
         raise SpecError(f"dp.target_epsilon: resuming this run to {dp_steps} DP steps ({taken} taken) would spend "
                         f"epsilon {eps:.3f} > target {target}; nothing was run")
-    return Budget(sigma, q, dp_steps, delta, acc.accountant, target, eps, saved.get("units", 0), acc.note)
+    return Budget(sigma, q, dp_steps, delta, acc.accountant, target, eps, saved.get("units", 0), acc.note,
+                  saved.get("unit", "sequence"), saved.get("group", 1))
 
 
-def plan_run(p: "Prepared", tok, data: dict, progress: bool):
+def dp_units(cfg: TrainConfig, ds, blocks: int, extra_units: int = 0) -> tuple[int, int]:
+    """(N, k): the privacy units of the DP split and the most blocks one spans. ``sequence``:
+    every block is a unit. ``record``: the records (``first`` blocks) and their longest run
+    of blocks, read from the packed dataset; ``extra_units`` are single-block units added
+    beside it (the audit's canaries)."""
+    if cfg.dp.unit != "record":
+        return blocks, 1
+    if ds.count() == 0:
+        return extra_units, 1
+    return int(ds.sum("first")) + extra_units, int(ds.max("blocks"))
+
+
+def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 0):
     """Phases, steps and the DP budget; a SpecError when the config cannot run as asked."""
     from train.loop import plan_phases, total_steps
     from train.privacy import plan_budget
@@ -72,13 +85,18 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool):
         before, per_epoch = sum(ph.steps for ph in phases[:i]), sum(ph.steps for ph in phases)
         dp_steps = sum(min(phases[i].steps, max(0, total - e * per_epoch - before)) for e in range(cfg.optim.epochs))
         saved = saved_plan(p.output)
-        budget = (plan_budget(cfg.dp, sizes[phases[i].split], phases[i].sample_rate, dp_steps) if saved is None
+        units, group = dp_units(cfg, data[phases[i].split][0], sizes[phases[i].split], extra_units)
+        budget = (plan_budget(cfg.dp, sizes[phases[i].split], phases[i].sample_rate, dp_steps, units=units,
+                              group=group) if saved is None
                   else resumed_budget(cfg, saved, phases[i].sample_rate, dp_steps,
                                        (p.resume or {}).get("dp_steps", 0)))
         dp_plan = DPPlan(noise_multiplier=budget.noise_multiplier, max_grad_norm=cfg.dp.max_grad_norm,
                          sample_rate=budget.sample_rate, delta=budget.delta, split=phases[i].split,
                          accountant=budget.accountant, grad_sample_mode=cfg.dp.grad_sample_mode,
                          poisson=cfg.dp.poisson, steps_cap=budget.steps)
+        if progress and budget.group > 1:
+            print(f"DP unit: record ({budget.units} records of up to {budget.group} blocks): epsilon "
+                  f"{budget.unit_epsilon:.3f} at delta {budget.unit_delta:.3g} per record, by group privacy")
         if progress:
             print(f"DP-SGD: noise multiplier {budget.noise_multiplier:.4f}, sample rate {budget.sample_rate:.4g}, "
                   f"{budget.steps} steps, planned epsilon {budget.planned_epsilon:.3f} at delta {budget.delta:.3g} "

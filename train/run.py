@@ -298,7 +298,8 @@ def _datasets(p: Prepared, tok_dir: str) -> dict:
     out = {}
     for name, split in p.splits.items():
         ds = plan_blocks(p.data, cfg.data.text_column, split, tok_dir, cfg.data.seq_len, cfg.data.mask_token_loss,
-                         cfg.data.max_records, cfg.data.ignore_spans, tuple(cfg.data.ignore_kinds)).materialize()
+                         cfg.data.max_records, cfg.data.ignore_spans, tuple(cfg.data.ignore_kinds),
+                         per_record=cfg.dp is not None and cfg.dp.unit == "record").materialize()
         n = ds.count()
         if n == 0 and not train_kind(cfg.kind).may_be_empty(split):
             raise SpecError(f"data.split: the {split} split of {p.data} is empty")
@@ -331,7 +332,7 @@ def _stage(p: Prepared, progress: bool, timings: dict):
         data = _datasets(p, str(work / "tokenizer"))
         timings["data_s"] = time.perf_counter() - t0 - timings["tokenizer_s"]
         canaries = _audit_canaries(p, tok, data)
-        plan = plan_run(p, tok, data, progress)
+        plan = plan_run(p, tok, data, progress, int(canaries.inserted.sum()) if canaries else 0)
         p.output.mkdir(parents=True, exist_ok=True)
         if plan.budget is not None and not (p.output / PLAN).exists():
             saved = plan.budget.to_dict() | ({SEED_FIELD: canaries.seed} if canaries else {})
@@ -457,15 +458,23 @@ def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_
     }
     if budget is not None:
         eps = None if cfg.dp.no_guarantee else metrics.get("epsilon", 0.0)
+        delta = budget.delta
         if eps is None:
             summary["guarantee"] = "none: dp.no_guarantee (DP-SGD's sampling and clipping, no privacy claim)"
-        summary.update(epsilon=eps, delta=budget.delta, dp=budget.to_dict(),
+        summary["unit"] = {"name": budget.unit, "units": budget.units, "blocks_per_unit_max": budget.group,
+                           "block_tokens": cfg.data.seq_len}
+        if eps is not None and budget.group > 1:
+            from train.privacy import group_bound
+
+            summary["unit"].update(block_epsilon=eps, block_delta=delta)
+            eps, delta = group_bound(eps, delta, budget.group)
+        summary.update(epsilon=eps, delta=delta, dp=budget.to_dict(),
                        dp_steps=metrics.get("dp_steps"))
     if gamma_delta is not None:
         g, d2 = gamma_delta
-        e_bc, d_bc = crt_confidentiality(summary["epsilon"], budget.delta, g, d2)
+        e_bc, d_bc = crt_confidentiality(summary["epsilon"], summary["delta"], g, d2)
         summary["confidentiality"] = {"gamma": g, "delta_2": d2, "epsilon": e_bc, "delta": d_bc,
-                                      "dp_epsilon": summary["epsilon"], "dp_delta": budget.delta,
+                                      "dp_epsilon": summary["epsilon"], "dp_delta": summary["delta"],
                                       "public_examples": sizes["public"], "private_examples": sizes["private"]}
     return summary
 
@@ -546,7 +555,9 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     os.replace(tmp, final_dir)
     summary = _summary(p, tok, plan, dict(result.metrics or {}), ray.get(sink.state.remote()), gamma_delta, timings)
     if canaries is not None:
-        summary["audit"] = _run_audit(p, canaries, final_dir, summary["epsilon"], plan.budget.delta, progress)
+        # a canary is one block, its own unit: the audit bounds the per-block guarantee
+        block_eps = summary["unit"].get("block_epsilon", summary["epsilon"])
+        summary["audit"] = _run_audit(p, canaries, final_dir, block_eps, plan.budget.delta, progress)
     tmp_s = p.output / f".{SUMMARY}.tmp"
     tmp_s.write_text(json.dumps(summary, indent=2) + "\n")
     os.replace(tmp_s, p.output / SUMMARY)

@@ -142,3 +142,28 @@ def test_no_guarantee_runs_without_noise_and_claims_nothing():
         parse_config({"version": 1, "kind": "dp", "dp": {"target_epsilon": 1, "no_guarantee": True}})
     with pytest.raises(SpecError, match="dp.no_guarantee: kind crt reports a confidentiality bound"):
         parse_config({"version": 1, "kind": "crt", "dp": {"noise_multiplier": 0.0, "no_guarantee": True}})
+
+
+def test_group_bound_by_hand_and_a_record_plan_meets_its_target():
+    from train.privacy import default_delta, group_bound
+
+    assert group_bound(0.5, 1e-6, 3) == pytest.approx((1.5, 3 * math.e * 1e-6))
+    assert group_bound(0.7, 1e-5, 1) == (0.7, 1e-5)
+    b = plan_budget(DPConfig(target_epsilon=3.0, unit="record", accountant="rdp"), n=1200, sample_rate=0.02,
+                    steps=200, units=400, group=3)
+    assert b.group == 3 and b.units == 400 and b.unit == "record"
+    assert b.unit_epsilon <= 3.0 and b.unit_epsilon == pytest.approx(3.0, rel=0.02)
+    assert b.unit_delta <= default_delta(400) * (1 + 1e-9) and b.delta < default_delta(400)
+    # a given noise: the block delta shrinks until the group's delta is within the unit's
+    g = plan_budget(DPConfig(noise_multiplier=1.0, unit="record", accountant="rdp"), n=1200, sample_rate=0.02,
+                    steps=200, units=400, group=3)
+    assert g.unit_delta <= default_delta(400) * (1 + 1e-9)
+    assert g.unit_epsilon == pytest.approx(3 * epsilon(1.0, 0.02, 200, g.delta, "rdp"))
+
+
+def test_records_too_long_for_group_privacy_are_refused():
+    """A story of 244 blocks: group privacy multiplies delta by e^(243 eps): no bound is
+    left, and the plan says so instead of overflowing."""
+    with pytest.raises(SpecError, match=r"^dp.unit: record: records of up to 244 blocks .* no useful group bound"):
+        plan_budget(DPConfig(noise_multiplier=1.2, unit="record", accountant="rdp"), n=1000, sample_rate=0.05,
+                    steps=100, units=4, group=244)

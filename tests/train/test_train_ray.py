@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -235,23 +236,41 @@ def test_workers_the_cluster_cannot_hold_fail_in_one_line_and_free_the_cluster(t
     assert train_ray.available_resources().get("CPU", 0) == 2
 
 
-def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray, stories, tmp_path):
+def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray, crt_shards, tmp_path):
     """``audit``: 64 canaries drawn from the run's audit seed (kept in its privacy plan), the
     inserted half added to the DP split (so counted by its sample rate), all scored after
     training. The audited epsilon is a lower bound: above the accountant's epsilon it would
-    mean broken DP code."""
-    from train.audit import SEED_FIELD, canaries
+    mean broken DP code. Both runs take ``dp.unit: record``: blocks never mix records, and
+    the record's epsilon and delta are the group bound of the block's, computed by hand
+    from the records' token counts."""
+    from transformers import AutoTokenizer
 
-    base = run_training(parse_config(_cfg(kind="dp", data={"path": str(stories["plain"])}, output=str(tmp_path / "b"),
-                                          optim={"max_steps": 2}, dp={"noise_multiplier": 1.2})), progress=False)
-    cfg = _cfg(kind="dp", data={"path": str(stories["plain"])}, output=str(tmp_path / "run"),
-               optim={"max_steps": 30, "batch_size": 8}, dp={"noise_multiplier": 1.2}, audit={"canaries": 64})
-    s = run_training(parse_config(cfg), progress=False)
+    from train.audit import SEED_FIELD, canaries
+    from train.data import read_texts
+
+    def cfg(out, **kw):  # the CRT recipe's shards: one record per sentence, a few blocks at most
+        return parse_config(_cfg(kind="dp", data={"path": str(crt_shards)}, output=str(tmp_path / out),
+                                 dp={"noise_multiplier": 1.2, "unit": "record"}, **kw))
+
+    base = run_training(cfg("b", optim={"max_steps": 2}), progress=False)
+    tok = AutoTokenizer.from_pretrained(tmp_path / "b" / "model")
+    texts = read_texts(str(crt_shards), "text")
+    blocks = [-(-(len(tok(t, add_special_tokens=False)["input_ids"]) + 1) // 32) for t in texts if t]
+    u = base["unit"]
+    assert u["name"] == "record" and u["units"] == len(blocks) and u["blocks_per_unit_max"] == max(blocks) > 1
+    assert base["examples"]["train"] == sum(blocks)  # no block holds two records
+    k, e, d = max(blocks), u["block_epsilon"], u["block_delta"]
+    assert base["epsilon"] == pytest.approx(k * e) and base["delta"] == pytest.approx(k * math.exp((k - 1) * e) * d)
+    assert base["delta"] <= 1 / (10 * len(blocks)) * (1 + 1e-9)
+
+    s = run_training(cfg("run", optim={"max_steps": 30, "batch_size": 8}, audit={"canaries": 64}), progress=False)
     a = s["audit"]
     seed = json.loads((tmp_path / "run" / "privacy_plan.json").read_text())[SEED_FIELD]
     _, inserted = canaries(seed, 64, 32, 0, s["tokenizer"]["vocab_size"])
     assert a["canaries"] == 64 and a["inserted"] == int(inserted.sum()) and 0 < a["inserted"] < 64
     assert s["examples"]["train"] == base["examples"]["train"] + a["inserted"]
+    assert s["unit"]["units"] == len(blocks) + a["inserted"]  # each canary is a record of one block
     assert a["guesses"] == 2 * a["k"] and 0 <= a["correct"] <= a["guesses"]
-    assert 0 <= a["epsilon_lower_bound"] <= s["epsilon"] == a["accountant_epsilon"]
-    assert "exceeds_accountant" not in a and a["delta"] == s["delta"]
+    # a canary is one block: the audit bounds the block's epsilon, at the block's delta
+    assert 0 <= a["epsilon_lower_bound"] <= s["unit"]["block_epsilon"] == a["accountant_epsilon"] < s["epsilon"]
+    assert "exceeds_accountant" not in a and a["delta"] == s["unit"]["block_delta"]
