@@ -6,7 +6,8 @@ at sigma 0.001; a target-epsilon search evaluates it dozens of times. RDP costs
 milliseconds and is an upper bound. So planning
 
 1. accounts with RDP first, in process: an infinite epsilon is refused here;
-2. with ``accountant: prv``, runs PRV (the epsilon, or the noise search) in a child
+2. with ``accountant: prv``, sizes PRV's grid by Opacus' own domain rule: a small grid
+   is computed in process; a large one (the search: at half RDP's noise) in a child
    process under ``PRV_MEMORY_BYTES`` of data and ``PRV_SECONDS``; past either, the plan
    keeps RDP's figures and says so (``accountant`` in the plan is the one whose figure
    was used, and the workers account with it).
@@ -28,6 +29,30 @@ log = logging.getLogger(__name__)
 
 PRV_MEMORY_BYTES = 2 << 30
 PRV_SECONDS = 120.0
+IN_PROCESS_POINTS = 500_000
+"""PRV grids up to this many points (about 170 bytes each, measured: 85 MB) are computed in
+process; larger ones in the bounded child (which costs a fresh import of torch)."""
+
+
+def prv_grid_points(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
+                    eps_error: float = 0.01) -> float | None:
+    """The size of the grid Opacus' PRV accountant will build, from its own domain rule
+    (Gopi et al.'s safe domain over its mesh); None if this Opacus cannot say."""
+    try:
+        from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV, compute_safe_domain_size
+
+        delta_error = delta / 1000  # Opacus' default in get_epsilon
+        half = compute_safe_domain_size(prvs=[PoissonSubsampledGaussianPRV(sample_rate, noise_multiplier)],
+                                        max_self_compositions=[steps], eps_error=eps_error, delta_error=delta_error)
+        mesh = eps_error / math.sqrt(steps * math.log(12 / delta_error) / 2)
+        return 2 * float(half) / mesh
+    except Exception:  # noqa: BLE001 - an internal of Opacus; the child is the safe answer
+        return None
+
+
+def _small(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> bool:
+    points = prv_grid_points(noise_multiplier, sample_rate, steps, delta) if noise_multiplier > 0 else None
+    return points is not None and math.isfinite(points) and points <= IN_PROCESS_POINTS
 
 
 @dataclass(frozen=True)
@@ -69,6 +94,8 @@ def bounded_epsilon(noise_multiplier: float, sample_rate: float, steps: int, del
     rdp = epsilon(noise_multiplier, sample_rate, steps, delta, "rdp")
     if accountant == "rdp" or not math.isfinite(rdp) or steps <= 0:
         return Accounted(rdp, "rdp")
+    if _small(noise_multiplier, sample_rate, steps, delta):
+        return Accounted(epsilon(noise_multiplier, sample_rate, steps, delta, "prv"), "prv")
     prv, why = _prv_in_child({"op": "epsilon", "sigma": noise_multiplier, "q": sample_rate, "steps": steps,
                               "delta": delta}, memory_bytes, seconds)
     if prv is None:
@@ -86,6 +113,9 @@ def bounded_noise(target_epsilon: float, delta: float, sample_rate: float, steps
     rdp = noise_for(target_epsilon, delta, sample_rate, steps, "rdp")
     if accountant == "rdp":
         return Accounted(rdp, "rdp")
+    # the search probes noise below RDP's answer (PRV's is smaller); half of it bounds the grid
+    if _small(rdp / 2, sample_rate, steps, delta):
+        return Accounted(noise_for(target_epsilon, delta, sample_rate, steps, "prv"), "prv")
     prv, why = _prv_in_child({"op": "noise", "target": target_epsilon, "q": sample_rate, "steps": steps,
                               "delta": delta}, memory_bytes, seconds)
     if prv is None:

@@ -122,9 +122,17 @@ def test_prv_runs_within_its_budget_or_gives_way_to_rdp():
 
     from train.accounting import bounded_epsilon
 
-    ok = bounded_epsilon(1.0, 0.1, 50, 1e-5, "prv")
+    from train import accounting
+
+    ok = bounded_epsilon(1.0, 0.1, 50, 1e-5, "prv")  # a small grid: in process
     assert ok.accountant == "prv" and ok.note is None
     assert ok.value == pytest.approx(epsilon(1.0, 0.1, 50, 1e-5, "prv"), rel=1e-9)
+    assert accounting.prv_grid_points(1.0, 0.1, 50, 1e-5) < accounting.IN_PROCESS_POINTS
+    # the same in the child (a grid made to look large): the same figure
+    assert accounting.prv_grid_points(0.5, 1.0, 1000, 1e-5) > 4e7  # about 8 GB, measured
+    child = accounting._prv_in_child({"op": "epsilon", "sigma": 1.0, "q": 0.1, "steps": 50, "delta": 1e-5},
+                                     1 << 30, 60)
+    assert child == (pytest.approx(ok.value, rel=1e-9), None)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     big = bounded_epsilon(0.5, 1.0, 1000, 1e-5, "prv", memory_bytes=1 << 30)
     assert big.accountant == "rdp" and big.note.startswith("PRV needed over 1 GiB")
