@@ -21,9 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchmarks._common import need_data, save_result  # noqa: E402
+from _common import need_data, save_result  # noqa: E402
 
 
 def _config(data: Path, out: Path, args, dp: dict) -> dict:
