@@ -75,6 +75,7 @@ def _training_rows(m: ModelResult) -> list[tuple[str, str]]:
     rows = [("Data protection", f"{esc(t.protection)} <span class=\"hint\">({esc(t.kind)} training)</span>")]
     if t.epsilon is not None:
         rows.append(("Differential privacy", f"accountant ε = {fmt_num(t.epsilon)}, δ = {fmt_num(t.delta)}"))
+        rows.append(("Privacy unit", esc(t.unit) if t.unit else '<span class="absent">not recorded</span>'))
         if t.audit_epsilon is not None:
             rows.append(("Empirical audit", f"audited ε ≥ {fmt_num(t.audit_epsilon)} "
                                             f"({t.audit_confidence:.0%}) <span class=\"hint\">{esc(t.audit_guesses or '')}; "

@@ -141,6 +141,7 @@ class TrainingInfo:
     audit_epsilon: float | None = None
     audit_confidence: float | None = None
     audit_guesses: str | None = None  # "v of r right on m canaries"
+    unit: str | None = None  # what one epsilon protects, in words
     loss_curve: list[list[float]] = field(default_factory=list)  # [[step, loss], ...]
 
 

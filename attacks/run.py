@@ -156,12 +156,20 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
     default = {"pretrain": "none (plain training)", "continue": "none (continual pre-training)",
                "dp": "DP-SGD", "crt": "CRT: public split plain, private split DP-SGD"}.get(kind, kind)
     audit = s.get("audit") or {}
+    u = s.get("unit") or {}
+    unit = None
+    if u.get("name") == "record":
+        unit = (f"one record ({u.get('units')} in the DP split, up to {u.get('blocks_per_unit_max')} blocks of "
+                f"{u.get('block_tokens')} tokens each; group privacy)")
+    elif u.get("name") == "sequence":
+        unit = (f"one packed block of {u.get('block_tokens')} tokens ({u.get('units')} in the DP split; a record "
+                "spread over k blocks has up to k times epsilon)")
     guesses = (f"{audit['correct']} of {audit['guesses']} guesses right on {audit['canaries']} canaries"
                if audit else None)
     return TrainingInfo(kind=kind, protection=protection or default, epsilon=s.get("epsilon"), delta=s.get("delta"),
                         confidentiality_epsilon=conf.get("epsilon"), confidentiality_delta=conf.get("delta"),
                         audit_epsilon=audit.get("epsilon_lower_bound"), audit_confidence=audit.get("confidence"),
-                        audit_guesses=guesses, loss_curve=curve)
+                        audit_guesses=guesses, unit=unit, loss_curve=curve)
 
 
 def _score(model_path: str, texts: list[str], cfg: AttackConfig, progress: bool, desc: str, adapter=None):
