@@ -31,6 +31,7 @@ from services import audit
 from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import ClusterUnavailable, Conflict, LimitExceeded, NotFound, StorageLimitExceeded
+from privatize.jobio import redact_paths
 from services.jobkinds import EVALUATE, MANIFEST, PRIVATIZE, TRAIN, job_kind, read_manifest
 from services.keystore import bundle_json
 from services.keys import sealed_of
@@ -408,7 +409,18 @@ def logs(ctx: ServiceContext, tenant_id: str, job_id: str) -> str:
         job = get_job(s, tenant_id, job_id)
         if job.status == "queued" or job.submit_attempts == 0:
             return ""
-    return ctx.cluster.logs(job_id)
+    return storage_relative(ctx, tenant_id, ctx.cluster.logs(job_id))
+
+
+def storage_relative(ctx: ServiceContext, tenant_id: str, text: str) -> str:
+    """``text`` (a job's log) with the server's locations as a tenant knows them: the
+    tenant's folder becomes relative paths (``jobs/<id>/output/model``), the rest of the
+    storage ``<storage>`` and the service's data folder ``<data>``."""
+    st = ctx.storage
+    names = {st.location(f"tenants/{tenant_id}") + "/": "", st.location(f"tenants/{tenant_id}"): ".",
+             st.location("x")[:-2]: "<storage>", st.root: "<storage>",  # the root with and without a scheme
+             str(ctx.settings.data_path): "<data>"}
+    return redact_paths(text, names)
 
 
 def results(ctx: ServiceContext, tenant_id: str, job_id: str) -> tuple[Job, dict]:

@@ -261,3 +261,21 @@ def test_a_cancelled_training_loses_its_checkpoints_and_keeps_the_rest(api):
             assert has_ckpt == (status == "succeeded"), status
             assert ctx.storage.exists(f"{job.output_path}/metrics.jsonl")
             assert job.output_bytes == (3100 if status == "succeeded" else 100), (status, job.output_bytes)
+
+
+def test_job_logs_show_locations_as_the_tenant_knows_them(api):
+    """Issue 36: job logs showed the server's paths. The tenant's folder becomes relative
+    paths; another tenant's, the storage root and the data folder are named, not shown."""
+    from services.jobs import storage_relative
+
+    client, _, settings, _ = api
+    ctx = client.app.state.ctx
+    st = ctx.storage
+    log = (f"trained dp: 4 steps; model in {st.location('tenants/T1/jobs/J/output/model')}\n"
+           f"reading {st.location('tenants/T2/jobs/K/output')} and {settings.data_path}/spool/x\n"
+           f"Saving checkpoint to {st.root}/tenants/T1/jobs/J/output/checkpoints")
+    out = storage_relative(ctx, "T1", log)
+    assert out == ("trained dp: 4 steps; model in jobs/J/output/model\n"
+                   "reading <storage>/tenants/T2/jobs/K/output and <data>/spool/x\n"
+                   "Saving checkpoint to jobs/J/output/checkpoints")
+    assert str(settings.data_path) not in out

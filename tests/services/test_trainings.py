@@ -278,6 +278,8 @@ def test_a_tiny_training_on_a_privatization_output(service, trained):
     # Ray Train checkpointed into the training's own output (on S3 storage: straight to S3,
     # where every node of a cluster reaches it), and the checkpoints went once it succeeded
     assert f"jobs/{tid}/output/checkpoints/train/checkpoint_" in trained["logs"]
+    # the logs name locations as the tenant knows them (issue 36: they showed server paths)
+    assert str(service.data) not in trained["logs"] and f"tenants/{t.id}" not in trained["logs"]
     print(f"training through the service: {trained['seconds']:.1f} s (CLI submit to succeeded)")
 
 
