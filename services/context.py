@@ -24,19 +24,21 @@ log = logging.getLogger(__name__)
 class Cluster:
     """The Ray Jobs API, through ``ray.job_submission.JobSubmissionClient``. Every call
     maps connection failures to ``ClusterUnavailable`` and drops the cached client so
-    the next call reconnects (and restarts the embedded head if it died)."""
+    the next call reconnects. Only :meth:`connect` (the background reconciler) starts or
+    restarts the embedded head: a request never waits the minute that takes (a status poll
+    once hung 60 s behind one), it answers that Ray is unavailable."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
         self._client = None
         self._lock = threading.Lock()
 
-    def _get(self):
+    def _get(self, start: bool = False):
         with self._lock:
             if self._client is None:
                 from ray.job_submission import JobSubmissionClient
 
-                url = raycluster.dashboard_url(self.settings, start=True)
+                url = raycluster.dashboard_url(self.settings, start=start)
                 try:
                     self._client = JobSubmissionClient(url, headers=raycluster.auth_headers(self.settings))
                 except (ConnectionError, RuntimeError, OSError) as exc:
@@ -60,7 +62,8 @@ class Cluster:
             raise ClusterUnavailable(f"the Ray Jobs API did not answer ({type(exc).__name__})") from None
 
     def connect(self) -> str:
-        self._get()
+        """Connect, starting (or restarting) the embedded head when there is none."""
+        self._get(start=True)
         return raycluster.dashboard_url(self.settings, start=False)
 
     def submit(self, *, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict) -> bool:

@@ -282,3 +282,20 @@ def test_embedded_head_listens_on_loopback_only_and_refuses_clients_without_the_
         time.sleep(0.5)
     assert not left, left
     shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_request_never_starts_the_embedded_head(tmp_path):
+    """Issue 36: a status poll hung 60 s while its request thread restarted a stopped
+    embedded head. Only the reconciler's connect() starts it; a request's call answers at
+    once that Ray is unavailable, and no head was started."""
+    import time
+
+    from services.context import Cluster
+    from services.errors import ClusterUnavailable
+
+    s = Settings(env="development", data_dir=tmp_path / "data")
+    cluster = Cluster(s)
+    t0 = time.monotonic()
+    with pytest.raises(ClusterUnavailable, match="the embedded Ray head is not running"):
+        cluster.info("0" * 16)
+    assert time.monotonic() - t0 < 5 and raycluster.find_head(s) is None
