@@ -85,8 +85,10 @@ def _training_rows(m: ModelResult) -> list[tuple[str, str]]:
     else:
         rows.append(("Differential privacy", "none (no DP guarantee)"))
     if t.confidentiality_epsilon is not None or t.confidentiality_delta is not None:
+        basis = (f' <span class="hint">{esc(t.confidentiality_basis)}</span>' if t.confidentiality_basis
+                 else ' <span class="absent">gamma and delta_2 of unrecorded origin</span>')
         rows.append(("CRT confidentiality",
-                     f"(ε, δ) = ({fmt_num(t.confidentiality_epsilon)}, {fmt_num(t.confidentiality_delta)})"))
+                     f"(ε, δ) = ({fmt_num(t.confidentiality_epsilon)}, {fmt_num(t.confidentiality_delta)}){basis}"))
     return rows
 
 

@@ -137,6 +137,7 @@ class TrainingInfo:
     delta: float | None = None
     confidentiality_epsilon: float | None = None  # CRT's Bayesian confidentiality
     confidentiality_delta: float | None = None
+    confidentiality_basis: str | None = None  # where gamma and delta_2 came from: claimed or measured
     # the one-run audit (train.audit): the audited lower bound, its confidence, the guesses
     audit_epsilon: float | None = None
     audit_confidence: float | None = None

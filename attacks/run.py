@@ -156,6 +156,15 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
     default = {"pretrain": "none (plain training)", "continue": "none (continual pre-training)",
                "dp": "DP-SGD", "crt": "CRT: public split plain, private split DP-SGD"}.get(kind, kind)
     audit = s.get("audit") or {}
+    basis = None
+    prov = conf.get("provenance") or {}
+    if prov:
+        parts = []
+        for name in ("gamma", "delta_2"):
+            pv = prov.get(name) or {}
+            parts.append(f"{name} {pv.get('origin', 'of unknown origin')}"
+                         + (f" ({pv['source']})" if pv.get("source") else ""))
+        basis = "; ".join(parts)
     u = s.get("unit") or {}
     unit = None
     if u.get("name") == "record":
@@ -169,7 +178,7 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
     return TrainingInfo(kind=kind, protection=protection or default, epsilon=s.get("epsilon"), delta=s.get("delta"),
                         confidentiality_epsilon=conf.get("epsilon"), confidentiality_delta=conf.get("delta"),
                         audit_epsilon=audit.get("epsilon_lower_bound"), audit_confidence=audit.get("confidence"),
-                        audit_guesses=guesses, unit=unit, loss_curve=curve)
+                        audit_guesses=guesses, unit=unit, confidentiality_basis=basis, loss_curve=curve)
 
 
 def _score(model_path: str, texts: list[str], cfg: AttackConfig, progress: bool, desc: str, adapter=None):

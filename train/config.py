@@ -158,6 +158,16 @@ class CRTConfig(_Strict):
 
     gamma: Optional[float] = Field(None, ge=0, le=1)
     delta_2: Optional[float] = Field(None, ge=0, le=1)
+    source: Optional[str] = Field(None, min_length=1, max_length=500)
+    """Where a gamma or delta_2 typed here comes from (data, date, command): required with
+    either. The report labels such figures as claimed, not measured."""
+
+    @model_validator(mode="after")
+    def _sourced(self):
+        if (self.gamma is not None or self.delta_2 is not None) and self.source is None:
+            raise ValueError("a gamma or delta_2 given in the config needs its source (crt.source: data, date, "
+                             "command); it is reported as claimed, not measured")
+        return self
 
 
 class WorkersConfig(_Strict):

@@ -309,16 +309,26 @@ def _datasets(p: Prepared, tok_dir: str) -> dict:
     return out
 
 
-def _crt_inputs(p: Prepared) -> tuple[float, float]:
+def _crt_inputs(p: Prepared) -> tuple[float, float, dict]:
+    """gamma and delta_2 with where each came from: the training config (claimed, with its
+    ``crt.source``) or the privatization manifest's ``quality`` (measured by the data owner
+    on gold data, with its own ``source``)."""
     c = p.config.crt
     q = (p.manifest or {}).get("quality", {})
-    gamma = c.gamma if c and c.gamma is not None else q.get("gamma")
-    delta_2 = c.delta_2 if c and c.delta_2 is not None else q.get("delta_2")
-    for name, v in (("gamma", gamma), ("delta_2", delta_2)):
-        if v is None:
+    out, provenance = [], {}
+    for name in ("gamma", "delta_2"):
+        typed = getattr(c, name) if c else None
+        if typed is not None:
+            out.append(float(typed))
+            provenance[name] = {"origin": "claimed in the training config", "source": c.source}
+        elif q.get(name) is not None:
+            out.append(float(q[name]))
+            provenance[name] = {"origin": "measured: the privatization manifest's quality",
+                                "source": q.get("source")}
+        else:
             raise SpecError(f"crt.{name}: not given, and the privatization manifest has no quality.{name} "
                             "(measure it on gold data; see benchmarks/RESULTS.md)")
-    return float(gamma), float(delta_2)
+    return out[0], out[1], provenance
 
 
 def _stage(p: Prepared, progress: bool, timings: dict):
@@ -471,9 +481,10 @@ def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_
         summary.update(epsilon=eps, delta=delta, dp=budget.to_dict(),
                        dp_steps=metrics.get("dp_steps"))
     if gamma_delta is not None:
-        g, d2 = gamma_delta
+        g, d2, provenance = gamma_delta
         e_bc, d_bc = crt_confidentiality(summary["epsilon"], summary["delta"], g, d2)
-        summary["confidentiality"] = {"gamma": g, "delta_2": d2, "epsilon": e_bc, "delta": d_bc,
+        summary["confidentiality"] = {"gamma": g, "delta_2": d2, "provenance": provenance,
+                                      "epsilon": e_bc, "delta": d_bc,
                                       "dp_epsilon": summary["epsilon"], "dp_delta": summary["delta"],
                                       "public_examples": sizes["public"], "private_examples": sizes["private"]}
     return summary

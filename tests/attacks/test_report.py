@@ -100,7 +100,8 @@ def _evaluation() -> Evaluation:
         training=TrainingInfo("crt", "CRT (dedup+redact+DP on private)", epsilon=3.0, delta=1e-5,
                               confidentiality_epsilon=1.0, confidentiality_delta=1e-6, audit_epsilon=0.42,
                               audit_confidence=0.95, audit_guesses="61 of 100 guesses right on 1000 canaries",
-                              unit="one record (12 in the DP split, up to 3 blocks of 32 tokens each; group privacy)"),
+                              unit="one record (12 in the DP split, up to 3 blocks of 32 tokens each; group privacy)",
+                              confidentiality_basis="gamma claimed in the training config (a vendor's sheet)"),
         perplexity=22.9, perplexity_data="held-out test split, entity tokens encrypted",
         exposure=_exposure(9, "extrapolated", [(16, 10 ** 7), (8, 4 * 10 ** 8), (0, 2 * 10 ** 8)]),
         mia=MiaResult(50, 50, "USR: My name is {name}.", [_roc("loss", 0.52, 50), _roc("reference", 0.55, 50)]),
@@ -159,6 +160,7 @@ def test_privacy_cards_state_the_figures_and_their_support(page):
     assert "ε = 3, δ = 1e-05" in page and "(ε, δ) = (1, 1e-06)" in page
     assert "audited ε ≥ 0.42 (95%)" in page and "61 of 100 guesses right on 1000 canaries" in page
     assert "Privacy unit</th><td>one record (12 in the DP split, up to 3 blocks" in page
+    assert "gamma claimed in the training config (a vendor&#x27;s sheet)" in page
     assert "18.70" in page and "held-out test split (2,000 records)" in page
     assert "<b>14</b> of 500 generations" in page
     assert "failure ratio 1.83%" in page

@@ -175,3 +175,23 @@ def test_records_too_long_for_group_privacy_are_refused():
     with pytest.raises(SpecError, match=r"^dp.unit: record: records of up to 244 blocks .* no useful group bound"):
         plan_budget(DPConfig(noise_multiplier=1.2, unit="record", accountant="rdp"), n=1000, sample_rate=0.05,
                     steps=100, units=4, group=244)
+
+
+def test_crt_figures_carry_their_origin():
+    """Issue 36: gamma and delta_2 could come from the tenant's config with no provenance,
+    and gamma: 0 printed a (0, 0) guarantee. A typed figure needs its source and is
+    labelled claimed; a manifest's is labelled measured, with the manifest's source."""
+    from types import SimpleNamespace
+
+    from train.config import parse_config
+    from train.run import _crt_inputs
+
+    base = {"version": 1, "kind": "crt", "dp": {"noise_multiplier": 1.0}}
+    with pytest.raises(SpecError, match="crt: a gamma or delta_2 given in the config needs its source"):
+        parse_config({**base, "crt": {"gamma": 0.0, "delta_2": 0.0}})
+    cfg = parse_config({**base, "crt": {"gamma": 0.0, "source": "hand-typed"}})
+    g, d2, prov = _crt_inputs(SimpleNamespace(config=cfg, manifest={"quality": {"gamma": 0.2, "delta_2": 0.01,
+                                                                                 "source": "gold, 2026-11"}}))
+    assert (g, d2) == (0.0, 0.01)
+    assert prov == {"gamma": {"origin": "claimed in the training config", "source": "hand-typed"},
+                    "delta_2": {"origin": "measured: the privatization manifest's quality", "source": "gold, 2026-11"}}

@@ -40,7 +40,8 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     the formula from the run's own epsilon."""
     cfg = parse_config(_cfg(kind="crt", data={"path": str(crt_shards)}, output=str(tmp_path / "run"),
                             optim={"epochs": 2}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0},
-                            crt={"gamma": 0.05, "delta_2": 0.01}, workers={"num_workers": 2}))
+                            crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"},
+                            workers={"num_workers": 2}))
     s = run_training(cfg, progress=False)
     run = tmp_path / "run"
     pids = {w["pid"] for w in _worker_lines(run)}
@@ -51,6 +52,7 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     c = s["confidentiality"]
     assert 0 < s["epsilon"] < 50 and s["dp_steps"] == 2 * round(s["examples"]["private"] / 8)
     assert (c["epsilon"], c["delta"]) == pytest.approx(crt_confidentiality(s["epsilon"], s["delta"], 0.05, 0.01))
+    assert c["provenance"]["gamma"] == {"origin": "claimed in the training config", "source": "a test's own figures"}
     assert s["steps"] == 2 * -(-s["examples"]["public"] // 8) + s["dp_steps"] and phases <= {"public", "private"}
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
