@@ -374,6 +374,22 @@ class _Run:
             ray.train.report(rec, checkpoint=out)
 
 
+def _rendezvous() -> dict:
+    """How this worker's process group met its peers: the store's type and gloo's interface
+    (``train.rendezvous``: a file store and loopback on one machine)."""
+    import torch.distributed as dist
+
+    store = None
+    if dist.is_initialized():
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        s = _get_default_store()
+        while type(s).__name__ == "PrefixStore" and hasattr(s, "underlying_store"):
+            s = s.underlying_store
+        store = type(s).__name__
+    return {"store": store, "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
+
+
 def train_loop(config: dict) -> None:
     """Ray Train's ``train_loop_per_worker``. ``config`` holds the run's
     :class:`~train.plan.WorkerPlan` (``plan``), the blocks' object references per split
@@ -389,7 +405,8 @@ def train_loop(config: dict) -> None:
     torch.set_num_threads(plan.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     sink = config["sink"]
-    sink.worker.remote({"rank": rank, "world": world, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()})
+    sink.worker.remote({"rank": rank, "world": world, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
+                        "rendezvous": _rendezvous()})
     data = {name: from_refs(refs) for name, refs in config["splits"].items()}
     phases, total, bs, seed, mlm = plan.phases, plan.total_steps, plan.batch_size, plan.seed, plan.mlm
     dp_cap = plan.dp.steps_cap if plan.dp is not None else None

@@ -417,10 +417,11 @@ def _run_audit(p: Prepared, canaries: Canaries, model_dir: Path, epsilon: float 
     return out
 
 
-def _trainer(p: Prepared, data: dict, plan: RunPlan, sink, canaries: Canaries | None = None):
-    """The ``TorchTrainer`` for this run: CPU and gloo, or GPUs and nccl."""
+def _trainer(p: Prepared, data: dict, plan: RunPlan, sink, torch_config, canaries: Canaries | None = None):
+    """The ``TorchTrainer`` for this run: CPU and gloo, or GPUs and nccl
+    (``torch_config``: :func:`train.rendezvous.torch_config`)."""
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.torch import TorchTrainer
 
     from train.data import block_refs
     from train.loop import train_loop
@@ -435,7 +436,7 @@ def _trainer(p: Prepared, data: dict, plan: RunPlan, sink, canaries: Canaries | 
         storage = str(Path(storage).resolve())
     return TorchTrainer(
         train_loop, train_loop_config=loop_cfg,
-        torch_config=TorchConfig(backend="nccl" if cfg.workers.use_gpu else "gloo"),
+        torch_config=torch_config,
         scaling_config=ScalingConfig(num_workers=cfg.workers.num_workers, use_gpu=cfg.workers.use_gpu,
                                      resources_per_worker={"CPU": cfg.workers.cpus_per_worker}),
         run_config=RunConfig(name=RAY_RUN_NAME, storage_path=storage,
@@ -539,21 +540,24 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     tok, data, plan, canaries = _stage(p, progress, timings)
     sink = _sink_class().options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=False)).remote(str(p.output.resolve()), progress)
-    trainer = _trainer(p, data, plan, sink, canaries)
-    # Ray Train's controller looks at its workers every 2 s by default, so every run, however
-    # short, ended up to 2 s after its last step; 0.5 s costs one small RPC per worker
-    # (propagated from the driver to the controller; a value the user set is kept)
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
-    # one start try is at most start_timeout_s (so a short budget is not rounded up to 60 s)
-    if _START_TRY_S not in os.environ and cfg.workers.start_timeout_s < 60:
-        os.environ[_START_TRY_S] = f"{cfg.workers.start_timeout_s:g}"
-    t0 = time.perf_counter()
-    with _ProgressBar(sink, plan.worker.total_steps, progress):
-        try:
-            result = trainer.fit()
-        except Exception as e:
-            _raise_unschedulable(e, cfg)
-            raise
+    from train.rendezvous import torch_config
+
+    with torch_config("nccl" if cfg.workers.use_gpu else "gloo") as tc:
+        trainer = _trainer(p, data, plan, sink, tc, canaries)
+        # Ray Train's controller looks at its workers every 2 s by default, so every run, however
+        # short, ended up to 2 s after its last step; 0.5 s costs one small RPC per worker
+        # (propagated from the driver to the controller; a value the user set is kept)
+        os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+        # one start try is at most start_timeout_s (so a short budget is not rounded up to 60 s)
+        if _START_TRY_S not in os.environ and cfg.workers.start_timeout_s < 60:
+            os.environ[_START_TRY_S] = f"{cfg.workers.start_timeout_s:g}"
+        t0 = time.perf_counter()
+        with _ProgressBar(sink, plan.worker.total_steps, progress):
+            try:
+                result = trainer.fit()
+            except Exception as e:
+                _raise_unschedulable(e, cfg)
+                raise
     timings["fit_s"] = time.perf_counter() - t0
     # the final model, with its tokenizer, then the summary: a reader that finds the
     # summary finds the model

@@ -34,6 +34,39 @@ def _worker_lines(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "workers.jsonl").read_text().splitlines()]
 
 
+class _WildcardListeners(threading.Thread):
+    """While a run goes (every 0.1 s): TCP sockets that Ray Train worker processes listen on
+    at a wildcard address (every interface)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop, self.seen_workers, self.wildcard = threading.Event(), set(), set()
+
+    def run(self):
+        import psutil
+
+        while not self.stop.is_set():
+            for proc in psutil.process_iter(["pid", "cmdline"]):
+                try:
+                    if "RayTrainWorker" not in " ".join(proc.info["cmdline"] or ()):
+                        continue
+                    self.seen_workers.add(proc.info["pid"])
+                    for c in proc.net_connections(kind="tcp"):
+                        if c.status == psutil.CONN_LISTEN and c.laddr.ip in ("0.0.0.0", "::"):
+                            self.wildcard.add((proc.info["pid"], c.laddr.ip, c.laddr.port))
+                except (psutil.Error, OSError):
+                    continue
+            self.stop.wait(0.1)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.join()
+
+
 def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     """The CRT recipe's shards: public steps then DP-SGD steps each epoch, in two Ray Train
     worker processes whose parameters end identical; the confidentiality report follows
@@ -42,10 +75,15 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
                             optim={"epochs": 2}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0},
                             crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"},
                             workers={"num_workers": 2}))
-    s = run_training(cfg, progress=False)
+    with _WildcardListeners() as listeners:
+        s = run_training(cfg, progress=False)
     run = tmp_path / "run"
     pids = {w["pid"] for w in _worker_lines(run)}
     assert s["workers"]["ranks"] == [0, 1] and len(pids) == 2 and os.getpid() not in pids
+    # issue 36: rank 0's torch store listened on every interface for the whole run; on one
+    # machine the workers meet through a file store and gloo talks over loopback
+    assert all(w["rendezvous"] == {"store": "FileStore", "gloo_ifname": "lo"} for w in _worker_lines(run))
+    assert listeners.seen_workers and not listeners.wildcard, listeners.wildcard
     assert len(s["workers"]["final_param_digests"]) == 1  # both ranks hold the same parameters
     assert s["examples"]["public"] > 0 and s["examples"]["private"] > 0
     phases = {json.loads(x)["phase"] for x in (run / "metrics.jsonl").read_text().splitlines()}
