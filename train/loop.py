@@ -173,6 +173,9 @@ def lr_lambda(warmup: int, total: int):
 # ---- the worker ------------------------------------------------------------------------
 
 def _init_model(init: ModelInit):
+    """The worker's model, in training mode: ``from_pretrained`` returns a model in eval
+    mode, where Opacus' hooks record no activations (a DP run from a checkpoint then failed
+    with "No activations detected for Linear") and dropout is off."""
     from train.models import build_model, load_checkpoint, mlm_preset_config, preset_config, resize_for_new_vocabulary
 
     if init.checkpoint:
@@ -181,9 +184,9 @@ def _init_model(init: ModelInit):
             model = build_model(model.config, init.seed, init.mlm)
         if init.resize_to:
             resize_for_new_vocabulary(model, init.resize_to, init.seed, **init.special)
-        return model
+        return model.train()
     config = (mlm_preset_config if init.mlm else preset_config)(init.preset, init.vocab_size, **init.special)
-    return build_model(config, init.seed, init.mlm)
+    return build_model(config, init.seed, init.mlm).train()
 
 
 def make_private(model, optimizer, *, noise_multiplier: float, max_grad_norm: float, sample_rate: float,

@@ -466,3 +466,26 @@ def test_book_keeping_under_ddp_takes_the_one_process_plain_steps(tmp_path):
     for k, v in plain.state_dict().items():
         assert torch.equal(ranks[0][k], ranks[1][k]), k
         assert torch.allclose(ranks[0][k], v, atol=1e-6, rtol=0), k
+
+
+@pytest.mark.parametrize("mode", ["hooks", "ghost", "bk"])
+def test_the_oracle_holds_from_a_checkpoint(tmp_path, mode):
+    """Issue 37: a DP training that started from a checkpoint failed in hooks mode ("No
+    activations detected for Linear": from_pretrained leaves the model in eval mode, where
+    Opacus' hooks record nothing). The worker's model is in training mode, and DP-SGD with
+    no noise and no clipping takes plain training's steps from a loaded base as well."""
+    import torch
+
+    from train.loop import _init_model
+    from train.plan import ModelInit
+
+    _tiny(3).save_pretrained(tmp_path / "base")
+    plain, private = (_init_model(ModelInit(seed=0, checkpoint=str(tmp_path / "base"))) for _ in range(2))
+    assert plain.training and private.training
+    opt_p, opt_d = torch.optim.SGD(plain.parameters(), lr=0.05), torch.optim.SGD(private.parameters(), lr=0.05)
+    dp = _dp(private, opt_d, sigma=0.0, clip=1e6, mode=mode)
+    for x, y in _batches():
+        assert train_step(private, dp, opt_d, True, x, y) == pytest.approx(train_step(plain, None, opt_p, False, x, y),
+                                                                            rel=1e-5)
+    for (k, a), b in zip(plain.state_dict().items(), private.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6, rtol=0), k
