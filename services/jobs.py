@@ -417,9 +417,10 @@ def storage_relative(ctx: ServiceContext, tenant_id: str, text: str) -> str:
     tenant's folder becomes relative paths (``jobs/<id>/output/model``), the rest of the
     storage ``<storage>`` and the service's data folder ``<data>``."""
     st = ctx.storage
-    names = {st.location(f"tenants/{tenant_id}") + "/": "", st.location(f"tenants/{tenant_id}"): ".",
-             st.location("x")[:-2]: "<storage>", st.root: "<storage>",  # the root with and without a scheme
-             str(ctx.settings.data_path): "<data>"}
+    names = {str(ctx.settings.data_path): "<data>"}
+    # every location with and without its scheme (Ray and Arrow print s3 paths without it)
+    for root in (st.location("x")[:-2], st.root):
+        names.update({f"{root}/tenants/{tenant_id}/": "", f"{root}/tenants/{tenant_id}": ".", root: "<storage>"})
     return redact_paths(text, names)
 
 

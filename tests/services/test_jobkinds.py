@@ -279,3 +279,11 @@ def test_job_logs_show_locations_as_the_tenant_knows_them(api):
                    "reading <storage>/tenants/T2/jobs/K/output and <data>/spool/x\n"
                    "Saving checkpoint to jobs/J/output/checkpoints")
     assert str(settings.data_path) not in out
+    # an S3 location as Ray prints it, without its scheme
+    from types import SimpleNamespace
+
+    s3 = SimpleNamespace(storage=SimpleNamespace(root="bucket/pre", location=lambda rel: f"s3://bucket/pre/{rel}"),
+                         settings=settings)
+    assert storage_relative(s3, "T1", "path=bucket/pre/tenants/T1/jobs/J/output/checkpoints, s3://bucket/pre/"
+                                      "tenants/T1/jobs/J/output and bucket/pre/tenants/T2/x") == \
+        "path=jobs/J/output/checkpoints, jobs/J/output and <storage>/tenants/T2/x"

@@ -315,14 +315,14 @@ def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray,
     from train.audit import SEED_FIELD, canaries
     from train.data import read_texts
 
-    def cfg(out, **kw):  # the CRT recipe's shards: one record per sentence, a few blocks at most
-        return parse_config(_cfg(kind="dp", data={"path": str(crt_shards)}, output=str(tmp_path / out),
+    def cfg(out, **kw):  # the CRT recipe's shards: one record per sentence, in 8-token blocks: a few each
+        return parse_config(_cfg(kind="dp", data={"path": str(crt_shards), "seq_len": 8}, output=str(tmp_path / out),
                                  dp={"noise_multiplier": 1.2, "unit": "record"}, **kw))
 
     base = run_training(cfg("b", optim={"max_steps": 2}), progress=False)
     tok = AutoTokenizer.from_pretrained(tmp_path / "b" / "model")
     texts = read_texts(str(crt_shards), "text")
-    blocks = [-(-(len(tok(t, add_special_tokens=False)["input_ids"]) + 1) // 32) for t in texts if t]
+    blocks = [-(-(len(tok(t, add_special_tokens=False)["input_ids"]) + 1) // 8) for t in texts if t]
     u = base["unit"]
     assert u["name"] == "record" and u["units"] == len(blocks) and u["blocks_per_unit_max"] == max(blocks) > 1
     assert base["examples"]["train"] == sum(blocks)  # no block holds two records
@@ -333,7 +333,7 @@ def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray,
     s = run_training(cfg("run", optim={"max_steps": 30, "batch_size": 8}, audit={"canaries": 64}), progress=False)
     a = s["audit"]
     seed = json.loads((tmp_path / "run" / "privacy_plan.json").read_text())[SEED_FIELD]
-    _, inserted = canaries(seed, 64, 32, 0, s["tokenizer"]["vocab_size"])
+    _, inserted = canaries(seed, 64, 8, 0, s["tokenizer"]["vocab_size"])
     assert a["canaries"] == 64 and a["inserted"] == int(inserted.sum()) and 0 < a["inserted"] < 64
     assert s["examples"]["train"] == base["examples"]["train"] + a["inserted"]
     assert s["unit"]["units"] == len(blocks) + a["inserted"]  # each canary is a record of one block

@@ -424,8 +424,8 @@ def test_crt_takes_gamma_and_delta_2_from_its_config_or_else_the_manifest(tmp_pa
         return Prepared(cfg, tmp_path, str(tmp_path), None, {}, {}, manifest, None)
 
     measured = {"quality": {"gamma": 0.03, "delta_2": 0.002}}
-    assert _crt_inputs(prepared({}, measured)) == (0.03, 0.002)
-    assert _crt_inputs(prepared({"gamma": 0.1}, measured)) == (0.1, 0.002)  # the config wins
+    assert _crt_inputs(prepared({}, measured))[:2] == (0.03, 0.002)
+    assert _crt_inputs(prepared({"gamma": 0.1, "source": "typed"}, measured))[:2] == (0.1, 0.002)  # the config wins
     with pytest.raises(SpecError, match=r"^crt.gamma: not given, and the privatization manifest has no quality"):
         _crt_inputs(prepared({}, {"stages": []}))
 
