@@ -85,6 +85,18 @@ def _prv_in_child(request: dict, memory_bytes: int, seconds: float) -> tuple[flo
     return float(value), None
 
 
+def _prv_or_rdp(rdp: float, what: str, small: bool, in_process, request: dict, memory_bytes: int,
+                seconds: float) -> Accounted:
+    """PRV's figure, in process when its grid is ``small``, else from the bounded child;
+    RDP's figure (``what`` it is, in the note) when the child passes its budget."""
+    if small:
+        return Accounted(in_process(), "prv")
+    prv, why = _prv_in_child(request, memory_bytes, seconds)
+    if prv is None:
+        return Accounted(rdp, "rdp", f"{why}: RDP's {what} is used instead")
+    return Accounted(prv, "prv")
+
+
 def bounded_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str, *,
                     memory_bytes: int = PRV_MEMORY_BYTES, seconds: float = PRV_SECONDS) -> Accounted:
     """Epsilon of ``steps`` Poisson-sampled Gaussian steps; RDP's (an upper bound) where PRV
@@ -94,13 +106,10 @@ def bounded_epsilon(noise_multiplier: float, sample_rate: float, steps: int, del
     rdp = epsilon(noise_multiplier, sample_rate, steps, delta, "rdp")
     if accountant == "rdp" or not math.isfinite(rdp) or steps <= 0:
         return Accounted(rdp, "rdp")
-    if _small(noise_multiplier, sample_rate, steps, delta):
-        return Accounted(epsilon(noise_multiplier, sample_rate, steps, delta, "prv"), "prv")
-    prv, why = _prv_in_child({"op": "epsilon", "sigma": noise_multiplier, "q": sample_rate, "steps": steps,
-                              "delta": delta}, memory_bytes, seconds)
-    if prv is None:
-        return Accounted(rdp, "rdp", f"{why}: RDP's bound is used instead")
-    return Accounted(prv, "prv")
+    return _prv_or_rdp(rdp, "bound", _small(noise_multiplier, sample_rate, steps, delta),
+                       lambda: epsilon(noise_multiplier, sample_rate, steps, delta, "prv"),
+                       {"op": "epsilon", "sigma": noise_multiplier, "q": sample_rate, "steps": steps, "delta": delta},
+                       memory_bytes, seconds)
 
 
 def bounded_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str, *,
@@ -114,13 +123,10 @@ def bounded_noise(target_epsilon: float, delta: float, sample_rate: float, steps
     if accountant == "rdp":
         return Accounted(rdp, "rdp")
     # the search probes noise below RDP's answer (PRV's is smaller); half of it bounds the grid
-    if _small(rdp / 2, sample_rate, steps, delta):
-        return Accounted(noise_for(target_epsilon, delta, sample_rate, steps, "prv"), "prv")
-    prv, why = _prv_in_child({"op": "noise", "target": target_epsilon, "q": sample_rate, "steps": steps,
-                              "delta": delta}, memory_bytes, seconds)
-    if prv is None:
-        return Accounted(rdp, "rdp", f"{why}: RDP's noise is used instead")
-    return Accounted(prv, "prv")
+    return _prv_or_rdp(rdp, "noise", _small(rdp / 2, sample_rate, steps, delta),
+                       lambda: noise_for(target_epsilon, delta, sample_rate, steps, "prv"),
+                       {"op": "noise", "target": target_epsilon, "q": sample_rate, "steps": steps, "delta": delta},
+                       memory_bytes, seconds)
 
 
 def _child() -> None:

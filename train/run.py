@@ -33,8 +33,8 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from privatize.errors import OutputError, SpecError
 from train.config import TrainConfig
