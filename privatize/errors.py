@@ -28,3 +28,8 @@ class KeyMaterialError(PrivatizeError, ValueError):
 
 class OutputError(PrivatizeError, OSError):
     """The output directory cannot be written, or fails verification."""
+
+
+class TrainingFailed(PrivatizeError, RuntimeError):
+    """A run finished its steps but its result breaks a promise (a LoRA adapter that never
+    moved, a frozen base that did): no model is written."""

@@ -93,12 +93,11 @@ class BookKeeping:
                 a = _normalised(module, a)  # what the scale multiplies
         rec = _Record(module, a.detach())
         self.records.append(rec)
-        if isinstance(module, nn.Embedding):
-            # the frozen table's output needs no gradient: start the graph here
+        if isinstance(module, nn.Embedding) or not output.requires_grad:
+            # no trainable layer before this one (an embedding; a LoRA adapter's first
+            # matrix behind a frozen base): its output needs no gradient from upstream, so
+            # the graph starts here
             output = output.detach().requires_grad_(True)
-        elif not output.requires_grad:
-            raise RuntimeError(f"bk: {type(module).__name__} sits before every trainable embedding; its "
-                               "gradient would be lost with its parameters frozen (use hooks or ghost)")
 
         def keep(grad: torch.Tensor) -> None:
             rec.g = grad.detach()

@@ -47,6 +47,9 @@ class DataConfig(_Strict):
     path: Annotated[Optional[str], ServerPath(
         why="set by the service: a training reads the privatization job named by job_id", runner_sets=True)] = None
     text_column: str = "text"
+    description: Optional[str] = Field(None, min_length=1, max_length=500, description=(
+        "what this text is (source, licence, split), written into the model's training.json: a run that "
+        "starts from the model names it as its base's training data; default: the data path"))
     split: Split = "all"
     seq_len: int = Field(128, ge=8, le=8192)
     mask_token_loss: bool = Field(True, description="zero loss weight on <MASK> tokens (paper 002 'Baseline1')")
@@ -76,11 +79,24 @@ class TokenizerConfig(_Strict):
     max_entity_tokens: int = Field(4096, ge=0, le=100_000)
 
 
+class LoraConfig(_Strict):
+    """Low-rank adapters (LoRA, via ``peft``) on the checkpoint's ``target_modules``: only the
+    adapters train (and, under DP, only they are clipped and noised); the run saves the
+    merged model (``model/``) and the adapter beside it (``adapter/``)."""
+
+    r: int = Field(8, ge=1, le=1024)
+    alpha: float = Field(16.0, gt=0, le=100_000)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$")]] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1, max_length=64)
+
+
 class ModelConfig(_Strict):
     preset: Optional[Literal["tiny", "small", "paper-551m"]] = "tiny"
     checkpoint: Annotated[Optional[str], ServerPath(
         why="through the service a checkpoint is training:<id>, one of your succeeded trainings (the model it "
             "ended with)", model_ref=True)] = None
+    lora: Optional[LoraConfig] = None
 
 
 class OptimConfig(_Strict):
@@ -226,6 +242,8 @@ class TrainConfig(_Strict):
             raise ValueError(f"kind {self.kind} needs model.checkpoint")
         if self.model.preset is None and not self.model.checkpoint:
             raise ValueError("model: give a preset or a checkpoint")
+        if self.model.lora is not None and (not self.model.checkpoint or kind.fresh_weights or kind.masked_lm):
+            raise ValueError("model.lora: adapters fine-tune a causal model.checkpoint (kinds continue, dp, crt)")
         kind.check(self)
         if self.data.ignore_kinds and not self.data.ignore_spans:
             raise ValueError("data.ignore_kinds: give data.ignore_spans, the column the kinds are in")

@@ -39,9 +39,11 @@ import time
 import numpy as np
 
 from train.kinds import train_kind
+from train.models import is_lora
 from train.plan import MLMPlan, ModelInit, Phase, WorkerPlan
 
 IGNORE = -100
+ADAPTER = "adapter"
 
 
 def plan_phases(kind: str, sizes: dict[str, int], batch_size: int) -> list[Phase]:
@@ -147,11 +149,7 @@ def mlm_batch(ids, loss, idx: np.ndarray, mlm: MLMPlan, seed: int, epoch: int, s
 
 
 def param_digest(model) -> str:
-    h = hashlib.sha256()
-    for k, v in sorted(model.state_dict().items()):
-        h.update(k.encode())
-        h.update(v.detach().float().cpu().numpy().tobytes())
-    return h.hexdigest()
+    return _digest(model.state_dict())
 
 
 def unwrap(model):
@@ -176,7 +174,8 @@ def _init_model(init: ModelInit):
     """The worker's model, in training mode: ``from_pretrained`` returns a model in eval
     mode, where Opacus' hooks record no activations (a DP run from a checkpoint then failed
     with "No activations detected for Linear") and dropout is off."""
-    from train.models import build_model, load_checkpoint, mlm_preset_config, preset_config, resize_for_new_vocabulary
+    from train.models import (add_token_rows, build_model, load_checkpoint, mlm_preset_config, preset_config,
+                              resize_for_new_vocabulary, with_lora)
 
     if init.checkpoint:
         model = load_checkpoint(init.checkpoint, init.mlm)
@@ -184,6 +183,10 @@ def _init_model(init: ModelInit):
             model = build_model(model.config, init.seed, init.mlm)
         if init.resize_to:
             resize_for_new_vocabulary(model, init.resize_to, init.seed, **init.special)
+        if init.grow_to:
+            add_token_rows(model, init.grow_to)
+        if init.lora is not None:
+            model = with_lora(model, init.lora, init.seed)
         return model.train()
     config = (mlm_preset_config if init.mlm else preset_config)(init.preset, init.vocab_size, **init.special)
     return build_model(config, init.seed, init.mlm).train()
@@ -305,7 +308,13 @@ class _Run:
 
             with ckpt.as_directory() as d:
                 state = torch.load(os.path.join(d, "state.pt"), weights_only=False)
-                model.load_state_dict(load_file(os.path.join(d, "model", "model.safetensors")))
+                if is_lora(model):
+                    from peft import set_peft_model_state_dict
+
+                    set_peft_model_state_dict(model, load_file(os.path.join(d, ADAPTER, "adapter_model.safetensors")))
+                else:
+                    model.load_state_dict(load_file(os.path.join(d, "model", "model.safetensors")))
+        self.start = _lora_start(model)
         self.model = prepare_model(model)
         self.device = next(self.model.parameters()).device
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -366,7 +375,9 @@ class _Run:
         with tempfile.TemporaryDirectory() as d:
             out = None
             if checkpoint and self.rank == 0:
-                unwrap(self.model).save_pretrained(os.path.join(d, "model"))
+                # a LoRA run's checkpoint is its adapter: the frozen base is the run's
+                # model.checkpoint (and the driver merges the two at the end)
+                unwrap(self.model).save_pretrained(os.path.join(d, ADAPTER if is_lora(unwrap(self.model)) else "model"))
                 torch.save({"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
                             "step": self.step, "tokens": self.tokens, "noise_generator": gens,
                             "accountant": self.dp.accountant.state_dict() if self.dp is not None else None},
@@ -439,7 +450,42 @@ def train_loop(config: dict) -> None:
             if rank == 0:
                 sink.write.remote(rec)
             run.report(rec, checkpoint)
-    sink.final.remote({"rank": rank, "digest": param_digest(unwrap(run.model)), "last_loss": last_loss})
+    final = {"rank": rank, "digest": param_digest(unwrap(run.model)), "last_loss": last_loss}
+    if run.start is not None:
+        final["lora"] = _lora_moved(unwrap(run.model), run.start)
+    sink.final.remote(final)
+
+
+def _lora_start(model) -> dict | None:
+    """A LoRA model's adapter weights and its frozen weights' digest before this attempt's
+    steps (None without LoRA)."""
+    from train.models import adapter_state
+
+    if not is_lora(model):
+        return None
+    frozen = {k: v for k, v in model.state_dict().items() if "lora_" not in k}
+    return {"adapter": adapter_state(model), "frozen": _digest(frozen)}
+
+
+def _lora_moved(model, start: dict) -> dict:
+    """How far the adapter moved, and whether the frozen base stayed as it was: the driver
+    fails a run whose adapter did not move (Opacus issue #820: DP-LoRA runs that silently
+    trained nothing)."""
+    from train.models import adapter_state
+
+    now = adapter_state(model)
+    change = max(float((now[k].float() - v.float()).abs().max()) for k, v in start["adapter"].items())
+    frozen = {k: v for k, v in model.state_dict().items() if "lora_" not in k}
+    return {"adapter_max_change": change, "adapter_tensors": len(now),
+            "base_unchanged": _digest(frozen) == start["frozen"]}
+
+
+def _digest(state: dict) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(state.items()):
+        h.update(k.encode())
+        h.update(v.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()
 
 
 def _gather_generator_states(gen, world: int) -> list:

@@ -121,5 +121,70 @@ def resize_for_new_vocabulary(model, vocab_size: int, seed: int, **special) -> N
         setattr(model.config, k, v)
 
 
+def add_token_rows(model, vocab_size: int) -> None:
+    """Grow the input embeddings and the output layer to ``vocab_size`` rows for tokens added
+    to the checkpoint's tokenizer (entity tokens its text never had). Each new row is the
+    mean of the old rows (Hewitt, "Initializing new word embeddings for pretrained language
+    models", 2021): every existing row is kept, so the logits of the existing tokens are
+    unchanged before training, and a new token starts where the model's average token is."""
+    import torch
+
+    old_in, old_out = model.get_input_embeddings(), model.get_output_embeddings()
+    n = old_in.weight.shape[0]
+    if vocab_size < n:
+        raise ValueError(f"add_token_rows: {vocab_size} is fewer rows than the model's {n}")
+    if vocab_size == n:
+        return
+    with torch.no_grad():
+        emb = torch.nn.Embedding(vocab_size, old_in.weight.shape[1], dtype=old_in.weight.dtype,
+                                 padding_idx=old_in.padding_idx)
+        emb.weight[:n] = old_in.weight
+        emb.weight[n:] = old_in.weight.mean(0)
+        head = torch.nn.Linear(old_out.in_features, vocab_size, bias=old_out.bias is not None,
+                               dtype=old_out.weight.dtype)
+        head.weight[:n] = old_out.weight
+        head.weight[n:] = old_out.weight.mean(0)
+        if old_out.bias is not None:
+            head.bias[:n] = old_out.bias
+            head.bias[n:] = old_out.bias.mean()
+    model.set_input_embeddings(emb)
+    model.set_output_embeddings(head)
+    model.config.vocab_size = vocab_size
+
+
+def with_lora(model, lora, seed: int):
+    """``model`` with low-rank adapters (``peft``) on ``lora.target_modules``; only the
+    adapters require gradients. A SpecError when no module matches."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    missing = [t for t in lora.target_modules if t not in names and not any(
+        n.endswith("." + t) for n, _ in model.named_modules())]
+    if missing:
+        raise SpecError(f"model.lora.target_modules: {', '.join(missing)} not in the model (its linear layers: "
+                        f"{', '.join(sorted(_linear_names(model)))})")
+    torch.manual_seed(seed)
+    return get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                            target_modules=list(lora.target_modules), bias="none"))
+
+
+def _linear_names(model) -> set[str]:
+    import torch
+
+    return {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+
+
+def adapter_state(model) -> dict:
+    """The adapter's weights of a ``peft`` model (name -> tensor, detached copies)."""
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+
+
+def is_lora(model) -> bool:
+    return hasattr(model, "peft_config")
+
+
 def parameter_count(model) -> int:
     return sum(p.numel() for p in model.parameters())

@@ -38,7 +38,21 @@ class ModelInit:
     checkpoint: Optional[str] = None
     fresh_weights: bool = False
     resize_to: Optional[int] = None
+    grow_to: Optional[int] = None
+    """Entity tokens the checkpoint's tokenizer lacked were added: its embedding and output
+    rows grow to this size, the new rows the mean of the old ones (``train.models.add_token_rows``)."""
     mlm: bool = False
+    lora: Optional["LoraPlan"] = None
+
+
+@dataclass(frozen=True)
+class LoraPlan:
+    """Low-rank adapters on ``target_modules`` (``peft``); only they train."""
+
+    r: int
+    alpha: float
+    dropout: float
+    target_modules: tuple[str, ...]
 
 
 @dataclass(frozen=True)

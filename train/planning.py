@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from privatize.errors import SpecError
 from train.config import TrainConfig
 from train.kinds import train_kind
-from train.plan import DPPlan, MLMPlan, ModelInit, OptimPlan, RunPlan, WorkerPlan
+from train.plan import DPPlan, LoraPlan, MLMPlan, ModelInit, OptimPlan, RunPlan, WorkerPlan
 
 if TYPE_CHECKING:
     from train.run import Prepared
@@ -76,6 +76,11 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 
         init["vocab_size"] = len(tok)
     elif p.init.get("checkpoint") and (kind.fresh_weights or cfg.tokenizer.mode == "separate"):
         init["resize_to"] = len(tok)
+    elif p.init.get("base_vocab") and len(tok) > p.init["base_vocab"]:
+        init["grow_to"] = len(tok)  # entity tokens the base's tokenizer lacked (run._tokenizer)
+    if cfg.model.lora is not None:
+        lo = cfg.model.lora
+        init["lora"] = LoraPlan(r=lo.r, alpha=lo.alpha, dropout=lo.dropout, target_modules=tuple(lo.target_modules))
     sizes = {k: n for k, (_, n) in data.items()}
     phases = plan_phases(cfg.kind, sizes, cfg.optim.batch_size)
     total = total_steps(phases, cfg.optim.epochs, cfg.optim.max_steps)

@@ -247,6 +247,8 @@ def prepare(cfg: TrainConfig) -> Prepared:
             if len(load_tokenizer(tok_from)) != mconf.vocab_size:
                 raise SpecError(f"model.checkpoint: {ck} has a vocabulary of {mconf.vocab_size}, the tokenizer "
                                 f"{len(load_tokenizer(tok_from))}: it was trained with another tokenizer")
+            if not kind.masked_lm:
+                init["base_vocab"] = mconf.vocab_size  # entity tokens it lacks are added (_tokenizer)
     else:
         init["preset"] = cfg.model.preset
         if kind.masked_lm:
@@ -275,6 +277,8 @@ def _tokenizer(p: Prepared, progress: bool, dest: Path):
 
     if p.tokenizer_from:
         tok = load_tokenizer(p.tokenizer_from)
+        if p.init.get("base_vocab") and p.resume is None:
+            _add_entity_tokens(p, tok, progress)
     else:
         cfg = p.config
         texts = read_texts(p.data, cfg.data.text_column, "all", cfg.data.max_records)
@@ -289,6 +293,24 @@ def _tokenizer(p: Prepared, progress: bool, dest: Path):
             print(f"tokenizer: {len(tok)} tokens from {len(texts)} texts in {time.perf_counter() - t0:.1f} s")
     tok.save_pretrained(dest)
     return tok
+
+
+def _add_entity_tokens(p: Prepared, tok, progress: bool) -> None:
+    """Fine-tuning a base with its own tokenizer: the entity tokens of this run's text that
+    the base's tokenizer lacks (``Person_[...]``, the redaction stage's encrypt operator)
+    become single special tokens, as a trained tokenizer's are; the model grows a row for
+    each (``ModelInit.grow_to``, the mean row)."""
+    from train.data import read_texts
+    from train.tokenizer import entity_tokens
+
+    cfg = p.config
+    texts = read_texts(p.data, cfg.data.text_column, "all", cfg.data.max_records)
+    vocab = tok.get_vocab()
+    new = [t for t in entity_tokens(texts, cfg.tokenizer.max_entity_tokens) if t not in vocab]
+    if new:
+        tok.add_special_tokens({"additional_special_tokens": new}, replace_extra_special_tokens=False)
+        if progress:
+            print(f"tokenizer: the base's {p.init['base_vocab']} tokens and {len(new)} entity tokens of this data")
 
 
 def _datasets(p: Prepared, tok_dir: str) -> dict:
@@ -465,7 +487,8 @@ def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_
         "workers": {"count": cfg.workers.num_workers, "ranks": sorted({w["rank"] for w in state["workers"]}),
                     "pids": sorted({w["pid"] for w in state["workers"]}),
                     "final_param_digests": sorted({f["digest"] for f in state["finals"]})},
-        "model": "model", "timings": {k: round(v, 2) for k, v in timings.items()}, "config": cfg.to_dict(),
+        "model": "model", "base": base_of(cfg.model.checkpoint) if cfg.model.checkpoint else None,
+        "timings": {k: round(v, 2) for k, v in timings.items()}, "config": cfg.to_dict(),
     }
     if budget is not None:
         eps = None if cfg.dp.no_guarantee else metrics.get("epsilon", 0.0)
@@ -489,6 +512,88 @@ def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_
                                       "dp_epsilon": summary["epsilon"], "dp_delta": summary["delta"],
                                       "public_examples": sizes["public"], "private_examples": sizes["private"]}
     return summary
+
+
+def _check_lora(cfg: TrainConfig, state: dict) -> dict | None:
+    """A LoRA run's adapter must have moved and its base must not have: a TrainingFailed
+    otherwise (Opacus issue #820: DP-LoRA runs that silently trained nothing)."""
+    if cfg.model.lora is None:
+        return None
+    from privatize.errors import TrainingFailed
+
+    rec = next((f["lora"] for f in state["finals"] if f["rank"] == 0 and "lora" in f), None)
+    if rec is None:
+        return None  # resumed after the last step: nothing ran in this attempt
+    if rec["adapter_max_change"] == 0.0:
+        raise TrainingFailed(f"model.lora: the adapter's {rec['adapter_tensors']} tensors did not move in the run's "
+                             "steps (nothing trained: check target_modules, lr and, under DP, the clipping)")
+    if not rec["base_unchanged"]:
+        raise TrainingFailed("model.lora: the frozen base's weights changed (only the adapter may train)")
+    return {**cfg.model.lora.model_dump(mode="json"), **rec, "adapter": ADAPTER_DIR}
+
+
+ADAPTER_DIR = "adapter"
+
+
+def _save_final(p: Prepared, plan: RunPlan, checkpoint, tok) -> Path:
+    """The final model with its tokenizer and ``training.json`` (what it was trained on,
+    from which base), then (LoRA) the adapter beside it: written to temporary names and
+    renamed. A LoRA run's model is the base with the adapter merged in (it loads with
+    ``AutoModelForCausalLM``)."""
+    final_dir, tmp = p.output / "model", Path(tempfile.mkdtemp(dir=p.output, prefix=".model-"))
+    with checkpoint.as_directory() as d:
+        if p.config.model.lora is None:
+            shutil.copytree(Path(d) / "model", tmp, dirs_exist_ok=True)
+        else:
+            _merge_lora(plan, Path(d) / ADAPTER_DIR, tmp)
+            adapter_tmp = p.output / f".{ADAPTER_DIR}.tmp"
+            shutil.copytree(Path(d) / ADAPTER_DIR, adapter_tmp, dirs_exist_ok=True)
+            if (p.output / ADAPTER_DIR).exists():
+                shutil.rmtree(p.output / ADAPTER_DIR)
+            os.replace(adapter_tmp, p.output / ADAPTER_DIR)
+    tok.save_pretrained(tmp)
+    (tmp / TRAINING_JSON).write_text(json.dumps(_provenance(p), indent=2) + "\n")
+    if final_dir.exists():
+        shutil.rmtree(final_dir)
+    os.replace(tmp, final_dir)
+    return final_dir
+
+
+def _merge_lora(plan: RunPlan, adapter: Path, dest: Path) -> None:
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from train.loop import _init_model
+
+    model = _init_model(plan.worker.init)  # the base as the workers built it (grown rows, fresh adapter)
+    set_peft_model_state_dict(model, load_file(adapter / "adapter_model.safetensors"))
+    model.merge_and_unload().save_pretrained(dest)
+
+
+TRAINING_JSON = "training.json"
+
+
+def _provenance(p: Prepared) -> dict:
+    """What the model was trained on and from which base: kept in the model's folder, so a
+    run that starts from it names its base and the base's data (``summary['base']``)."""
+    cfg = p.config
+    out = {"kind": cfg.kind, "trained_on": cfg.data.description or str(cfg.data.path),
+           "preset": None if cfg.model.checkpoint else cfg.model.preset}
+    if cfg.model.checkpoint:
+        out["base"] = base_of(cfg.model.checkpoint)
+    return out
+
+
+def base_of(checkpoint: str) -> dict:
+    """The base a run started from: its folder's ``training.json`` (kind, data, its own
+    base), or, for a folder from elsewhere, its name and architecture."""
+    ck = Path(checkpoint)
+    info = ck / TRAINING_JSON
+    if info.is_file():
+        return {"checkpoint": ck.name if ck.name != "model" else ck.parent.name, **json.loads(info.read_text())}
+    conf = json.loads((ck / "config.json").read_text()) if (ck / "config.json").is_file() else {}
+    return {"checkpoint": ck.name, "trained_on": "not recorded (a model from outside the product)",
+            "architecture": (conf.get("architectures") or ["unknown"])[0]}
 
 
 _START_TRY_S = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
@@ -561,14 +666,12 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     timings["fit_s"] = time.perf_counter() - t0
     # the final model, with its tokenizer, then the summary: a reader that finds the
     # summary finds the model
-    final_dir, tmp = p.output / "model", Path(tempfile.mkdtemp(dir=p.output, prefix=".model-"))
-    with result.checkpoint.as_directory() as d:
-        shutil.copytree(Path(d) / "model", tmp, dirs_exist_ok=True)
-    tok.save_pretrained(tmp)
-    if final_dir.exists():
-        shutil.rmtree(final_dir)
-    os.replace(tmp, final_dir)
-    summary = _summary(p, tok, plan, dict(result.metrics or {}), ray.get(sink.state.remote()), gamma_delta, timings)
+    state = ray.get(sink.state.remote())
+    lora = _check_lora(cfg, state)
+    final_dir = _save_final(p, plan, result.checkpoint, tok)
+    summary = _summary(p, tok, plan, dict(result.metrics or {}), state, gamma_delta, timings)
+    if lora is not None:
+        summary["lora"] = lora
     if canaries is not None:
         # a canary is one block, its own unit: the audit bounds the per-block guarantee
         block_eps = summary["unit"].get("block_epsilon", summary["epsilon"])
