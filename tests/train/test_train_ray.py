@@ -341,3 +341,47 @@ def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray,
     # a canary is one block: the audit bounds the block's epsilon, at the block's delta
     assert 0 <= a["epsilon_lower_bound"] <= s["unit"]["block_epsilon"] == a["accountant_epsilon"] < s["epsilon"]
     assert "exceeds_accountant" not in a and a["delta"] == s["unit"]["block_delta"]
+
+
+def test_crt_with_dp_lora_from_a_public_base(train_ray, stories, crt_shards, tmp_path):
+    """Issue 37, as users train: a base pre-trained on public stories (no entity tokens),
+    then CRT with LoRA adapters on privatized shards. The base's tokenizer gains the data's
+    entity tokens, only the adapters train (book-keeping DP-SGD), the saved model is the
+    merged checkpoint and loads as a plain causal LM, the adapter sits beside it, and the
+    summary names the base and what it was trained on."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from privatize.ciphers.entity import TOKEN_RE
+
+    run_training(parse_config(_cfg(kind="pretrain", data={"path": str(stories["plain"]),
+                                                          "description": "four public stories"},
+                                   optim={"max_steps": 4}, output=str(tmp_path / "base"))), progress=False)
+    base_dir = tmp_path / "base" / "model"
+    base_tok = AutoTokenizer.from_pretrained(base_dir)
+    assert not any(TOKEN_RE.fullmatch(t) for t in base_tok.get_vocab())
+    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    s = run_training(parse_config(_cfg(
+        kind="crt", data={"path": str(crt_shards)}, model={"preset": None, "checkpoint": str(base_dir), "lora": lora},
+        optim={"lr": 0.01}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0, "grad_sample_mode": "bk"},
+        crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"}, output=str(tmp_path / "crt"))),
+        progress=False)
+    run = tmp_path / "crt"
+    tok = AutoTokenizer.from_pretrained(run / "model")
+    added = [t for t in tok.get_vocab() if TOKEN_RE.fullmatch(t)]
+    assert added and len(tok) == len(base_tok) + len(added) == s["tokenizer"]["vocab_size"]
+    assert all(tok.tokenize(f"x {t} y").count(t) == 1 for t in added[:20])
+    merged = AutoModelForCausalLM.from_pretrained(run / "model")
+    base = AutoModelForCausalLM.from_pretrained(base_dir)
+    assert merged.config.vocab_size == len(tok) and not any("lora" in n for n, _ in merged.named_parameters())
+    m, b = merged.state_dict(), base.state_dict()
+    n = len(base_tok)
+    assert torch.equal(m["model.embed_tokens.weight"][:n], b["model.embed_tokens.weight"])
+    assert torch.allclose(m["model.embed_tokens.weight"][n:], b["model.embed_tokens.weight"].mean(0).expand(len(added), -1))
+    assert torch.equal(m["model.layers.0.mlp.up_proj.weight"], b["model.layers.0.mlp.up_proj.weight"])  # not adapted
+    assert not torch.equal(m["model.layers.0.self_attn.q_proj.weight"], b["model.layers.0.self_attn.q_proj.weight"])
+    assert (run / "adapter" / "adapter_config.json").is_file() and (run / "adapter" / "adapter_model.safetensors").is_file()
+    assert s["lora"]["adapter_max_change"] > 0 and s["lora"]["base_unchanged"] and s["lora"]["r"] == 4
+    assert s["base"]["kind"] == "pretrain" and s["base"]["trained_on"] == "four public stories"
+    assert json.loads((run / "model" / "training.json").read_text())["base"]["trained_on"] == "four public stories"
+    assert 0 < s["epsilon"] < 50 and s["dp_steps"] > 0
