@@ -29,8 +29,8 @@ from attacks.results import (
     from_dict,
     to_json,
 )
-from attacks.report_format import (DASH, TARGET_FPR, best_auc, best_tpr, esc, fmt_num, fmt_pct, is_resolvable,
-                                   log2_candidates, tpr_at)
+from attacks.report_format import (DASH, TARGET_FPR, best_auc, best_tpr, cost_of_protection, esc, fmt_num, fmt_pct,
+                                   is_resolvable, log2_candidates, reference_model, tpr_at)
 from attacks.report_plots import plots_html
 
 _CSS = """
@@ -73,6 +73,8 @@ def _training_rows(m: ModelResult) -> list[tuple[str, str]]:
     if t is None:
         return [("Data protection", '<span class="absent">not recorded</span>')]
     rows = [("Data protection", f"{esc(t.protection)} <span class=\"hint\">({esc(t.kind)} training)</span>")]
+    if t.base:
+        rows.append(("Base model", esc(t.base) + (f' <span class="hint">{esc(t.lora)}</span>' if t.lora else "")))
     if t.epsilon is not None:
         rows.append(("Differential privacy", f"accountant ε = {fmt_num(t.epsilon)}, δ = {fmt_num(t.delta)}"))
         rows.append(("Privacy unit", esc(t.unit) if t.unit else '<span class="absent">not recorded</span>'))
@@ -193,8 +195,9 @@ def _attack_rows(m: ModelResult) -> list[tuple[str, str]]:
     return rows
 
 
-def _card(i: int, m: ModelResult) -> str:
-    rows = [*_training_rows(m), ("Perplexity", _perplexity_html(m)), *_exposure_rows(m.exposure),
+def _card(i: int, m: ModelResult, ref: ModelResult | None = None) -> str:
+    rows = [*_training_rows(m), ("Perplexity", _perplexity_html(m)),
+            ("Cost of protection", esc(cost_of_protection(m, ref))), *_exposure_rows(m.exposure),
             *_mia_rows(m.mia), *_attack_rows(m)]
     took = f" · attacks took {m.seconds:.0f} s" if m.seconds else ""
     return (f'<section class="card" id="model-{i}"><h3>{esc(m.name)}</h3>'
@@ -323,7 +326,7 @@ def render_report(evaluation: Evaluation) -> str:
         body = (f"<h2>Comparison</h2>{_comparison(ev.models)}"
                 + (f'<h2 id="identifiers">Identifiers (paper 003)</h2>{ids}' if ids else "")
                 + '<h2>Privacy cards</h2><div class="cards">'
-                + "".join(_card(i, m) for i, m in enumerate(ev.models))
+                + "".join(_card(i, m, reference_model(ev.models)) for i, m in enumerate(ev.models))
                 + f"</div><h2>Plots</h2>{plots_html(ev.models)}")
     else:
         body = '<p class="absent">This evaluation has no model results.</p>'

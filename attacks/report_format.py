@@ -63,3 +63,27 @@ def best_tpr(mia: MiaResult | None, max_fpr: float) -> tuple[RocResult, TprAtFpr
 
 def log2_candidates(exposure: ExposureResult) -> float | None:
     return math.log2(exposure.candidates) if exposure.candidates > 1 else None
+
+
+def reference_model(models):
+    """The model the others' cost of protection is measured against: the first with a
+    perplexity, no DP guarantee and a protection that starts with "none" (the plain model
+    of the main job), or None."""
+    for m in models:
+        t = m.training
+        if (m.perplexity is not None and t is not None and t.epsilon is None
+                and str(t.protection).lower().startswith("none")):
+            return m
+    return None
+
+
+def cost_of_protection(m, ref) -> str:
+    """"+X% perplexity against <reference>" (or why there is no figure)."""
+    if ref is None:
+        return "no unprotected model with a perplexity in this evaluation to compare against"
+    if m is ref:
+        return "the reference: the other models' cost is measured against it"
+    if m.perplexity is None:
+        return f"perplexity not measured (the reference is {ref.name})"
+    return f"{(m.perplexity / ref.perplexity - 1) * 100:+.1f}% perplexity against {ref.name}"
+

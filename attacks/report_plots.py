@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from attacks.results import ModelResult
-from attacks.report_format import DPI, TARGET_FPR, best_auc, esc, fmt_pct, log2_candidates, short_label
+from attacks.report_format import DPI, TARGET_FPR, best_auc, esc, fmt_pct, log2_candidates, reference_model, short_label
 
 
 
@@ -94,7 +94,7 @@ def _loss_figure(models: Sequence[ModelResult]) -> Figure | None:
     return fig
 
 
-def _tradeoff_figure(points: list[tuple[str, float, float]], ylabel: str, title: str,
+def _tradeoff_figure(points: list[tuple[str, float, float]], ylabel: str, title: str, xlabel: str,
                      chance: float | None = None) -> Figure | None:
     if not points:
         return None
@@ -106,21 +106,32 @@ def _tradeoff_figure(points: list[tuple[str, float, float]], ylabel: str, title:
     if chance is not None:
         ax.axhline(chance, color="grey", ls=":", label="chance")
         ax.legend(fontsize=8)
-    ax.set(xlabel="perplexity (lower = more useful)", ylabel=ylabel, title=title)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.margins(0.2)
     return fig
 
 
+def _utility(models: Sequence[ModelResult]) -> tuple[Callable[[ModelResult], float], str]:
+    """Each model's x: its perplexity as a ratio to the unprotected reference's when the
+    evaluation has one (the cost of protection), else the perplexity itself."""
+    ref = reference_model(models)
+    if ref is None:
+        return (lambda m: m.perplexity), "perplexity (lower = more useful)"
+    return (lambda m: m.perplexity / ref.perplexity), f"perplexity ÷ {short_label(ref.name, 20)}'s (1 = no cost)"
+
+
 def _ppl_exposure_figure(models: Sequence[ModelResult]) -> Figure | None:
-    pts = [(m.name, m.perplexity, m.exposure.max_exposure) for m in models
+    x, label = _utility(models)
+    pts = [(m.name, x(m), m.exposure.max_exposure) for m in models
            if m.perplexity is not None and m.exposure is not None]
-    return _tradeoff_figure(pts, "max canary exposure (bits)", "Utility vs canary exposure")
+    return _tradeoff_figure(pts, "max canary exposure (bits)", "Utility vs canary exposure", label)
 
 
 def _ppl_auc_figure(models: Sequence[ModelResult]) -> Figure | None:
-    pts = [(m.name, m.perplexity, r.auc) for m in models
+    x, label = _utility(models)
+    pts = [(m.name, x(m), r.auc) for m in models
            if m.perplexity is not None and (r := best_auc(m.mia)) is not None]
-    return _tradeoff_figure(pts, "best membership-inference AUC", "Utility vs membership inference", chance=0.5)
+    return _tradeoff_figure(pts, "best membership-inference AUC", "Utility vs membership inference", label, chance=0.5)
 
 
 # key, caption, alt text, figure builder, what is said when there is no data
@@ -134,10 +145,12 @@ _PLOTS: tuple[tuple[str, str, str, Callable[[Sequence[ModelResult]], Figure | No
     ("loss", "Training loss curves.",
      "Training loss against step for each model with a recorded loss curve",
      _loss_figure, "No loss plot: no model records a training loss curve."),
-    ("ppl-exposure", "Utility vs privacy: perplexity against max canary exposure.",
+    ("ppl-exposure", "Utility vs privacy: perplexity (as a ratio to the unprotected model's, where the "
+     "evaluation has one) against max canary exposure.",
      "Scatter of perplexity against max canary exposure, one labelled point per model",
      _ppl_exposure_figure, "No perplexity-vs-exposure plot: no model has both a perplexity and an exposure result."),
-    ("ppl-auc", "Utility vs privacy: perplexity against best membership-inference AUC.",
+    ("ppl-auc", "Utility vs privacy: perplexity (as a ratio to the unprotected model's, where the evaluation "
+     "has one) against best membership-inference AUC.",
      "Scatter of perplexity against best membership-inference AUC, one labelled point per model",
      _ppl_auc_figure, "No perplexity-vs-AUC plot: no model has both a perplexity and a membership-inference result."),
 )

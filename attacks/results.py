@@ -143,6 +143,8 @@ class TrainingInfo:
     audit_confidence: float | None = None
     audit_guesses: str | None = None  # "v of r right on m canaries"
     unit: str | None = None  # what one epsilon protects, in words
+    base: str | None = None  # the model it was fine-tuned from and what that was trained on
+    lora: str | None = None  # the adapters it was fine-tuned with (merged into the model)
     loss_curve: list[list[float]] = field(default_factory=list)  # [[step, loss], ...]
 
 

@@ -175,10 +175,17 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
                 "spread over k blocks has up to k times epsilon)")
     guesses = (f"{audit['correct']} of {audit['guesses']} guesses right on {audit['canaries']} canaries"
                if audit else None)
+    b, lo = s.get("base") or {}, s.get("lora") or {}
+    base = (f"{b.get('checkpoint')} ({b.get('kind', 'a model')}"
+            + (f" of preset {b['preset']}" if b.get("preset") else "") + f"), trained on {b.get('trained_on')}"
+            if b else None)
+    lora = (f"LoRA r = {lo.get('r')}, alpha = {lo.get('alpha')} on {', '.join(lo.get('target_modules') or [])} "
+            "(merged into the model)" if lo else None)
     return TrainingInfo(kind=kind, protection=protection or default, epsilon=s.get("epsilon"), delta=s.get("delta"),
                         confidentiality_epsilon=conf.get("epsilon"), confidentiality_delta=conf.get("delta"),
                         audit_epsilon=audit.get("epsilon_lower_bound"), audit_confidence=audit.get("confidence"),
-                        audit_guesses=guesses, unit=unit, confidentiality_basis=basis, loss_curve=curve)
+                        audit_guesses=guesses, unit=unit, confidentiality_basis=basis, loss_curve=curve,
+                        base=base, lora=lora)
 
 
 def _score(model_path: str, texts: list[str], cfg: AttackConfig, progress: bool, desc: str, adapter=None):

@@ -3,18 +3,29 @@
 Run by ``deploy/demo-service.sh`` (``make demo``) against a running service
 (``PRIVATIZE_URL``, ``PRIVATIZE_TOKEN``), or by hand against any deployment:
 
-    python deploy/main_job.py OUT_DIR [--docs 60] [--epochs 30]
+    python deploy/main_job.py OUT_DIR [--docs 400] [--epochs 6] [--public-data DIR]
 
-1. a corpus with fake PII (and a held-out corpus from the same generator) over HTTP;
-2. two privatization jobs, both first inserting 10 secret canaries ``My ID is: <4 digits>``
-   20 times each (the ``canaries`` stage; the secrets derive from an hmac key the service
-   made, and appear nowhere): ``raw`` (canaries only) and ``crt`` (canaries, sentence
-   split, dedup, Presidio redaction to ``<MASK>``, the public/private split);
-3. three tiny models (Ray Train): plain on the raw text, plain on the redacted text, and
-   CRT (plain steps on the public split, DP-SGD on the private one);
+With the public data (``../shared/data``, or ``--public-data``/``PRIVATIZE_PUBLIC_DATA``),
+the job trains as users do, fine-tuning a public base:
+
+1. uploads: CustomerSim dialogues (the CRT paper's data: fake customer-support chats, PII
+   in some turns, so a real share of sentences is public) to train on and a held-out
+   set, and the public text the base is pre-trained on;
+2. privatization jobs: ``raw`` and ``crt`` both first insert 10 secret canaries
+   ``My ID is: <4 digits>`` 20 times each (the ``canaries`` stage; the secrets derive from
+   an hmac key the service made, and appear nowhere); ``crt`` then splits sentences,
+   dedups, redacts with Presidio to ``<MASK>`` and splits public from private; ``public``
+   dedups the public text;
+3. a public base (``tiny``, ``train/configs/base-tiny.yaml``), then three fine-tunings of
+   it (Ray Train): plain on the raw text, plain on the redacted text, and CRT (plain steps
+   on the public split, DP-SGD on the private one);
 4. one evaluation of the three: exact canary exposure over all 10^4 candidates,
    membership inference (the uploaded records vs held-out ones), perplexity on held-out
-   text; its report downloaded to ``OUT_DIR/report``.
+   text, and each protection's cost against plain; the report downloaded to
+   ``OUT_DIR/report``.
+
+Without the public data it trains the three from scratch on a generated corpus (the
+``make-corpus`` generator, PII in every sentence).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -29,11 +41,15 @@ from pathlib import Path
 CANARIES = {"digits": 4, "count": 10, "repeats": 20, "held_out": 10}
 
 
-def _train_config(kind: str, epochs: int) -> dict:
+def _train_config(kind: str, epochs: int, base: str | None) -> dict:
     cfg = {"version": 1, "kind": kind, "data": {"seq_len": 64}, "model": {"preset": "tiny"},
            "tokenizer": {"vocab_size": 1024}, "optim": {"batch_size": 16, "epochs": epochs, "lr": 0.005,
                                                        "warmup_steps": 10},
            "workers": {"num_workers": 1}, "checkpoint_every": 100000, "report_every": 20}
+    if base is not None:  # fine-tune the public base with its tokenizer (entity tokens added)
+        cfg.update(kind="continue" if kind == "pretrain" else kind,
+                   model={"preset": None, "checkpoint": f"training:{base}"}, tokenizer={"mode": "shared"})
+        cfg["optim"]["lr"] = 0.002
     if kind == "crt":
         # gamma, delta_2: measured on customersim's gold spans (benchmarks/RESULTS.md)
         cfg.update(dp={"target_epsilon": 1.0, "max_grad_norm": 1.0, "grad_sample_mode": "ghost"},
@@ -41,6 +57,38 @@ def _train_config(kind: str, epochs: int) -> dict:
                         "source": "customersim held-out gold spans, one-sided 95% upper bounds "
                                   "(benchmarks/pi_c_curve.py, benchmarks/RESULTS.md)"})
     return cfg
+
+
+def _base_config() -> dict:
+    """``train/configs/base-tiny.yaml`` as a service training (one CPU: it shares the
+    embedded cluster with the privatization jobs)."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "train" / "configs" / "base-tiny.yaml").read_text())
+    cfg["workers"]["cpus_per_worker"] = 1
+    return cfg
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _corpora(out: Path, docs: int, public: Path | None) -> str:
+    """The training and held-out corpora (``out/train.jsonl``, ``out/heldout.jsonl``):
+    a seeded sample of CustomerSim's train dialogues and 200 of its test dialogues when the
+    public data is there, else generated ones. Returns what they are."""
+    if public is None:
+        from privatize.corpus import make_corpus
+
+        make_corpus(out / "train.jsonl", n_docs=docs, seed=0)
+        make_corpus(out / "heldout.jsonl", n_docs=200, seed=9)
+        return f"{docs} generated documents (PII in every sentence)"
+    for split, n, name, seed in (("train", docs, "train", 0), ("test", 200, "heldout", 9)):
+        rows = [json.loads(x) for x in open(public / "customersim" / f"{split}.jsonl", encoding="utf-8")]
+        rows = [r for r in rows if r["kind"] != "canary"]  # the dataset's own canaries: ours are inserted
+        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as fh:
+            for r in random.Random(seed).sample(rows, min(n, len(rows))):
+                fh.write(json.dumps({"doc_id": r["id"], "text": r["text"]}) + "\n")
+    return f"{docs} CustomerSim dialogues"
 
 
 def _wait_all(c, ids: dict[str, str], what: str) -> dict[str, dict]:
@@ -64,20 +112,31 @@ def _wait_all(c, ids: dict[str, str], what: str) -> dict[str, dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
-    ap.add_argument("--docs", type=int, default=60)
-    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--docs", type=int, default=None, help="documents to train on (default: 400 dialogues, or "
+                    "60 generated documents without the public data)")
+    ap.add_argument("--epochs", type=int, default=None, help="epochs of each model (default: 6 from a base, 30 "
+                    "from scratch)")
+    ap.add_argument("--public-data", type=Path, default=None,
+                    help="folder with customersim, wikitext2_tokenized and squality_gutenberg (default: "
+                         "../shared/data or PRIVATIZE_PUBLIC_DATA)")
     args = ap.parse_args()
 
-    from privatize.corpus import make_corpus
     from services.client import ServiceClient
+    from train.base import default_public_data, public_corpus
 
+    public = args.public_data or default_public_data()
+    if not (public / "customersim" / "train.jsonl").is_file():
+        print(f"   ({public} has no public data: the three models train from scratch on generated text)")
+        public = None
+    docs = args.docs or (400 if public else 60)
+    epochs = args.epochs or (6 if public else 30)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    make_corpus(out / "train.jsonl", n_docs=args.docs, seed=0)
-    make_corpus(out / "heldout.jsonl", n_docs=200, seed=9)
+    what = _corpora(out, docs, public)
     with ServiceClient(os.environ["PRIVATIZE_URL"], os.environ["PRIVATIZE_TOKEN"]) as c:
-        print(f"== main job 1/4: upload ({args.docs} documents to train on, 200 held out)", flush=True)
+        print(f"== main job 1/4: upload ({what} to train on, 200 held out"
+              + (", public text for the base)" if public else ")"), flush=True)
         train_c = c.upload_corpus(out / "train.jsonl", name="main-train")
         held_c = c.upload_corpus(out / "heldout.jsonl", name="main-heldout")
         key = c.create_key("hmac", label="canaries")
@@ -90,12 +149,26 @@ def main() -> int:
                      {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "min_length": 20},
                      {"kind": "redact", "operator": "mask"}, {"kind": "split_private"}]}}
         jobs = {name: c.create_job(train_c["id"], spec)["id"] for name, spec in specs.items()}
-        _wait_all(c, jobs, "job")
+        base = None
+        if public:
+            import yaml
 
-        print(f"== main job 3/4: train three tiny models ({args.epochs} epochs each, Ray Train)", flush=True)
+            pub_c = c.upload_corpus(public_corpus(out / "public-text", public), name="public-text")
+            pub_job = c.create_job(pub_c["id"], yaml.safe_load((ROOT / "privatize" / "specs" / "public.yaml")
+                                                               .read_text()))["id"]
+            _wait_all(c, {"public": pub_job}, "job")
+            print("== main job 3/4: a public base (tiny, public text only), then three fine-tunings of it "
+                  f"({epochs} epochs each, Ray Train)", flush=True)
+            base = c.create_training(pub_job, _base_config())["id"]
+        _wait_all(c, jobs, "job")
+        if base:
+            _wait_all(c, {"base": base}, "training")
+        else:
+            print(f"== main job 3/4: train three tiny models from scratch ({epochs} epochs each, Ray Train)",
+                  flush=True)
         plan = {"plain": (jobs["raw"], "pretrain"), "redacted": (jobs["crt"], "pretrain"),
                 "crt": (jobs["crt"], "crt")}
-        trainings = {name: c.create_training(job, _train_config(kind, args.epochs))["id"]
+        trainings = {name: c.create_training(job, _train_config(kind, epochs, base))["id"]
                      for name, (job, kind) in plan.items()}
         _wait_all(c, trainings, "training")
 
@@ -117,18 +190,21 @@ def main() -> int:
     ev_json = json.loads(paths[1].read_text())
     print()
     print(f"Main job finished in {time.time() - t_start:.0f} s: privacy against utility of the three models")
-    print(f"  {'model':<9} {'perplexity':>10} {'max exposure':>13} {'mean exposure':>14} {'MIA AUC (loss)':>15} "
-          f"{'TPR@1%FPR':>10}")
+    print(f"  ({'fine-tuned from a public base, ' if base else 'from scratch, '}{what}, {epochs} epochs)")
+    print(f"  {'model':<9} {'perplexity':>10} {'x plain':>8} {'max exposure':>13} {'mean exposure':>14} "
+          f"{'MIA AUC (loss)':>15} {'TPR@1%FPR':>10}")
+    plain_ppl = next(m["perplexity"] for m in ev_json["models"] if m["name"] == "plain")
     for m in ev_json["models"]:
         x, mia = m["exposure"], {r["score"]: r for r in m["mia"]["scores"]}
-        print(f"  {m['name']:<9} {m['perplexity']:>10.1f} {x['max_exposure']:>13.2f} {x['mean_exposure']:>14.2f} "
+        print(f"  {m['name']:<9} {m['perplexity']:>10.1f} {m['perplexity'] / plain_ppl:>8.2f} "
+              f"{x['max_exposure']:>13.2f} {x['mean_exposure']:>14.2f} "
               f"{mia['loss']['auc']:>15.3f} {mia['loss']['tpr_at'][0]['tpr']:>10.3f}")
     print(f"  (exposure in bits of at most log2 10^4 = 13.29; never-inserted canaries reach "
           f"{max(m['exposure']['max_reference_exposure'] for m in ev_json['models']):.2f})")
     print(f"  evaluation: {summary['id']} ({summary['status']})")
     print(f"  report:     {paths[0].resolve()}")
     print(f"  results:    {paths[1].resolve()}")
-    (out / "main-job.json").write_text(json.dumps({"jobs": jobs, "trainings": trainings, "evaluation": ev["id"],
+    (out / "main-job.json").write_text(json.dumps({"jobs": jobs, "base": base, "trainings": trainings, "evaluation": ev["id"],
                                                    "report": str(paths[0].resolve()),
                                                    "seconds": round(time.time() - t_start)}, indent=2) + "\n")
     return 0

@@ -238,3 +238,32 @@ def test_plots_are_not_blank_in_chromium(tmp_path, page):
 
     report = _screenshot(page, tmp_path, "report", 1280, 2400)
     assert not _blank(report) and _ink(report) > 0.03
+
+
+def test_every_card_states_its_cost_of_protection_against_the_plain_model(page):
+    """Issue 37: perplexity as a ratio to the unprotected model, on every card (hand-computed:
+    19.4 / 18.7 = 1.0374, 22.9 / 18.7 = 1.2246)."""
+    assert "+3.7% perplexity against gpt2-small plain" in page
+    assert "+22.5% perplexity against gpt2-small plain" in page
+    assert page.count("the reference: the other models") == 1
+    assert page.count("Cost of protection") == 3
+    assert "perplexity ÷ gpt2-small plain&#x27;s" not in page  # the axis label is in the PNG, not the page
+
+
+def test_a_fine_tuned_model_names_its_base_and_without_a_reference_says_so(tmp_path):
+    import json
+
+    from attacks.run import training_info
+
+    (tmp_path / "summary.json").write_text(json.dumps({
+        "kind": "crt", "epsilon": 1.0, "delta": 1e-5,
+        "base": {"checkpoint": "base-tiny", "kind": "pretrain", "preset": "tiny", "trained_on": "public text: WikiText-2"},
+        "lora": {"r": 8, "alpha": 16.0, "target_modules": ["q_proj", "v_proj"]}}))
+    info = training_info(str(tmp_path), "CRT")
+    assert info.base == "base-tiny (pretrain of preset tiny), trained on public text: WikiText-2"
+    assert info.lora == "LoRA r = 8, alpha = 16.0 on q_proj, v_proj (merged into the model)"
+    page = render_report(Evaluation("e", "2026-11-27T00:00:00Z", [ModelResult("m", "runs/m", training=info,
+                                                                                perplexity=40.0)]))
+    assert "Base model" in page and "trained on public text: WikiText-2" in page and "LoRA r = 8," in page
+    assert "no unprotected model with a perplexity in this evaluation to compare against" in page
+    assert training_info("/nonexistent/run", None) is None
