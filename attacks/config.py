@@ -50,6 +50,9 @@ class ModelSpec(_Strict):
     path: str = Field(min_length=1, description="a training run folder (its model/) or a Hugging Face checkpoint")
     protection: Optional[str] = Field(None, max_length=200,
                                       description="what the training data went through (default: from the run)")
+    reference: bool = Field(False, description=(
+        "the unprotected model the others' cost of protection (perplexity ratio) is measured against; "
+        "default: the first model with no DP and a protection that starts with 'none'"))
 
 
 class CanarySpec(_Strict):

@@ -66,9 +66,12 @@ def log2_candidates(exposure: ExposureResult) -> float | None:
 
 
 def reference_model(models):
-    """The model the others' cost of protection is measured against: the first with a
-    perplexity, no DP guarantee and a protection that starts with "none" (the plain model
-    of the main job), or None."""
+    """The model the others' cost of protection is measured against: the one the evaluation
+    config marks ``reference`` (with a perplexity), else the first with a perplexity, no DP
+    guarantee and a protection that starts with "none", or None."""
+    marked = [m for m in models if getattr(m, "reference", False) and m.perplexity is not None]
+    if marked:
+        return marked[0]
     for m in models:
         t = m.training
         if (m.perplexity is not None and t is not None and t.epsilon is None

@@ -163,6 +163,7 @@ class ModelResult:
     cipher_outputs: CipherOutputs | None = None
     identifiers: IdentifierLeakage | None = None
     seconds: float = 0.0
+    reference: bool = False  # the model the others' cost of protection is measured against
 
 
 @dataclass

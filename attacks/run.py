@@ -449,7 +449,7 @@ def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: 
         path = str(checkpoint_dir(spec.path))
         adapter = ModelAdapter.load(path)
         res = ModelResult(name=spec.name, path=str(Path(spec.path).resolve()),
-                          training=training_info(spec.path, spec.protection))
+                          training=training_info(spec.path, spec.protection), reference=spec.reference)
         if cfg.perplexity:
             res.perplexity = adapter.perplexity(inputs["heldout"], batch_tokens=cfg.scoring.batch_tokens)
             res.perplexity_data = f"{len(inputs['heldout'])} texts of {cfg.perplexity.data}"

@@ -173,11 +173,15 @@ def main() -> int:
         _wait_all(c, trainings, "training")
 
         print("== main job 4/4: attack the three models, one report", flush=True)
-        protection = {"plain": "none: raw text with canaries",
+        if base:  # the base itself: what fine-tuning on the data bought, and its own leakage (none)
+            trainings = {**trainings, "base": base}
+        protection = {"base": "none: public text only, never saw this data",
+                      "plain": "none: raw text with canaries",
                       "redacted": "split, dedup, Presidio redaction to <MASK> (all text trained plainly)",
                       "crt": "CRT: split, dedup, redaction; public split plain, private split DP-SGD"}
         ev_cfg = {"version": 1,
-                  "models": [{"name": n, "training_id": t, "protection": protection[n]} for n, t in trainings.items()],
+                  "models": [{"name": n, "training_id": t, "protection": protection[n], "reference": n == "plain"}
+                             for n, t in trainings.items()],
                   "canaries": {"key": key["ref"], **CANARIES},
                   "mia": {"members": {"corpus_id": train_c["id"]}, "non_members": {"corpus_id": held_c["id"]},
                           "limit": 200, "group_size": 10},
@@ -204,7 +208,7 @@ def main() -> int:
     print(f"  evaluation: {summary['id']} ({summary['status']})")
     print(f"  report:     {paths[0].resolve()}")
     print(f"  results:    {paths[1].resolve()}")
-    (out / "main-job.json").write_text(json.dumps({"jobs": jobs, "base": base, "trainings": trainings, "evaluation": ev["id"],
+    (out / "main-job.json").write_text(json.dumps({"jobs": jobs, "trainings": trainings, "evaluation": ev["id"],
                                                    "report": str(paths[0].resolve()),
                                                    "seconds": round(time.time() - t_start)}, indent=2) + "\n")
     return 0

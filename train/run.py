@@ -588,11 +588,14 @@ def base_of(checkpoint: str) -> dict:
     """The base a run started from: its folder's ``training.json`` (kind, data, its own
     base), or, for a folder from elsewhere, its name and architecture."""
     ck = Path(checkpoint)
+    # a run's model/ (runs/NAME/model), or a service training's (jobs/ID/output/model): named by
+    # the run folder or the training's id
+    name = next((p.name for p in (ck, *ck.parents) if p.name not in ("model", "output")), ck.name)
     info = ck / TRAINING_JSON
     if info.is_file():
-        return {"checkpoint": ck.name if ck.name != "model" else ck.parent.name, **json.loads(info.read_text())}
+        return {"checkpoint": name, **json.loads(info.read_text())}
     conf = json.loads((ck / "config.json").read_text()) if (ck / "config.json").is_file() else {}
-    return {"checkpoint": ck.name, "trained_on": "not recorded (a model from outside the product)",
+    return {"checkpoint": name, "trained_on": "not recorded (a model from outside the product)",
             "architecture": (conf.get("architectures") or ["unknown"])[0]}
 
 

@@ -267,3 +267,15 @@ def test_a_fine_tuned_model_names_its_base_and_without_a_reference_says_so(tmp_p
     assert "Base model" in page and "trained on public text: WikiText-2" in page and "LoRA r = 8," in page
     assert "no unprotected model with a perplexity in this evaluation to compare against" in page
     assert training_info("/nonexistent/run", None) is None
+
+
+def test_the_marked_reference_wins_over_the_first_unprotected_model():
+    from attacks.report_format import cost_of_protection, reference_model
+
+    base = ModelResult("base", "runs/base", training=TrainingInfo("pretrain", "none: public text only"), perplexity=90.0)
+    plain = ModelResult("plain", "runs/plain", training=TrainingInfo("continue", "none"), perplexity=3.0, reference=True)
+    crt = ModelResult("crt", "runs/crt", training=TrainingInfo("crt", "CRT", epsilon=1.0, delta=1e-5), perplexity=4.5)
+    assert reference_model([base, plain, crt]) is plain
+    assert reference_model([base, ModelResult("p", "x", training=TrainingInfo("continue", "none"), perplexity=3.0)]) is base
+    assert cost_of_protection(crt, plain) == "+50.0% perplexity against plain"
+    assert cost_of_protection(base, plain) == "+2900.0% perplexity against plain"
