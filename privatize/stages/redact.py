@@ -29,6 +29,8 @@ other batch in a deterministic order), which this stage is not.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import time
 from typing import Annotated, Literal
@@ -115,6 +117,14 @@ class RedactSettings(StageSettings):
     pi_c: PiCSettings = Field(default_factory=PiCSettings)
     batch_size: Annotated[int, Quota("pipeline_max_redact_batch_size")] = Field(32, ge=1, le=10_000)
     """Texts per spaCy ``nlp.pipe`` batch."""
+    miss_share: float = Field(0.0, ge=0.0, le=0.5)
+    """For experiments only: leave this share of pi's hits in the clear, chosen by a seeded
+    hash of (``miss_seed``, the record's text, the hit's offsets), so the same hits are
+    missed however the corpus is batched. It simulates a policy that misses a share gamma
+    of the secrets it should find (the CRT paper's gamma sweep, Figures 3 and 4); pi_c
+    still sees the text, so a missed hit's record can still go private. Counted in the
+    ``pi_missed`` stat; 0 (the default) misses nothing."""
+    miss_seed: int = Field(0, ge=0, le=2**31 - 1)
 
     @field_validator("entities")
     @classmethod
@@ -208,6 +218,11 @@ class Redact(Stage):
             return replace_spans(text, spans, lambda sp: f"<{sp['entity_type']}>")
         return self._cipher.encrypt_spans(text, spans)
 
+    def _missed(self, text: str, span: dict) -> bool:
+        """Whether ``miss_share`` leaves this hit in the clear (a seeded, batch-independent draw)."""
+        h = hashlib.sha256(f"{self.settings.miss_seed}\x00{span['start']}\x00{span['end']}\x00{text}".encode())
+        return int.from_bytes(h.digest()[:8], "big") / 2 ** 64 < self.settings.miss_share
+
     def _detect(self, texts: list[str]) -> list:
         """Detections per text; on an error, text by text so one bad record cannot
         take its batch with it (``None`` marks a failed record, with its reason)."""
@@ -241,6 +256,7 @@ class Redact(Stage):
         style_counts = {name: [0] * n for name in style_names() if name != AUTO}  # same columns in every batch
         chars_red = [0] * n
         chars = [0] * n
+        missed = [0] * n
         for i, text in enumerate(texts):
             det = dets.get(i)
             reason = None
@@ -249,6 +265,10 @@ class Redact(Stage):
             elif isinstance(det, Exception):
                 reason = f"redaction failed: {type(det).__name__}"
             else:
+                if self.settings.miss_share:
+                    kept = [sp for sp in det.spans if not self._missed(text, sp)]
+                    missed[i] = len(det.spans) - len(kept)
+                    det = dataclasses.replace(det, spans=kept)
                 try:
                     new_text = self._replace(text, det.spans)
                 except Exception as exc:  # noqa: BLE001 - quarantined with its reason
@@ -284,6 +304,8 @@ class Redact(Stage):
         batch = set_column(batch, "_stat.chars", pa.array(chars, pa.int64()))
         batch = set_column(batch, "_stat.pi_hits", pa.array([int(bool(x)) for x in pi_hit], pa.int64()))
         batch = set_column(batch, "_stat.pi_c_hits", pa.array([int(bool(x)) for x in pi_c_hit], pa.int64()))
+        if self.settings.miss_share:
+            batch = set_column(batch, "_stat.pi_missed", pa.array(missed, pa.int64()))
         log.info("redact: %d records (%d quarantined) in %.2fs", n, sum(r is not None for r in reasons),
                  time.perf_counter() - t0)
         return batch

@@ -347,3 +347,33 @@ def test_pi_c_settings_reach_the_detector():
         (False, False, False, 2)
     with pytest.raises(ValidationError):
         RedactSettings(pi_c={"digit_min_length": 0})
+
+
+def test_miss_share_leaves_a_seeded_batch_independent_share_of_hits_in_the_clear():
+    """The CRT paper's gamma (issue 37): the missed hits are exactly those whose seeded hash
+    falls under the share, computed here independently; the same in one batch or in many;
+    pi_c still flags the record; the stat counts them."""
+    import hashlib
+
+    texts = TEXTS * 4
+    full = stage(operator="mask").process_batch(batch(texts)).to_pylist()
+    s = stage(operator="mask", miss_share=0.3, miss_seed=7)
+    one = s.process_batch(batch(texts)).to_pylist()
+    many = [r for k in range(0, len(texts), 3) for r in s.process_batch(batch(texts[k:k + 3])).to_pylist()]
+    assert [r["text"] for r in one] == [r["text"] for r in many]
+
+    def missed(text, sp):
+        h = hashlib.sha256(f"7\x00{sp['start']}\x00{sp['end']}\x00{text}".encode()).digest()
+        return int.from_bytes(h[:8], "big") / 2 ** 64 < 0.3
+
+    total = dropped = 0
+    for orig, f, r in zip(texts, full, one):
+        want = [sp for sp in f["spans"] if not missed(orig, sp)]
+        assert r["spans"] == want and r["text"] == masked_by_hand(orig, want)
+        assert r["_stat.pi_missed"] == len(f["spans"]) - len(want)
+        assert r["pi_c_hit"] == f["pi_c_hit"]
+        total, dropped = total + len(f["spans"]), dropped + len(f["spans"]) - len(want)
+    assert 0 < dropped < total
+    assert "_stat.pi_missed" not in full[0]
+    with pytest.raises(ValidationError):
+        RedactSettings(miss_share=0.6)
