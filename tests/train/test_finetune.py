@@ -151,3 +151,44 @@ def test_a_merged_lora_model_loads_and_says_what_the_adapter_said(tmp_path):
         got = merged(x).logits
     assert torch.allclose(got, want, atol=1e-4)
     assert not torch.allclose(got, _tiny(3).eval()(x).logits, atol=1e-4)  # and it is not the base
+
+
+def test_a_lora_run_whose_adapter_did_not_move_fails_loudly(tmp_path):
+    """Opacus issue #820 (DP-LoRA runs that silently trained nothing): the worker's record of
+    an adapter that never moved, or of a base that did, fails the run before any model is
+    written; a moved adapter passes with its figures in the summary."""
+    from privatize.errors import TrainingFailed
+    from train.config import parse_config
+    from train.final import check_lora
+    from train.loop import _lora_moved, _lora_start
+
+    _tiny(3).save_pretrained(tmp_path / "base")
+    cfg = parse_config({"version": 1, "kind": "continue", "model": {"preset": None, "checkpoint": str(tmp_path / "base"),
+                                                                    "lora": {"r": 4}}})
+    model = _init_model(ModelInit(seed=0, checkpoint=str(tmp_path / "base"), lora=LORA))
+    start = _lora_start(model)
+    still = {"finals": [{"rank": 0, "lora": _lora_moved(model, start)}]}
+    with pytest.raises(TrainingFailed, match="did not move"):
+        check_lora(cfg, still)
+    import torch
+
+    with torch.no_grad():
+        next(p for n, p in model.named_parameters() if "lora_B" in n).add_(0.01)
+        rec = _lora_moved(model, start)
+    assert rec["adapter_max_change"] == pytest.approx(0.01) and rec["base_unchanged"]
+    assert check_lora(cfg, {"finals": [{"rank": 0, "lora": rec}]})["r"] == 4
+    with torch.no_grad():
+        model.get_input_embeddings().weight[0, 0] += 1.0  # the frozen base changed
+    with pytest.raises(TrainingFailed, match="frozen base"):
+        check_lora(cfg, {"finals": [{"rank": 0, "lora": _lora_moved(model, start)}]})
+    assert check_lora(parse_config({"version": 1, "kind": "pretrain"}), still) is None
+
+
+def test_lora_is_refused_where_it_cannot_apply():
+    from privatize.errors import SpecError
+    from train.config import parse_config
+
+    with pytest.raises(SpecError, match="model.lora: adapters fine-tune a causal model.checkpoint"):
+        parse_config({"version": 1, "kind": "pretrain", "model": {"preset": "tiny", "lora": {"r": 4}}})
+    with pytest.raises(SpecError, match="model.lora"):
+        parse_config({"version": 1, "kind": "continue", "model": {"checkpoint": "x", "lora": {"r": 0}}})

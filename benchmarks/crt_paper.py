@@ -1,0 +1,290 @@
+"""CRT's own experiment on its own data (issue 37; paper 004, Zhao et al., Figures 2 to 4),
+with the product's stages, trainers and attacks, every model fine-tuned from one public base.
+
+Datasets: CustomerSim (``../shared/data/customersim``: a seeded sample of ``--dialogues``
+training dialogues; its test split is the held-out text) and MultiWOZ (the real dialogues of
+``real_dev/dialogue_multiwoz_val.jsonl``, split 80/10/10 by dialogue; the paper used MultiWOZ
+2.2). The protocol:
+
+* 10 canaries ``My ID is: <6 digits>``, inserted 20 times each by the ``canaries`` stage
+  (10 more never inserted: the noise floor); exposure exact over all 10^6 candidates;
+* privatizations: ``raw`` (canaries only) and the CRT recipe (canaries, sentence split, SHA-1
+  dedup, Presidio redaction to ``<MASK>``, split_private) with a seeded share gamma of the
+  policy's hits left in the clear (``redact.miss_share``), gamma in {0, 0.1, 0.3};
+* models, all fine-tuned from the same public base (``privatize base``) for the same epochs:
+  plain (raw text), redacted (the recipe's output trained plainly) at each gamma, DP-SGD on the
+  raw text and CRT at target epsilon 1, 3 and 8 (CRT at gamma 0.1; epsilon 3 also at 0 and 0.3);
+* attacks: perplexity on the raw held-out text, canary exposure, membership inference on
+  secrets (customer addresses in CustomerSim, booking references in MultiWOZ; members from
+  the training dialogues, non-members from held-out ones, up to 1,000 a side) and its group
+  attack;
+* figures (``benchmarks/results/crt_paper_<dataset>_fig{2,3,4}.png``): perplexity against the
+  Bayesian confidentiality epsilon (DP: its epsilon); max canary exposure against gamma; MIA AUC
+  against gamma.
+
+Every step writes its own folder under ``--work`` and is skipped when it is there, so an
+interrupted run resumes where it stopped::
+
+    .venv/bin/python benchmarks/crt_paper.py [--dataset customersim|multiwoz|both]
+        [--dialogues 3000] [--preset tiny] [--epochs 2] [--digits 6] [--work DIR] [--gpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+from _common import ROOT, machine, need_data, save_result
+
+try:  # the stages register themselves on import; the specs must see them first
+    import privatize.stages.canaries  # noqa: F401
+    import privatize.stages.redact  # noqa: F401
+except ImportError as exc:  # pragma: no cover - the environment lacks spaCy/Presidio
+    raise SystemExit(f"crt_paper needs the redaction stage: {exc}") from None
+
+EPSILONS = (1.0, 3.0, 8.0)
+GAMMAS = (0.0, 0.1, 0.3)
+# the CRT inputs the paper's report needs: customersim's measured figures (benchmarks/RESULTS.md)
+CRT_INPUTS = {"gamma": 0.0382, "delta_2": 0.0033,
+              "source": "customersim held-out gold spans, one-sided 95% upper bounds (benchmarks/pi_c_curve.py)"}
+MIA_CONTEXT = {"customersim": "USR: Ok, it is {text}.", "multiwoz": "Booking was successful . Reference number is : {text} ."}
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
+    tmp.replace(path)
+
+
+def corpus(name: str, dialogues: int, d: Path) -> Path:
+    """train.jsonl, heldout.jsonl, members.jsonl, non_members.jsonl in ``d``."""
+    if (d / "non_members.jsonl").is_file():
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    data = need_data()
+    if name == "customersim":
+        def load(split):
+            rows = [json.loads(x) for x in open(data / "customersim" / f"{split}.jsonl", encoding="utf-8")]
+            return [r for r in rows if r["kind"] != "canary"]  # the dataset's own canary: ours are inserted
+        train = random.Random(0).sample(load("train"), min(dialogues, 10_000))
+        held = load("test") + load("valid")
+
+        def secrets(rows):
+            return sorted({s["text"] for r in rows for s in r["spans"] if s["type"] == "ADDRESS"})
+        tr = [{"doc_id": r["id"], "text": r["text"]} for r in train]
+        he = [{"doc_id": r["id"], "text": r["text"]} for r in held[:1000]]
+        members, non = secrets(train), sorted(set(secrets(held)) - set(secrets(train)))
+    else:
+        rows = [json.loads(x) for x in open(data / "real_dev" / "dialogue_multiwoz_val.jsonl", encoding="utf-8")]
+        random.Random(0).shuffle(rows)
+        n = len(rows)
+        parts = rows[: int(0.8 * n)], rows[int(0.8 * n):]  # train; validation + test (held out)
+
+        def text(dlg):
+            return "\n".join(("USR: " if t["speaker"] == "USER" else "SYS: ") + t["text"] for t in dlg["turns"])
+
+        def refs(dlgs):
+            return sorted({sp["text"] for g in dlgs for t in g["turns"] for sp in t["spans"] if sp["slot"] == "Ref"})
+        tr = [{"doc_id": g["dialogue_id"], "text": text(g)} for g in parts[0]]
+        he = [{"doc_id": g["dialogue_id"], "text": text(g)} for g in parts[1]]
+        members, non = refs(parts[0]), sorted(set(refs(parts[1])) - set(refs(parts[0])))
+    rng = random.Random(1)
+    _write(d / "train.jsonl", tr)
+    _write(d / "heldout.jsonl", he)
+    _write(d / "members.jsonl", [{"text": s} for s in rng.sample(members, min(1000, len(members)))])
+    _write(d / "non_members.jsonl", [{"text": s} for s in rng.sample(non, min(1000, len(non)))])
+    return d
+
+
+def privatized(d: Path, gamma: float | None, digits: int) -> Path:
+    """``raw`` (gamma None: canaries only) or the CRT recipe at ``gamma``."""
+    from privatize import run as run_pipeline
+    from privatize.spec import parse_spec
+
+    out = d / ("raw" if gamma is None else f"crt-g{gamma:g}")
+    if (out / "manifest.json").is_file():
+        return out
+    canaries = {"kind": "canaries", "key": f"file:{d.parent / 'canary.key'}", "digits": digits, "count": 10,
+                "repeats": 20, "held_out": 10}
+    stages = [canaries]
+    if gamma is not None:
+        stages += [{"kind": "split", "unit": "sentence"},
+                   {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "min_length": 20},
+                   {"kind": "redact", "operator": "mask", "miss_share": gamma, "miss_seed": 0},
+                   {"kind": "split_private"}]
+    t = time.perf_counter()
+    m = run_pipeline(parse_spec({"version": 1, "stages": stages, "output": {"num_shards": 4}}),
+                     d / "train.jsonl", out)
+    print(f"  privatized {out.name}: {m['counts']['output_records']} records in {time.perf_counter() - t:.0f} s",
+          flush=True)
+    return out
+
+
+def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: float | None = None) -> Path:
+    from train.config import parse_config
+    from train.run import run_training
+
+    out = d / "runs" / name
+    if (out / "summary.json").is_file():
+        return out
+    cfg = {"version": 1, "kind": kind, "data": {"path": str(data), "seq_len": 64},
+           "model": {"preset": None, "checkpoint": str(base / "model")},
+           "optim": {"batch_size": args.batch_size, "epochs": args.epochs, "lr": args.lr, "warmup_steps": 10},
+           "workers": {"num_workers": 1, "cpus_per_worker": 1 if args.gpu else 2, "use_gpu": args.gpu,
+                       "precision": "bf16" if args.gpu else "fp32"},
+           "checkpoint_every": 100_000, "report_every": 50, "output": str(out)}
+    if eps is not None:
+        cfg["dp"] = {"target_epsilon": eps, "max_grad_norm": 1.0, "grad_sample_mode": "bk"}
+    if kind == "crt":
+        cfg["crt"] = CRT_INPUTS
+    t = time.perf_counter()
+    s = run_training(parse_config(cfg), progress=False)
+    print(f"  trained {name}: {s['steps']} steps, loss {s['final_loss']:.3f}"
+          + (f", epsilon {s['epsilon']:.2f}" if s.get("epsilon") is not None else "")
+          + f" in {time.perf_counter() - t:.0f} s", flush=True)
+    return out
+
+
+def evaluate(d: Path, name: str, runs: dict[str, Path], ds: str, digits: int) -> dict:
+    from attacks.config import parse_config
+    from attacks.run import run_evaluation
+
+    out = d / "eval"
+    if not (out / "evaluation.json").is_file():
+        cfg = {"version": 1, "models": [{"name": n, "path": str(p), "reference": n == "plain"} for n, p in runs.items()],
+               "canaries": {"key": f"file:{d.parent / 'canary.key'}", "digits": digits, "count": 10, "held_out": 10,
+                            "repeats": 20},
+               "mia": {"members": str(d / "members.jsonl"), "non_members": str(d / "non_members.jsonl"),
+                       "limit": 1000, "group_size": 10, "context": MIA_CONTEXT[ds]},
+               "perplexity": {"data": str(d / "heldout.jsonl"), "limit": 500}, "output": str(out)}
+        run_evaluation(parse_config(cfg), progress=False)
+    return json.loads((out / "evaluation.json").read_text())
+
+
+def _rows(ev: dict, runs: dict[str, Path]) -> list[dict]:
+    out = []
+    for m in ev["models"]:
+        s = json.loads((runs[m["name"]] / "summary.json").read_text())
+        aucs = {r["score"]: r["auc"] for r in m["mia"]["scores"]}
+        conf = s.get("confidentiality") or {}
+        out.append({"model": m["name"], "kind": s["kind"], "perplexity": m["perplexity"],
+                    "max_exposure": m["exposure"]["max_exposure"],
+                    "reference_exposure": m["exposure"]["max_reference_exposure"],
+                    "mia_auc": aucs.get("loss"), "mia_best_auc": max(aucs.values()),
+                    "group_auc": (m["mia"].get("group") or {}).get("auc"),
+                    "epsilon": s.get("epsilon"), "confidentiality_epsilon": conf.get("epsilon"),
+                    "public_share": (s["examples"]["public"] / (s["examples"]["public"] + s["examples"]["private"])
+                                     if "public" in s["examples"] else None),
+                    "noise_multiplier": (s.get("dp") or {}).get("noise_multiplier"), "steps": s["steps"]})
+    return out
+
+
+def figures(ds: str, rows: list[dict]) -> list[Path]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    by = {r["model"]: r for r in rows}
+    paths = []
+
+    def save(fig, k):
+        FigureCanvasAgg(fig)
+        p = ROOT / "benchmarks" / "results" / f"crt_paper_{ds}_fig{k}.png"
+        fig.savefig(p, dpi=110)
+        paths.append(p)
+
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    for kind, marker in (("dp", "s"), ("crt", "o")):
+        pts = sorted((r["confidentiality_epsilon"] or r["epsilon"], r["perplexity"]) for r in rows
+                     if r["kind"] == kind and (kind == "dp" or r["model"].endswith("g0.1")))
+        ax.plot(*zip(*pts), marker=marker, label="DP-SGD" if kind == "dp" else "CRT (gamma 0.1)")
+    for name, ls in (("plain", "--"), ("redacted-g0.1", ":")):
+        ax.axhline(by[name]["perplexity"], ls=ls, color="grey", label=name)
+    ax.set(xscale="log", xlabel="epsilon (CRT: Bayesian confidentiality; DP: its own)", ylabel="test perplexity",
+           title=f"{ds}: utility against confidentiality (Fig. 2)")
+    ax.legend(fontsize=8)
+    save(fig, 2)
+    for k, key, label in ((3, "max_exposure", "max canary exposure (bits)"), (4, "mia_best_auc", "best MIA AUC")):
+        fig = Figure(figsize=(6, 4), layout="constrained")
+        ax = fig.subplots()
+        for prefix, lab in (("redacted-g", "redacted"), ("crt-e3-g", "CRT, epsilon 3")):
+            pts = sorted((float(r["model"].rsplit("g", 1)[1]), r[key]) for r in rows if r["model"].startswith(prefix))
+            ax.plot(*zip(*pts), marker="o", label=lab)
+        ax.axhline(by["plain"][key], ls="--", color="grey", label="plain")
+        if k == 3:
+            ax.axhline(by["plain"]["reference_exposure"], ls=":", color="black", label="never-inserted (plain)")
+        else:
+            ax.axhline(0.5, ls=":", color="black", label="chance")
+        ax.set(xlabel="gamma (share of the policy's hits missed)", ylabel=label,
+               title=f"{ds}: {label} against gamma (Fig. {k})")
+        ax.legend(fontsize=8)
+        save(fig, k)
+    return paths
+
+
+def run_dataset(ds: str, args) -> list[dict]:
+    from privatize.keys import new_key, write_key_file
+    from train.base import base_config, public_corpus
+    from train.run import run_training
+
+    work = Path(args.work)
+    if not (work / "canary.key").is_file():
+        work.mkdir(parents=True, exist_ok=True)
+        write_key_file(new_key("hmac"), work / "canary.key")
+    base = work / f"base-{args.preset}"
+    if not (base / "summary.json").is_file():
+        run_training(base_config(args.preset, public_corpus(work / "public-text"), base, args.gpu), progress=False)
+    d = corpus(ds, args.dialogues, work / ds)
+    print(f"== {ds}: {sum(1 for _ in open(d / 'train.jsonl'))} training dialogues", flush=True)
+    raw = privatized(d, None, args.digits)
+    crt = {g: privatized(d, g, args.digits) for g in GAMMAS}
+    runs = {"plain": train(d, "plain", "continue", raw, base, args)}
+    for g in GAMMAS:
+        runs[f"redacted-g{g:g}"] = train(d, f"redacted-g{g:g}", "continue", crt[g], base, args)
+    for e in EPSILONS:
+        runs[f"dp-e{e:g}"] = train(d, f"dp-e{e:g}", "dp", raw, base, args, e)
+    for e, g in [(1.0, 0.1), (3.0, 0.0), (3.0, 0.1), (3.0, 0.3), (8.0, 0.1)]:
+        runs[f"crt-e{e:g}-g{g:g}"] = train(d, f"crt-e{e:g}-g{g:g}", "crt", crt[g], base, args, e)
+    runs["base"] = base
+    rows = _rows(evaluate(d, ds, runs, ds, args.digits), runs)
+    figures(ds, [r for r in rows if r["model"] != "base"])
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", choices=["customersim", "multiwoz", "both"], default="both")
+    ap.add_argument("--dialogues", type=int, default=3000, help="CustomerSim training dialogues (seeded sample)")
+    ap.add_argument("--preset", choices=["tiny", "small"], default="tiny")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.002)
+    ap.add_argument("--digits", type=int, default=6)
+    ap.add_argument("--work", default=str(ROOT / "benchmarks" / "work" / "crt_paper"))
+    ap.add_argument("--gpu", action="store_true", help="train on a GPU (Ray Train with use_gpu)")
+    args = ap.parse_args()
+    t0 = time.time()
+    result = {"machine": machine(), "args": vars(args)}
+    for ds in (["customersim", "multiwoz"] if args.dataset == "both" else [args.dataset]):
+        rows = run_dataset(ds, args)
+        result[ds] = rows
+        plain = next(r for r in rows if r["model"] == "plain")
+        print(f"\n{ds}: {'model':<16} {'ppl':>8} {'x plain':>8} {'max exp':>8} {'ref exp':>8} {'MIA AUC':>8} "
+              f"{'group':>6} {'eps':>6} {'conf eps':>8} {'public':>7}")
+        for r in rows:
+            f = (lambda v, s: "-" if v is None else format(v, s))
+            print(f"{'':<{len(ds) + 2}}{r['model']:<16} {r['perplexity']:>8.2f} {r['perplexity'] / plain['perplexity']:>8.2f} "
+                  f"{r['max_exposure']:>8.2f} {f(r['reference_exposure'], '.2f'):>8} {f(r['mia_best_auc'], '.3f'):>8} "
+                  f"{f(r['group_auc'], '.3f'):>6} {f(r['epsilon'], '.2f'):>6} {f(r['confidentiality_epsilon'], '.3f'):>8} "
+                  f"{f(r['public_share'], '.2f'):>7}", flush=True)
+    result["seconds"] = round(time.time() - t0)
+    print(f"\nsaved {save_result('crt_paper', result)} ({result['seconds']} s)")
+
+
+if __name__ == "__main__":
+    main()
