@@ -88,5 +88,8 @@ def cost_of_protection(m, ref) -> str:
         return "the reference: the other models' cost is measured against it"
     if m.perplexity is None:
         return f"perplexity not measured (the reference is {ref.name})"
-    return f"{(m.perplexity / ref.perplexity - 1) * 100:+.1f}% perplexity against {ref.name}"
+    ratio = m.perplexity / ref.perplexity
+    if ratio >= 2:
+        return f"{ratio:.1f}x the perplexity of {ref.name} ({(ratio - 1) * 100:+.0f}%)"
+    return f"{(ratio - 1) * 100:+.1f}% perplexity against {ref.name}"
 

@@ -278,4 +278,5 @@ def test_the_marked_reference_wins_over_the_first_unprotected_model():
     assert reference_model([base, plain, crt]) is plain
     assert reference_model([base, ModelResult("p", "x", training=TrainingInfo("continue", "none"), perplexity=3.0)]) is base
     assert cost_of_protection(crt, plain) == "+50.0% perplexity against plain"
-    assert cost_of_protection(base, plain) == "+2900.0% perplexity against plain"
+    assert cost_of_protection(base, plain) == "30.0x the perplexity of plain (+2900%)"
+    assert cost_of_protection(ModelResult("r", "x", perplexity=2.7), plain) == "-10.0% perplexity against plain"
