@@ -162,7 +162,7 @@ def summary_counts(summary) -> dict | None:
     if not isinstance(summary, dict):
         return None
     keep = ("kind", "steps", "final_loss", "last_step_loss", "tokens", "seconds", "examples", "seq_len",
-            "epsilon", "delta", "dp_steps", "confidentiality", "audit", "unit", "guarantee")
+            "epsilon", "delta", "dp_steps", "confidentiality", "audit", "unit", "guarantee", "base", "lora")
     out = {k: summary[k] for k in keep if k in summary}
     tok = summary.get("tokenizer")
     if isinstance(tok, dict):

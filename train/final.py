@@ -80,11 +80,18 @@ def _provenance(p: "Prepared") -> dict:
     """What the model was trained on and from which base: kept in the model's folder, so a
     run that starts from it names its base and the base's data (``summary['base']``)."""
     cfg = p.config
-    out = {"kind": cfg.kind, "trained_on": cfg.data.description or str(cfg.data.path),
+    out = {"kind": cfg.kind, "trained_on": cfg.data.description or _named(Path(cfg.data.path)),
            "preset": None if cfg.model.checkpoint else cfg.model.preset}
     if cfg.model.checkpoint:
         out["base"] = base_of(cfg.model.checkpoint)
     return out
+
+
+def _named(p: Path) -> str:
+    """A folder's name without the server's layout around it: a run's ``model/``, a
+    privatization's ``output/`` or ``shards/`` are named by the folder holding them (a run's
+    or a job's id), so no server path is written into a model's provenance."""
+    return next((q.name for q in (p, *p.parents) if q.name not in ("model", "output", "shards")), p.name)
 
 
 def base_of(checkpoint: str) -> dict:
@@ -93,7 +100,7 @@ def base_of(checkpoint: str) -> dict:
     ck = Path(checkpoint)
     # a run's model/ (runs/NAME/model), or a service training's (jobs/ID/output/model): named by
     # the run folder or the training's id
-    name = next((p.name for p in (ck, *ck.parents) if p.name not in ("model", "output")), ck.name)
+    name = _named(ck)
     info = ck / TRAINING_JSON
     if info.is_file():
         return {"checkpoint": name, **json.loads(info.read_text())}

@@ -152,6 +152,20 @@ def test_progress_is_the_last_complete_metrics_line(tmp_path):
                              "tokenizer": {"vocab_size": 300}, "workers": {"count": 1, "pids": [1]}})
     assert counts == {"kind": "dp", "steps": 4, "final_loss": None, "tokens": 9, "epsilon": 2.0, "delta": 1e-5,
                       "vocab_size": 300, "workers": 1}
+    base = {"checkpoint": "7313011fcc7ce212", "kind": "pretrain", "trained_on": "public text"}
+    assert summary_counts({"kind": "crt", "base": base, "lora": {"r": 8}})["base"] == base  # issue 37: named
+
+
+def test_a_models_provenance_names_folders_not_server_paths():
+    from pathlib import Path
+
+    from train.final import _named
+
+    assert _named(Path("/srv/data/tenants/t1/jobs/abc123/output/model")) == "abc123"
+    assert _named(Path("/srv/data/tenants/t1/jobs/abc123/output")) == "abc123"
+    assert _named(Path("runs/base-tiny/model")) == "base-tiny"
+    assert _named(Path("demo-out/batch/result/shards")) == "result"
+    assert _named(Path("corpus.jsonl")) == "corpus.jsonl"
 
 
 def test_train_job_refuses_paths_in_the_config_and_an_input_that_is_no_privatization_output(tmp_path, capsys):
