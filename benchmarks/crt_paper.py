@@ -3,8 +3,8 @@ with the product's stages, trainers and attacks, every model fine-tuned from one
 
 Datasets: CustomerSim (``../shared/data/customersim``: a seeded sample of ``--dialogues``
 training dialogues; its test split is the held-out text) and MultiWOZ (the real dialogues of
-``real_dev/dialogue_multiwoz_val.jsonl``, split 80/10/10 by dialogue; the paper used MultiWOZ
-2.2). The protocol:
+``real_dev/dialogue_multiwoz_val.jsonl``, split 80/10/10 by dialogue, and as nothing is tuned
+here both tenths are held out; the paper used MultiWOZ 2.2). The protocol:
 
 * 10 canaries ``My ID is: <6 digits>``, inserted 20 times each by the ``canaries`` stage
   (10 more never inserted: the noise floor); exposure exact over all 10^6 candidates;
