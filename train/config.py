@@ -244,6 +244,9 @@ class TrainConfig(_Strict):
             raise ValueError("model: give a preset or a checkpoint")
         if self.model.lora is not None and (not self.model.checkpoint or kind.fresh_weights or kind.masked_lm):
             raise ValueError("model.lora: adapters fine-tune a causal model.checkpoint (kinds continue, dp, crt)")
+        if self.model.lora is not None and self.tokenizer.mode == "separate":
+            raise ValueError("model.lora: tokenizer.mode separate re-initialises the embeddings, which LoRA keeps "
+                             "frozen (they would stay random); use the checkpoint's tokenizer (shared)")
         kind.check(self)
         if self.data.ignore_kinds and not self.data.ignore_spans:
             raise ValueError("data.ignore_kinds: give data.ignore_spans, the column the kinds are in")

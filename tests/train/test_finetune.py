@@ -192,3 +192,6 @@ def test_lora_is_refused_where_it_cannot_apply():
         parse_config({"version": 1, "kind": "pretrain", "model": {"preset": "tiny", "lora": {"r": 4}}})
     with pytest.raises(SpecError, match="model.lora"):
         parse_config({"version": 1, "kind": "continue", "model": {"checkpoint": "x", "lora": {"r": 0}}})
+    with pytest.raises(SpecError, match="tokenizer.mode separate re-initialises the embeddings"):
+        parse_config({"version": 1, "kind": "continue", "model": {"checkpoint": "x", "lora": {"r": 4}},
+                      "tokenizer": {"mode": "separate"}})
