@@ -195,7 +195,7 @@ def _attack_rows(m: ModelResult) -> list[tuple[str, str]]:
     return rows
 
 
-def _card(i: int, m: ModelResult, ref: ModelResult | None = None) -> str:
+def _card(i: int, m: ModelResult, ref: ModelResult | None) -> str:
     rows = [*_training_rows(m), ("Perplexity", _perplexity_html(m)),
             ("Cost of protection", esc(cost_of_protection(m, ref))), *_exposure_rows(m.exposure),
             *_mia_rows(m.mia), *_attack_rows(m)]
@@ -323,10 +323,11 @@ def render_report(evaluation: Evaluation) -> str:
     stats = f"<h2>Corpus statistics</h2>{_corpus_stats(ev.corpus_stats)}" if ev.corpus_stats else ""
     if ev.models:
         ids = _identifiers(ev.models)
+        ref = reference_model(ev.models)
         body = (f"<h2>Comparison</h2>{_comparison(ev.models)}"
                 + (f'<h2 id="identifiers">Identifiers (paper 003)</h2>{ids}' if ids else "")
                 + '<h2>Privacy cards</h2><div class="cards">'
-                + "".join(_card(i, m, reference_model(ev.models)) for i, m in enumerate(ev.models))
+                + "".join(_card(i, m, ref) for i, m in enumerate(ev.models))
                 + f"</div><h2>Plots</h2>{plots_html(ev.models)}")
     else:
         body = '<p class="absent">This evaluation has no model results.</p>'

@@ -463,8 +463,7 @@ def _lora_start(model) -> dict | None:
 
     if not is_lora(model):
         return None
-    frozen = {k: v for k, v in model.state_dict().items() if "lora_" not in k}
-    return {"adapter": adapter_state(model), "frozen": _digest(frozen)}
+    return {"adapter": adapter_state(model), "frozen": _frozen_digest(model)}
 
 
 def _lora_moved(model, start: dict) -> dict:
@@ -475,9 +474,13 @@ def _lora_moved(model, start: dict) -> dict:
 
     now = adapter_state(model)
     change = max(float((now[k].float() - v.float()).abs().max()) for k, v in start["adapter"].items())
-    frozen = {k: v for k, v in model.state_dict().items() if "lora_" not in k}
     return {"adapter_max_change": change, "adapter_tensors": len(now),
-            "base_unchanged": _digest(frozen) == start["frozen"]}
+            "base_unchanged": _frozen_digest(model) == start["frozen"]}
+
+
+def _frozen_digest(model) -> str:
+    """The digest of a LoRA model's weights other than its adapter's."""
+    return _digest({k: v for k, v in model.state_dict().items() if "lora_" not in k})
 
 
 def _digest(state: dict) -> str:
