@@ -170,6 +170,10 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
     if u.get("name") == "record":
         unit = (f"one record ({u.get('units')} in the DP split, up to {u.get('blocks_per_unit_max')} blocks of "
                 f"{u.get('block_tokens')} tokens each; group privacy)")
+    elif u.get("name") == "individual":
+        unit = (f"one individual: all the records of one individual_id ({u.get('units')} in the DP split; each "
+                f"step samples individuals and clips an individual's gradient, the mean over up to "
+                f"{u.get('blocks_per_step_max')} of its blocks, as one)")
     elif u.get("name") == "sequence":
         unit = (f"one packed block of {u.get('block_tokens')} tokens ({u.get('units')} in the DP split; a record "
                 "spread over k blocks has up to k times epsilon)")

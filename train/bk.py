@@ -123,9 +123,11 @@ class BookKeeping:
 
     # ---- clip ------------------------------------------------------------------------
 
-    def clip_and_sum(self) -> torch.Tensor:
+    def clip_and_sum(self, groups: torch.Tensor | None = None) -> torch.Tensor:
         """Set each parameter's ``grad`` to the sum over examples of its clipped
-        per-example gradient; returns the per-example norms before clipping."""
+        per-example gradient; returns the per-example norms before clipping. With
+        ``groups`` (example i's group, ``dp.unit: individual``) a group's gradient, the sum
+        of its examples', is clipped as one and the norms are the groups'."""
         recs = [r for r in self.records if r.g is not None]
         if not recs:
             raise RuntimeError("bk: no layer saw a gradient (was backward run inside capture()?)")
@@ -133,16 +135,19 @@ class BookKeeping:
             # an example's gradient is then a sum over calls: its norm is not the sum of theirs
             raise RuntimeError("bk: a layer ran more than once in one step (shared weights or activation "
                                "checkpointing): use hooks or ghost")
-        batch = recs[0].g.shape[0]
+        grouped = _Grouping(groups) if groups is not None else None
+        batch = recs[0].g.shape[0] if grouped is None else grouped.n
         sq = torch.zeros(batch, dtype=torch.float32, device=recs[0].g.device)
         for r in recs:
-            sq += _norm_sq(r, self.trainable)
+            sq += _norm_sq(r if grouped is None else grouped.record(r), self.trainable)
         norms = sq.sqrt()
         # products in bf16/fp16 (autocast) round each element by up to one unit in the last
         # place: the factor assumes the norm that much larger, so a clipped example's true
         # norm stays within max_grad_norm (the accountant's sensitivity); float32: exact
         margin = max((_ROUNDING.get(r.g.dtype, 0.0) for r in recs), default=0.0)
         factor = (self.max_grad_norm / (norms * (1.0 + margin) + 1e-6)).clamp(max=1.0)
+        if grouped is not None:
+            factor = factor[groups]  # each example clipped by its group's factor
         for p in self.params:
             p.grad = None
         for r in recs:
@@ -153,6 +158,36 @@ class BookKeeping:
                 p.grad = torch.zeros_like(p)
         self.records.clear()
         return norms
+
+
+class _Grouping:
+    """Examples laid out per group: a group's gradient for any of the supported layers is
+    that of one example whose positions are its members' positions one after another
+    (each layer's weight gradient is a sum over positions), so the group's members are
+    placed side by side along the time axis, padded with zero gradients to the largest
+    group, and the per-example norms of the result are the groups' norms."""
+
+    def __init__(self, groups: torch.Tensor):
+        self.n = int(groups.max()) + 1
+        order = torch.argsort(groups, stable=True)
+        sizes = torch.bincount(groups, minlength=self.n)
+        self.m = int(sizes.max())
+        starts = torch.cumsum(sizes, 0) - sizes
+        slot = torch.empty_like(groups)
+        slot[order] = torch.arange(len(groups), device=groups.device) - starts[groups[order]]
+        self.index = groups * self.m + slot
+
+    def _place(self, t: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros((self.n * self.m, *t.shape[1:]), dtype=t.dtype, device=t.device)
+        out[self.index] = t
+        return out.reshape(self.n, self.m * t.shape[1], *t.shape[2:])
+
+    def record(self, r: _Record) -> _Record:
+        if isinstance(r.module, nn.Embedding):
+            a = r.a.reshape(r.a.shape[0], -1)
+        else:
+            a = _flat3(r.a)
+        return _Record(r.module, self._place(a), self._place(_flat3(r.g)))
 
 
 def _normalised(module: nn.Module, x: torch.Tensor) -> torch.Tensor:

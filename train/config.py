@@ -111,12 +111,20 @@ class OptimConfig(_Strict):
 
 
 class DPConfig(_Strict):
-    unit: Literal["sequence", "record"] = "sequence"
+    unit: Literal["sequence", "record", "individual"] = "sequence"
     """What one epsilon protects. ``sequence``: one packed block of ``data.seq_len`` tokens
     (records are packed end to end, so a record spread over k blocks has up to k times the
     epsilon). ``record``: blocks never mix records, and a record of up to k blocks is
     accounted as a group (group privacy: k eps, k e^((k-1) eps) delta); the target epsilon
-    and delta are the record's."""
+    and delta are the record's. ``individual``: user-level DP over the records'
+    ``individual_id`` (user-level sampling, Chua et al. 2024): each step samples
+    individuals, an individual's gradient is the mean over its blocks (at most
+    ``max_blocks_per_individual`` a step), and that gradient is clipped; one epsilon
+    protects everything one individual contributed, however many records."""
+    max_blocks_per_individual: int = Field(16, ge=1, le=4096)
+    """``unit: individual``: a sampled individual with more blocks contributes a seeded
+    draw of this many in that step (the clipping bounds its influence either way; this
+    bounds the step's memory)."""
     no_guarantee: bool = False
     """DP-SGD's sampling and clipping with any noise, 0 included, and no privacy claim: the
     summary has no epsilon and says so. For audits and comparisons (kind dp, the CLI only:
@@ -151,6 +159,9 @@ class DPConfig(_Strict):
             raise ValueError("give target_epsilon or noise_multiplier")
         if self.no_guarantee and self.target_epsilon is not None:
             raise ValueError("no_guarantee: a run without a guarantee has no target_epsilon")
+        if self.unit == "individual" and self.grad_sample_mode == "ghost":
+            raise ValueError("unit: individual clips each individual's summed gradient, which ghost clipping's "
+                             "per-example norms cannot give: use grad_sample_mode hooks or bk")
         if not self.poisson:
             raise ValueError("poisson: false is refused: the accountant's epsilon holds only for Poisson "
                              "sampling, so a run without it would be told a guarantee it does not have")

@@ -94,7 +94,8 @@ class Pack:
     """Ray Data callable: a batch of texts -> packed ``ids``/``loss`` blocks."""
 
     def __init__(self, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool,
-                 ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = (), per_record: bool = False):
+                 ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = (), per_record: bool = False,
+                 owners: bool = False):
         from tokenizers import Tokenizer  # the fast tokenizer alone: no transformers import per worker
 
         from privatize.ciphers.tokens import MASK_TOKEN
@@ -107,7 +108,7 @@ class Pack:
             self.pad = self.eos
         self.mask_id = self.tok.token_to_id(MASK_TOKEN) if mask_token_loss else None
         self.ignore_spans, self.ignore_kinds = ignore_spans, frozenset(ignore_kinds)
-        self.per_record = per_record
+        self.per_record, self.owners = per_record or owners, owners
 
     def __call__(self, batch: dict) -> dict:
         keep = [i for i, t in enumerate(batch[self.column].tolist()) if t]
@@ -122,7 +123,12 @@ class Pack:
         docs = [e.ids for e in enc]
         if not self.per_record:
             return pack(docs, self.seq_len, self.eos, self.pad, self.mask_id, targets)
-        return pack_records(docs, self.seq_len, self.eos, self.pad, self.mask_id, targets)
+        out = pack_records(docs, self.seq_len, self.eos, self.pad, self.mask_id, targets)
+        if self.owners:
+            who = [owner_id(batch[OWNER_COLUMN][i]) for i in keep]
+            out["owner"] = np.repeat(np.asarray(who, np.int64), out["sizes"])
+        del out["sizes"]
+        return out
 
     def _spans(self, spans) -> list[tuple[int, int]]:
         if spans is None:
@@ -171,25 +177,44 @@ def pack(docs: list[list[int]], seq_len: int, eos: int, pad: int, mask_id: int |
 def pack_records(docs: list[list[int]], seq_len: int, eos: int, pad: int, mask_id: int | None,
                  targets: list[np.ndarray] | None = None) -> dict:
     """:func:`pack` one record at a time: no block holds tokens of two records (``dp.unit:
-    record``). ``first`` is 1 on each record's first block and ``blocks`` is its record's
-    number of blocks, for the group accounting."""
+    record`` and ``individual``). ``first`` is 1 on each record's first block and ``blocks``
+    is its record's number of blocks, for the group accounting; ``sizes`` is the blocks of
+    each record in turn."""
     parts = [pack([d], seq_len, eos, pad, mask_id, None if targets is None else [targets[i]])
              for i, d in enumerate(docs)]
     if not parts:
         out = pack([], seq_len, eos, pad, mask_id)
-        return out | {"first": np.zeros(0, np.uint8), "blocks": np.zeros(0, np.int32)}
+        return out | {"first": np.zeros(0, np.uint8), "blocks": np.zeros(0, np.int32), "sizes": np.zeros(0, np.int64)}
     sizes = [len(p["ids"]) for p in parts]
     first = np.concatenate([np.eye(1, n, dtype=np.uint8)[0] for n in sizes])
     return {"ids": np.concatenate([p["ids"] for p in parts]), "loss": np.concatenate([p["loss"] for p in parts]),
-            "first": first, "blocks": np.repeat(np.asarray(sizes, np.int32), sizes)}
+            "first": first, "blocks": np.repeat(np.asarray(sizes, np.int32), sizes),
+            "sizes": np.asarray(sizes, np.int64)}
+
+
+OWNER_COLUMN = "individual_id"
+
+
+def owner_id(individual) -> int:
+    """A block's owner for ``dp.unit: individual``: a 63-bit digest of the record's
+    ``individual_id`` (1 or more), 0 where it has none (refused at planning); negative ids
+    are the audit's canaries, each its own individual."""
+    if individual is None or (isinstance(individual, float) and individual != individual) or individual == "":
+        return 0
+    import hashlib
+
+    h = int.from_bytes(hashlib.blake2b(str(individual).encode("utf-8"), digest_size=8).digest(), "big")
+    return max(1, h & (2 ** 63 - 1))
 
 
 @dataclass(frozen=True)
 class Blocks:
-    """One materialised split: ``ids`` and ``loss`` of shape (blocks, seq_len)."""
+    """One materialised split: ``ids`` and ``loss`` of shape (blocks, seq_len), and under
+    ``dp.unit: individual`` each block's ``owner`` (:func:`owner_id`)."""
 
     ids: np.ndarray
     loss: np.ndarray
+    owner: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -201,8 +226,9 @@ class Blocks:
 
 def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len: int, mask_token_loss: bool,
                 limit: int | None = None, ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = (),
-                per_record: bool = False):
-    """The Ray Data plan for one split (not executed)."""
+                per_record: bool = False, owners: bool = False):
+    """The Ray Data plan for one split (not executed). ``per_record``: blocks never mix
+    records; ``owners``: also each block's owner (``dp.unit: individual``)."""
     import ray
 
     fmt, files = data_files(path)
@@ -216,7 +242,11 @@ def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len:
         ds = ray.data.read_text(files, drop_empty_lines=True)
     names = ds.schema().names
     _check_columns(names, column, split, path, ignore_spans)
-    keep = [column] + (["private"] if split != "all" else []) + ([ignore_spans] if ignore_spans else [])
+    if owners and OWNER_COLUMN not in names:
+        raise SpecError(f"dp.unit: individual: {path} has no {OWNER_COLUMN} column (privatize with an hmac "
+                        "pseudonym key to keep it, or choose dp.unit record or sequence)")
+    keep = ([column] + (["private"] if split != "all" else []) + ([ignore_spans] if ignore_spans else [])
+            + ([OWNER_COLUMN] if owners else []))
     ds = ds.select_columns(keep)
     if split != "all":
         ds = ds.map_batches(_keep_split, fn_kwargs={"private": split == "private"}, batch_format="pyarrow",
@@ -224,7 +254,7 @@ def plan_blocks(path: str, column: str, split: str, tokenizer_dir: str, seq_len:
     if limit:
         ds = ds.limit(limit)
     return ds.map_batches(_pack_batch, fn_args=(tokenizer_dir, column, seq_len, mask_token_loss, ignore_spans,
-                                                tuple(ignore_kinds), per_record),
+                                                tuple(ignore_kinds), per_record, owners),
                           batch_size=PACK_ROWS, batch_format="numpy", num_cpus=0.5)
 
 
@@ -232,9 +262,10 @@ _PACKERS: dict = {}
 
 
 def _pack_batch(batch: dict, tokenizer_dir: str, column: str, seq_len: int, mask_token_loss: bool,
-                ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = (), per_record: bool = False) -> dict:
+                ignore_spans: str | None = None, ignore_kinds: tuple[str, ...] = (), per_record: bool = False,
+                owners: bool = False) -> dict:
     """Ray Data task: one :class:`Pack` per worker process and tokenizer, reused."""
-    key = (tokenizer_dir, column, seq_len, mask_token_loss, ignore_spans, ignore_kinds, per_record)
+    key = (tokenizer_dir, column, seq_len, mask_token_loss, ignore_spans, ignore_kinds, per_record, owners)
     if key not in _PACKERS:
         _PACKERS.clear()
         _PACKERS[key] = Pack(*key)
@@ -260,8 +291,10 @@ def from_refs(refs: list) -> Blocks:
     parts = [b for b in ray.get(refs) if len(b["ids"])]
     if not parts:
         return Blocks(np.zeros((0, 0), np.int32), np.zeros((0, 0), np.uint8))
+    owner = (np.concatenate([np.asarray(b["owner"], np.int64) for b in parts])
+             if all("owner" in b for b in parts) else None)
     return Blocks(np.concatenate([np.asarray(b["ids"], np.int32) for b in parts]),
-                  np.concatenate([np.asarray(b["loss"], np.uint8) for b in parts]))
+                  np.concatenate([np.asarray(b["loss"], np.uint8) for b in parts]), owner)
 
 
 def to_blocks(ds) -> Blocks:

@@ -89,6 +89,38 @@ def batch_indices(phase: Phase, n: int, batch_size: int, seed: int, epoch: int, 
     return chosen
 
 
+class Owners:
+    """The blocks of each individual of a split (``dp.unit: individual``): individual j's
+    blocks are ``order[start[j]:start[j] + count[j]]``, individuals in the order of their
+    owner ids (the same on every rank)."""
+
+    def __init__(self, owner: np.ndarray):
+        self.order = np.argsort(owner, kind="stable")
+        _, self.start, self.count = np.unique(owner[self.order], return_index=True, return_counts=True)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def blocks(self, j: int) -> np.ndarray:
+        return self.order[self.start[j]:self.start[j] + self.count[j]]
+
+
+def individual_batch(owners: Owners, phase: Phase, seed: int, epoch: int, step: int, pi: int,
+                     cap: int) -> list[np.ndarray]:
+    """The step's individuals over all ranks, each as its block indices: Poisson sampling
+    of individuals at the phase's rate (the accountant's unit), then all of an
+    individual's blocks, or a seeded draw of ``cap`` of them. Rank r takes ``[r::world]``,
+    so an individual's blocks stay on one rank, where they are clipped together."""
+    rng = np.random.default_rng([seed, pi, epoch, step])
+    out = []
+    for j in np.flatnonzero(rng.random(len(owners)) < phase.sample_rate):
+        b = owners.blocks(int(j))
+        if len(b) > cap:
+            b = np.sort(np.random.default_rng([seed, pi, epoch, step, int(j)]).choice(b, cap, replace=False))
+        out.append(b)
+    return out
+
+
 class MaskedLMLoss:
     """Per-example mean of the next-token loss over its target tokens (``IGNORE`` elsewhere),
     reduced over the batch as ``reduction`` says ("none" gives one loss per example, what
@@ -238,6 +270,19 @@ class DPSetup:
                           if mode == "ghost" else MaskedLMLoss())
         self.ghost = mode == "ghost"
 
+    def group_grad_samples(self, groups) -> None:
+        """Hooks mode, ``dp.unit: individual``: each parameter's per-example gradients
+        summed per individual (``groups[i]``: example i's individual), so the optimizer
+        clips each individual's gradient."""
+        import torch
+
+        n = int(groups.max()) + 1
+        for p in self.optimizer.params:
+            gs = getattr(p, "grad_sample", None)
+            if isinstance(gs, torch.Tensor):
+                p.grad_sample = torch.zeros((n, *gs.shape[1:]), dtype=gs.dtype, device=gs.device).index_add_(
+                    0, groups, gs)
+
     def plain(self, on: bool) -> None:
         """Hooks off for a public (plain) step, on again for DP steps (book-keeping's
         hooks record only inside its capture)."""
@@ -246,11 +291,13 @@ class DPSetup:
 
 
 def train_step(model, dp: "DPSetup | None", opt, private: bool, x, y, bf16: bool = False,
-               pad_id: int | None = None) -> float:
+               pad_id: int | None = None, groups=None) -> float:
     """One optimizer step on (x, y): DP-SGD when ``private`` (Opacus' clipping and noise),
     else a plain step on the same parameters (grad sample hooks off). Returns the loss.
     With ``pad_id`` the model is a masked LM: padding is left out of attention and the
-    logits are not shifted (``y`` is aligned with ``x``)."""
+    logits are not shifted (``y`` is aligned with ``x``). With ``groups`` (example i's
+    individual, ``dp.unit: individual``) an individual's gradient is the mean of its
+    examples' and is clipped as one."""
     import torch
 
     if private and dp is None:
@@ -272,6 +319,10 @@ def train_step(model, dp: "DPSetup | None", opt, private: bool, x, y, bf16: bool
         opt.step()
         opt.zero_grad(set_to_none=True)
         return float(loss.detach())
+    weight = None
+    if groups is not None:
+        groups = torch.as_tensor(groups if len(groups) else np.zeros(1, np.int64), device=x.device)
+        weight = 1.0 / torch.bincount(groups).to(torch.float32)[groups]  # the mean over an individual's blocks
     if dp.bk is not None:
         # one backward of the per-example losses' sum (each example's gradient unscaled,
         # as the optimizer expects), parameters frozen; then the clipped sum in p.grad.
@@ -279,8 +330,13 @@ def train_step(model, dp: "DPSetup | None", opt, private: bool, x, y, bf16: bool
         sync = fwd.no_sync() if hasattr(fwd, "no_sync") else contextlib.nullcontext()
         with sync, dp.bk.capture():
             per = MaskedLMLoss("none")(forward(), y)
-            per.sum().backward()
-        dp.bk.clip_and_sum()
+            (per if weight is None else per * weight).sum().backward()
+        dp.bk.clip_and_sum(groups)
+        value = float(per.detach().mean())
+    elif groups is not None:  # hooks: per-example gradients (Opacus undoes the mean), summed per individual
+        per = MaskedLMLoss("none")(forward(), y)
+        (per * weight).mean().backward()
+        dp.group_grad_samples(groups)
         value = float(per.detach().mean())
     else:
         loss = dp.criterion(forward(), y)
@@ -323,12 +379,16 @@ class _Run:
         self.opt = optimizer(params, lr=o.lr, weight_decay=o.weight_decay)
         self.noise = torch.Generator(device=self.device)
         self.noise.manual_seed(plan.seed * 7919 + rank)
-        self.dp = None
+        self.dp = self.owners = None
         if plan.dp is not None:
             d = plan.dp
+            units = len(data[d.split])
+            if d.individual_blocks is not None:
+                self.owners = Owners(data[d.split].owner)
+                units = len(self.owners)
             self.dp = make_private(self.model, self.opt, noise_multiplier=d.noise_multiplier,
                                    max_grad_norm=d.max_grad_norm, sample_rate=d.sample_rate,
-                                   expected_batch_size=d.sample_rate * len(data[d.split]) / world,
+                                   expected_batch_size=d.sample_rate * units / world,
                                    accountant=d.accountant, grad_sample_mode=d.grad_sample_mode,
                                    distributed=world > 1, generator=self.noise)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, plan.total_steps))
@@ -430,14 +490,23 @@ def train_loop(config: dict) -> None:
         epoch, pi, k = position(phases, run.step)
         ph = phases[pi]
         blocks = data[ph.split]
-        chosen = batch_indices(ph, len(blocks), bs, seed, epoch, k, pi, plan.poisson)
-        if mlm:
-            x, y = mlm_batch(blocks.ids, blocks.loss, chosen[rank::world], mlm, seed, epoch, run.step, run.device)
+        groups = None
+        if ph.dp and run.owners is not None:
+            people = individual_batch(run.owners, ph, seed, epoch, k, pi, plan.dp.individual_blocks)
+            mine = people[rank::world]
+            chosen, share = _cat(people), _cat(mine)
+            groups = np.repeat(np.arange(len(mine)), [len(b) for b in mine])
         else:
-            x, y = make_batch(blocks.ids, blocks.loss, chosen[rank::world], run.device)
+            chosen = batch_indices(ph, len(blocks), bs, seed, epoch, k, pi, plan.poisson)
+            share = chosen[rank::world]
+        if mlm:
+            x, y = mlm_batch(blocks.ids, blocks.loss, share, mlm, seed, epoch, run.step, run.device)
+        else:
+            x, y = make_batch(blocks.ids, blocks.loss, share, run.device)
         if ph.dp and dp_cap is not None and run.dp_steps() >= dp_cap:
             raise RuntimeError("privacy budget spent: the run's DP steps are done (refusing to continue)")
-        last_loss = train_step(run.model, run.dp, run.opt, ph.dp, x, y, plan.bf16, mlm.pad_id if mlm else None)
+        last_loss = train_step(run.model, run.dp, run.opt, ph.dp, x, y, plan.bf16, mlm.pad_id if mlm else None,
+                               groups)
         run.sched.step()
         run.step += 1
         run.tokens += int(blocks.loss[chosen].sum() if mlm else blocks.loss[chosen, 1:].sum())
@@ -454,6 +523,10 @@ def train_loop(config: dict) -> None:
     if run.start is not None:
         final["lora"] = _lora_moved(unwrap(run.model), run.start)
     sink.final.remote(final)
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _lora_start(model) -> dict | None:

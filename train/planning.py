@@ -9,6 +9,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from privatize.errors import SpecError
 from train.config import TrainConfig
 from train.kinds import train_kind
@@ -50,12 +52,19 @@ def resumed_budget(cfg: TrainConfig, saved: dict, sample_rate: float, dp_steps: 
 def dp_units(cfg: TrainConfig, ds, blocks: int, extra_units: int = 0) -> tuple[int, int]:
     """(N, k): the privacy units of the DP split and the most blocks one spans. ``sequence``:
     every block is a unit. ``record``: the records (``first`` blocks) and their longest run
-    of blocks, read from the packed dataset; ``extra_units`` are single-block units added
-    beside it (the audit's canaries)."""
-    if cfg.dp.unit != "record":
+    of blocks, read from the packed dataset. ``individual``: the distinct owners, each a
+    unit of its own (per-individual clipping: no group bound). ``extra_units`` are
+    single-block units added beside it (the audit's canaries)."""
+    if cfg.dp.unit == "sequence":
         return blocks, 1
     if ds.count() == 0:
         return extra_units, 1
+    if cfg.dp.unit == "individual":
+        owners = np.unique(ds.unique("owner"))
+        if owners[0] == 0:
+            raise SpecError("dp.unit: individual: records of the DP split have no individual_id (privatize with "
+                            "an hmac pseudonym key to keep it, or choose dp.unit record or sequence)")
+        return len(owners) + extra_units, 1
     return int(ds.sum("first")) + extra_units, int(ds.max("blocks"))
 
 
@@ -98,7 +107,11 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 
         dp_plan = DPPlan(noise_multiplier=budget.noise_multiplier, max_grad_norm=cfg.dp.max_grad_norm,
                          sample_rate=budget.sample_rate, delta=budget.delta, split=phases[i].split,
                          accountant=budget.accountant, grad_sample_mode=cfg.dp.grad_sample_mode,
-                         poisson=cfg.dp.poisson, steps_cap=budget.steps)
+                         poisson=cfg.dp.poisson, steps_cap=budget.steps,
+                         individual_blocks=cfg.dp.max_blocks_per_individual if cfg.dp.unit == "individual" else None)
+        if progress and cfg.dp.unit == "individual":
+            print(f"DP unit: individual ({budget.units} individuals; each step samples individuals and clips "
+                  f"each one's gradient over up to {cfg.dp.max_blocks_per_individual} of its blocks)")
         if progress and budget.group > 1:
             print(f"DP unit: record ({budget.units} records of up to {budget.group} blocks): epsilon "
                   f"{budget.unit_epsilon:.3f} at delta {budget.unit_delta:.3g} per record, by group privacy")

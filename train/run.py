@@ -322,7 +322,8 @@ def _datasets(p: Prepared, tok_dir: str) -> dict:
     for name, split in p.splits.items():
         ds = plan_blocks(p.data, cfg.data.text_column, split, tok_dir, cfg.data.seq_len, cfg.data.mask_token_loss,
                          cfg.data.max_records, cfg.data.ignore_spans, tuple(cfg.data.ignore_kinds),
-                         per_record=cfg.dp is not None and cfg.dp.unit == "record").materialize()
+                         per_record=cfg.dp is not None and cfg.dp.unit == "record",
+                         owners=cfg.dp is not None and cfg.dp.unit == "individual").materialize()
         n = ds.count()
         if n == 0 and not train_kind(cfg.kind).may_be_empty(split):
             raise SpecError(f"data.split: the {split} split of {p.data} is empty")
@@ -412,6 +413,8 @@ def _audit_canaries(p: Prepared, tok, data: dict) -> Canaries | None:
     seed = saved.get(SEED_FIELD, secrets.randbits(63))
     ids, inserted = draw(seed, cfg.audit.canaries, cfg.data.seq_len, 0, len(tok))
     block = {"ids": ids[inserted], "loss": np.ones(ids[inserted].shape, np.uint8)}
+    if cfg.dp.unit == "individual":  # each canary its own individual (train.data.owner_id)
+        block["owner"] = -1 - np.arange(int(inserted.sum()), dtype=np.int64)
     ds, n = data[split]
     data[split] = (ds, n + int(inserted.sum()))
     return Canaries(seed, split, ids, inserted, ray.put(block))
@@ -498,6 +501,9 @@ def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_
             summary["guarantee"] = "none: dp.no_guarantee (DP-SGD's sampling and clipping, no privacy claim)"
         summary["unit"] = {"name": budget.unit, "units": budget.units, "blocks_per_unit_max": budget.group,
                            "block_tokens": cfg.data.seq_len}
+        if budget.unit == "individual":  # a unit of any size, clipped as one: no group bound
+            summary["unit"].update(blocks_per_unit_max=None,
+                                   blocks_per_step_max=cfg.dp.max_blocks_per_individual)
         if eps is not None and budget.group > 1:
             from train.privacy import group_bound
 

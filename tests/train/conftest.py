@@ -58,7 +58,7 @@ def _privatize(spec: Path, corpus: Path, out: Path) -> Path:
 @pytest.fixture(scope="session")
 def crt_shards(shared_data, tmp_path_factory) -> Path:
     """The CRT recipe (split, dedup, redact with AES-SIV entity tokens, split_private) on
-    100 customersim dialogues."""
+    100 customersim dialogues of 25 customers (``individual_id``, pseudonymised)."""
     from privatize.keys import new_key, write_key_file
 
     d = tmp_path_factory.mktemp("crt")
@@ -71,7 +71,8 @@ def crt_shards(shared_data, tmp_path_factory) -> Path:
         for i, line in enumerate(fh):
             r = json.loads(line)
             if r["kind"] != "canary":
-                out.write(json.dumps({"doc_id": r["id"], "text": r["text"]}) + "\n")
+                out.write(json.dumps({"doc_id": r["id"], "individual_id": f"customer-{i % 25}", "text": r["text"]})
+                          + "\n")
             if i >= 110:
                 break
     return _privatize(d / "spec.yaml", d / "corpus.jsonl", d / "out")

@@ -96,9 +96,15 @@ def _ray_worker_wildcard_listeners(ray) -> int:
 def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     """The CRT recipe's shards: public steps then DP-SGD steps each epoch, in two Ray Train
     worker processes whose parameters end identical; the confidentiality report follows
-    the formula from the run's own epsilon."""
+    the formula from the run's own epsilon. The DP unit is the individual (issue 36):
+    each step samples customers and the ranks split them whole, each clipping its
+    customers' gradients; N and the default delta are over the private split's customers."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     cfg = parse_config(_cfg(kind="crt", data={"path": str(crt_shards)}, output=str(tmp_path / "run"),
-                            optim={"epochs": 2}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0},
+                            optim={"epochs": 2}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0,
+                                                     "unit": "individual"},
                             crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"},
                             workers={"num_workers": 2}))
     with _Listeners() as listeners:
@@ -113,6 +119,12 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     assert listeners.wildcard <= _ray_worker_wildcard_listeners(train_ray)  # nothing beside Ray's own
     assert len(s["workers"]["final_param_digests"]) == 1  # both ranks hold the same parameters
     assert s["examples"]["public"] > 0 and s["examples"]["private"] > 0
+    t = pq.read_table(sorted(crt_shards.glob("shards/*.parquet")), columns=["individual_id", "private", "text"])
+    t = t.filter(pc.and_(t["private"], pc.greater(pc.utf8_length(t["text"]), 0)))
+    customers = len(set(t["individual_id"].to_pylist()))
+    assert 1 < customers <= 25 and None not in t["individual_id"].to_pylist()
+    assert s["unit"]["name"] == "individual" and s["unit"]["units"] == customers
+    assert s["delta"] == pytest.approx(1 / (10 * customers))
     phases = {json.loads(x)["phase"] for x in (run / "metrics.jsonl").read_text().splitlines()}
     c = s["confidentiality"]
     assert 0 < s["epsilon"] < 50 and s["dp_steps"] == 2 * round(s["examples"]["private"] / 8)

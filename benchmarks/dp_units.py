@@ -1,0 +1,150 @@
+"""What a DP unit protects: one individual's canary in all of their records, under
+``dp.unit: sequence`` and ``dp.unit: individual`` at the same epsilon (issue 36).
+
+Protocol (one command, resumable model by model):
+
+* data: a seeded sample of CustomerSim training dialogues (the dataset's own canary left
+  out). Every dialogue is one record. 10 individuals each own ``--records`` of them, and
+  each of those records ends with that individual's canary, ``My ID is: <6 digits>``
+  (the ``canaries`` stage's format, secrets derived from an hmac key, 10 more derived and
+  never inserted: the noise floor). Every other dialogue is an individual of its own.
+* models, all fine-tuned from the public ``tiny`` base for the same epochs: plain
+  (``continue``), DP-SGD with ``unit: sequence`` and DP-SGD with ``unit: individual``, both
+  at ``--epsilon`` (book-keeping clipping, noise planned by the accountant).
+* attacks: exact canary exposure over all 10^6 candidates, perplexity on held-out
+  dialogues; and the DP step time of each unit (fit seconds per step, tokens/s).
+
+Expected: the sequence unit's epsilon is per 64-token block, so an individual with R
+records is protected at up to R times it and its canaries leak above the floor; under
+the individual unit the 10 canaries sit at the never-inserted canaries' level.
+
+    .venv/bin/python benchmarks/dp_units.py [--dialogues 1500 --records 40 --epsilon 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+from _common import ROOT, machine, need_data, save_result
+
+FORMAT = "My ID is: {secret}"
+
+
+def corpus(d: Path, dialogues: int, records: int, key: bytes) -> Path:
+    from privatize.stages.canaries import derive_secrets
+
+    if (d / "train.jsonl").is_file():
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    data = need_data() / "customersim"
+
+    def load(split):
+        return [json.loads(x) for x in open(data / f"{split}.jsonl", encoding="utf-8") if '"canary"' not in x]
+    train = random.Random(0).sample(load("train"), dialogues)
+    secrets = derive_secrets(key, 6, 20)[:10]
+    rows = []
+    for i, r in enumerate(train):
+        owner, text = f"c{i}", r["text"]
+        if i < 10 * records:  # individual j owns records j, j + 10, ...: its canary in every one
+            owner, text = f"owner{i % 10}", text + "\n\n" + FORMAT.format(secret=secrets[i % 10])
+        rows.append({"doc_id": r["id"], "individual_id": owner, "text": text})
+    random.Random(1).shuffle(rows)
+    for name, part in (("train", rows), ("heldout", [{"text": r["text"]} for r in load("test")[:500]])):
+        with open(d / f".{name}.tmp", "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(x) + "\n" for x in part)
+        (d / f".{name}.tmp").replace(d / f"{name}.jsonl")
+    return d
+
+
+def train(d: Path, name: str, base: Path, args, unit: str | None) -> dict:
+    from train.config import parse_config
+    from train.run import run_training
+
+    out = d / "runs" / name
+    if not (out / "summary.json").is_file():
+        cfg = {"version": 1, "kind": "continue" if unit is None else "dp",
+               "data": {"path": str(d / "train.jsonl"), "seq_len": 64},
+               "model": {"preset": None, "checkpoint": str(base / "model")},
+               "optim": {"batch_size": args.batch_size, "epochs": args.epochs, "lr": args.lr, "warmup_steps": 10},
+               "workers": {"num_workers": 1, "cpus_per_worker": 2}, "checkpoint_every": 100_000,
+               "report_every": 50, "output": str(out)}
+        if unit is not None:
+            cfg["dp"] = {"target_epsilon": args.epsilon, "max_grad_norm": 1.0, "grad_sample_mode": "bk",
+                         "unit": unit}
+        t = time.perf_counter()
+        s = run_training(parse_config(cfg), progress=False)
+        print(f"  trained {name}: {s['steps']} steps, loss {s['final_loss']:.3f}"
+              + (f", epsilon {s['epsilon']:.2f} per {s['unit']['name']}" if s.get("epsilon") else "")
+              + f" in {time.perf_counter() - t:.0f} s", flush=True)
+    return json.loads((out / "summary.json").read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dialogues", type=int, default=1500)
+    ap.add_argument("--records", type=int, default=40, help="records (each with its canary) per canary individual")
+    ap.add_argument("--epsilon", type=float, default=8.0)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.002)
+    ap.add_argument("--work", default=str(ROOT / "benchmarks" / "work" / "dp_units"))
+    ap.add_argument("--base", default=str(ROOT / "benchmarks" / "work" / "crt_paper" / "base-tiny"),
+                    help="a public base (privatize base tiny); trained here when missing")
+    args = ap.parse_args()
+
+    from attacks.config import parse_config
+    from attacks.run import run_evaluation
+    from privatize.keys import load_key_file, new_key, write_key_file
+    from train.base import base_config, public_corpus
+    from train.run import run_training
+
+    work, base = Path(args.work), Path(args.base)
+    work.mkdir(parents=True, exist_ok=True)
+    if not (work / "canary.key").is_file():
+        write_key_file(new_key("hmac"), work / "canary.key")
+    if not (base / "summary.json").is_file():
+        run_training(base_config("tiny", public_corpus(base.parent / "public-text"), base, False), progress=False)
+    d = corpus(work / "data", args.dialogues, args.records, load_key_file(work / "canary.key").secret)
+    summaries = {"plain": train(d, "plain", base, args, None),
+                 "dp-sequence": train(d, "dp-sequence", base, args, "sequence"),
+                 "dp-individual": train(d, "dp-individual", base, args, "individual")}
+    ev_dir = work / "eval"
+    if not (ev_dir / "evaluation.json").is_file():
+        cfg = {"version": 1, "models": [{"name": n, "path": str(d / "runs" / n), "reference": n == "plain"}
+                                        for n in summaries],
+               "canaries": {"key": f"file:{work / 'canary.key'}", "digits": 6, "count": 10, "held_out": 10,
+                            "repeats": args.records, "format": FORMAT},
+               "perplexity": {"data": str(d / "heldout.jsonl"), "limit": 500}, "output": str(ev_dir)}
+        run_evaluation(parse_config(cfg), progress=False)
+    ev = json.loads((ev_dir / "evaluation.json").read_text())
+    rows = []
+    for m in ev["models"]:
+        s = summaries[m["name"]]
+        ex = m["exposure"]
+        rows.append({"model": m["name"], "unit": (s.get("unit") or {}).get("name"),
+                     "units": (s.get("unit") or {}).get("units"), "epsilon": s.get("epsilon"),
+                     "noise_multiplier": (s.get("dp") or {}).get("noise_multiplier"),
+                     "perplexity": m["perplexity"], "max_exposure": ex["max_exposure"],
+                     "mean_exposure": ex.get("mean_exposure"), "floor": ex["max_reference_exposure"],
+                     "steps": s["steps"], "fit_s": s["timings"]["fit_s"],
+                     "s_per_step": s["timings"]["fit_s"] / max(1, s["steps"])})
+    by = {r["model"]: r for r in rows}
+    ratio = by["dp-individual"]["s_per_step"] / by["dp-sequence"]["s_per_step"]
+    print(f"{'model':<14} {'unit':<11} {'units':>6} {'epsilon':>8} {'sigma':>7} {'ppl':>8} {'max exp':>8} "
+          f"{'floor':>6} {'s/step':>7}")
+    for r in rows:
+        f = (lambda v, spec: "-" if v is None else format(v, spec))
+        print(f"{r['model']:<14} {r['unit'] or '-':<11} {f(r['units'], 'd'):>6} {f(r['epsilon'], '.2f'):>8} "
+              f"{f(r['noise_multiplier'], '.3f'):>7} {r['perplexity']:>8.2f} {r['max_exposure']:>8.2f} "
+              f"{r['floor']:>6.2f} {r['s_per_step']:>7.3f}")
+    print(f"user-level DP step time / sequence-level: {ratio:.2f}x")
+    save_result("dp_units", {"machine": machine(), "args": vars(args), "rows": rows,
+                             "individual_over_sequence_step_time": ratio})
+
+
+if __name__ == "__main__":
+    main()
