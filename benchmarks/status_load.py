@@ -10,7 +10,12 @@ bearer token (token lookup, tenant check, the job and its corpus from the databa
 a job that has run. Baseline in the same run, same load: ``GET /healthz`` (no token, no
 database): the ratio says what authentication and the database cost at this load.
 
+With ``--training`` it also trains a tiny model on the job's output through the service
+and polls ``GET /v1/trainings/{id}`` under the same load (issue 36: a training poll costs
+at most 2x a job poll, with 50 clients).
+
     python benchmarks/status_load.py [--clients 100] [--rate 5] [--seconds 30]
+    python benchmarks/status_load.py --clients 50 --training
 """
 
 from __future__ import annotations
@@ -138,6 +143,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=5.0, help="requests/s per client")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--workers", type=int, default=2, help="API processes (privatize serve --workers)")
+    ap.add_argument("--training", action="store_true", help="also poll a succeeded training")
     ap.add_argument("--generate", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.generate:
@@ -193,6 +199,16 @@ def main() -> int:
                 ("succeeded", "failed", "cancelled"):
             time.sleep(0.5)
         assert st["status"] == "succeeded", st
+        training = None
+        if args.training:
+            training = httpx.post(f"{url}/v1/trainings", headers=h, timeout=60, json={
+                "job_id": job["id"], "config": {"version": 1, "kind": "pretrain", "model": {"preset": "tiny"},
+                                                "tokenizer": {"vocab_size": 512}, "data": {"seq_len": 32},
+                                                "optim": {"max_steps": 4, "batch_size": 4}}}).json()
+            while (st := httpx.get(f"{url}/v1/trainings/{training['id']}", headers=h, timeout=60).json())[
+                    "status"] not in ("succeeded", "failed", "cancelled"):
+                time.sleep(1)
+            assert st["status"] == "succeeded", st
         time.sleep(2)
         idle0 = cpu_seconds(proc.pid)
         time.sleep(5)
@@ -203,6 +219,9 @@ def main() -> int:
         print(f"  baseline GET /healthz:       {json.dumps(base_res)}")
         res = measured(proc, f"{url}/v1/jobs/{job['id']}", token, args)
         print(f"  GET /v1/jobs/{{id}} (token):  {json.dumps(res)}")
+        if training is not None:
+            tres = measured(proc, f"{url}/v1/trainings/{training['id']}", token, args)
+            print(f"  GET /v1/trainings/{{id}}:     {json.dumps(tres)}")
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -215,6 +234,17 @@ def main() -> int:
                "achieved_rps": res["rps"], "baseline_healthz_p99_ms": base_res["p99_ms"],
                "p99_ratio_to_healthz": round(res["p99_ms"] / base_res["p99_ms"], 2) if base_res["p99_ms"] else None,
                "target": "0 errors, p99 <= 50 ms", "met": ok}
+    if training is not None:
+        ratio = {k: round(tres[k] / res[k], 2) if res[k] else None
+                 for k in ("p50_ms", "p99_ms", "server_cpu_ms_per_request")}
+        t_ok = tres["errors"] == 0 and ratio["p50_ms"] is not None and ratio["p50_ms"] <= 2 and \
+            ratio["server_cpu_ms_per_request"] <= 2
+        summary.update(training_p50_ms=tres["p50_ms"], training_p99_ms=tres["p99_ms"],
+                       training_errors=tres["errors"],
+                       training_server_cpu_ms_per_request=tres["server_cpu_ms_per_request"],
+                       job_server_cpu_ms_per_request=res["server_cpu_ms_per_request"],
+                       training_over_job=ratio, training_target="training poll <= 2x a job poll", training_met=t_ok)
+        ok = ok and t_ok
     print(json.dumps(summary))
     return 0 if ok else 1
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from fastapi import APIRouter, Depends, Request
+import anyio
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,8 +16,9 @@ from services import trainings as trainings_mod
 from services.context import ServiceContext
 from services.db import session_scope
 from services.jobkinds import TRAIN
-from services.models import Job
-from services.routes.common import Out, TenantRef, clean_request, current_tenant, fresh_of, get_ctx
+from services.errors import NotFound
+from services.models import ACTIVE_JOB_STATES, Job
+from services.routes.common import Out, TenantRef, bearer, clean_request, current_tenant, fresh_of, get_ctx, tenant_of
 
 
 router = APIRouter(dependencies=[Depends(clean_request)])
@@ -93,10 +96,34 @@ def _fresh_training(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
 
 
 @router.get("/v1/trainings/{job_id}", response_model=TrainingOut)
-def get_training(job_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
+async def get_training(job_id: str, request: Request,
+                       credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+                       ctx: ServiceContext = Depends(get_ctx)):
     """Status and progress: the last metrics the run reported while it runs, its summary
-    once it succeeded."""
-    return _training_out(ctx, _fresh_training(ctx, tenant.id, job_id))
+    once it succeeded. Polled as ``GET /v1/jobs/{id}`` is, and as cheaply: the token and
+    the row in one read (inline on SQLite), Ray and the metrics file only while the run is
+    active (each at most once a second), the response serialised once."""
+    def load():
+        with ctx.engine.connect() as conn:
+            ref = tenant_of(conn, credentials)
+            request.state.privatize_tenant = ref
+            try:
+                row = jobs_mod.job_row(conn, ref.id, job_id)
+            except NotFound:
+                row = None
+        if row is None or row.kind != TRAIN:
+            raise NotFound(f"no training {job_id!r}")
+        return ref, row
+
+    ref, row = await ctx.read(load)
+    if row.status == "succeeded":  # its figures are in the row
+        out = TrainingOut.of(row, trainings_mod.progress_of(ctx, row))
+    else:  # reconciled with Ray while active; the last metrics from storage (cached a second)
+        def current():
+            job = jobs_mod.fresh_job(ctx, ref.id, job_id) if row.status in ACTIVE_JOB_STATES else row
+            return TrainingOut.of(job, trainings_mod.progress_of(ctx, job))
+        out = await anyio.to_thread.run_sync(current)
+    return Response(out.model_dump_json(), media_type="application/json")
 
 
 @router.get("/v1/trainings/{job_id}/model", response_class=StreamingResponse,
