@@ -10,7 +10,7 @@ Protocol (one command, resumable model by model):
   never inserted: the noise floor). Every other dialogue is an individual of its own.
 * models, all fine-tuned from the public ``tiny`` base for the same epochs: plain
   (``continue``), DP-SGD with ``unit: sequence`` and DP-SGD with ``unit: individual``, both
-  at ``--epsilon`` (book-keeping clipping, noise planned by the accountant).
+  at each of ``--epsilons`` (book-keeping clipping, noise planned by the accountant).
 * attacks: exact canary exposure over all 10^6 candidates, perplexity on held-out
   dialogues; and the DP step time of each unit (fit seconds per step, tokens/s).
 
@@ -18,7 +18,7 @@ Expected: the sequence unit's epsilon is per 64-token block, so an individual wi
 records is protected at up to R times it and its canaries leak above the floor; under
 the individual unit the 10 canaries sit at the never-inserted canaries' level.
 
-    .venv/bin/python benchmarks/dp_units.py [--dialogues 1500 --records 40 --epsilon 8]
+    .venv/bin/python benchmarks/dp_units.py [--dialogues 1500 --records 40 --epsilons 2 8]
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def corpus(d: Path, dialogues: int, records: int, key: bytes) -> Path:
     return d
 
 
-def train(d: Path, name: str, base: Path, args, unit: str | None) -> dict:
+def train(d: Path, name: str, base: Path, args, unit: str | None, eps: float | None = None) -> dict:
     from train.config import parse_config
     from train.run import run_training
 
@@ -73,7 +73,7 @@ def train(d: Path, name: str, base: Path, args, unit: str | None) -> dict:
                "workers": {"num_workers": 1, "cpus_per_worker": 2}, "checkpoint_every": 100_000,
                "report_every": 50, "output": str(out)}
         if unit is not None:
-            cfg["dp"] = {"target_epsilon": args.epsilon, "max_grad_norm": 1.0, "grad_sample_mode": "bk",
+            cfg["dp"] = {"target_epsilon": eps, "max_grad_norm": 1.0, "grad_sample_mode": "bk",
                          "unit": unit}
         t = time.perf_counter()
         s = run_training(parse_config(cfg), progress=False)
@@ -87,7 +87,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dialogues", type=int, default=1500)
     ap.add_argument("--records", type=int, default=40, help="records (each with its canary) per canary individual")
-    ap.add_argument("--epsilon", type=float, default=8.0)
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[2.0, 8.0])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.002)
@@ -109,10 +109,11 @@ def main() -> None:
     if not (base / "summary.json").is_file():
         run_training(base_config("tiny", public_corpus(base.parent / "public-text"), base, False), progress=False)
     d = corpus(work / "data", args.dialogues, args.records, load_key_file(work / "canary.key").secret)
-    summaries = {"plain": train(d, "plain", base, args, None),
-                 "dp-sequence": train(d, "dp-sequence", base, args, "sequence"),
-                 "dp-individual": train(d, "dp-individual", base, args, "individual")}
-    ev_dir = work / "eval"
+    summaries = {"plain": train(d, "plain", base, args, None)}
+    for e in args.epsilons:
+        for unit in ("sequence", "individual"):
+            summaries[f"dp-{unit}-e{e:g}"] = train(d, f"dp-{unit}-e{e:g}", base, args, unit, e)
+    ev_dir = work / ("eval-e" + "-".join(f"{e:g}" for e in args.epsilons))
     if not (ev_dir / "evaluation.json").is_file():
         cfg = {"version": 1, "models": [{"name": n, "path": str(d / "runs" / n), "reference": n == "plain"}
                                         for n in summaries],
@@ -131,19 +132,23 @@ def main() -> None:
                      "perplexity": m["perplexity"], "max_exposure": ex["max_exposure"],
                      "mean_exposure": ex.get("mean_exposure"), "floor": ex["max_reference_exposure"],
                      "steps": s["steps"], "fit_s": s["timings"]["fit_s"],
-                     "s_per_step": s["timings"]["fit_s"] / max(1, s["steps"])})
+                     "s_per_step": s["timings"]["fit_s"] / max(1, s["steps"]),
+                     "tokens_per_s": s["tokens"] / s["timings"]["fit_s"]})
     by = {r["model"]: r for r in rows}
-    ratio = by["dp-individual"]["s_per_step"] / by["dp-sequence"]["s_per_step"]
-    print(f"{'model':<14} {'unit':<11} {'units':>6} {'epsilon':>8} {'sigma':>7} {'ppl':>8} {'max exp':>8} "
-          f"{'floor':>6} {'s/step':>7}")
+    ratios = {f"e{e:g}": {k: by[f"dp-individual-e{e:g}"][k] / by[f"dp-sequence-e{e:g}"][k]
+                          for k in ("s_per_step", "tokens_per_s")} for e in args.epsilons}
+    print(f"{'model':<18} {'unit':<11} {'units':>6} {'epsilon':>8} {'sigma':>7} {'ppl':>8} {'max exp':>8} "
+          f"{'floor':>6} {'s/step':>7} {'tok/s':>7}")
     for r in rows:
         f = (lambda v, spec: "-" if v is None else format(v, spec))
-        print(f"{r['model']:<14} {r['unit'] or '-':<11} {f(r['units'], 'd'):>6} {f(r['epsilon'], '.2f'):>8} "
+        print(f"{r['model']:<18} {r['unit'] or '-':<11} {f(r['units'], 'd'):>6} {f(r['epsilon'], '.2f'):>8} "
               f"{f(r['noise_multiplier'], '.3f'):>7} {r['perplexity']:>8.2f} {r['max_exposure']:>8.2f} "
-              f"{r['floor']:>6.2f} {r['s_per_step']:>7.3f}")
-    print(f"user-level DP step time / sequence-level: {ratio:.2f}x")
+              f"{r['floor']:>6.2f} {r['s_per_step']:>7.3f} {r['tokens_per_s']:>7.0f}")
+    for k, v in ratios.items():
+        print(f"user-level DP / sequence-level at {k}: step time {v['s_per_step']:.2f}x, "
+              f"training tokens/s {v['tokens_per_s']:.2f}x")
     save_result("dp_units", {"machine": machine(), "args": vars(args), "rows": rows,
-                             "individual_over_sequence_step_time": ratio})
+                             "individual_over_sequence_step_time": ratios})
 
 
 if __name__ == "__main__":

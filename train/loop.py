@@ -461,6 +461,10 @@ def _rendezvous() -> dict:
         while type(s).__name__ == "PrefixStore" and hasattr(s, "underlying_store"):
             s = s.underlying_store
         store = type(s).__name__
+        if store == "Store":  # a store written in Python comes back as its base type
+            from train.rendezvous import ACTOR_STORE_KEY
+
+            store = "ActorStore" if s.check([ACTOR_STORE_KEY]) else store
     return {"store": store, "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
 
 
