@@ -4,10 +4,12 @@
 Protocol (one command, resumable model by model):
 
 * data: a seeded sample of CustomerSim training dialogues (the dataset's own canary left
-  out). Every dialogue is one record. 10 individuals each own ``--records`` of them, and
-  each of those records ends with that individual's canary, ``My ID is: <6 digits>``
-  (the ``canaries`` stage's format, secrets derived from an hmac key, 10 more derived and
-  never inserted: the noise floor). Every other dialogue is an individual of its own.
+  out). Every dialogue is one record. ``--canaries`` individuals each own ``--records`` of
+  them, and each of those records ends with that individual's canary, ``My ID is: <6
+  digits>`` (the ``canaries`` stage's format, secrets derived from an hmac key, 10 more
+  derived and never inserted: the noise floor). Every other dialogue is an individual of
+  its own. The public base is evaluated too: its exposure of each secret is that secret's
+  prior (a model that never saw it).
 * models, all fine-tuned from the public ``tiny`` base for the same epochs: plain
   (``continue``), DP-SGD with ``unit: sequence`` and DP-SGD with ``unit: individual``, both
   at each of ``--epsilons`` (book-keeping clipping, noise planned by the accountant).
@@ -34,7 +36,7 @@ from _common import ROOT, machine, need_data, save_result
 FORMAT = "My ID is: {secret}"
 
 
-def corpus(d: Path, dialogues: int, records: int, key: bytes) -> Path:
+def corpus(d: Path, dialogues: int, records: int, key: bytes, count: int) -> Path:
     from privatize.stages.canaries import derive_secrets
 
     if (d / "train.jsonl").is_file():
@@ -45,12 +47,12 @@ def corpus(d: Path, dialogues: int, records: int, key: bytes) -> Path:
     def load(split):
         return [json.loads(x) for x in open(data / f"{split}.jsonl", encoding="utf-8") if '"canary"' not in x]
     train = random.Random(0).sample(load("train"), dialogues)
-    secrets = derive_secrets(key, 6, 20)[:10]
+    secrets = derive_secrets(key, 6, count + 10)[:count]
     rows = []
     for i, r in enumerate(train):
         owner, text = f"c{i}", r["text"]
-        if i < 10 * records:  # individual j owns records j, j + 10, ...: its canary in every one
-            owner, text = f"owner{i % 10}", text + "\n\n" + FORMAT.format(secret=secrets[i % 10])
+        if i < count * records:  # individual j owns records j, j + count, ...: its canary in every one
+            owner, text = f"owner{i % count}", text + "\n\n" + FORMAT.format(secret=secrets[i % count])
         rows.append({"doc_id": r["id"], "individual_id": owner, "text": text})
     random.Random(1).shuffle(rows)
     for name, part in (("train", rows), ("heldout", [{"text": r["text"]} for r in load("test")[:500]])):
@@ -87,6 +89,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dialogues", type=int, default=1500)
     ap.add_argument("--records", type=int, default=40, help="records (each with its canary) per canary individual")
+    ap.add_argument("--canaries", type=int, default=1, help="individuals with a canary (10 more never inserted)")
     ap.add_argument("--epsilons", type=float, nargs="+", default=[2.0, 8.0])
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
@@ -108,29 +111,37 @@ def main() -> None:
         write_key_file(new_key("hmac"), work / "canary.key")
     if not (base / "summary.json").is_file():
         run_training(base_config("tiny", public_corpus(base.parent / "public-text"), base, False), progress=False)
-    d = corpus(work / "data", args.dialogues, args.records, load_key_file(work / "canary.key").secret)
+    d = corpus(work / "data", args.dialogues, args.records, load_key_file(work / "canary.key").secret, args.canaries)
     summaries = {"plain": train(d, "plain", base, args, None)}
     for e in args.epsilons:
         for unit in ("sequence", "individual"):
             summaries[f"dp-{unit}-e{e:g}"] = train(d, f"dp-{unit}-e{e:g}", base, args, unit, e)
-    ev_dir = work / ("eval-e" + "-".join(f"{e:g}" for e in args.epsilons))
+    ev_dir = work / ("eval-base-e" + "-".join(f"{e:g}" for e in args.epsilons))
     if not (ev_dir / "evaluation.json").is_file():
         cfg = {"version": 1, "models": [{"name": n, "path": str(d / "runs" / n), "reference": n == "plain"}
-                                        for n in summaries],
-               "canaries": {"key": f"file:{work / 'canary.key'}", "digits": 6, "count": 10, "held_out": 10,
+                                        for n in summaries] + [{"name": "base", "path": str(base)}],
+               "canaries": {"key": f"file:{work / 'canary.key'}", "digits": 6, "count": args.canaries, "held_out": 10,
                             "repeats": args.records, "format": FORMAT},
                "perplexity": {"data": str(d / "heldout.jsonl"), "limit": 500}, "output": str(ev_dir)}
         run_evaluation(parse_config(cfg), progress=False)
     ev = json.loads((ev_dir / "evaluation.json").read_text())
     rows = []
+    prior = next(m for m in ev["models"] if m["name"] == "base")["exposure"]["canaries"]
     for m in ev["models"]:
+        if m["name"] == "base":
+            continue
         s = summaries[m["name"]]
         ex = m["exposure"]
+        inserted = [c for c in ex["canaries"] if c["repeats"] > 0]
         rows.append({"model": m["name"], "unit": (s.get("unit") or {}).get("name"),
                      "units": (s.get("unit") or {}).get("units"), "epsilon": s.get("epsilon"),
                      "noise_multiplier": (s.get("dp") or {}).get("noise_multiplier"),
                      "perplexity": m["perplexity"], "max_exposure": ex["max_exposure"],
                      "mean_exposure": ex.get("mean_exposure"), "floor": ex["max_reference_exposure"],
+                     "inserted": [round(c["exposure"], 2) for c in inserted],
+                     "prior": [round(p["exposure"], 2) for p in prior if p["repeats"] > 0],
+                     "max_over_prior": max(c["exposure"] - p["exposure"] for c, p in zip(ex["canaries"], prior)
+                                           if c["repeats"] > 0),
                      "steps": s["steps"], "fit_s": s["timings"]["fit_s"],
                      "s_per_step": s["timings"]["fit_s"] / max(1, s["steps"]),
                      "tokens_per_s": s["tokens"] / s["timings"]["fit_s"]})
@@ -138,12 +149,12 @@ def main() -> None:
     ratios = {f"e{e:g}": {k: by[f"dp-individual-e{e:g}"][k] / by[f"dp-sequence-e{e:g}"][k]
                           for k in ("s_per_step", "tokens_per_s")} for e in args.epsilons}
     print(f"{'model':<18} {'unit':<11} {'units':>6} {'epsilon':>8} {'sigma':>7} {'ppl':>8} {'max exp':>8} "
-          f"{'floor':>6} {'s/step':>7} {'tok/s':>7}")
+          f"{'floor':>6} {'over prior':>10} {'s/step':>7} {'tok/s':>7}")
     for r in rows:
         f = (lambda v, spec: "-" if v is None else format(v, spec))
         print(f"{r['model']:<18} {r['unit'] or '-':<11} {f(r['units'], 'd'):>6} {f(r['epsilon'], '.2f'):>8} "
               f"{f(r['noise_multiplier'], '.3f'):>7} {r['perplexity']:>8.2f} {r['max_exposure']:>8.2f} "
-              f"{r['floor']:>6.2f} {r['s_per_step']:>7.3f} {r['tokens_per_s']:>7.0f}")
+              f"{r['floor']:>6.2f} {r['max_over_prior']:>10.2f} {r['s_per_step']:>7.3f} {r['tokens_per_s']:>7.0f}")
     for k, v in ratios.items():
         print(f"user-level DP / sequence-level at {k}: step time {v['s_per_step']:.2f}x, "
               f"training tokens/s {v['tokens_per_s']:.2f}x")
