@@ -40,7 +40,9 @@ def measure(preset: str, mode: str, batch: int, seq: int, steps: int, warmup: in
     import numpy as np
     import torch
 
-    from train.loop import make_private, make_batch, train_step
+    from train.batches import make_batch
+    from train.dp import make_private
+    from train.loop import train_step
     from train.models import build_model, preset_config
 
     dev = torch.device(device)

@@ -36,7 +36,9 @@ def _model(preset: str, lora: bool, r: int, device: str):
 def step_times(preset: str, mode: str, batch: int, seq: int, steps: int, r: int, device: str) -> dict:
     import numpy as np
 
-    from train.loop import make_batch, make_private, train_step
+    from train.batches import make_batch
+    from train.dp import make_private
+    from train.loop import train_step
 
     lora = mode != "full"
     model, torch = _model(preset, lora, r, device)

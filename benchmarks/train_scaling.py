@@ -62,7 +62,9 @@ def loop_rate(tok_dir: Path, data: Path, model: str, steps: int, warmup: int) ->
     import torch
 
     from train.data import Pack
-    from train.loop import Phase, batch_indices, make_batch, train_step
+    from train.batches import batch_indices, make_batch
+    from train.loop import train_step
+    from train.plan import Phase
     from train.models import build_model, preset_config
     from train.tokenizer import load_tokenizer, special_ids
 

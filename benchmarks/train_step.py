@@ -28,7 +28,8 @@ def _setup(preset: str, mode: str, batch: int, seq: int, threads: int):
     import numpy as np
     import torch
 
-    from train.loop import make_private, make_batch
+    from train.batches import make_batch
+    from train.dp import make_private
     from train.models import build_model, preset_config
 
     torch.set_num_threads(threads)

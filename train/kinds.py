@@ -1,6 +1,6 @@
 """Training kinds: what a ``kind:`` in a training config means, one class each, registered by
 name as stages are (:func:`register_train_kind`). The config validator, the planner
-(``train.run``) and the phase plan (``train.loop.plan_phases``) ask the kind; none of them
+(``train.run``) and the phase plan (``train.batches.plan_phases``) ask the kind; none of them
 compares kind names. A new kind is one class here or in any module that is imported before its
 config is parsed.
 

@@ -38,157 +38,17 @@ import time
 
 import numpy as np
 
-from train.kinds import train_kind
-from train.models import is_lora
-from train.plan import MLMPlan, ModelInit, Phase, WorkerPlan
+from train.batches import (MaskedLMLoss, Owners, batch_indices, individual_batch, make_batch, mlm_batch,
+                           position)
+from train.dp import DPSetup, make_private
+from train.models import is_lora, unwrap
+from train.plan import ModelInit, Phase, WorkerPlan
 
-IGNORE = -100
 ADAPTER = "adapter"
-
-
-def plan_phases(kind: str, sizes: dict[str, int], batch_size: int) -> list[Phase]:
-    """Phases of one epoch. Plain phases take ceil(n / batch) steps (every example once, the
-    last batch partial); DP phases take round(n / batch) Poisson steps (sample rate 1 /
-    steps). An empty plain split is a phase of no steps (CRT with no public data is DP-SGD
-    on everything)."""
-    def plain(split: str, name: str) -> Phase:
-        return Phase(name, False, -(-sizes[split] // batch_size), split)
-
-    def dp(split: str) -> Phase:
-        return Phase("private", True, max(1, round(sizes[split] / batch_size)), split)
-
-    return train_kind(kind).phases(plain, dp)
-
-
-def total_steps(phases: list[Phase], epochs: int, max_steps: int | None) -> int:
-    n = epochs * sum(p.steps for p in phases)
-    return min(n, max_steps) if max_steps else n
-
-
-def position(phases: list[Phase], step: int) -> tuple[int, int, int]:
-    """Global step -> (epoch, phase index, step within the phase)."""
-    per = sum(p.steps for p in phases)
-    epoch, rest = divmod(step, per)
-    for i, p in enumerate(phases):
-        if rest < p.steps:
-            return epoch, i, rest
-        rest -= p.steps
-    raise AssertionError("unreachable")
-
-
-def batch_indices(phase: Phase, n: int, batch_size: int, seed: int, epoch: int, step: int, pi: int,
-                  poisson: bool = True) -> np.ndarray:
-    """The step's example indices over all ranks (rank r takes ``[r::world]``; see the
-    module docstring)."""
-    if phase.dp and poisson:
-        rng = np.random.default_rng([seed, pi, epoch, step])
-        chosen = np.flatnonzero(rng.random(n) < phase.sample_rate)
-    else:
-        perm = np.random.default_rng([seed, pi, epoch]).permutation(n)
-        chosen = perm[step * batch_size:(step + 1) * batch_size]
-    return chosen
-
-
-class Owners:
-    """The blocks of each individual of a split (``dp.unit: individual``): individual j's
-    blocks are ``order[start[j]:start[j] + count[j]]``, individuals in the order of their
-    owner ids (the same on every rank)."""
-
-    def __init__(self, owner: np.ndarray):
-        self.order = np.argsort(owner, kind="stable")
-        _, self.start, self.count = np.unique(owner[self.order], return_index=True, return_counts=True)
-
-    def __len__(self) -> int:
-        return len(self.start)
-
-    def blocks(self, j: int) -> np.ndarray:
-        return self.order[self.start[j]:self.start[j] + self.count[j]]
-
-
-def individual_batch(owners: Owners, phase: Phase, seed: int, epoch: int, step: int, pi: int,
-                     cap: int) -> list[np.ndarray]:
-    """The step's individuals over all ranks, each as its block indices: Poisson sampling
-    of individuals at the phase's rate (the accountant's unit), then all of an
-    individual's blocks, or a seeded draw of ``cap`` of them. Rank r takes ``[r::world]``,
-    so an individual's blocks stay on one rank, where they are clipped together."""
-    rng = np.random.default_rng([seed, pi, epoch, step])
-    out = []
-    for j in np.flatnonzero(rng.random(len(owners)) < phase.sample_rate):
-        b = owners.blocks(int(j))
-        if len(b) > cap:
-            b = np.sort(np.random.default_rng([seed, pi, epoch, step, int(j)]).choice(b, cap, replace=False))
-        out.append(b)
-    return out
-
-
-class MaskedLMLoss:
-    """Per-example mean of the next-token loss over its target tokens (``IGNORE`` elsewhere),
-    reduced over the batch as ``reduction`` says ("none" gives one loss per example, what
-    Opacus' ghost clipping needs). A plain and a DP step reduce the same way, so with no
-    clipping and no noise they take the same step."""
-
-    def __init__(self, reduction: str = "mean"):
-        self.reduction = reduction
-
-    def __call__(self, logits, targets):
-        import torch.nn.functional as F
-
-        b, t, v = logits.shape
-        tok = F.cross_entropy(logits.reshape(-1, v).float(), targets.reshape(-1), ignore_index=IGNORE,
-                              reduction="none").view(b, t)
-        per = tok.sum(1) / (targets != IGNORE).sum(1).clamp(min=1)
-        if self.reduction == "none":
-            return per
-        return per.mean() if self.reduction == "mean" else per.sum()
-
-
-def make_batch(ids, loss, idx: np.ndarray, device):
-    """(inputs, targets) tensors for these examples; an empty share becomes one example
-    with no targets."""
-    import torch
-
-    if len(idx) == 0:
-        x = torch.as_tensor(ids[:1].astype(np.int64))
-        return x.to(device), torch.full_like(x[:, 1:], IGNORE).to(device)
-    x = torch.as_tensor(ids[idx].astype(np.int64))
-    y = x[:, 1:].clone()
-    y[torch.as_tensor(loss[idx][:, 1:] == 0)] = IGNORE
-    return x.to(device), y.to(device)
-
-
-def mlm_batch(ids, loss, idx: np.ndarray, mlm: MLMPlan, seed: int, epoch: int, step: int, device):
-    """(inputs, targets) for a masked-LM step: each target token (``loss`` 1) is chosen
-    with probability ``mlm.probability``, drawn per example from (seed, epoch, step,
-    example), so a resumed run, or one with another number of workers, draws the same; a
-    chosen token becomes ``<MASK>`` (80%), a random token (10%) or stays (10%), and is the
-    only target."""
-    import torch
-
-    if len(idx) == 0:
-        x = torch.as_tensor(ids[:1].astype(np.int64))
-        return x.to(device), torch.full_like(x, IGNORE).to(device)
-    x = ids[idx].astype(np.int64)
-    y = np.full_like(x, IGNORE)
-    for row, i in enumerate(idx):
-        rng = np.random.default_rng([seed, epoch, step, int(i)])
-        u, how = rng.random(x.shape[1]), rng.random(x.shape[1])
-        chosen = (u < mlm.probability) & (loss[i] == 1)
-        y[row, chosen] = x[row, chosen]
-        x[row, chosen & (how < 0.8)] = mlm.mask_id
-        rand = chosen & (how >= 0.8) & (how < 0.9)
-        x[row, rand] = rng.integers(0, mlm.vocab_size, int(rand.sum()))
-    return torch.as_tensor(x).to(device), torch.as_tensor(y).to(device)
 
 
 def param_digest(model) -> str:
     return _digest(model.state_dict())
-
-
-def unwrap(model):
-    """The Hugging Face model inside Opacus' and DDP's wrappers."""
-    while hasattr(model, "_module") or hasattr(model, "module"):
-        model = getattr(model, "_module", None) or model.module
-    return model
 
 
 def lr_lambda(warmup: int, total: int):
@@ -222,72 +82,6 @@ def _init_model(init: ModelInit):
         return model.train()
     config = (mlm_preset_config if init.mlm else preset_config)(init.preset, init.vocab_size, **init.special)
     return build_model(config, init.seed, init.mlm).train()
-
-
-def make_private(model, optimizer, *, noise_multiplier: float, max_grad_norm: float, sample_rate: float,
-                 expected_batch_size: float, accountant: str = "prv", grad_sample_mode: str = "hooks",
-                 distributed: bool = False, generator=None) -> "DPSetup":
-    """Opacus' DP-SGD pieces around ``model`` and ``optimizer``, in the manner of Opacus'
-    ``PrivacyEngine.make_private``: every setting by keyword. ``expected_batch_size`` is this
-    worker's expected share of a Poisson batch (the sum of clipped gradients is divided by it);
-    ``grad_sample_mode`` is Opacus' ``hooks`` or ``ghost``, or ``bk`` (book-keeping,
-    ``train.bk``)."""
-    return DPSetup(model, optimizer, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
-                   sample_rate=sample_rate, expected_batch_size=expected_batch_size, accountant=accountant,
-                   grad_sample_mode=grad_sample_mode, distributed=distributed, generator=generator)
-
-
-class DPSetup:
-    """Opacus' DP-SGD pieces around ``model`` (see the module docstring); made by
-    :func:`make_private`."""
-
-    def __init__(self, model, optimizer, *, noise_multiplier: float, max_grad_norm: float, sample_rate: float,
-                 expected_batch_size: float, accountant: str, grad_sample_mode: str, distributed: bool, generator):
-        import train.grad_samplers  # noqa: F401  (RMSNorm's per-example gradients, without functorch)
-        from opacus.accountants import create_accountant
-        from opacus.grad_sample.utils import wrap_model
-        from opacus.optimizers import get_optimizer_class
-        from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
-
-        mode = grad_sample_mode
-        self.bk = None
-        if mode == "bk":  # book-keeping: our clipping, Opacus' optimizer for noise and accounting
-            from train.bk import BookKeeping
-
-            self.module = model
-            self.bk = BookKeeping(unwrap(model), max_grad_norm)
-        else:
-            kw = {"max_grad_norm": max_grad_norm} if mode == "ghost" else {}
-            self.module = wrap_model(model, grad_sample_mode=mode, batch_first=True, loss_reduction="mean", **kw)
-        cls = get_optimizer_class(clipping="flat", distributed=distributed,
-                                  grad_sample_mode="ghost" if mode == "bk" else mode)
-        self.optimizer = cls(optimizer=optimizer, noise_multiplier=noise_multiplier,
-                             max_grad_norm=max_grad_norm, expected_batch_size=expected_batch_size,
-                             loss_reduction="mean", generator=generator)
-        self.accountant = create_accountant(mechanism=accountant)
-        self.optimizer.attach_step_hook(self.accountant.get_optimizer_hook_fn(sample_rate=sample_rate))
-        self.criterion = (DPLossFastGradientClipping(self.module, self.optimizer, MaskedLMLoss(), "mean")
-                          if mode == "ghost" else MaskedLMLoss())
-        self.ghost = mode == "ghost"
-
-    def group_grad_samples(self, groups) -> None:
-        """Hooks mode, ``dp.unit: individual``: each parameter's per-example gradients
-        summed per individual (``groups[i]``: example i's individual), so the optimizer
-        clips each individual's gradient."""
-        import torch
-
-        n = int(groups.max()) + 1
-        for p in self.optimizer.params:
-            gs = getattr(p, "grad_sample", None)
-            if isinstance(gs, torch.Tensor):
-                p.grad_sample = torch.zeros((n, *gs.shape[1:]), dtype=gs.dtype, device=gs.device).index_add_(
-                    0, groups, gs)
-
-    def plain(self, on: bool) -> None:
-        """Hooks off for a public (plain) step, on again for DP steps (book-keeping's
-        hooks record only inside its capture)."""
-        if self.bk is None:
-            (self.module.disable_hooks if on else self.module.enable_hooks)()
 
 
 def train_step(model, dp: "DPSetup | None", opt, private: bool, x, y, bf16: bool = False,

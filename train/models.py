@@ -188,3 +188,10 @@ def is_lora(model) -> bool:
 
 def parameter_count(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def unwrap(model):
+    """The Hugging Face model inside Opacus' and DDP's wrappers."""
+    while hasattr(model, "_module") or hasattr(model, "module"):
+        model = getattr(model, "_module", None) or model.module
+    return model

@@ -70,7 +70,7 @@ def dp_units(cfg: TrainConfig, ds, blocks: int, extra_units: int = 0) -> tuple[i
 
 def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 0):
     """Phases, steps and the DP budget; a SpecError when the config cannot run as asked."""
-    from train.loop import plan_phases, total_steps
+    from train.batches import plan_phases, total_steps
     from train.privacy import plan_budget
     from train.tokenizer import special_ids
 

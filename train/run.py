@@ -34,104 +34,21 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from privatize.errors import OutputError, SpecError
 from train.config import TrainConfig
 from train.kinds import train_kind
 from train.audit import SEED_FIELD
+from train.audit_run import Canaries, insert_canaries, run_audit
 from train.final import base_of, check_lora, save_final
-from train.planning import PLAN, plan_run, saved_plan
+from train.planning import PLAN, plan_run
 from train.plan import RunPlan
+from train.progress import ProgressBar, sink_class
 
 log = logging.getLogger(__name__)
 
 SUMMARY = "summary.json"
-METRICS = "metrics.jsonl"
-WORKERS = "workers.jsonl"
 RAY_RUN_NAME = "train"
-
-
-def _sink_class():
-    import ray
-
-    @ray.remote(num_cpus=0)
-    class MetricsSink:
-        """Appends the workers' metrics to files in the run folder (an actor on the driver's
-        node, so the files are where the driver is, on any cluster)."""
-
-        def __init__(self, folder: str, show: bool):
-            self.folder, self.show = folder, show
-            self.finals: list[dict] = []
-            self.workers: list[dict] = []
-            self.last: dict = {}
-
-        def _append(self, name: str, rec: dict) -> None:
-            with open(os.path.join(self.folder, name), "a") as f:
-                f.write(json.dumps(rec) + "\n")
-
-        def write(self, rec: dict) -> None:
-            rec = {"time": time.time(), **rec}
-            self.last = rec
-            self._append(METRICS, rec)
-
-        def worker(self, rec: dict) -> None:
-            self.workers.append(rec)
-            self._append(WORKERS, {"time": time.time(), **rec})
-
-        def final(self, rec: dict) -> None:
-            self.finals.append(rec)
-
-        def state(self) -> dict:
-            return {"finals": self.finals, "workers": self.workers, "last": self.last}
-
-    return MetricsSink
-
-
-class _ProgressBar:
-    """A tqdm bar of steps (loss, epsilon) fed from the metrics actor while ``fit`` runs."""
-
-    def __init__(self, sink, total: int, on: bool):
-        self.sink, self.total, self.on = sink, total, on
-        self.stop = None
-
-    def __enter__(self):
-        if not self.on:
-            return self
-        import threading
-
-        from tqdm import tqdm
-
-        self.stop = threading.Event()
-        self.bar = tqdm(total=self.total, unit="step", desc="training", dynamic_ncols=True)
-
-        def poll():
-            import ray
-
-            while not self.stop.wait(2.0):
-                try:
-                    last = ray.get(self.sink.state.remote(), timeout=5)["last"]
-                except Exception:  # noqa: BLE001 - the bar is best effort; the run reports its own errors
-                    continue
-                if last:
-                    self.bar.n = last["step"]
-                    post = {"loss": f"{last['loss']:.3f}"}
-                    if "epsilon" in last:
-                        post["eps"] = f"{last['epsilon']:.2f}"
-                    self.bar.set_postfix(post, refresh=True)
-
-        self.thread = threading.Thread(target=poll, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, exc_type, *exc):
-        if self.stop is not None:
-            self.stop.set()
-            self.thread.join(timeout=10)
-            if exc_type is None:
-                self.bar.n = self.total
-            self.bar.close()
-        return False
 
 
 @dataclass
@@ -365,7 +282,7 @@ def _stage(p: Prepared, progress: bool, timings: dict):
         timings["tokenizer_s"] = time.perf_counter() - t0
         data = _datasets(p, str(work / "tokenizer"))
         timings["data_s"] = time.perf_counter() - t0 - timings["tokenizer_s"]
-        canaries = _audit_canaries(p, tok, data)
+        canaries = insert_canaries(p, tok, data)
         plan = plan_run(p, tok, data, progress, int(canaries.inserted.sum()) if canaries else 0)
         p.output.mkdir(parents=True, exist_ok=True)
         if plan.budget is not None and not (p.output / PLAN).exists():
@@ -378,69 +295,6 @@ def _stage(p: Prepared, progress: bool, timings: dict):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return tok, data, plan, canaries
-
-
-@dataclass
-class Canaries:
-    """The audit's canaries (``train.audit``): all ``ids``, which were ``inserted``, into
-    which dataset, and the object reference of the inserted blocks the workers read."""
-
-    seed: int
-    split: str
-    ids: Any
-    inserted: Any
-    ref: object
-
-
-def _audit_canaries(p: Prepared, tok, data: dict) -> Canaries | None:
-    """With ``audit``, draw the canaries from the run's audit seed (kept in its privacy plan,
-    so a resumed run inserts the same ones) and add the inserted half to the DP split:
-    its size, so its sample rate and accounting, counts them."""
-    cfg = p.config
-    if cfg.audit is None:
-        return None
-    import secrets
-
-    import numpy as np
-    import ray
-
-    from train.audit import canaries as draw
-    from train.loop import plan_phases
-
-    phases = plan_phases(cfg.kind, {k: n for k, (_, n) in data.items()}, cfg.optim.batch_size)
-    split = next(ph.split for ph in phases if ph.dp)
-    saved = saved_plan(p.output) or {}
-    seed = saved.get(SEED_FIELD, secrets.randbits(63))
-    ids, inserted = draw(seed, cfg.audit.canaries, cfg.data.seq_len, 0, len(tok))
-    block = {"ids": ids[inserted], "loss": np.ones(ids[inserted].shape, np.uint8)}
-    if cfg.dp.unit == "individual":  # each canary its own individual (train.data.owner_id)
-        block["owner"] = -1 - np.arange(int(inserted.sum()), dtype=np.int64)
-    ds, n = data[split]
-    data[split] = (ds, n + int(inserted.sum()))
-    return Canaries(seed, split, ids, inserted, ray.put(block))
-
-
-def _run_audit(p: Prepared, canaries: Canaries, model_dir: Path, epsilon: float | None, delta: float,
-               progress: bool) -> dict:
-    """Score every canary with the final model and bound epsilon from below."""
-    from transformers import AutoModelForCausalLM
-
-    from train.audit import audit, canary_scores
-
-    t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    result = audit(canary_scores(model, canaries.ids), canaries.inserted, delta, p.config.audit.confidence)
-    out = result.to_dict() | {"accountant_epsilon": epsilon, "seconds": round(time.perf_counter() - t0, 2)}
-    if epsilon is not None and result.epsilon_lower_bound > epsilon * (1 + 1e-9):
-        # the accountant's epsilon is an upper bound; an audit above it means the DP code is wrong
-        out["exceeds_accountant"] = True
-        log.error("the audited epsilon %.3f exceeds the accountant's %.3f: the DP guarantee does not hold",
-                  result.epsilon_lower_bound, epsilon)
-    if progress:
-        claim = f"accountant epsilon {epsilon:.3f}" if epsilon is not None else "no guarantee claimed"
-        print(f"audit: epsilon >= {result.epsilon_lower_bound:.3f} ({result.confidence:.0%}) from "
-              f"{result.correct} of {result.guesses} guesses on {result.canaries} canaries; {claim}")
-    return out
 
 
 def _trainer(p: Prepared, data: dict, plan: RunPlan, sink, torch_config, canaries: Canaries | None = None):
@@ -568,7 +422,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     connect(address)
     timings: dict[str, float] = {}
     tok, data, plan, canaries = _stage(p, progress, timings)
-    sink = _sink_class().options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+    sink = sink_class().options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
         ray.get_runtime_context().get_node_id(), soft=False)).remote(str(p.output.resolve()), progress)
     from train.rendezvous import torch_config
 
@@ -582,7 +436,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
         if _START_TRY_S not in os.environ and cfg.workers.start_timeout_s < 60:
             os.environ[_START_TRY_S] = f"{cfg.workers.start_timeout_s:g}"
         t0 = time.perf_counter()
-        with _ProgressBar(sink, plan.worker.total_steps, progress):
+        with ProgressBar(sink, plan.worker.total_steps, progress):
             try:
                 result = trainer.fit()
             except Exception as e:
@@ -600,7 +454,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     if canaries is not None:
         # a canary is one block, its own unit: the audit bounds the per-block guarantee
         block_eps = summary["unit"].get("block_epsilon", summary["epsilon"])
-        summary["audit"] = _run_audit(p, canaries, final_dir, block_eps, plan.budget.delta, progress)
+        summary["audit"] = run_audit(p, canaries, final_dir, block_eps, plan.budget.delta, progress)
     tmp_s = p.output / f".{SUMMARY}.tmp"
     tmp_s.write_text(json.dumps(summary, indent=2) + "\n")
     os.replace(tmp_s, p.output / SUMMARY)

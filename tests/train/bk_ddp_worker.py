@@ -17,7 +17,9 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
 torch.set_num_threads(1)
 dist.init_process_group("gloo", rank=rank, world_size=world)
 
-from train.loop import make_batch, make_private, train_step  # noqa: E402
+from train.batches import make_batch  # noqa: E402
+from train.dp import make_private  # noqa: E402
+from train.loop import train_step  # noqa: E402
 from train.models import build_model, preset_config  # noqa: E402
 
 model = build_model(preset_config("tiny", vocab_size=300, bos_token_id=0, eos_token_id=0, pad_token_id=1), 0)

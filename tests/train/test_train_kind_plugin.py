@@ -10,7 +10,7 @@ import pytest
 
 from train.config import parse_config
 from train.kinds import TrainKind, register_train_kind, train_kinds
-from train.loop import plan_phases
+from train.batches import plan_phases
 
 
 @register_train_kind

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from train.data import pack
-from train.loop import (IGNORE, MaskedLMLoss, Phase, batch_indices, make_batch, make_private, plan_phases, position,
-                        train_step)
-from train.plan import MLMPlan
+from train.batches import IGNORE, MaskedLMLoss, batch_indices, make_batch, plan_phases, position
+from train.dp import make_private
+from train.loop import train_step
+from train.plan import MLMPlan, Phase
 from train.models import PRESETS, build_model, parameter_count, preset_config
 from train.tokenizer import EOS, PAD, fingerprint, load_tokenizer, train_tokenizer
 
@@ -292,7 +293,7 @@ def test_mlm_preset_parameter_counts():
 
 
 def test_mlm_batch_masks_only_targets_with_bert_proportions():
-    from train.loop import mlm_batch
+    from train.batches import mlm_batch
 
     rng = np.random.default_rng(0)
     n, t, mask_id, vocab = 400, 64, 2, 1000
@@ -394,7 +395,7 @@ def test_ppclm_step_equals_a_plain_step_with_identifier_labels_ignored_by_hand(t
     assert param_digest(models[0]) == param_digest(models[1])
     assert param_digest(models[0]) != param_digest(models[2])  # a plain step learns the identifiers
     # PPMLM: the masked-LM step never chooses an identifier token as a mask
-    from train.loop import mlm_batch
+    from train.batches import mlm_batch
 
     cfg = MLMPlan(probability=0.99, mask_id=tok.mask_token_id, vocab_size=len(tok), pad_id=tok.pad_token_id)
     _, ym = mlm_batch(ppclm["ids"], ppclm["loss"], idx, cfg, 0, 0, 0, "cpu")
