@@ -319,17 +319,19 @@ def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray,
     """``audit``: 64 canaries drawn from the run's audit seed (kept in its privacy plan), the
     inserted half added to the DP split (so counted by its sample rate), all scored after
     training. The audited epsilon is a lower bound: above the accountant's epsilon it would
-    mean broken DP code. Both runs take ``dp.unit: record``: blocks never mix records, and
-    the record's epsilon and delta are the group bound of the block's, computed by hand
-    from the records' token counts."""
+    mean broken DP code. The first run takes ``dp.unit: record``: blocks never mix records,
+    and the record's epsilon and delta are the group bound of the block's, computed by hand
+    from the records' token counts. The audited run takes ``dp.unit: individual``: each
+    canary is an individual of its own beside the 25 customers."""
+    import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
     from train.audit import SEED_FIELD, canaries
     from train.data import read_texts
 
-    def cfg(out, **kw):  # the CRT recipe's shards: one record per sentence, in 8-token blocks: a few each
+    def cfg(out, dp=None, **kw):  # the CRT recipe's shards: one record per sentence, in 8-token blocks: a few each
         return parse_config(_cfg(kind="dp", data={"path": str(crt_shards), "seq_len": 8}, output=str(tmp_path / out),
-                                 dp={"noise_multiplier": 1.2, "unit": "record"}, **kw))
+                                 dp=dp or {"noise_multiplier": 1.2, "unit": "record"}, **kw))
 
     base = run_training(cfg("b", optim={"max_steps": 2}), progress=False)
     tok = AutoTokenizer.from_pretrained(tmp_path / "b" / "model")
@@ -342,17 +344,20 @@ def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray,
     assert base["epsilon"] == pytest.approx(k * e) and base["delta"] == pytest.approx(k * math.exp((k - 1) * e) * d)
     assert base["delta"] <= 1 / (10 * len(blocks)) * (1 + 1e-9)
 
-    s = run_training(cfg("run", optim={"max_steps": 30, "batch_size": 8}, audit={"canaries": 64}), progress=False)
+    s = run_training(cfg("run", optim={"max_steps": 30, "batch_size": 8}, audit={"canaries": 64},
+                         dp={"noise_multiplier": 1.2, "unit": "individual"}), progress=False)
     a = s["audit"]
     seed = json.loads((tmp_path / "run" / "privacy_plan.json").read_text())[SEED_FIELD]
     _, inserted = canaries(seed, 64, 8, 0, s["tokenizer"]["vocab_size"])
     assert a["canaries"] == 64 and a["inserted"] == int(inserted.sum()) and 0 < a["inserted"] < 64
     assert s["examples"]["train"] == base["examples"]["train"] + a["inserted"]
-    assert s["unit"]["units"] == len(blocks) + a["inserted"]  # each canary is a record of one block
+    t = pq.read_table(sorted(crt_shards.glob("shards/*.parquet")), columns=["individual_id", "text"]).to_pylist()
+    customers = len({r["individual_id"] for r in t if r["text"]})
+    assert s["unit"]["name"] == "individual" and s["unit"]["units"] == customers + a["inserted"]
     assert a["guesses"] == 2 * a["k"] and 0 <= a["correct"] <= a["guesses"]
-    # a canary is one block: the audit bounds the block's epsilon, at the block's delta
-    assert 0 <= a["epsilon_lower_bound"] <= s["unit"]["block_epsilon"] == a["accountant_epsilon"] < s["epsilon"]
-    assert "exceeds_accountant" not in a and a["delta"] == s["unit"]["block_delta"]
+    # a canary is one individual: the audit bounds the individual's epsilon, at its delta
+    assert 0 <= a["epsilon_lower_bound"] <= a["accountant_epsilon"] == s["epsilon"]
+    assert "exceeds_accountant" not in a and a["delta"] == s["delta"] == pytest.approx(1 / (10 * s["unit"]["units"]))
 
 
 def test_crt_with_dp_lora_from_a_public_base(train_ray, stories, crt_shards, tmp_path):
