@@ -20,7 +20,8 @@ Expected: the sequence unit's epsilon is per 64-token block, so an individual wi
 records is protected at up to R times it and its canaries leak above the floor; under
 the individual unit the 10 canaries sit at the never-inserted canaries' level.
 
-    .venv/bin/python benchmarks/dp_units.py [--dialogues 1500 --records 40 --epsilons 2 8]
+    .venv/bin/python benchmarks/dp_units.py [--dialogues 1500 --records 40 --canaries 1 --epsilons 1 8]
+    .venv/bin/python benchmarks/dp_units.py --step-time     # the DP step of each unit, same blocks
 """
 
 from __future__ import annotations
@@ -85,6 +86,52 @@ def train(d: Path, name: str, base: Path, args, unit: str | None, eps: float | N
     return json.loads((out / "summary.json").read_text())
 
 
+def step_time(repeats: int = 15) -> dict:
+    """One DP step on the same 32 blocks of 64 tokens (``tiny``), clipped per block
+    (``sequence``) and per individual (8 individuals of 4 blocks, ``individual``), in
+    ``hooks`` and ``bk``: the median of ``repeats`` timed steps after one warm-up each, on one
+    thread, the two units interleaved."""
+    import statistics
+
+    import numpy as np
+    import torch
+
+    from train.batches import make_batch
+    from train.dp import make_private
+    from train.loop import train_step
+    from train.models import build_model, preset_config
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(2, 4000, size=(32, 64)).astype(np.int32)
+    x, y = make_batch(ids, np.ones_like(ids, np.uint8), np.arange(32), "cpu")
+    groups = np.repeat(np.arange(8), 4)
+    out = {}
+    for mode in ("hooks", "bk"):
+        times = {"sequence": [], "individual": []}
+        setups = {}
+        for unit in times:
+            model = build_model(preset_config("tiny", vocab_size=4096, bos_token_id=0, eos_token_id=0,
+                                              pad_token_id=1), 0)
+            opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+            dp = make_private(model, opt, noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.01,
+                              expected_batch_size=32 if unit == "sequence" else 8, grad_sample_mode=mode,
+                              generator=torch.Generator().manual_seed(0))
+            setups[unit] = (model, dp, opt)
+            train_step(model, dp, opt, True, x, y, groups=groups if unit == "individual" else None)  # warm-up
+        for _ in range(repeats):
+            for unit, (model, dp, opt) in setups.items():
+                t = time.perf_counter()
+                train_step(model, dp, opt, True, x, y, groups=groups if unit == "individual" else None)
+                times[unit].append(time.perf_counter() - t)
+        med = {u: statistics.median(v) for u, v in times.items()}
+        out[mode] = {"sequence_s": med["sequence"], "individual_s": med["individual"],
+                     "individual_over_sequence": med["individual"] / med["sequence"]}
+        print(f"  {mode:<5}: sequence {med['sequence'] * 1000:.1f} ms, individual {med['individual'] * 1000:.1f} ms "
+              f"per step: {med['individual'] / med['sequence']:.2f}x", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dialogues", type=int, default=1500)
@@ -97,7 +144,12 @@ def main() -> None:
     ap.add_argument("--work", default=str(ROOT / "benchmarks" / "work" / "dp_units"))
     ap.add_argument("--base", default=str(ROOT / "benchmarks" / "work" / "crt_paper" / "base-tiny"),
                     help="a public base (privatize base tiny); trained here when missing")
+    ap.add_argument("--step-time", action="store_true", help="only the DP step time of the two units")
     args = ap.parse_args()
+    if args.step_time:
+        print("DP step time, 32 blocks of 64 tokens, tiny, one thread:")
+        save_result("dp_units_step", {"machine": machine(), "step_time": step_time()})
+        return
 
     from attacks.config import parse_config
     from attacks.run import run_evaluation
