@@ -210,7 +210,7 @@ def main() -> None:
     for k, v in ratios.items():
         print(f"user-level DP / sequence-level at {k}: step time {v['s_per_step']:.2f}x, "
               f"training tokens/s {v['tokens_per_s']:.2f}x")
-    save_result("dp_units", {"machine": machine(), "args": vars(args), "rows": rows,
+    save_result(f"dp_units-c{args.canaries}", {"machine": machine(), "args": vars(args), "rows": rows,
                              "individual_over_sequence_step_time": ratios})
 
 

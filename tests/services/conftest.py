@@ -314,15 +314,18 @@ def tiny_training(service, corpus_file, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("training")
     (tmp / "tiny.yaml").write_text(yaml.safe_dump(TINY))
     env = {"PRIVATIZE_URL": service.url, "PRIVATIZE_TOKEN": t.token}
+    from tests.listeners import Listeners
+
     t0 = time.monotonic()
-    r = service.cli("submit-training", str(tmp / "tiny.yaml"), "--job", job["id"], "--wait",
-                    "--poll", "0.5", "--download", str(tmp / "dl"), env=env, check=False, timeout=480)
+    with Listeners() as listeners:  # issue 36: the training's process group listened on every interface
+        r = service.cli("submit-training", str(tmp / "tiny.yaml"), "--job", job["id"], "--wait",
+                        "--poll", "0.5", "--download", str(tmp / "dl"), env=env, check=False, timeout=480)
     seconds = time.monotonic() - t0
     out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
     logs = t.http.get(f"/v1/jobs/{out['training_id']}/logs").text if out.get("training_id") else ""
     assert r.returncode == 0, (r.stderr[-2000:], out.get("message"), logs[-6000:])
     return {"tenant": t, "job": job, "key": key, "cli": out, "stderr": r.stderr, "dir": tmp, "env": env,
-            "seconds": seconds, "logs": logs, "training": t.wait(out["training_id"])}
+            "seconds": seconds, "logs": logs, "training": t.wait(out["training_id"]), "listeners": listeners}
 
 
 @pytest.fixture(scope="session")

@@ -261,6 +261,12 @@ def test_a_tiny_training_on_a_privatization_output(service, trained):
     assert {"summary.json", "metrics.jsonl", "workers.jsonl", "model/config.json", "model/model.safetensors",
             "model/tokenizer.json", "tokenizer/tokenizer.json"} <= set(stored), stored
     assert not [p for p in stored if p.startswith(("checkpoints/", "."))], stored
+    # issue 36 (the red team's listener): the worker met its group through a file store and
+    # gloo used loopback; while it trained, no training process listened beyond loopback
+    workers = [json.loads(x) for x in service.files.read(f"{base}/workers.jsonl").decode().splitlines()]
+    assert workers and all(w["rendezvous"] == {"store": "FileStore", "gloo_ifname": "lo"} for w in workers)
+    seen = trained["listeners"]
+    assert seen.seen_workers and not seen.beyond_loopback, seen.beyond_loopback
     last = json.loads(service.files.read(f"{base}/metrics.jsonl").decode().splitlines()[-1])
     assert last["step"] == 4 and last["loss"] == s["final_loss"]
     assert got["output_bytes"] >= sum(service.files.fs.get_file_info(f"{service.files.root}/{base}/{p}").size

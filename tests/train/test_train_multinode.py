@@ -30,17 +30,18 @@ SCRIPT = textwrap.dedent("""
         cluster.add_node(num_cpus=1, object_store_memory=store)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address)
-    from tests.train.test_train_ray import _cfg, _Listeners, _ray_worker_wildcard_listeners
+    from tests.listeners import Listeners, ray_worker_wildcard_listeners
+    from tests.train.test_train_ray import _cfg
     from train.config import parse_config
     from train.run import run_training
 
     cfg = parse_config(_cfg(kind="dp", data={"path": data}, dp={"noise_multiplier": 1.0}, optim={"max_steps": 3},
                             workers={"num_workers": 2}, output=out))
-    with _Listeners() as seen:
+    with Listeners() as seen:
         s = run_training(cfg, progress=False)
     print(json.dumps({"ranks": s["workers"]["ranks"], "digests": s["workers"]["final_param_digests"],
                       "workers": len(seen.seen_workers), "wildcard": seen.wildcard,
-                      "ray_wildcard": _ray_worker_wildcard_listeners(ray),
+                      "ray_wildcard": ray_worker_wildcard_listeners(ray),
                       "beyond_loopback": sorted(ip for ip, _ in seen.beyond_loopback),
                       "node_ips": sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}),
                       "nodes": len([n for n in ray.nodes() if n["Alive"]])}))

@@ -17,6 +17,7 @@ import pytest
 from train.config import parse_config
 from train.privacy import crt_confidentiality
 from train.run import run_training
+from tests.listeners import Listeners, ray_worker_wildcard_listeners
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.data]
 
@@ -34,65 +35,6 @@ def _worker_lines(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "workers.jsonl").read_text().splitlines()]
 
 
-class _Listeners(threading.Thread):
-    """While a run goes (every 0.1 s): the TCP sockets Ray Train worker processes listen on.
-    ``wildcard``: the most listeners at a wildcard address (every interface) one process
-    had; ``beyond_loopback``: any listener at a specific address that is not loopback."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.stop, self.seen_workers, self.wildcard, self.beyond_loopback = threading.Event(), set(), 0, set()
-
-    @staticmethod
-    def listening(pid: int) -> list[tuple[str, int]]:
-        import psutil
-
-        return [(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="tcp")
-                if c.status == psutil.CONN_LISTEN]
-
-    def run(self):
-        import ipaddress
-
-        import psutil
-
-        while not self.stop.is_set():
-            for proc in psutil.process_iter(["pid", "cmdline"]):
-                try:
-                    if "RayTrainWorker" not in " ".join(proc.info["cmdline"] or ()):
-                        continue
-                    self.seen_workers.add(proc.info["pid"])
-                    socks = self.listening(proc.info["pid"])
-                except (psutil.Error, OSError):
-                    continue
-                self.wildcard = max(self.wildcard, sum(ip in ("0.0.0.0", "::") for ip, _ in socks))
-                self.beyond_loopback |= {(ip, port) for ip, port in socks if ip not in ("0.0.0.0", "::")
-                                         and not ipaddress.ip_address(ip.split("%")[0]).is_loopback}
-            self.stop.wait(0.1)
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.join()
-
-
-def _ray_worker_wildcard_listeners(ray) -> int:
-    """How many wildcard listeners a plain Ray worker process has in this session (Ray's own
-    gRPC server): the baseline a training worker may not exceed."""
-
-    @ray.remote(num_cpus=0)
-    class Plain:
-        def pid(self):
-            return os.getpid()
-
-    a = Plain.remote()
-    n = sum(ip in ("0.0.0.0", "::") for ip, _ in _Listeners.listening(ray.get(a.pid.remote())))
-    ray.kill(a)
-    return n
-
-
 def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     """The CRT recipe's shards: public steps then DP-SGD steps each epoch, in two Ray Train
     worker processes whose parameters end identical; the confidentiality report follows
@@ -107,7 +49,7 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
                                                      "unit": "individual"},
                             crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"},
                             workers={"num_workers": 2}))
-    with _Listeners() as listeners:
+    with Listeners() as listeners:
         s = run_training(cfg, progress=False)
     run = tmp_path / "run"
     pids = {w["pid"] for w in _worker_lines(run)}
@@ -116,7 +58,7 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     # machine the workers meet through a file store and gloo talks over loopback
     assert all(w["rendezvous"] == {"store": "FileStore", "gloo_ifname": "lo"} for w in _worker_lines(run))
     assert listeners.seen_workers and not listeners.beyond_loopback, listeners.beyond_loopback
-    assert listeners.wildcard <= _ray_worker_wildcard_listeners(train_ray)  # nothing beside Ray's own
+    assert listeners.wildcard <= ray_worker_wildcard_listeners(train_ray)  # nothing beside Ray's own
     assert len(s["workers"]["final_param_digests"]) == 1  # both ranks hold the same parameters
     assert s["examples"]["public"] > 0 and s["examples"]["private"] > 0
     t = pq.read_table(sorted(crt_shards.glob("shards/*.parquet")), columns=["individual_id", "private", "text"])
