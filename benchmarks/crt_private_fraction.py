@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import machine, need_data
+from _common import machine, need_data, save_result
 
 try:  # the redact stage registers itself on import; the spec must see it first
     import privatize.stages.redact  # noqa: F401
@@ -135,8 +135,10 @@ def main() -> None:
     for name, turns, priv, masked, exp, secs in results:
         mc = f"{masked:.3f}" if masked is not None else "-"
         print(f"{name:<62} {turns:>7} {priv:>8} {priv / turns:>8.3f} {mc:>12} {exp:>14} {secs:>8.1f}")
-    print(json.dumps([dict(zip(["setting", "turns", "private", "masked_char_fraction", "secrets_public", "seconds"], r))
-                      for r in results]))
+    rows = [dict(zip(["setting", "turns", "private", "masked_char_fraction", "secrets_public", "seconds"], r))
+            for r in results]
+    print(json.dumps(rows))
+    save_result("crt_private_fraction", {"machine": machine(), "rows": rows})
     if tmp is not None:
         tmp.cleanup()
 

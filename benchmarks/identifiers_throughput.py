@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import individuals_corpus, machine, median_time, need_data, one_core
+from _common import individuals_corpus, machine, median_time, need_data, one_core, save_result
 
 one_core()
 
@@ -121,7 +121,9 @@ def cost(args) -> None:
     for name in ("graph build", "NER"):
         print(f"  {name:<12} {secs[name]:7.2f} s = {100 * secs[name] / epoch:5.2f}% of the epoch "
               f"(paper 003: {'0.3' if name == 'graph build' else '7'}% of fine-tuning)")
-    print(json.dumps({"mb": mb, "epoch_s": epoch, **{k: round(v, 3) for k, v in secs.items()}}))
+    res = {"mb": mb, "epoch_s": epoch, **{k: round(v, 3) for k, v in secs.items()}}
+    print(json.dumps(res))
+    save_result("identifiers_throughput", {"machine": machine(), **res})
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ import os
 import statistics
 import time
 
-from _common import ROOT, gutenberg_texts, machine, need_data, one_core
+from _common import ROOT, gutenberg_texts, machine, need_data, one_core, save_result
 
 one_core()  # before numpy / spaCy start any thread pool
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -126,10 +126,7 @@ def main() -> None:
     result = {"docs": n, "words": words, "corpus": kind, "model": args.model, "machine": machine(),
               "stage_docs_per_s": n / o, "presidio_docs_per_s": n / b, "ratio": ratio,
               "stage_runs_s": ours, "presidio_runs_s": base}
-    out_dir = ROOT / "benchmarks" / "results"
-    out_dir.mkdir(exist_ok=True)
-    name = f"redaction_speed{'-gutenberg' if args.gutenberg else '-turns' if args.turns else ''}.json"
-    (out_dir / name).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    save_result(f"redaction_speed{'-gutenberg' if args.gutenberg else '-turns' if args.turns else ''}", result)
     if args.append:
         with open(ROOT / "benchmarks" / "RESULTS.md", "a", encoding="utf-8") as fh:
             fh.write(f"| {kind}, {n} docs x {words:.0f} words | `{args.model}` | {n / o:.2f} | {n / b:.2f} | "

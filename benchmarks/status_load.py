@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, machine  # noqa: E402  (puts the project on sys.path)
+from _common import ROOT, machine, save_result  # noqa: E402  (puts the project on sys.path)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -246,6 +246,7 @@ def main() -> int:
                        training_over_job=ratio, training_target="training poll <= 2x a job poll", training_met=t_ok)
         ok = ok and t_ok
     print(json.dumps(summary))
+    save_result("status_load", summary)
     return 0 if ok else 1
 
 

@@ -29,7 +29,7 @@ import re
 import tempfile
 import time
 
-from _common import ROOT, machine, need_data, one_core
+from _common import machine, need_data, one_core, save_result
 
 one_core()
 
@@ -166,11 +166,8 @@ def main() -> None:
               "baseline": {"mb": round(slice_mb, 2), "queries": len(sub_q), "build_s": round(t_small_build, 3),
                            "index_queries_per_s": round(len(sub_q) / t_ours, 1),
                            "naive_queries_per_s": round(len(sub_q) / t_naive, 2), "ratio": round(ratio, 1)}}
-    out_dir = ROOT / "benchmarks" / "results"
-    out_dir.mkdir(exist_ok=True)
-    line = json.dumps(result)
-    (out_dir / "suffix_array.json").write_text(line + "\n", encoding="utf-8")
-    print(line)
+    save_result("suffix_array", result)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, machine, need_data
+from _common import ROOT, machine, need_data, save_result
 
 sys.path.insert(0, str(ROOT))
 
@@ -107,9 +107,11 @@ def main() -> None:
         print(f"  gold PII strings left in the redacted dialogues (redaction's miss rate): {100 * missed:.1f}%")
         print(f"  ... present in the prompts sent to the LLM: {100 * in_prompts:.1f}%; in the synthetic records: "
               f"{100 * in_synth:.1f}% (at most the miss rate: {in_prompts <= missed and in_synth <= missed})")
-    print(json.dumps({"quality": quality, "customersim": {"dialogues": len(rows), "gold_strings": len(gold),
-                                                          "miss_rate": missed, "in_prompts": in_prompts,
-                                                          "in_synthetic": in_synth}}))
+    res = {"quality": quality, "customersim": {"dialogues": len(rows), "gold_strings": len(gold),
+                                               "miss_rate": missed, "in_prompts": in_prompts,
+                                               "in_synthetic": in_synth}}
+    print(json.dumps(res))
+    save_result("synthesis_cost", {"machine": machine(), **res})
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import ROOT, machine  # noqa: E402  (puts the project on sys.path)
+from _common import ROOT, machine, save_result  # noqa: E402  (puts the project on sys.path)
 
 GiB = 1 << 30
 
@@ -201,6 +201,7 @@ def main() -> int:
         "repeats": args.repeats, "machine": machine(),
     }
     print(json.dumps(res))
+    save_result("upload_throughput", res)
     print(f"service upload: {mbps:.0f} MB/s (target >= 100), {res['ratio_to_socket']:.2f}x a bare loopback "
           f"socket into a file ({res['socket_baseline_mb_s']:.0f} MB/s), {res['ratio_to_copy']:.2f}x a file copy "
           f"({res['copy_baseline_mb_s']:.0f} MB/s); service RSS {res['rss_mib_before']} MiB before, "
