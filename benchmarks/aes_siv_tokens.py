@@ -15,7 +15,7 @@ import statistics
 import time
 import warnings
 
-from _common import machine, one_core
+from _common import machine, one_core, save_result
 
 one_core()
 
@@ -92,6 +92,9 @@ def main() -> None:
     for name, w, c_, count in rows:
         print(f"{name:52s} {count / w:16,.0f} {count / w / (n / b_w):7.1f} {count / c_:15,.0f} "
               f"{count / c_ / (n / b_c):7.1f}")
+    save_result("aes_siv_tokens", {"machine": machine(), "entities": n, "repeats": REPEATS, "rows": [
+        {"implementation": name, "tokens_per_s_wall": count / w, "x_bare_wall": count / w / (n / b_w),
+         "tokens_per_s_cpu": count / c_, "x_bare_cpu": count / c_ / (n / b_c)} for name, w, c_, count in rows]})
 
 
 if __name__ == "__main__":

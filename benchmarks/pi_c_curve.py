@@ -58,7 +58,7 @@ from collections import defaultdict
 from datetime import date
 from pathlib import Path
 
-from _common import ROOT, machine, need_data
+from _common import ROOT, machine, need_data, save_result
 
 import privatize.stages.redact  # noqa: F401,E402 - registers the stage before specs are parsed
 import pyarrow as pa  # noqa: E402
@@ -363,13 +363,15 @@ def main() -> None:
     print(f"total {secs:.0f} s")
 
     plot(results, chosen, args.plot)
+    summary = {"date": str(date.today()), "machine": machine(), "seed": args.seed,
+               "train_dialogues": args.train, "heldout_dialogues": args.heldout,
+               "target_delta2": TARGET, "settings": results, "chosen": chosen["name"],
+               "chosen_customersim_only": cs_only["name"],
+               "chosen_any_signal_kind": any_kind["name"], "recipe_with_dedup": recipe,
+               "report_sets": report, "seconds": round(secs, 1)}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"date": str(date.today()), "machine": machine(), "seed": args.seed,
-                                     "train_dialogues": args.train, "heldout_dialogues": args.heldout,
-                                     "target_delta2": TARGET, "settings": results, "chosen": chosen["name"],
-                                     "chosen_customersim_only": cs_only["name"],
-                                     "chosen_any_signal_kind": any_kind["name"], "recipe_with_dedup": recipe,
-                                     "report_sets": report, "seconds": round(secs, 1)}, indent=1) + "\n")
+    args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    save_result("pi_c_curve_run", summary)
     if args.write_quality:
         h = chosen["heldout"]
         args.write_quality.write_text(json.dumps({

@@ -55,7 +55,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import ROOT, gutenberg_texts, machine, need_data
+from _common import ROOT, gutenberg_texts, machine, need_data, save_result
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -478,6 +478,7 @@ def run_redact(n_docs: int, work: Path, cpu_counts: tuple[int, ...] = (1, 2), js
         scale = secs[1] / secs[2]
         print(f"  scaling 1 -> 2 CPUs: {scale:.2f}x (target >= 1.7x: {'met' if scale >= 1.7 else 'NOT met'})")
     print(f"  shards identical at every CPU count: {result()['shards_identical']}; figures in {json_path}")
+    save_result(json_path.stem, result())
 
 
 def run_stream(mb_target: float, work: Path) -> None:

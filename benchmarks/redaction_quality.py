@@ -42,7 +42,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import ROOT, machine, need_data
+from _common import ROOT, machine, need_data, save_result
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -444,7 +444,7 @@ def main() -> None:
     out_dir.mkdir(exist_ok=True)
     suffix = ("" if args.model == DEFAULT_MODEL else "-" + Path(args.model).name) + (
         "" if args.profile == "balanced" else "-" + args.profile)
-    (out_dir / f"redaction_quality{suffix}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    save_result(f"redaction_quality{suffix}", results)
     md = markdown(results, args.model)
     (out_dir / f"redaction_quality{suffix}.md").write_text(md + "\n", encoding="utf-8")
     print(f"wrote {out_dir / f'redaction_quality{suffix}.json'} and .md")

@@ -50,7 +50,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from _common import ROOT, machine, need_data
+from _common import ROOT, machine, need_data, save_result
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -444,7 +444,7 @@ def main() -> None:
     out_dir = ROOT / "benchmarks" / "results"
     out_dir.mkdir(exist_ok=True)
     name = "redaction_real" + (f"-{args.tag}" if args.tag else "")
-    (out_dir / f"{name}.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    save_result(name, results)
     (out_dir / f"{name}.md").write_text(markdown(results) + "\n", encoding="utf-8")
     print(f"wrote {out_dir / name}.json and .md")
 

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import machine, need_data
+from _common import machine, need_data, save_result
 
 
 def _corpus(folder: Path, docs: int) -> Path:
@@ -111,6 +111,10 @@ def main() -> None:
     print(f"Ray Train, 1 worker:                   {r1:8.0f} tokens/s  overhead vs loop {1 - r1 / base:+.1%}")
     print(f"Ray Train, 2 workers:                  {r2:8.0f} tokens/s  {r2 / r1:.2f}x one worker")
     print(f"(run timings, 1 worker: {s1['timings']})")
+    save_result("train_scaling", {"machine": machine(), "model": a.model, "steps": a.steps, "warmup": a.warmup,
+                                  "loop_tokens_per_s": base, "ray_1_tokens_per_s": r1, "ray_2_tokens_per_s": r2,
+                                  "ray_overhead_vs_loop": 1 - r1 / base, "two_over_one": r2 / r1,
+                                  "timings_1_worker": s1["timings"]})
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _common import save_result  # noqa: E402
+
 SPEC = {"stages": [{"kind": "split"}, {"kind": "dedup", "min_length": 20}, {"kind": "redact"},
                    {"kind": "split_private"}, {"kind": "encrypt_text", "key": "file:keys/text.key"}],
         "output": {"num_shards": 4}}
@@ -98,6 +100,9 @@ def main() -> None:
               f"{st['seconds']:6.1f} s in workers")
     print(f"  speed-up: {local / two:.2f}x (target > 1: {'met' if local / two > 1 else 'NOT met'}); "
           f"shards byte-identical: {same}; records out: {m['counts']['output_records']}")
+    save_result("two_nodes", {"docs": args.docs, "mb": mb, "in_process_s": local, "two_nodes_s": two,
+                              "speedup": local / two, "met": local / two > 1, "shards_identical": same,
+                              "records_out": m["counts"]["output_records"]})
 
 
 if __name__ == "__main__":
