@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import machine
+from _common import machine, save_result
 
 SERVER = r"""
 import json, sys, time
@@ -108,6 +108,8 @@ def main() -> None:
             ok = results[64]["share"] >= 0.9
             print(f"goal >= 90% of the ideal rate at 64 in flight: {'met' if ok else 'NOT met'}")
         print(json.dumps({"delay": args.delay, "cores": args.cores, "results": results}))
+        save_result("synthesis_throughput", {"machine": machine(), "delay": args.delay, "cores": args.cores,
+                                             "results": results})
     finally:
         server.terminate()
         server.wait()
@@ -149,6 +151,8 @@ def ray_data_llm(args) -> None:
         for name, rate in rates.items():
             print(f"{name:>38}: {rate:8.1f} requests/s ({rate / base:.2f}x the stage's client)")
         print(json.dumps({"delay": args.delay, "cores": args.cores, "rates": rates}))
+        save_result("synthesis_throughput-ray_data_llm", {"machine": machine(), "delay": args.delay,
+                                                          "cores": args.cores, "rates": rates})
     finally:
         server.terminate()
         server.wait()
@@ -184,6 +188,8 @@ def budget(args) -> None:
         spent = ray.get(handle.spent.remote())
         assert spent["requests"] == args.requests, spent  # the actor counted every request it let through
         print(json.dumps({"delay": args.delay, "cores": args.cores, "rates": rates}))
+        save_result("synthesis_throughput-budget", {"machine": machine(), "delay": args.delay,
+                                                          "cores": args.cores, "rates": rates})
     finally:
         server.terminate()
         server.wait()

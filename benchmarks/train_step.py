@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from _common import ROOT, machine  # noqa: F401  (puts the project on sys.path)
+from _common import ROOT, machine, save_result  # noqa: F401  (puts the project on sys.path)
 
 
 def _setup(preset: str, mode: str, batch: int, seq: int, threads: int):
@@ -124,6 +124,10 @@ def main() -> None:
         if not a.no_memory:
             line += f" | {mem['plain']:.0f} MiB | " + " | ".join(r(m) for m in dp)
         print(line + " |")
+    save_result("train_step", {"machine": machine(), "threads": a.threads, "steps": a.steps,
+                               "memory_batch": a.memory_batch, "rows": [
+                                   {"model": preset, "median_step_s": med, "peak_mib": mem,
+                                    "over_plain": {m: med[m] / med["plain"] for m in dp}} for preset, med, mem in rows]})
 
 
 if __name__ == "__main__":
