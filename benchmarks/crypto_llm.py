@@ -24,7 +24,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, machine, need_data
+from _common import ROOT, machine, need_data, save_result
 
 
 def _texts(split: str) -> list[str]:
@@ -59,7 +59,10 @@ def table2(vocab: int) -> None:
     print("| text | tokens per character | paper (32k SentencePiece, FineWeb-Edu) |\n|---|---:|---:|")
     for name, v in rows:
         print(f"| {name} | {v:.3f} | {paper[name]} |")
-    print(f"ordering plain <= key 1 < key 10 < key 100: {order[0] <= order[1] * 1.02 and order[1] < order[2] < order[3]}")
+    ordered = order[0] <= order[1] * 1.02 and order[1] < order[2] < order[3]
+    print(f"ordering plain <= key 1 < key 10 < key 100: {ordered}")
+    save_result("crypto_llm_table2", {"machine": machine(), "vocab": vocab, "paper": paper, "ordered": ordered,
+                                      "tokens_per_char": dict(rows)})
 
 
 def _encrypt_pair(train: list[str], dev: list[str], length: int) -> tuple[list[str], list[str]]:
@@ -124,6 +127,8 @@ def fig5(steps: int, docs: int) -> None:
         if a["step"] in (10, 50, 100, 150, 200, 250, steps) or a["step"] == curves["stage2"][-1]["step"]:
             print(f"| {a['step']} | {a['loss']:.3f} | {b['loss']:.3f} |")
     print(f"plot: {png}")
+    save_result("crypto_llm_fig5", {"machine": machine(), "docs": docs, "steps": steps, "curves": curves,
+                                    "plot": str(png.relative_to(ROOT))})
 
 
 def main() -> None:
