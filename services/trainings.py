@@ -137,6 +137,8 @@ def check_limits(settings, spec: TrainSpec) -> None:
     most("optim.max_steps", c.optim.max_steps, s.train_max_steps)
     most("optim.epochs", c.optim.epochs, s.train_max_epochs)
     most("optim.batch_size", c.optim.batch_size, s.train_max_batch_size)
+    if c.dp is not None and c.dp.unit == "individual":  # the blocks one individual adds to a step
+        most("dp.max_blocks_per_individual", c.dp.max_blocks_per_individual, s.train_max_batch_size)
     most("data.seq_len", c.data.seq_len, s.train_max_seq_len)
     most("tokenizer.vocab_size", c.tokenizer.vocab_size, s.train_max_vocab_size)
     most("max_failures", c.max_failures, s.train_max_failures)

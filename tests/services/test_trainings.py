@@ -100,6 +100,11 @@ def test_bounds_come_from_the_service_settings():
     assert sorted(_refusal(big)) == ["model.preset", "workers.num_workers"]
     check_limits(Settings(train_presets="tiny,small,paper-551m", train_max_workers=8), validate_config(big))
     assert _refusal(TINY, Settings(train_presets="small")) == ["model.preset"]
+    # dp.unit individual: one individual adds up to dp.max_blocks_per_individual blocks to a step
+    per_person = _with("dp", {"target_epsilon": 3, "unit": "individual", "max_blocks_per_individual": 300},
+                       _with("kind", "dp"))
+    assert _refusal(per_person) == ["dp.max_blocks_per_individual"]
+    check_limits(Settings(train_max_batch_size=300), validate_config(per_person))
 
 
 def test_bad_configs_name_the_field_and_a_checkpoint_is_one_of_your_trainings():
