@@ -44,9 +44,10 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    cfg = parse_config(_cfg(kind="crt", data={"path": str(crt_shards)}, output=str(tmp_path / "run"),
-                            optim={"epochs": 2}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0,
-                                                     "unit": "individual"},
+    # per-individual packing gives each sentence a block of its own: 16 tokens, 16 a batch
+    cfg = parse_config(_cfg(kind="crt", data={"path": str(crt_shards), "seq_len": 16}, output=str(tmp_path / "run"),
+                            optim={"epochs": 2, "batch_size": 16}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0,
+                                                                       "unit": "individual"},
                             crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"},
                             workers={"num_workers": 2}))
     with Listeners() as listeners:
@@ -69,10 +70,10 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     assert s["delta"] == pytest.approx(1 / (10 * customers))
     phases = {json.loads(x)["phase"] for x in (run / "metrics.jsonl").read_text().splitlines()}
     c = s["confidentiality"]
-    assert 0 < s["epsilon"] < 50 and s["dp_steps"] == 2 * round(s["examples"]["private"] / 8)
+    assert 0 < s["epsilon"] < 50 and s["dp_steps"] == 2 * round(s["examples"]["private"] / 16)
     assert (c["epsilon"], c["delta"]) == pytest.approx(crt_confidentiality(s["epsilon"], s["delta"], 0.05, 0.01))
     assert c["provenance"]["gamma"] == {"origin": "claimed in the training config", "source": "a test's own figures"}
-    assert s["steps"] == 2 * -(-s["examples"]["public"] // 8) + s["dp_steps"] and phases <= {"public", "private"}
+    assert s["steps"] == 2 * -(-s["examples"]["public"] // 16) + s["dp_steps"] and phases <= {"public", "private"}
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(run / "model")
