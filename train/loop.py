@@ -5,26 +5,17 @@ CRT ``public`` (plain) then ``private`` (DP-SGD) on the same model. Batches are 
 statelessly from (seed, phase, epoch, step): the position in the data is the global step,
 so a resumed run draws exactly the batches an uninterrupted one would.
 
-* Plain phases: each epoch a seeded permutation cut into batches of ``batch_size``; rank r
-  takes every world-th example of the batch.
-* DP phases: Poisson sampling over the whole split (each example in a step with
-  probability q), the same draw on every rank, rank r taking every world-th selected
-  example: the union over ranks is a Poisson sample, which the accountant assumes. (Not
-  Ray's ``prepare_data_loader``: its ``DistributedSampler`` is not Poisson sampling.) A
-  rank whose share is empty trains on one example with no loss targets (zero gradient),
-  so every rank takes part in each all-reduce.
+How a step draws its examples (per example, or per individual under ``dp.unit:
+individual``) is :mod:`train.batches`; a rank whose share is empty trains on one example
+with no loss targets (zero gradient), so every rank takes part in each all-reduce.
 
 Kind ``mlm`` trains a masked LM: each step masks a seeded draw of the batch's target
 tokens (BERT's 80/10/10 recipe, :func:`mlm_batch`) and the loss is over those positions,
 unshifted.
 
-DP-SGD is Opacus' own pieces, as ``PrivacyEngine.make_private`` assembles them: a grad
-sample module (``hooks`` or ``ghost``) around the DDP model, the DP optimizer class for
-(clipping, distributed, mode), the accountant's step hook, and for ghost clipping Opacus'
-loss wrapper. Mode ``bk`` (book-keeping, :mod:`train.bk`) clips in one backward pass with
-our own hooks and hands the clipped sum to Opacus' fast-gradient-clipping optimizer,
-which adds the noise and counts the step. CRT's public steps use the same parameters
-with the grad sample hooks off and the wrapped (non-DP) optimizer.
+DP-SGD's pieces (Opacus', or book-keeping clipping) are :mod:`train.dp`. CRT's public
+steps use the same parameters with the grad sample hooks off and the wrapped (non-DP)
+optimizer.
 """
 
 from __future__ import annotations

@@ -9,8 +9,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from privatize.errors import SpecError
 from train.config import TrainConfig
 from train.kinds import train_kind
@@ -60,8 +58,8 @@ def dp_units(cfg: TrainConfig, ds, blocks: int, extra_units: int = 0) -> tuple[i
     if ds.count() == 0:
         return extra_units, 1
     if cfg.dp.unit == "individual":
-        owners = np.unique(ds.unique("owner"))
-        if owners[0] == 0:
+        owners = ds.unique("owner")
+        if 0 in owners:
             raise SpecError("dp.unit: individual: records of the DP split have no individual_id (privatize with "
                             "an hmac pseudonym key to keep it, or choose dp.unit record or sequence)")
         return len(owners) + extra_units, 1

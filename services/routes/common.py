@@ -68,6 +68,21 @@ class Out(BaseModel):
 
 
 
+async def polled_row(ctx: ServiceContext, request: Request, credentials: HTTPAuthorizationCredentials | None,
+                     job_id: str):
+    """What a status poll reads: the tenant of the bearer token and the job's stored row
+    (:func:`services.jobs.job_row`), on one connection and in one call of
+    :meth:`ServiceContext.read` (a dependency of its own would cost a thread hop and a
+    session, which at hundreds of polls a second is most of the cost)."""
+    def load():
+        with ctx.engine.connect() as conn:
+            ref = tenant_of(conn, credentials)
+            request.state.privatize_tenant = ref
+            return ref, jobs_mod.job_row(conn, ref.id, job_id)
+
+    return await ctx.read(load)
+
+
 def fresh_of(get, ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
     """The tenant's job of one kind (``get`` raises 404 otherwise), reconciled with Ray
     while active."""

@@ -17,7 +17,7 @@ from services import jobs as jobs_mod
 from services.context import ServiceContext
 from services.db import session_scope
 from services.models import ACTIVE_JOB_STATES, Corpus, Job
-from services.routes.common import Out, TenantRef, bearer, clean_request, current_tenant, get_ctx, tenant_of
+from services.routes.common import Out, TenantRef, bearer, clean_request, current_tenant, get_ctx, polled_row
 
 
 router = APIRouter(dependencies=[Depends(clean_request)])
@@ -96,17 +96,8 @@ def list_jobs(corpus_id: str | None = None, kind: str | None = Query(None, max_l
 @router.get("/v1/jobs/{job_id}", response_model=JobOut)
 async def get_job(job_id: str, request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
                   ctx: ServiceContext = Depends(get_ctx)):
-    """What clients poll. The token check and the job's row share one connection and one
-    call of :meth:`ServiceContext.read` (elsewhere the token is a dependency of its own: a
-    thread hop and a session of its own, which at hundreds of polls a second is most of
-    the cost)."""
-    def load():
-        with ctx.engine.connect() as conn:
-            ref = tenant_of(conn, credentials)
-            request.state.privatize_tenant = ref
-            return ref, jobs_mod.job_row(conn, ref.id, job_id)
-
-    ref, row = await ctx.read(load)
+    """What clients poll: the token check and the job's row in one read (:func:`polled_row`)."""
+    ref, row = await polled_row(ctx, request, credentials, job_id)
     if row.status not in ACTIVE_JOB_STATES:
         out = JobOut.of(row, row.corpus_records)
     else:  # reconciled with Ray first (at most once a second per job)

@@ -18,7 +18,7 @@ from services.db import session_scope
 from services.jobkinds import TRAIN
 from services.errors import NotFound
 from services.models import ACTIVE_JOB_STATES, Job
-from services.routes.common import Out, TenantRef, bearer, clean_request, current_tenant, fresh_of, get_ctx, tenant_of
+from services.routes.common import Out, TenantRef, bearer, clean_request, current_tenant, fresh_of, get_ctx, polled_row
 
 
 router = APIRouter(dependencies=[Depends(clean_request)])
@@ -103,19 +103,12 @@ async def get_training(job_id: str, request: Request,
     once it succeeded. Polled as ``GET /v1/jobs/{id}`` is, and as cheaply: the token and
     the row in one read (inline on SQLite), Ray and the metrics file only while the run is
     active (each at most once a second), the response serialised once."""
-    def load():
-        with ctx.engine.connect() as conn:
-            ref = tenant_of(conn, credentials)
-            request.state.privatize_tenant = ref
-            try:
-                row = jobs_mod.job_row(conn, ref.id, job_id)
-            except NotFound:
-                row = None
-        if row is None or row.kind != TRAIN:
-            raise NotFound(f"no training {job_id!r}")
-        return ref, row
-
-    ref, row = await ctx.read(load)
+    try:
+        ref, row = await polled_row(ctx, request, credentials, job_id)
+    except NotFound:
+        row = None
+    if row is None or row.kind != TRAIN:
+        raise NotFound(f"no training {job_id!r}")
     if row.status == "succeeded":  # its figures are in the row
         out = TrainingOut.of(row, trainings_mod.progress_of(ctx, row))
     else:  # reconciled with Ray while active; the last metrics from storage (cached a second)
