@@ -212,6 +212,21 @@ class ScoringSpec(_Strict):
     batch_tokens: int = Field(16384, ge=256, le=1 << 22)
 
 
+class AttackEntry(BaseModel):
+    """One registered attack (``attacks.registry``): its ``kind`` and its settings."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    kind: str = Field(min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _registered(self):
+        from attacks.registry import parse_entry
+
+        parse_entry(self.model_dump())
+        return self
+
+
 ATTACKS = ("canaries", "mia", "perplexity", "extraction", "reconstruction", "true_prefix", "cipher_outputs",
            "corpus_stats", "identifiers")
 
@@ -228,6 +243,8 @@ class AttackConfig(_Strict):
     cipher_outputs: Optional[CipherOutputsSpec] = None
     corpus_stats: Optional[CorpusStatsSpec] = None
     identifiers: Optional[IdentifiersSpec] = None
+    attacks: list[AttackEntry] = Field(default_factory=list, max_length=32, description=(
+        "registered attacks (attacks.registry): [{kind: NAME, ...its settings}]"))
     scoring: ScoringSpec = ScoringSpec()
     output: str = "evaluation"
 
@@ -236,8 +253,11 @@ class AttackConfig(_Strict):
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique (got {names})")
-        if not any(getattr(self, a) for a in ATTACKS):
-            raise ValueError(f"nothing to run: give at least one of {', '.join(ATTACKS)}")
+        kinds = [a.kind for a in self.attacks]
+        if len(set(kinds)) != len(kinds):
+            raise ValueError(f"attacks: each kind at most once (got {kinds})")
+        if not any(getattr(self, a) for a in ATTACKS) and not self.attacks:
+            raise ValueError(f"nothing to run: give at least one of {', '.join(ATTACKS)} or attacks")
         return self
 
     def with_output(self, output: str | None) -> "AttackConfig":

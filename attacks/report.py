@@ -315,6 +315,25 @@ not resolvable.</li>
 """
 
 
+def _registered_attacks(models: Sequence[ModelResult]) -> str:
+    """A section per registered attack (``attacks.registry``) that has results, its own
+    rendering; an attack not registered in this process is named, its figures left in
+    ``evaluation.json``."""
+    from attacks.registry import attack
+
+    parts = []
+    for name in sorted({n for m in models for n in m.attacks}):
+        results = {m.name: m.attacks[name] for m in models if name in m.attacks}
+        try:
+            a = attack(name)
+            title, body = a.title, a.render(results)
+        except LookupError:
+            title = name
+            body = '<p class="absent">This attack is not installed here: its results are in evaluation.json.</p>'
+        parts.append(f'<h2 id="attack-{esc(name)}">{esc(title)}</h2>{body}')
+    return "".join(parts)
+
+
 def render_report(evaluation: Evaluation) -> str:
     """The report as one HTML string with every plot embedded."""
     ev = evaluation
@@ -326,6 +345,7 @@ def render_report(evaluation: Evaluation) -> str:
         ref = reference_model(ev.models)
         body = (f"<h2>Comparison</h2>{_comparison(ev.models)}"
                 + (f'<h2 id="identifiers">Identifiers (paper 003)</h2>{ids}' if ids else "")
+                + _registered_attacks(ev.models)
                 + '<h2>Privacy cards</h2><div class="cards">'
                 + "".join(_card(i, m, ref) for i, m in enumerate(ev.models))
                 + f"</div><h2>Plots</h2>{plots_html(ev.models)}")

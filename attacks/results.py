@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -162,6 +163,7 @@ class ModelResult:
     extraction: ExtractionResult | None = None
     cipher_outputs: CipherOutputs | None = None
     identifiers: IdentifierLeakage | None = None
+    attacks: dict[str, Any] = field(default_factory=dict)  # registered attacks' results (attacks.registry)
     seconds: float = 0.0
     reference: bool = False  # the model the others' cost of protection is measured against
 
@@ -223,3 +225,73 @@ _NESTED.update({
     (IdentifierLeakage, "loss_mia"): lambda v: _build(RocResult, v),
     (Evaluation, "models"): _list_of(ModelResult),
 })
+
+
+# ---- what a training run says about itself ------------------------------------------------
+
+PROTECTION = {"pretrain": "none (plain training)", "continue": "none (continual pre-training)",
+              "dp": "DP-SGD", "crt": "CRT: public split plain, private split DP-SGD"}
+"""A run's ``kind`` -> the protection the report shows when the config names none."""
+
+UNIT_TEXT = {
+    "record": ("one record ({units} in the DP split, up to {blocks_per_unit_max} blocks of {block_tokens} tokens "
+               "each; group privacy)"),
+    "individual": ("one individual: all the records of one individual_id ({units} in the DP split; each step "
+                   "samples individuals and clips an individual's gradient, the mean over up to "
+                   "{blocks_per_step_max} of its blocks, as one)"),
+    "sequence": ("one packed block of {block_tokens} tokens ({units} in the DP split; a record spread over k "
+                 "blocks has up to k times epsilon)"),
+}
+"""The summary's ``unit.name`` -> what the report says one protected unit is."""
+
+
+class _Blank(dict):
+    def __missing__(self, key):
+        return "None"
+
+
+def training_info(path: str, protection: str | None) -> TrainingInfo | None:
+    """What the run's ``summary.json`` and ``metrics.jsonl`` say (None for a bare checkpoint)."""
+    run = Path(path)
+    summ = run / "summary.json"
+    if not summ.is_file():
+        return TrainingInfo(kind="unknown", protection=protection or "unknown") if protection else None
+    s = json.loads(summ.read_text())
+    curve = []
+    metrics = run / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            try:
+                m = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "step" in m and "loss" in m and m["loss"] is not None:
+                curve.append([float(m["step"]), float(m["loss"])])
+    conf = s.get("confidentiality") or {}
+    kind = s.get("kind", "unknown")
+    default = PROTECTION.get(kind, kind)
+    audit = s.get("audit") or {}
+    basis = None
+    prov = conf.get("provenance") or {}
+    if prov:
+        parts = []
+        for name in ("gamma", "delta_2"):
+            pv = prov.get(name) or {}
+            parts.append(f"{name} {pv.get('origin', 'of unknown origin')}"
+                         + (f" ({pv['source']})" if pv.get("source") else ""))
+        basis = "; ".join(parts)
+    u = s.get("unit") or {}
+    unit = UNIT_TEXT[u["name"]].format_map(_Blank(u)) if u.get("name") in UNIT_TEXT else None
+    guesses = (f"{audit['correct']} of {audit['guesses']} guesses right on {audit['canaries']} canaries"
+               if audit else None)
+    b, lo = s.get("base") or {}, s.get("lora") or {}
+    base = (f"{b.get('checkpoint')} ({b.get('kind', 'a model')}"
+            + (f" of preset {b['preset']}" if b.get("preset") else "") + f"), trained on {b.get('trained_on')}"
+            if b else None)
+    lora = (f"LoRA r = {lo.get('r')}, alpha = {lo.get('alpha')} on {', '.join(lo.get('target_modules') or [])} "
+            "(merged into the model)" if lo else None)
+    return TrainingInfo(kind=kind, protection=protection or default, epsilon=s.get("epsilon"), delta=s.get("delta"),
+                        confidentiality_epsilon=conf.get("epsilon"), confidentiality_delta=conf.get("delta"),
+                        audit_epsilon=audit.get("epsilon_lower_bound"), audit_confidence=audit.get("confidence"),
+                        audit_guesses=guesses, unit=unit, confidentiality_basis=basis, loss_curve=curve,
+                        base=base, lora=lora)

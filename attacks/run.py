@@ -10,7 +10,6 @@ true-prefix, entity tokens in generations, paper 003's identifier metrics; and w
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -22,7 +21,8 @@ import numpy as np
 
 from attacks.config import AttackConfig
 from attacks.data import read_identifier_records, read_texts
-from attacks.results import Evaluation, IdentifierLeakage, ModelResult, TrainingInfo
+from attacks.registry import jsonable, prepare_all
+from attacks.results import Evaluation, IdentifierLeakage, ModelResult, training_info
 from privatize.errors import SpecError
 
 
@@ -132,64 +132,6 @@ def corpus_stats(cfg: AttackConfig, corpora: dict[str, list]) -> dict:
         except ValueError as exc:
             raise SpecError(f"corpus_stats.sources.{name}: {exc}") from None
     return stats
-
-
-def training_info(path: str, protection: str | None) -> TrainingInfo | None:
-    """What the run's ``summary.json`` and ``metrics.jsonl`` say (None for a bare checkpoint)."""
-    run = Path(path)
-    summ = run / "summary.json"
-    if not summ.is_file():
-        return TrainingInfo(kind="unknown", protection=protection or "unknown") if protection else None
-    s = json.loads(summ.read_text())
-    curve = []
-    metrics = run / "metrics.jsonl"
-    if metrics.is_file():
-        for line in metrics.read_text().splitlines():
-            try:
-                m = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "step" in m and "loss" in m and m["loss"] is not None:
-                curve.append([float(m["step"]), float(m["loss"])])
-    conf = s.get("confidentiality") or {}
-    kind = s.get("kind", "unknown")
-    default = {"pretrain": "none (plain training)", "continue": "none (continual pre-training)",
-               "dp": "DP-SGD", "crt": "CRT: public split plain, private split DP-SGD"}.get(kind, kind)
-    audit = s.get("audit") or {}
-    basis = None
-    prov = conf.get("provenance") or {}
-    if prov:
-        parts = []
-        for name in ("gamma", "delta_2"):
-            pv = prov.get(name) or {}
-            parts.append(f"{name} {pv.get('origin', 'of unknown origin')}"
-                         + (f" ({pv['source']})" if pv.get("source") else ""))
-        basis = "; ".join(parts)
-    u = s.get("unit") or {}
-    unit = None
-    if u.get("name") == "record":
-        unit = (f"one record ({u.get('units')} in the DP split, up to {u.get('blocks_per_unit_max')} blocks of "
-                f"{u.get('block_tokens')} tokens each; group privacy)")
-    elif u.get("name") == "individual":
-        unit = (f"one individual: all the records of one individual_id ({u.get('units')} in the DP split; each "
-                f"step samples individuals and clips an individual's gradient, the mean over up to "
-                f"{u.get('blocks_per_step_max')} of its blocks, as one)")
-    elif u.get("name") == "sequence":
-        unit = (f"one packed block of {u.get('block_tokens')} tokens ({u.get('units')} in the DP split; a record "
-                "spread over k blocks has up to k times epsilon)")
-    guesses = (f"{audit['correct']} of {audit['guesses']} guesses right on {audit['canaries']} canaries"
-               if audit else None)
-    b, lo = s.get("base") or {}, s.get("lora") or {}
-    base = (f"{b.get('checkpoint')} ({b.get('kind', 'a model')}"
-            + (f" of preset {b['preset']}" if b.get("preset") else "") + f"), trained on {b.get('trained_on')}"
-            if b else None)
-    lora = (f"LoRA r = {lo.get('r')}, alpha = {lo.get('alpha')} on {', '.join(lo.get('target_modules') or [])} "
-            "(merged into the model)" if lo else None)
-    return TrainingInfo(kind=kind, protection=protection or default, epsilon=s.get("epsilon"), delta=s.get("delta"),
-                        confidentiality_epsilon=conf.get("epsilon"), confidentiality_delta=conf.get("delta"),
-                        audit_epsilon=audit.get("epsilon_lower_bound"), audit_confidence=audit.get("confidence"),
-                        audit_guesses=guesses, unit=unit, confidentiality_basis=basis, loss_curve=curve,
-                        base=base, lora=lora)
 
 
 def _score(model_path: str, texts: list[str], cfg: AttackConfig, progress: bool, desc: str, adapter=None):
@@ -322,6 +264,7 @@ def prepare(cfg: AttackConfig, base_dir: str | None = None) -> dict:
         inputs["corpora"] = _corpus_texts(cfg)
     if cfg.identifiers:
         inputs.update(_identifier_records(cfg))
+    inputs["registered"] = prepare_all([a.model_dump() for a in cfg.attacks], base_dir)
     return inputs
 
 
@@ -488,6 +431,8 @@ def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: 
             res.cipher_outputs = _cipher_outputs(cfg, adapter, inputs)
         if cfg.identifiers:
             res.identifiers = _identifiers(cfg, adapter, inputs)
+        for attack, settings, prepared in inputs["registered"]:
+            res.attacks[attack.name] = jsonable(attack.run(settings, adapter, prepared))
         res.seconds = round(time.perf_counter() - t0, 2)
         ev.models.append(res)
         if progress:

@@ -131,4 +131,10 @@ def save_result(name: str, result: dict) -> Path:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(text)
         tmp.replace(path)
+    try:  # RESULTS.md shows the latest JSON of every benchmark: write it again
+        import results_table
+
+        results_table.main([])
+    except Exception as exc:  # noqa: BLE001 - the JSON is what matters; say why the table was not
+        print(f"benchmarks/RESULTS.md not rewritten: {exc}", file=sys.stderr)
     return out

@@ -15,7 +15,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from _common import need_data
+from _common import need_data, save_result
 
 
 def config(kind: str, out: Path, steps: int, seq: int, batch: int, gpu: bool = True) -> dict:
@@ -56,7 +56,7 @@ def main() -> None:
         results[kind]["timings"] = summary.get("timings")
         print(json.dumps({kind: results[kind]}), flush=True)
     (root / "gpu_ray_train.json").write_text(json.dumps(results, indent=1))
-    print(f"results in {root / 'gpu_ray_train.json'}")
+    print(f"results in {root / 'gpu_ray_train.json'} and {save_result('gpu_ray_train', results)}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import json
 import statistics
 import time
 
-from _common import ROOT, machine  # noqa: F401  (puts the project on sys.path)
+from _common import ROOT, machine, save_result  # noqa: F401  (puts the project on sys.path)
 
 DEFAULT_SHAPES = "small=16x128,small=32x1024,paper-551m=16x128,paper-551m=8x2048"
 
@@ -144,9 +144,11 @@ def main() -> None:
         print(f"| {r['preset']} | {r['batch']} x {r['seq']} | {r['mode']}{d} | {r['step_ms']:.1f} ms | "
               f"{r['tokens_per_s']:,.0f} | {r['mfu'] * 100:.1f}% | {r['peak_mem_gib']:.2f} GiB | "
               f"{r.get('over_plain_time', 1.0):.2f}x | {r.get('over_plain_memory', 1.0):.2f}x |")
+    result = {"device": name, "rows": rows}
+    print(f"results in {save_result('gpu_train', result)}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"machine": machine(), "device": name, "rows": rows}, f, indent=1)
+            json.dump({"machine": machine(), **result}, f, indent=1)
 
 
 if __name__ == "__main__":

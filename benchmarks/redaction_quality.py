@@ -26,7 +26,7 @@ Measures, per gold entity type and overall, with counts and 95% Wilson intervals
 
 Usage: ``python benchmarks/redaction_quality.py [--model NAME] [--limit N] [--sets a,b]``.
 Writes ``benchmarks/results/redaction_quality[-<model>].json`` and ``.md``; with
-``--append`` adds the markdown to ``benchmarks/RESULTS.md``.
+``--append`` adds the markdown to ``benchmarks/results/DIARY.md``.
 """
 
 from __future__ import annotations
@@ -404,7 +404,7 @@ def main() -> None:
     ap.add_argument("--sets", default="clinical,legal,email,dialogue,customersim,synth_dataset_v2,generated_large",
                     help="comma-separated; a generated domain's dev split is <domain>-dev (tune there only)")
     ap.add_argument("--profile", default="balanced", choices=("balanced", "high_recall"))
-    ap.add_argument("--append", action="store_true", help="append the markdown to benchmarks/RESULTS.md")
+    ap.add_argument("--append", action="store_true", help="append the markdown to benchmarks/results/DIARY.md")
     args = ap.parse_args()
 
     results = {"date": dt.date.today().isoformat(), "machine": machine(), "model": args.model,
@@ -449,7 +449,7 @@ def main() -> None:
     (out_dir / f"redaction_quality{suffix}.md").write_text(md + "\n", encoding="utf-8")
     print(f"wrote {out_dir / f'redaction_quality{suffix}.json'} and .md")
     if args.append:
-        with open(ROOT / "benchmarks" / "RESULTS.md", "a", encoding="utf-8") as fh:
+        with open(ROOT / "benchmarks" / "results" / "DIARY.md", "a", encoding="utf-8") as fh:
             fh.write("\n" + md + "\n")
 
 

@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument("--gutenberg", action="store_true")
     ap.add_argument("--turns", action="store_true", help="short dialogue turns (CustomerSim lines) instead of "
                                                           "500-word documents; --docs counts turns")
-    ap.add_argument("--append", action="store_true", help="append a row to benchmarks/RESULTS.md")
+    ap.add_argument("--append", action="store_true", help="append a row to benchmarks/results/DIARY.md")
     args = ap.parse_args()
 
     from privatize.stages.redact import Redact, RedactSettings
@@ -128,7 +128,7 @@ def main() -> None:
               "stage_runs_s": ours, "presidio_runs_s": base}
     save_result(f"redaction_speed{'-gutenberg' if args.gutenberg else '-turns' if args.turns else ''}", result)
     if args.append:
-        with open(ROOT / "benchmarks" / "RESULTS.md", "a", encoding="utf-8") as fh:
+        with open(ROOT / "benchmarks" / "results" / "DIARY.md", "a", encoding="utf-8") as fh:
             fh.write(f"| {kind}, {n} docs x {words:.0f} words | `{args.model}` | {n / o:.2f} | {n / b:.2f} | "
                      f"{ratio:.2f}x |\n")
 

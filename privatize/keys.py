@@ -42,6 +42,8 @@ _KEY_ID = re.compile(r"[0-9a-f]{16}")
 KINDS = ("vigenere", "aes-siv", "aes-ecb", "hmac", "api-key")
 _BYTES = {"aes-siv": 64, "aes-ecb": 32, "hmac": 32}
 DEFAULT_VIGENERE_LENGTH = 100
+LETTER_KINDS = frozenset({"vigenere"})
+"""Kinds whose key is letters of an alphabet, of a length the user chooses."""
 
 
 @functools.lru_cache(maxsize=None)

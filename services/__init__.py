@@ -6,7 +6,8 @@ or attack logic of its own: it validates, stores, records and submits the entryp
 Where things live:
 
 * ``app`` – the app factory, error-to-status mapping, startup and the reconciler task;
-* ``api`` – the ``/v1`` routes and their schemas (adding an endpoint: see its docstring);
+* ``api``, ``routes/`` – the ``/v1`` routes and their schemas (adding an endpoint: see its
+  docstring); ``routes/kinds`` generates each job kind's resource;
 * ``settings`` – pydantic-settings, the one place that reads the environment;
 * ``models``, ``db``, ``migrations/`` – SQLAlchemy 2 models, engine, Alembic revisions;
 * ``storage`` – ``pyarrow.fs`` storage (local directory or ``s3://``) and its layout;
@@ -16,8 +17,9 @@ Where things live:
   the ``keystore:`` backend that Ray workers install;
 * ``specs``, ``jobs``, ``raycluster``, ``jobrun`` – spec checks, job submission and
   reconciliation, the embedded Ray head, the Ray Jobs entrypoint;
-* ``jobkinds``, ``trainings``, ``evaluations`` – the kinds of job and what is particular
-  to trainings and evaluations (config checks, progress, results);
+* ``jobkinds`` – the ``JobKind`` base and registry; its kinds, one class each with what is
+  particular to it (validation, quotas, results, its ``Out`` model and routes):
+  ``specs`` (privatize), ``trainings``, ``evaluations``;
 * ``cli``, ``admin``, ``client`` – ``privatize serve|submit|submit-training|
   submit-evaluation|admin`` and an HTTP client.
 

@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from services import errors as E
-from services.api import router
+from services.api import build_router
 from services.context import ServiceContext, build_context
 from services.corpora import sweep_orphans
 from services.jobs import reconcile_active
@@ -140,5 +140,5 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
     app.add_middleware(BodyLimitMiddleware, settings=settings)
     app.add_middleware(RequestMiddleware, metrics=metrics)
     app.add_exception_handler(E.ServiceError, _service_error)
-    app.include_router(router)
+    app.include_router(build_router())
     return app

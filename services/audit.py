@@ -8,7 +8,7 @@ entry holds ids, an action name, the status and the request id; never document t
 tokens or key material. A tenant reads its own entries with ``GET /v1/audit``.
 
 Adding an endpoint that changes state: give it an action in ``ACTIONS`` (route function
-name -> action, resource type); handlers may add the id of what they created and a few
+name -> action, resource type; a job kind's routes call :func:`register_action`); handlers may add the id of what they created and a few
 non-secret details with ``note(request, resource_id=..., **detail)``. A read worth an
 entry of its own (an evaluation's privacy report: what a model gives away) is a route in
 ``AUDITED_READS`` as well: it is recorded like a state change.
@@ -35,15 +35,22 @@ ACTIONS: dict[str, tuple[str, str | None]] = {
     "create_job": ("job.create", "job"),
     "cancel_job": ("job.cancel", "job"),
     "delete_job": ("job.delete", "job"),
-    "create_training": ("training.create", "job"),
-    "create_evaluation": ("evaluation.create", "job"),
-    "evaluation_report": ("evaluation.report", "job"),
-    "evaluation_report_json": ("evaluation.report", "job"),
 }
-"""Route function name -> (action, resource type)."""
+"""Route function name -> (action, resource type). A job kind's routes add theirs
+(:func:`register_action`): ``create_training`` -> ``training.create``..."""
 
-AUDITED_READS = frozenset({"evaluation_report", "evaluation_report_json"})
-"""Routes answering GET that are recorded all the same."""
+AUDITED_READS: set[str] = set()
+"""Routes answering GET that are recorded all the same (an evaluation's report)."""
+
+
+def register_action(route_name: str, action: str, resource_type: str | None, *, read: bool = False) -> None:
+    """Name the audit action of a route (by its function's name); ``read``: a GET recorded
+    like a state change."""
+    if ACTIONS.get(route_name, (action, resource_type)) != (action, resource_type):
+        raise ValueError(f"route {route_name!r} already has the audit action {ACTIONS[route_name][0]!r}")
+    ACTIONS[route_name] = (action, resource_type)
+    if read:
+        AUDITED_READS.add(route_name)
 
 _PATH_RESOURCE = ("corpus_id", "key_id", "job_id")
 NOTE = "privatize_audit"

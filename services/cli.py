@@ -2,6 +2,9 @@
 entry point (``services = "services.cli:register"``):
 
 * ``privatize serve`` runs the API under uvicorn;
+* ``privatize submit KIND CONFIG [--corpus-id ID | --job JOB_ID] [--wait]`` submits a job
+  of any kind the service lists at ``GET /v1/kinds`` (its ``/v1/<resource>``), with the
+  same exit codes as below and a one-line JSON summary;
 * ``privatize submit SPEC --corpus FILE [--wait]`` uploads a corpus, submits a job and
   (with ``--wait``) waits for it: exit 0 when it succeeded, 1 when it failed or was
   cancelled, 2 for bad input (an invalid spec or corpus, a refused request). The
@@ -69,27 +72,39 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _submit(args: argparse.Namespace) -> int:
-    from services.client import ApiError, ServiceClient
-    from services.settings import get_client_settings
+def _say(args: argparse.Namespace):
+    return (lambda m: print(f"privatize: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None)
 
-    cs = get_client_settings()
-    url = args.url or cs.url
-    token = args.token or (cs.token.get_secret_value() if cs.token else None)
-    from privatize.spec import read_spec_file
 
-    spec = read_spec_file(args.spec)
+def _corpus_id(c, args: argparse.Namespace, say) -> str:
+    """``--corpus FILE`` uploaded first, or ``--corpus-id``."""
     if not args.corpus and not args.corpus_id:
         raise PrivatizeError("give --corpus FILE (uploaded first) or --corpus-id ID (already uploaded)")
-    say = (lambda m: print(f"privatize: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None)
-    with ServiceClient(url, token) as c:
+    if not args.corpus:
+        return args.corpus_id
+    corpus = c.upload_corpus(args.corpus, name=args.name, fmt=args.format)
+    say(f"uploaded corpus {corpus['id']} ({corpus['bytes']} bytes, {corpus['records']} records)")
+    return corpus["id"]
+
+
+def _submit(args: argparse.Namespace) -> int:
+    """``privatize submit SPEC`` (a pipeline) or ``privatize submit KIND CONFIG`` (any kind
+    the service lists at ``GET /v1/kinds``)."""
+    if len(args.args) > 2:
+        raise PrivatizeError("submit takes [KIND] FILE: a pipeline spec, or a job kind and its config")
+    if len(args.args) == 2:
+        with _client(args) as c:
+            info = c.kinds().get(args.args[0])
+        if info is None or info["resource"] is not None:
+            return _submit_kind(args, *args.args)
+    from services.client import ApiError
+    from privatize.spec import read_spec_file
+
+    spec = read_spec_file(args.args[-1])
+    say = _say(args)
+    with _client(args) as c:
         try:
-            if args.corpus:
-                corpus = c.upload_corpus(args.corpus, name=args.name, fmt=args.format)
-                say(f"uploaded corpus {corpus['id']} ({corpus['bytes']} bytes, {corpus['records']} records)")
-                corpus_id = corpus["id"]
-            else:
-                corpus_id = args.corpus_id
+            corpus_id = _corpus_id(c, args, say)
             job = c.create_job(corpus_id, spec)
             say(f"submitted job {job['id']}")
             if args.wait:
@@ -109,6 +124,46 @@ def _submit(args: argparse.Namespace) -> int:
     if not args.wait:
         return 0
     return 0 if job["status"] == "succeeded" else 1
+
+
+def _submit_kind(args: argparse.Namespace, kind: str, path: str) -> int:
+    """A job of a kind with its own resource: its config, and what it reads (a corpus:
+    ``--corpus``/``--corpus-id``; another job's output: ``--job``)."""
+    from services.client import ApiError
+
+    config = read_config_file(path, f"a {kind} config is a mapping")
+    say = _say(args)
+    downloaded = None
+    with _client(args) as c:
+        try:
+            info = c.kinds().get(kind)
+            if info is None:
+                raise PrivatizeError(f"unknown job kind {kind!r} (this service runs: {', '.join(sorted(c.kinds()))})")
+            body: dict = {"config": config}
+            if info["reads"] == "corpus":
+                body["corpus_id"] = _corpus_id(c, args, say)
+            elif info["reads"] == "job":
+                if not args.job:
+                    raise PrivatizeError(f"a {kind} job reads a {info['input_kind']} job's output: give --job JOB_ID")
+                body["job_id"] = args.job
+            j = c.submit(kind, **body)
+            say(f"submitted {info['noun']} {j['id']}")
+            if args.wait:
+                j = c.wait(j["id"], timeout=args.timeout, poll=args.poll, get=lambda i: c.get(kind, i),
+                           on_change=lambda x: say(f"{info['noun']} {x['id']}: {x['status']}"))
+            if args.download and j["status"] == "succeeded":
+                downloaded = c.download_outputs(kind, j["id"], args.download)
+                say(f"downloaded {len(downloaded)} file(s) to {args.download}")
+        except ApiError as exc:
+            return _refused(exc, "config")
+    summary = {"id": j["id"], "kind": kind, "status": j["status"], "message": j.get("message"),
+               "summary": j.get("summary")}
+    if downloaded is not None:
+        summary["downloaded"] = [str(p.resolve()) for p in downloaded]
+    print(json.dumps(summary))
+    if not args.wait:
+        return 0
+    return 0 if j["status"] == "succeeded" else 1
 
 
 def _refused(exc, what: str) -> int:
@@ -212,8 +267,13 @@ def register(sub) -> None:
     s.add_argument("--dev", action="store_true", help="development mode (generated master key; not for real data)")
     s.set_defaults(func=_serve)
 
-    j = sub.add_parser("submit", help="upload a corpus and run a pipeline spec on the service")
-    j.add_argument("spec", help="pipeline spec (YAML or JSON); keys as keystore:<id>")
+    j = sub.add_parser("submit", help="run a pipeline spec on the service (or a job of another KIND)",
+                       description="privatize submit SPEC --corpus FILE: a pipeline spec on a corpus; "
+                                   "privatize submit KIND CONFIG [--corpus-id ID | --job JOB_ID]: a job of any "
+                                   "kind the service lists at GET /v1/kinds (train, evaluate...)")
+    j.add_argument("args", nargs="+", metavar="[KIND] FILE",
+                   help="a pipeline spec (YAML or JSON; keys as keystore:<id>), or a job kind and its config")
+    j.add_argument("--job", metavar="JOB_ID", help="KIND reading another job's output (train): that job")
     j.add_argument("--corpus", help="corpus file to upload (JSONL, text or Parquet)")
     j.add_argument("--corpus-id", help="an uploaded corpus instead of --corpus")
     j.add_argument("--name", help="corpus name (default: the file name)")
@@ -223,7 +283,8 @@ def register(sub) -> None:
     j.add_argument("--wait", action="store_true", help="wait for the job; exit 1 if it fails")
     j.add_argument("--timeout", type=float, default=24 * 3600, help="seconds to wait (default a day)")
     j.add_argument("--poll", type=float, default=2.0, help="seconds between status checks")
-    j.add_argument("--download", metavar="DIR", help="with --wait: download the manifest and shards to DIR")
+    j.add_argument("--download", metavar="DIR", help="with --wait: download the results to DIR (a pipeline's "
+                                                    "manifest and shards; what KIND serves)")
     j.add_argument("-q", "--quiet", action="store_true")
     j.set_defaults(func=_submit)
 

@@ -43,6 +43,7 @@ class ServiceClient:
         if not token:
             raise PrivatizeError("no API token: pass --token or set PRIVATIZE_TOKEN")
         self.url = url.rstrip("/")
+        self._kinds: dict[str, dict] | None = None
         self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
                                   timeout=httpx.Timeout(timeout, connect=10.0))
 
@@ -161,19 +162,52 @@ class ServiceClient:
             tmp.unlink(missing_ok=True)
         return d
 
+    # ---- every job kind with a resource (GET /v1/kinds) ---------------------------------
+    def kinds(self) -> dict[str, dict]:
+        """The service's job kinds by name (``noun``, ``resource``, ``reads``, ``downloads``,
+        ``body``: the JSON schema of a create request), read once."""
+        if self._kinds is None:
+            self._kinds = {k["name"]: k for k in self.request("GET", "/v1/kinds").json()}
+        return self._kinds
+
+    def _resource(self, kind: str) -> str:
+        info = self.kinds().get(kind)
+        if info is None:
+            raise PrivatizeError(f"unknown job kind {kind!r} on {self.url} (known: {', '.join(sorted(self.kinds()))})")
+        if info["resource"] is None:
+            raise PrivatizeError(f"{kind} jobs are created with POST /v1/jobs (create_job)")
+        return f"/v1/{info['resource']}"
+
+    def submit(self, kind: str, **body) -> dict:
+        """Create a job of ``kind``: ``config=...`` and what it reads (``corpus_id=`` or
+        ``job_id=``, as its ``reads`` says)."""
+        return self.request("POST", self._resource(kind), json=body).json()
+
+    def get(self, kind: str, job_id: str) -> dict:
+        return self.request("GET", f"{self._resource(kind)}/{job_id}").json()
+
+    def list(self, kind: str) -> list[dict]:
+        return self.request("GET", self._resource(kind)).json()
+
+    def download_outputs(self, kind: str, job_id: str, dest_dir: str | os.PathLike) -> list[Path]:
+        """Every file the kind serves for a succeeded job (its ``downloads``) into ``dest_dir``."""
+        base = f"{self._resource(kind)}/{job_id}"
+        return [self._stream_to(f"{base}/{d['path']}", Path(dest_dir) / d["file"])
+                for d in self.kinds()[kind]["downloads"]]
+
     # ---- trainings ----------------------------------------------------------------------
     def create_training(self, job_id: str, config: dict) -> dict:
-        return self.request("POST", "/v1/trainings", json={"job_id": job_id, "config": config}).json()
+        return self.submit("train", job_id=job_id, config=config)
 
     def training(self, training_id: str) -> dict:
-        return self.request("GET", f"/v1/trainings/{training_id}").json()
+        return self.get("train", training_id)
 
     def trainings(self) -> list[dict]:
-        return self.request("GET", "/v1/trainings").json()
+        return self.list("train")
 
     def download_model(self, training_id: str, dest: str | os.PathLike) -> Path:
         """The trained model as a ``.tar.gz`` of ``model/`` (streamed to ``dest``)."""
-        return self._stream_to(f"/v1/trainings/{training_id}/model", dest)
+        return self._stream_to(f"{self._resource('train')}/{training_id}/model", dest)
 
     def extract_model(self, training_id: str, dest_dir: str | os.PathLike) -> Path:
         """Download the model and unpack it: ``dest_dir/model`` (a Hugging Face folder)."""
@@ -193,16 +227,14 @@ class ServiceClient:
 
     # ---- evaluations --------------------------------------------------------------------
     def create_evaluation(self, config: dict) -> dict:
-        return self.request("POST", "/v1/evaluations", json={"config": config}).json()
+        return self.submit("evaluate", config=config)
 
     def evaluation(self, evaluation_id: str) -> dict:
-        return self.request("GET", f"/v1/evaluations/{evaluation_id}").json()
+        return self.get("evaluate", evaluation_id)
 
     def evaluations(self) -> list[dict]:
-        return self.request("GET", "/v1/evaluations").json()
+        return self.list("evaluate")
 
     def download_report(self, evaluation_id: str, dest_dir: str | os.PathLike) -> list[Path]:
         """``report.html`` and ``evaluation.json`` of a succeeded evaluation into ``dest_dir``."""
-        base = f"/v1/evaluations/{evaluation_id}/report"
-        return [self._stream_to(base, Path(dest_dir) / "report.html"),
-                self._stream_to(f"{base}.json", Path(dest_dir) / "evaluation.json")]
+        return self.download_outputs("evaluate", evaluation_id, dest_dir)

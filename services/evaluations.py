@@ -36,11 +36,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from fastapi import Request
+from pydantic import Field
+
 from sqlalchemy.orm import Session
 
 from services.errors import Conflict, NotFound, config_error, config_invalid
-from services.jobkinds import EVALUATE, EVALUATION, PRIVATIZE
+from services.jobkinds import EVALUATE, EVALUATION, PRIVATIZE, TRAIN, JobKind, KindOut, job_kind, register_job_kind
 from services.models import Job
 from services.storage import tenant_prefix
 
@@ -48,7 +50,7 @@ REPORT = "report.html"
 CANARY_KEY_KINDS = ("hmac",)
 _SOURCE_HINT = ('name one of your corpora ({"corpus_id": ...}) or succeeded privatization jobs '
                 '({"job_id": ...})')
-LOCAL_ONLY = ("reconstruction", "true_prefix", "cipher_outputs", "corpus_stats", "identifiers")
+LOCAL_ONLY = ("reconstruction", "true_prefix", "cipher_outputs", "corpus_stats", "identifiers", "attacks")
 """Attack config sections whose inputs (gold-span files, name lists, entity keys) the
 service has no references for yet: refused (422) rather than passed through as paths."""
 _REF = {"training_id": "training", "corpus_id": "corpus", "job_id": "job"}
@@ -119,7 +121,7 @@ def validate_config(data) -> EvaluationSpec:
             continue
         m["path"] = f"training:{rid}"
     for section in LOCAL_ONLY:
-        if data.get(section) is not None:
+        if data.get(section) not in (None, []):
             errors.append((section, "not offered by the service yet (it reads files by path): run it with "
                                     "`privatize attack` on your own copy of the model"))
     mia = data.get("mia")
@@ -200,7 +202,7 @@ def _location(s: Session, tenant_id: str, field: str, placeholder: str) -> str:
     same NotFound for another tenant's id as for one that does not exist. Errors name the
     field as the tenant wrote it (``models.0.training_id``, ``mia.members.job_id``)."""
     from services.corpora import get_corpus
-    from services.trainings import get_training
+    from services.jobs import job_of_kind
 
     scheme, _, rid = placeholder.partition(":")
     field = f"{field.removesuffix('.path')}.{_REF_FIELD[scheme]}"
@@ -208,7 +210,7 @@ def _location(s: Session, tenant_id: str, field: str, placeholder: str) -> str:
         if scheme == "corpus":
             return get_corpus(s, tenant_id, rid).storage_path.removeprefix(f"{tenant_prefix(tenant_id)}/")
         if scheme == "training":
-            job = get_training(s, tenant_id, rid)
+            job = job_of_kind(s, job_kind(TRAIN), tenant_id, rid)
             what = "training"
         else:
             job = s.get(Job, rid)
@@ -303,18 +305,6 @@ def summary_of(job: Job) -> dict | None:
 
 # ---- lookups and files ----------------------------------------------------------------------
 
-def get_evaluation(s: Session, tenant_id: str, job_id: str) -> Job:
-    j = s.get(Job, job_id)
-    if j is None or j.tenant_id != tenant_id or j.kind != EVALUATE:
-        raise NotFound(f"no evaluation {job_id!r}")
-    return j
-
-
-def list_evaluations(s: Session, tenant_id: str) -> list[Job]:
-    return list(s.scalars(select(Job).where(Job.tenant_id == tenant_id, Job.kind == EVALUATE)
-                          .order_by(Job.created_at, Job.id)))
-
-
 def result_rel(ctx, job: Job, name: str) -> str:
     """Storage path of a succeeded evaluation's ``report.html`` or ``evaluation.json``;
     Conflict before it has succeeded."""
@@ -324,3 +314,91 @@ def result_rel(ctx, job: Job, name: str) -> str:
     if not ctx.storage.exists(rel):
         raise NotFound(f"evaluation {job.id} has no {name} (deleted?)")
     return rel
+
+
+# ---- the evaluate job kind ----------------------------------------------------------------
+
+REPORT_HEADERS = {"Content-Security-Policy": "default-src 'none'; img-src data:; style-src 'unsafe-inline'",
+                  "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+"""The report is a page of the API's origin: it may show its inline CSS and embedded
+plots, nothing else, and is not kept by caches (it says what a model leaks)."""
+
+
+class EvaluationOut(KindOut):
+    training_ids: list[str | None] = Field(description="the training each model is, in the config's order")
+    summary: dict | None = Field(description="once it succeeded: per model, its training, perplexity, "
+                                             "max_exposure, mia_auc (the best score's AUC), extracted")
+
+
+@register_job_kind
+class EvaluateKind(JobKind):
+    """Attacks on some of the tenant's succeeded trainings (``attacks.job``), one report:
+    ``/v1/evaluations``, its report and the JSON behind it."""
+
+    name = EVALUATE
+    module = "attacks.job"
+    noun = "evaluation"
+    resource = "evaluations"
+    result_file = EVALUATION
+    Out = EvaluationOut
+    downloads = (("report", REPORT), ("report.json", EVALUATION))
+    config_help = ("an evaluation config (attacks.config.AttackConfig) as JSON, without locations: models name "
+                   "trainings (training_id), data sources corpora or privatization jobs ({\"corpus_id\": ...}, "
+                   "{\"job_id\": ...}), the canary key is keystore:<id>")
+
+    def validate(self, data) -> EvaluationSpec:
+        return validate_config(data)
+
+    def limits(self, settings, spec: EvaluationSpec) -> None:
+        check_limits(settings, spec)
+
+    def prepare(self, session, tenant_id: str, corpus, spec: EvaluationSpec):
+        return prepare(session, tenant_id, spec)
+
+    def read_results(self, storage, output_path: str) -> dict | None:
+        return read_results(storage, output_path)
+
+    def inputs(self, spec: dict) -> set[str]:
+        return inputs_of(spec)
+
+    def audit_detail(self, job) -> dict:
+        return {"training_ids": training_ids(job.spec)}
+
+    def out(self, ctx, job, live: bool = True) -> EvaluationOut:
+        return EvaluationOut(**{**EvaluationOut.fields_of(job), "summary": summary_of(job)},
+                             training_ids=training_ids(job.spec))
+
+    def routes(self, router) -> None:
+        from fastapi import Depends
+        from fastapi.responses import StreamingResponse
+
+        from services import audit
+        from services.routes.common import current_tenant, fresh_job_of, get_ctx
+
+        def result_file(request, ctx, tenant_id: str, job_id: str, name: str, media: str):
+            audit.note(request, file=name)
+            rel = result_rel(ctx, fresh_job_of(self, ctx, tenant_id, job_id), name)
+            headers = dict(REPORT_HEADERS)
+            size = ctx.storage.size(rel)
+            if size is not None:
+                headers["Content-Length"] = str(size)
+            return StreamingResponse(ctx.storage.open_chunks(rel), media_type=media, headers=headers)
+
+        def evaluation_report(job_id: str, request: Request, tenant=Depends(current_tenant), ctx=Depends(get_ctx)):
+            """The privacy report (one HTML page, plots embedded); 409 until the evaluation has
+            succeeded. Each read is audited (``evaluation.report``)."""
+            return result_file(request, ctx, tenant.id, job_id, REPORT, "text/html; charset=utf-8")
+
+        def evaluation_report_json(job_id: str, request: Request, tenant=Depends(current_tenant),
+                                   ctx=Depends(get_ctx)):
+            """The results behind the report (``evaluation.json``: ``attacks.results.Evaluation``);
+            409 until the evaluation has succeeded. Each read is audited (``evaluation.report``)."""
+            return result_file(request, ctx, tenant.id, job_id, EVALUATION, "application/json")
+
+        for path, fn, media, what in (("report", evaluation_report, "text/html", "the self-contained HTML report"),
+                                      ("report.json", evaluation_report_json, "application/json",
+                                       "evaluation.json")):
+            audit.register_action(fn.__name__, "evaluation.report", "job", read=True)
+            router.add_api_route(f"/v1/evaluations/{{job_id}}/{path}", fn, methods=["GET"],
+                                 response_class=StreamingResponse,
+                                 responses={200: {"content": {media: {}}, "description": what}})

@@ -32,7 +32,7 @@ from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import ClusterUnavailable, Conflict, LimitExceeded, NotFound, StorageLimitExceeded
 from privatize.jobio import redact_paths
-from services.jobkinds import EVALUATE, MANIFEST, PRIVATIZE, TRAIN, job_kind, read_manifest
+from services.jobkinds import PRIVATIZE, job_kind
 from services.keystore import bundle_json
 from services.keys import sealed_of
 from services.models import ACTIVE_JOB_STATES, TERMINAL_JOB_STATES, Corpus, Job, Key, Tenant, new_id, utcnow
@@ -364,6 +364,15 @@ def cancel(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
         return job
 
 
+def job_of_kind(s: Session, kind, tenant_id: str, job_id: str) -> Job:
+    """The tenant's job ``job_id`` of ``kind`` (a :class:`services.jobkinds.JobKind`), as
+    stored; NotFound ("no training ...") for another tenant's, another kind's or none."""
+    j = s.get(Job, job_id)
+    if j is None or j.tenant_id != tenant_id or j.kind != kind.name:
+        raise NotFound(f"no {kind.noun} {job_id!r}")
+    return j
+
+
 def fresh_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
     """The job, reconciled with Ray first when it is still active (at most once a second
     per job; the background reconciler covers the rest)."""
@@ -422,38 +431,6 @@ def storage_relative(ctx: ServiceContext, tenant_id: str, text: str) -> str:
     for root in (st.location("x")[:-2], st.root):
         names.update({f"{root}/tenants/{tenant_id}/": "", f"{root}/tenants/{tenant_id}": ".", root: "<storage>"})
     return redact_paths(text, names)
-
-
-def results(ctx: ServiceContext, tenant_id: str, job_id: str) -> tuple[Job, dict]:
-    """The job and its manifest; Conflict while the job has no output."""
-    job = fresh_job(ctx, tenant_id, job_id)
-    if job.kind != PRIVATIZE:
-        where = {TRAIN: f" (its model: GET /v1/trainings/{job_id}/model)",
-                 EVALUATE: f" (its report: GET /v1/evaluations/{job_id}/report)"}.get(job.kind, "")
-        raise NotFound(f"job {job_id} is a {job.kind} job: it has no manifest or shards{where}")
-    if job.status != "succeeded":
-        raise Conflict(f"job {job_id} is {job.status}; results exist once it has succeeded")
-    manifest = read_manifest(ctx.storage, job.output_path)
-    if manifest is None:
-        raise NotFound(f"job {job_id} has no output (deleted?)")
-    return job, manifest
-
-
-def result_files(manifest: dict, manifest_bytes: int | None) -> list[dict]:
-    files = [{"name": MANIFEST, "bytes": manifest_bytes}]
-    for sh in manifest.get("shards", []):
-        files.append({"name": sh["file"], "bytes": sh.get("bytes"), "rows": sh.get("rows"),
-                      "sha256": sh.get("sha256")})
-    return files
-
-
-def result_path(ctx: ServiceContext, tenant_id: str, job_id: str, name: str) -> str:
-    """Storage path of a downloadable result: the manifest or a shard it lists. Nothing
-    else (the quarantine least of all) is ever served."""
-    job, manifest = results(ctx, tenant_id, job_id)
-    if name == MANIFEST or name in {sh["file"] for sh in manifest.get("shards", [])}:
-        return f"{job.output_path}/{name}"
-    raise NotFound(f"job {job_id} has no result {name!r}")
 
 
 def delete_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> None:

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privatize.errors import KeyMaterialError
-from privatize.keys import KeyMaterial, alphabet_chars, import_key, new_key
+from privatize.keys import LETTER_KINDS, KeyMaterial, alphabet_chars, import_key, new_key
 from services.envelope import Sealed, open_key, seal_key
 from services.errors import Conflict, InvalidRequest, NotFound
 from services.models import ACTIVE_JOB_STATES, Job, Key, utcnow
@@ -22,13 +22,13 @@ SERVICE_KINDS = ("vigenere", "aes-siv", "hmac", "api-key")
 WRITE_ONLY_KINDS = ("api-key",)
 """Kinds whose material the tenant brings (an LLM provider's API key): never exported."""
 MAX_VIGENERE_LENGTH = 1_000_000
+NOT_OFFERED = {"aes-ecb": "exists only to reproduce the SoE paper and is not offered by the service"}
 
 
 def create_key(s: Session, master: bytes, tenant_id: str, *, kind: str, length: int | None = None,
                alphabet: str | None = None, label: str | None = None, material: str | None = None) -> Key:
     if kind not in SERVICE_KINDS:
-        extra = " (aes-ecb exists only to reproduce the SoE paper and is not offered by the service)" \
-            if kind == "aes-ecb" else ""
+        extra = f" ({kind} {NOT_OFFERED[kind]})" if kind in NOT_OFFERED else ""
         raise InvalidRequest(f"kind: must be one of {', '.join(SERVICE_KINDS)}{extra}")
     if (material is not None) != (kind in WRITE_ONLY_KINDS):
         raise InvalidRequest("material: required for api-key keys (the provider's key)" if material is None
@@ -42,7 +42,7 @@ def create_key(s: Session, master: bytes, tenant_id: str, *, kind: str, length: 
             raise InvalidRequest("material: an api-key key is 8 to 4096 visible ASCII characters (no spaces or "
                                  "line breaks)") from None
         return _store(s, master, tenant_id, km, label)
-    if kind == "vigenere":
+    if kind in LETTER_KINDS:
         alphabet = alphabet or "letters52"
         try:
             alphabet_chars(alphabet)
@@ -56,8 +56,7 @@ def create_key(s: Session, master: bytes, tenant_id: str, *, kind: str, length: 
         if alphabet is not None:
             raise InvalidRequest("alphabet: applies to vigenere keys only")
     try:
-        km = new_key(kind, length=length, alphabet=alphabet or "letters52") if kind == "vigenere" \
-            else new_key(kind)
+        km = new_key(kind, length=length, alphabet=alphabet) if kind in LETTER_KINDS else new_key(kind)
     except KeyMaterialError as exc:
         raise InvalidRequest(str(exc)) from None
     return _store(s, master, tenant_id, km, label)
@@ -68,8 +67,9 @@ def _store(s: Session, master: bytes, tenant_id: str, km: KeyMaterial, label: st
         km = KeyMaterial(km.kind, km.secret, alphabet=km.alphabet)
     kind = km.kind
     sealed = seal_key(master, tenant_id, km)
-    row = Key(id=km.key_id, tenant_id=tenant_id, kind=kind, alphabet=km.alphabet if kind == "vigenere" else None,
-              length=len(km.letters) if kind == "vigenere" else None, label=label, status="enabled",
+    letters = kind in LETTER_KINDS
+    row = Key(id=km.key_id, tenant_id=tenant_id, kind=kind, alphabet=km.alphabet if letters else None,
+              length=len(km.letters) if letters else None, label=label, status="enabled",
               master_key_id=sealed.master_key_id, wrapped_dek=sealed.wrapped_dek, material_ct=sealed.material_ct)
     s.add(row)
     s.flush()

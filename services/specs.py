@@ -4,9 +4,14 @@ and only ``keystore:`` keys of its own that are enabled and of a kind the field 
 (what its settings class declares: ``privatize.settings.KeyKinds``). Settings that name
 a file on the server (a word list, a filler model) are refused before the spec is parsed,
 so a tenant cannot probe the server's file system through validation errors. Which fields
-those are is declared on the fields (``privatize.policy``); nothing here names a stage kind."""
+those are is declared on the fields (``privatize.policy``); nothing here names a stage kind.
+
+Also the ``privatize`` job kind (:class:`PrivatizeKind`) and its results: the manifest and
+the shards it lists (``/v1/jobs/{id}/results``)."""
 
 from __future__ import annotations
+
+import json
 
 from sqlalchemy.orm import Session
 
@@ -16,8 +21,12 @@ from privatize.spec import InputSettings, PipelineSpec, parse_spec
 from privatize.spec import key_references as spec_key_references
 from privatize.spec import key_requirements
 from privatize.refs import MODEL_REF
-from services.errors import SpecInvalid
-from services.models import Key
+from services import jobs as jobs_mod
+from services.context import ServiceContext
+from services.errors import Conflict, NotFound, SpecInvalid
+from services.jobkinds import MANIFEST, PRIVATIZE, JobKind, job_kind, register_job_kind
+from services.limits import check_pipeline_limits
+from services.models import Job, Key
 
 
 def _structured_errors(exc: SpecError) -> list[dict]:
@@ -172,3 +181,87 @@ def with_input_format(spec: PipelineSpec, corpus_format: str) -> PipelineSpec:
     # the rest of the spec is validated already: only the changed part is checked again
     inp = InputSettings.model_validate({**spec.input.model_dump(), "format": corpus_format})
     return spec.model_copy(update={"input": inp})
+
+
+# ---- the privatize job kind -------------------------------------------------------------
+
+def read_manifest(storage, output_path: str) -> dict | None:
+    try:
+        return json.loads(storage.read_bytes(f"{output_path}/{MANIFEST}"))
+    except (OSError, ValueError):
+        return None
+
+
+def manifest_counts(manifest: dict) -> dict:
+    """A privatization manifest's counts, shard count and per-stage figures (the job
+    row's ``counts``: what a job's ``progress`` shows)."""
+    c = dict(manifest.get("counts", {}))
+    c["shards"] = len(manifest.get("shards", []))
+    c["stages"] = [{k: st.get(k) for k in ("index", "kind", "records_in", "records_out", "quarantined", "dropped")}
+                   for st in manifest.get("stages", [])]
+    return c
+
+
+def results(ctx: ServiceContext, tenant_id: str, job_id: str) -> tuple[Job, dict]:
+    """The job and its manifest; Conflict while the job has no output."""
+    job = jobs_mod.fresh_job(ctx, tenant_id, job_id)
+    if job.kind != PRIVATIZE:
+        jk = job_kind(job.kind)
+        where = "".join(f" (its {file}: GET /v1/{jk.resource}/{job_id}/{path})" for path, file in jk.downloads[:1])
+        raise NotFound(f"job {job_id} is a {job.kind} job: it has no manifest or shards{where}")
+    if job.status != "succeeded":
+        raise Conflict(f"job {job_id} is {job.status}; results exist once it has succeeded")
+    manifest = read_manifest(ctx.storage, job.output_path)
+    if manifest is None:
+        raise NotFound(f"job {job_id} has no output (deleted?)")
+    return job, manifest
+
+
+def result_files(manifest: dict, manifest_bytes: int | None) -> list[dict]:
+    files = [{"name": MANIFEST, "bytes": manifest_bytes}]
+    for sh in manifest.get("shards", []):
+        files.append({"name": sh["file"], "bytes": sh.get("bytes"), "rows": sh.get("rows"),
+                      "sha256": sh.get("sha256")})
+    return files
+
+
+def result_path(ctx: ServiceContext, tenant_id: str, job_id: str, name: str) -> str:
+    """Storage path of a downloadable result: the manifest or a shard it lists. Nothing
+    else (the quarantine least of all) is ever served."""
+    job, manifest = results(ctx, tenant_id, job_id)
+    if name == MANIFEST or name in {sh["file"] for sh in manifest.get("shards", [])}:
+        return f"{job.output_path}/{name}"
+    raise NotFound(f"job {job_id} has no result {name!r}")
+
+
+
+@register_job_kind
+class PrivatizeKind(JobKind):
+    """A pipeline spec run on a corpus by ``privatize.job``. Its routes are ``/v1/jobs``,
+    every job's (``services.routes.jobs``): it has no resource of its own."""
+
+    name = PRIVATIZE
+    module = "privatize.job"
+
+    def validate(self, data) -> PipelineSpec:
+        return validate_spec(data)
+
+    def limits(self, settings, spec: PipelineSpec) -> None:
+        check_pipeline_limits(settings, spec)
+
+    def prepare(self, session, tenant_id: str, corpus, spec: PipelineSpec):
+        """Only the tenant's own enabled ``keystore:`` keys (an LLM API key among them);
+        ``input.format`` fixed to the corpus's format; synthesis without a disk cache."""
+        key_ids = check_key_references(session, tenant_id, spec)
+        check_model_references(session, tenant_id, spec)
+        return for_service(with_input_format(spec, corpus.format)), key_ids
+
+    def read_results(self, storage, output_path: str) -> dict | None:
+        manifest = read_manifest(storage, output_path)
+        return None if manifest is None else manifest_counts(manifest)
+
+    def also_reads(self, spec: dict) -> set[str]:
+        return set(model_references(spec).values())
+
+    def models(self, spec: dict) -> dict[str, str]:
+        return {f"training:{t}": f"jobs/{t}/output/model" for t in model_references(spec).values()}

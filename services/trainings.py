@@ -29,12 +29,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from pydantic import Field
+
 from sqlalchemy.orm import Session
 
 from privatize.refs import MODEL_REF
 from services.errors import Conflict, NotFound, config_error, config_invalid
-from services.jobkinds import TRAIN
+from services.jobkinds import SUMMARY, TRAIN, JobKind, KindOut, register_job_kind
 from services.models import Job
 
 METRICS = "metrics.jsonl"
@@ -213,20 +214,6 @@ def progress_of(ctx, job) -> dict | None:
     return got
 
 
-# ---- lookups ----------------------------------------------------------------------------
-
-def get_training(s: Session, tenant_id: str, job_id: str) -> Job:
-    j = s.get(Job, job_id)
-    if j is None or j.tenant_id != tenant_id or j.kind != TRAIN:
-        raise NotFound(f"no training {job_id!r}")
-    return j
-
-
-def list_trainings(s: Session, tenant_id: str) -> list[Job]:
-    return list(s.scalars(select(Job).where(Job.tenant_id == tenant_id, Job.kind == TRAIN)
-                          .order_by(Job.created_at, Job.id)))
-
-
 # ---- the model, as a .tar.gz stream ---------------------------------------------------------
 
 def model_files(ctx, job: Job) -> list[tuple[str, int]]:
@@ -277,3 +264,78 @@ def tar_gz(storage, rel_dir: str, files: list[tuple[str, int]], root: str, mtime
     end += tarfile.NUL * (-written_after % tarfile.RECORDSIZE)
     yield put(end)
     yield z.flush()
+
+
+# ---- the train job kind -----------------------------------------------------------------
+
+class TrainingOut(KindOut):
+    job_id: str | None = Field(description="the privatization job it trains on")
+    progress: dict | None = Field(description="step, loss, tokens (epsilon, dp_steps under DP) of its last "
+                                              "report while it runs; its final figures once it succeeded")
+
+
+@register_job_kind
+class TrainKind(JobKind):
+    """A training (``train.job`` on Ray Train) on a succeeded privatization job's output:
+    ``/v1/trainings``, its progress from ``metrics.jsonl``, its model as a ``.tar.gz``."""
+
+    name = TRAIN
+    module = "train.job"
+    noun = "training"
+    resource = "trainings"
+    result_file = SUMMARY
+    input_kind = "privatize"
+    discard_unless_succeeded = ("checkpoints",)
+    Out = TrainingOut
+    downloads = (("model", "model.tar.gz"),)
+    config_help = ("a training config (train.config.TrainConfig, as in train/configs/) as JSON, without paths: "
+                   "the service sets data.path and output")
+
+    def validate(self, data) -> TrainSpec:
+        return validate_config(data)
+
+    def limits(self, settings, spec: TrainSpec) -> None:
+        check_limits(settings, spec)
+
+    def prepare(self, session, tenant_id: str, corpus, spec: TrainSpec):
+        check_base_training(session, tenant_id, spec)
+        return spec, []
+
+    def read_results(self, storage, output_path: str) -> dict | None:
+        try:
+            return summary_counts(json.loads(storage.read_bytes(f"{output_path}/{SUMMARY}")))
+        except (OSError, ValueError):
+            return None
+
+    def also_reads(self, spec: dict) -> set[str]:
+        t = base_training(spec)
+        return {t} if t else set()
+
+    def options(self, spec: dict) -> list[tuple[str, str]]:
+        t = base_training(spec)
+        return [("--checkpoint", f"jobs/{t}/output/model")] if t else []
+
+    def out(self, ctx, job, live: bool = True) -> TrainingOut:
+        progress = progress_of(ctx, job) if live or job.status == "succeeded" else None
+        return TrainingOut(**TrainingOut.fields_of(job), job_id=job.input_job_id, progress=progress)
+
+    def routes(self, router) -> None:
+        from fastapi import Depends
+        from fastapi.responses import StreamingResponse
+
+        from services.routes.common import current_tenant, fresh_job_of, get_ctx
+
+        def download_model(job_id: str, tenant=Depends(current_tenant), ctx=Depends(get_ctx)):
+            """The trained model (a Hugging Face folder with its tokenizer) as a ``.tar.gz`` of
+            ``model/``, streamed; 409 until the training has succeeded."""
+            job = fresh_job_of(self, ctx, tenant.id, job_id)
+            files = model_files(ctx, job)
+            stream = tar_gz(ctx.storage, f"{job.output_path}/{MODEL_DIR}", files, MODEL_DIR,
+                            job.finished_at.timestamp() if job.finished_at else None)
+            headers = {"Content-Disposition": f'attachment; filename="training-{job.id}-model.tar.gz"'}
+            return StreamingResponse(stream, media_type="application/gzip", headers=headers)
+
+        router.add_api_route("/v1/trainings/{job_id}/model", download_model, methods=["GET"],
+                             response_class=StreamingResponse,
+                             responses={200: {"content": {"application/gzip": {}},
+                                              "description": "model/ as a .tar.gz"}})

@@ -83,9 +83,8 @@ async def polled_row(ctx: ServiceContext, request: Request, credentials: HTTPAut
     return await ctx.read(load)
 
 
-def fresh_of(get, ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
-    """The tenant's job of one kind (``get`` raises 404 otherwise), reconciled with Ray
-    while active."""
+def fresh_job_of(kind, ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
+    """:func:`services.jobs.job_of_kind`, reconciled with Ray while active."""
     with session_scope(ctx.sessions) as s:
-        get(s, tenant_id, job_id)
+        jobs_mod.job_of_kind(s, kind, tenant_id, job_id)
     return jobs_mod.fresh_job(ctx, tenant_id, job_id)

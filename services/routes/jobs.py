@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from services import audit as audit_mod
 from services import corpora as corpora_mod
 from services import jobs as jobs_mod
+from services import specs as specs_mod
 from services.context import ServiceContext
 from services.db import session_scope
 from services.models import ACTIVE_JOB_STATES, Corpus, Job
@@ -125,17 +126,17 @@ def job_logs(job_id: str, tenant: TenantRef = Depends(current_tenant), ctx: Serv
 
 @router.get("/v1/jobs/{job_id}/results")
 def job_results(job_id: str, tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
-    job, manifest = jobs_mod.results(ctx, tenant.id, job_id)
-    size = ctx.storage.size(f"{job.output_path}/{jobs_mod.MANIFEST}")
+    job, manifest = specs_mod.results(ctx, tenant.id, job_id)
+    size = ctx.storage.size(f"{job.output_path}/{specs_mod.MANIFEST}")
     return {"job_id": job.id, "counts": manifest.get("counts", {}), "spec_sha256": manifest.get("spec_sha256"),
-            "files": jobs_mod.result_files(manifest, size)}
+            "files": specs_mod.result_files(manifest, size)}
 
 
 @router.get("/v1/jobs/{job_id}/results/{name:path}")
 def download_result(job_id: str, name: str, tenant: TenantRef = Depends(current_tenant),
                     ctx: ServiceContext = Depends(get_ctx)):
     """The manifest or one shard it lists, streamed. The quarantine is never served."""
-    rel = jobs_mod.result_path(ctx, tenant.id, job_id, name)
+    rel = specs_mod.result_path(ctx, tenant.id, job_id, name)
     size = ctx.storage.size(rel)
     media = "application/json" if name.endswith(".json") else "application/vnd.apache.parquet"
     headers = {"Content-Disposition": f'attachment; filename="{name.rsplit("/", 1)[-1]}"'}

@@ -8,6 +8,7 @@ from typing import Literal
 from fastapi import APIRouter, Body, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from privatize.ciphers import decrypt_texts
 from services import audit as audit_mod
 from services import keys as keys_mod
 from services.context import ServiceContext
@@ -140,21 +141,10 @@ def decrypt(body: DecryptIn = Body(...), tenant: TenantRef = Depends(current_ten
     with session_scope(ctx.sessions) as s:
         row = keys_mod.get_key(s, tenant.id, key_id)
         km = keys_mod.usable_material(ctx.master, row)
-    report = None
-    if km.kind == "vigenere":
-        from privatize.ciphers.vigenere import Vigenere
-
-        outs = Vigenere.from_key(km).decrypt_many(texts)
-    elif km.kind in ("aes-siv", "aes-ecb"):
-        from privatize.ciphers.entity import DecryptReport, EntityCipher
-
-        cipher, report, outs = EntityCipher(km), DecryptReport(), []
-        for t in texts:
-            plain, rep = cipher.decrypt_text(t)
-            report.add(rep)
-            outs.append(plain)
-    else:
-        raise Conflict(f"key {key_id} is a {km.kind} key; it does not decrypt text")
+    try:
+        outs, report = decrypt_texts(km, texts)
+    except LookupError as exc:
+        raise Conflict(str(exc)) from None
     out: dict = {"key_id": key_id, "kind": km.kind}
     if body.text is not None:
         out["text"] = outs[0]

@@ -253,7 +253,7 @@ def test_every_card_states_its_cost_of_protection_against_the_plain_model(page):
 def test_a_fine_tuned_model_names_its_base_and_without_a_reference_says_so(tmp_path):
     import json
 
-    from attacks.run import training_info
+    from attacks.results import training_info
 
     (tmp_path / "summary.json").write_text(json.dumps({
         "kind": "crt", "epsilon": 1.0, "delta": 1e-5,

@@ -26,7 +26,7 @@ def with_entry_point(monkeypatch):
 def test_commands_are_registered(with_entry_point):
     p = pcli.build_parser()
     a = p.parse_args(["submit", "spec.yaml", "--corpus", "c.jsonl", "--wait"])
-    assert (a.spec, a.corpus, a.wait) == ("spec.yaml", "c.jsonl", True)
+    assert (a.args, a.corpus, a.wait) == (["spec.yaml"], "c.jsonl", True)
     a = p.parse_args(["admin", "tenant", "create", "acme", "--max-jobs", "3"])
     assert (a.name, a.max_jobs) == ("acme", 3)
     assert p.parse_args(["serve", "--port", "9000"]).port == 9000

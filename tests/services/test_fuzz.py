@@ -175,6 +175,8 @@ def test_edge_cases_answer_4xx_with_a_message_on_one_connection(service):
 
 def _route_table():
     """(methods, path regex) of every API route, from the router itself."""
-    from services.api import router
+    from services.api import build_router
+
+    router = build_router()
 
     return [(r.methods, r.path_regex) for r in router.routes if getattr(r, "methods", None)]

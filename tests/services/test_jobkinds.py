@@ -48,6 +48,7 @@ class FakeCluster:
 @pytest.fixture
 def registry(monkeypatch):
     """A private copy of the registry: kinds a test registers are gone afterwards."""
+    jobkinds.job_kinds()  # the service's own kinds, loaded
     monkeypatch.setattr(jobkinds, "_KINDS", dict(jobkinds._KINDS))
 
 
@@ -83,14 +84,19 @@ def _job(ctx, corpus: Corpus, kind: str) -> Job:
         return job
 
 
-def _echo_results(storage, output_path: str) -> dict | None:
-    try:
-        return json.loads(storage.read_bytes(f"{output_path}/summary.json"))
-    except (OSError, ValueError):
-        return None
+class ECHO(JobKind):
+    name = "echo"
+    module = "tests_echo_job"
+    result_file = "summary.json"
 
+    def validate(self, data):
+        return dict(data)
 
-ECHO = JobKind("echo", validate=dict, module="tests_echo_job", read_results=_echo_results, result_file="summary.json")
+    def read_results(self, storage, output_path: str) -> dict | None:
+        try:
+            return json.loads(storage.read_bytes(f"{output_path}/summary.json"))
+        except (OSError, ValueError):
+            return None
 
 
 def test_the_privatize_kind_runs_privatize_job_with_locations_only(ctx, corpus):
@@ -159,9 +165,11 @@ def test_registration_refuses_a_taken_name_and_odd_names(registry):
     register_job_kind(ECHO)
     register_job_kind(ECHO)  # the same entry again is harmless
     with pytest.raises(ValueError, match="registered already"):
-        register_job_kind(JobKind("echo", validate=dict, module="other", read_results=_echo_results))
+        register_job_kind(type("Other", (ECHO,), {"module": "other"}))
     with pytest.raises(ValueError, match="job kind name"):
-        register_job_kind(JobKind("Echo job", validate=dict, module="x", read_results=_echo_results))
+        register_job_kind(type("Odd", (ECHO,), {"name": "Echo job"}))
+    with pytest.raises(ValueError, match="not a path segment"):
+        register_job_kind(type("Slashed", (ECHO,), {"name": "slashed", "resource": "a/b"}))
     with pytest.raises(LookupError, match="unknown job kind 'nope'"):
         job_kind("nope")
 

@@ -1,0 +1,97 @@
+"""Issue 34: a new attack is one file. This module defines a toy attack (what a model writes after
+some prompts), registers it, and with no other edit an
+evaluation config runs it on a real (tiny) model, ``evaluation.json`` holds its result
+per model, and the report has its section; a config naming it badly is refused with the
+field's path, before anything is written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import Field
+
+from attacks import registry
+from attacks.registry import Attack, AttackSettings, register_attack
+from privatize.errors import SpecError
+
+pytest.importorskip("torch")
+
+
+class TopWord(Attack):
+    """The toy: what the model writes after each prompt (three tokens)."""
+
+    name = "top_word"
+    title = "Top word (toy attack)"
+
+    class Settings(AttackSettings):
+        prompts: list[str] = Field(min_length=1, max_length=10)
+
+    def prepare(self, settings, ctx):
+        return [p.strip() for p in settings.prompts]
+
+    def run(self, settings, adapter, inputs):
+        gens = adapter.generate(inputs, samples=1, max_new_tokens=3, seed=0)
+        return {"prompts": len(inputs), "first": {p: g[0] for p, g in zip(inputs, gens)}}
+
+    def render(self, results):
+        from attacks.report_format import esc
+
+        return "".join(f'<p class="top-word">{esc(m)}: {len(r["first"])} prompt(s)</p>' for m, r in results.items())
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    monkeypatch.setattr(registry, "_ATTACKS", dict(registry._ATTACKS))
+    register_attack(TopWord)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from train.models import build_model, preset_config
+    from train.tokenizer import special_ids, train_tokenizer
+
+    d = tmp_path_factory.mktemp("model")
+    texts = [f"Ann posted parcel {i} from the depot on time." for i in range(100)]
+    tok = train_tokenizer(texts, 300)
+    build_model(preset_config("tiny", vocab_size=len(tok), **special_ids(tok)), seed=1).save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+def test_a_registered_attack_runs_from_the_config_into_the_json_and_the_report(registered, model_dir, tmp_path):
+    from attacks.config import parse_config
+    from attacks.run import run_evaluation
+
+    cfg = parse_config({"models": [{"name": "tiny", "path": str(model_dir)}, {"name": "again", "path": str(model_dir)}],
+                        "attacks": [{"kind": "top_word", "prompts": ["Ann posted", " parcel "]}],
+                        "output": str(tmp_path / "ev")})
+    ev = run_evaluation(cfg, progress=False)
+    assert [sorted(m.attacks) for m in ev.models] == [["top_word"], ["top_word"]]
+    saved = json.loads((tmp_path / "ev" / "evaluation.json").read_text())
+    got = [m["attacks"]["top_word"] for m in saved["models"]]
+    assert got[0] == got[1] and got[0]["prompts"] == 2 and set(got[0]["first"]) == {"Ann posted", "parcel"}
+    page = (tmp_path / "ev" / "report.html").read_text()
+    assert '<h2 id="attack-top_word">Top word (toy attack)</h2>' in page
+    assert page.count('class="top-word"') == 2
+
+
+def test_a_bad_entry_is_refused_with_its_path_before_anything_runs(registered, tmp_path):
+    from attacks.config import parse_config
+
+    base = {"models": [{"name": "m", "path": "x"}], "output": str(tmp_path / "ev")}
+    for entry, want in (({"kind": "top_word"}, "config: attacks.0: prompts: Field required"),
+                        ({"kind": "top_word", "prompts": ["a"], "colour": 1}, "config: attacks.0: colour: Extra inputs"),
+                        ({"kind": "nope"}, "config: attacks.0: kind: unknown attack 'nope'")):
+        with pytest.raises(SpecError, match="^" + want.replace("(", r"\(")):
+            parse_config({**base, "attacks": [entry]})
+    with pytest.raises(SpecError, match="each kind at most once"):
+        parse_config({**base, "attacks": [{"kind": "top_word", "prompts": ["a"]}] * 2})
+    assert not (tmp_path / "ev").exists()
+
+
+def test_without_the_registration_the_kind_is_unknown(tmp_path):
+    from attacks.config import parse_config
+
+    with pytest.raises(SpecError, match="unknown attack 'top_word'"):
+        parse_config({"models": [{"name": "m", "path": "x"}], "attacks": [{"kind": "top_word", "prompts": ["a"]}]})

@@ -1,0 +1,242 @@
+"""Issue 34: a new job kind is one file. This module defines a toy kind (a word count of a
+corpus) and registers it, with no other edit anywhere, and the service then has its REST
+resource (create, list, get, its own download route, its OpenAPI entries, its audit
+action), the client's ``submit``/``get``/``list``/``download_outputs``, and ``privatize
+submit wordcount CONFIG``, all over a real HTTP server.
+
+The Ray Jobs API is the one thing replaced: :class:`RunsInProcess` (a test double for Ray,
+labelled as such) runs the toy's job function in this process when the service submits
+it, from the entrypoint the service built, and then reports the job SUCCEEDED. That the
+kind's own pieces ran is checked by what they leave: the entrypoint names the kind and
+its module, the result file is the toy's, the row's summary is what its reader returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from services import jobkinds
+from services.errors import config_invalid
+from services.jobkinds import JobKind, register_job_kind
+
+RESULT = "counts.json"
+
+
+class CountSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: int = Field(1, ge=1, le=1)
+    top: int = Field(3, ge=1, le=1000)
+
+    def to_dict(self) -> dict:
+        return self.model_dump()
+
+    def sha256(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def count_words(spec_path: str, input_path: str, output_path: str) -> None:
+    """The toy's job: the ``top`` most common words of a JSONL corpus."""
+    spec = json.loads(Path(spec_path).read_text())
+    words: dict[str, int] = {}
+    for line in Path(input_path).read_text().splitlines():
+        for w in json.loads(line)["text"].lower().split():
+            words[w] = words.get(w, 0) + 1
+    top = sorted(words.items(), key=lambda kv: (-kv[1], kv[0]))[: spec["top"]]
+    Path(output_path).mkdir(parents=True, exist_ok=True)
+    Path(output_path, RESULT).write_text(json.dumps({"top": top, "words": sum(words.values())}))
+
+
+class WordCount(JobKind):
+    """The toy kind: counts a corpus's words."""
+
+    name = "wordcount"
+    module = __name__
+    noun = "count"
+    resource = "counts"
+    result_file = RESULT
+    downloads = (("counts", RESULT),)
+    config_help = "{top: how many of the most common words}"
+
+    def validate(self, data) -> CountSpec:
+        try:
+            return CountSpec.model_validate(data)
+        except ValidationError as exc:
+            raise config_invalid([(".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()]) from None
+
+    def limits(self, settings, spec: CountSpec) -> None:
+        if spec.top > 100:
+            raise config_invalid([("top", f"at most 100 on this service (asked for {spec.top})")])
+
+    def read_results(self, storage, output_path: str) -> dict | None:
+        try:
+            return {"words": json.loads(storage.read_bytes(f"{output_path}/{RESULT}"))["words"]}
+        except (OSError, ValueError):
+            return None
+
+    def routes(self, router) -> None:
+        from fastapi import Depends
+        from fastapi.responses import Response
+
+        from services.routes.common import current_tenant, fresh_job_of, get_ctx
+
+        def count_file(job_id: str, tenant=Depends(current_tenant), ctx=Depends(get_ctx)):
+            job = fresh_job_of(self, ctx, tenant.id, job_id)
+            return Response(ctx.storage.read_bytes(f"{job.output_path}/{RESULT}"), media_type="application/json")
+
+        router.add_api_route("/v1/counts/{job_id}/counts", count_file, methods=["GET"])
+
+
+class RunsInProcess:
+    """TEST DOUBLE for the Ray Jobs API (a boundary: Ray runs the entrypoint elsewhere).
+    ``submit`` runs the toy's job function on the entrypoint's locations, here."""
+
+    def __init__(self):
+        self.submitted: dict[str, dict] = {}
+
+    def connect(self) -> str:
+        return "in-process"
+
+    def submit(self, *, submission_id, entrypoint, runtime_env, metadata):
+        args = shlex.split(entrypoint)
+        assert args[:4] == ["python", "-m", "services.jobrun", WordCount.name], args
+        assert jobkinds.job_kind(args[3]).module == __name__
+        count_words(*args[4:7])
+        self.submitted[submission_id] = {"entrypoint": entrypoint}
+        return True
+
+    def info(self, submission_id):
+        if submission_id not in self.submitted:
+            return None
+        return SimpleNamespace(status="SUCCEEDED", start_time=1_000, end_time=2_000, message="")
+
+    def stop(self, submission_id):
+        return True
+
+    def logs(self, submission_id):
+        return ""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The service with the toy kind registered (only for this module), on a real port."""
+    import uvicorn
+
+    from services.app import create_app
+    from services.context import build_context
+    from services.db import session_scope
+    from services.settings import Settings
+    from services.tenants import create_tenant
+    from tests.services.conftest import free_port
+
+    jobkinds.job_kinds()
+    saved = dict(jobkinds._KINDS)
+    register_job_kind(WordCount)
+    tmp = tmp_path_factory.mktemp("kinds")
+    settings = Settings(env="development", data_dir=tmp / "data", ray_address="http://127.0.0.1:9",
+                        poll_interval_s=0.2, port=free_port())
+    ctx = build_context(settings)
+    ctx.cluster = RunsInProcess()
+    srv = uvicorn.Server(uvicorn.Config(create_app(settings, ctx), host="127.0.0.1", port=settings.port,
+                                       log_config=None, access_log=False))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    with session_scope(ctx.sessions) as s:
+        _, _, token = create_tenant(s, "toy", storage_limit_bytes=1 << 30, max_concurrent_jobs=10)
+    corpus = tmp / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("the cat sat", "the cat ran", "a dog")))
+    try:
+        yield SimpleNamespace(url=f"http://127.0.0.1:{settings.port}", token=token, ctx=ctx, corpus=corpus,
+                              tmp=tmp)
+    finally:
+        srv.should_exit = True
+        thread.join(30)
+        jobkinds._KINDS.clear()
+        jobkinds._KINDS.update(saved)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from services.client import ServiceClient
+
+    with ServiceClient(server.url, server.token) as c:
+        yield c
+
+
+def test_the_kind_has_its_routes_and_openapi_entries(server, client):
+    info = client.kinds()["wordcount"]
+    assert {k: info[k] for k in ("noun", "resource", "reads", "input_kind", "downloads")} == {
+        "noun": "count", "resource": "counts", "reads": "corpus", "input_kind": None,
+        "downloads": [{"path": "counts", "file": RESULT}]}
+    assert set(info["body"]["required"]) == {"corpus_id", "config"}
+    paths = client.request("GET", "/openapi.json").json()["paths"]
+    assert set(paths["/v1/counts"]) == {"get", "post"} and "get" in paths["/v1/counts/{job_id}"]
+    assert "get" in paths["/v1/counts/{job_id}/counts"]
+    # the service's own kinds are still there, and privatize stays on /v1/jobs
+    assert {"train", "evaluate", "privatize"} <= set(client.kinds())
+    assert client.kinds()["privatize"]["resource"] is None
+
+
+def test_the_client_submits_gets_and_lists_it(server, client):
+    from services.client import ApiError
+
+    corpus = client.upload_corpus(server.corpus, fmt="jsonl")
+    with pytest.raises(ApiError) as refused:  # the kind's limits, with the field's path
+        client.submit("wordcount", corpus_id=corpus["id"], config={"top": 500})
+    assert refused.value.status == 422 and refused.value.body["errors"][0]["path"] == "top"
+    with pytest.raises(ApiError) as refused:  # its validation
+        client.submit("wordcount", corpus_id=corpus["id"], config={"top": 2, "colour": "red"})
+    assert refused.value.status == 422 and refused.value.body["errors"][0]["path"] == "colour"
+    with pytest.raises(ApiError) as refused:  # the generated body: what it reads is required
+        client.submit("wordcount", config={"top": 2})
+    assert refused.value.status == 422
+    job = client.submit("wordcount", corpus_id=corpus["id"], config={"top": 2})
+    assert job["kind"] == "wordcount" and job["corpus_id"] == corpus["id"] and job["config"] == {"version": 1,
+                                                                                                 "top": 2}
+    done = client.wait(job["id"], timeout=30, poll=0.1, get=lambda i: client.get("wordcount", i))
+    assert done["status"] == "succeeded" and done["summary"] == {"words": 8}
+    assert job["id"] in [j["id"] for j in client.list("wordcount")]
+    got = client.download_outputs("wordcount", job["id"], server.tmp / "dl")
+    assert json.loads(got[0].read_text())["top"] == [["cat", 2], ["the", 2]]
+    # the generic job routes see it too, and another kind's resource does not
+    assert client.job(job["id"])["kind"] == "wordcount"
+    with pytest.raises(ApiError) as other:
+        client.training(job["id"])
+    assert other.value.status == 404 and "no training" in other.value.detail
+    # its creation is audited under its own action
+    events = client.request("GET", "/v1/audit", params={"resource_id": job["id"]}).json()["events"]
+    created = [e for e in events if e["action"] == "count.create"]
+    assert len(created) == 1 and created[0]["status"] == 201 and created[0]["detail"]["corpus_id"] == corpus["id"]
+
+
+def test_privatize_submit_kind_runs_it_from_the_cli(server, capsys, tmp_path):
+    from services.cli import main
+
+    config = tmp_path / "count.yaml"
+    config.write_text("top: 1\n")
+    rc = main(["submit", "wordcount", str(config), "--corpus", str(server.corpus), "--url", server.url,
+               "--token", server.token, "--wait", "--poll", "0.1", "--timeout", "30", "--download",
+               str(tmp_path / "out")])
+    out = capsys.readouterr()
+    summary = json.loads(out.out.strip().splitlines()[-1])
+    assert rc == 0, out.err
+    assert (summary["kind"], summary["status"], summary["summary"]) == ("wordcount", "succeeded", {"words": 8})
+    assert json.loads((tmp_path / "out" / RESULT).read_text())["top"] == [["cat", 2]]
+    assert "submitted count" in out.err
+    # a kind the service does not run: one line, exit 2
+    rc = main(["submit", "nokind", str(config), "--corpus-id", "x", "--url", server.url, "--token", server.token])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("privatize")]  # not the server's
+    assert rc == 2 and len(err) == 1 and "unknown job kind 'nokind'" in err[0], err
