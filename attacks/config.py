@@ -227,6 +227,11 @@ class AttackEntry(BaseModel):
         return self
 
 
+SECTIONS = ("perplexity", "canaries", "mia", "extraction", "reconstruction", "true_prefix", "cipher_outputs",
+            "identifiers")
+"""The sections that configure the papers' attacks (``attacks.builtin``), in the order
+they run."""
+
 ATTACKS = ("canaries", "mia", "perplexity", "extraction", "reconstruction", "true_prefix", "cipher_outputs",
            "corpus_stats", "identifiers")
 
@@ -253,9 +258,9 @@ class AttackConfig(_Strict):
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique (got {names})")
-        kinds = [a.kind for a in self.attacks]
+        kinds = [a.kind for a in self.attacks] + [s for s in SECTIONS if getattr(self, s) is not None]
         if len(set(kinds)) != len(kinds):
-            raise ValueError(f"attacks: each kind at most once (got {kinds})")
+            raise ValueError(f"attacks: each kind at most once, as a section or in attacks (got {kinds})")
         if not any(getattr(self, a) for a in ATTACKS) and not self.attacks:
             raise ValueError(f"nothing to run: give at least one of {', '.join(ATTACKS)} or attacks")
         return self

@@ -52,9 +52,15 @@ class ModelAdapter:
         self.max_len = int(getattr(model.config, "max_position_embeddings", 512))
 
     @classmethod
-    def load(cls, path: str | Path, *, device: str = "cpu", dtype=torch.float32) -> "ModelAdapter":
+    def load(cls, path: str | Path, *, device: str = "cpu", dtype=torch.float32,
+             threads: int | None = None) -> "ModelAdapter":
+        """The model and tokenizer of a run folder or checkpoint; ``threads``: torch's
+        intra-op threads in this process (one per Ray actor when actors are the
+        parallelism)."""
         from transformers import AutoModelForCausalLM
 
+        if threads is not None:
+            torch.set_num_threads(threads)
         from train.tokenizer import load_tokenizer
 
         d = checkpoint_dir(path)

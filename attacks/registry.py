@@ -6,8 +6,9 @@ list), a pydantic ``Settings`` model (its config, strict), and three steps:
 * ``prepare(settings, ctx) -> inputs``: every check that can fail and every input it
   reads, once per evaluation and before anything is written (``ctx`` is a
   :class:`Context`: where relative paths start, how texts are read);
-* ``run(settings, adapter, inputs) -> result``: one model (``attacks.model.ModelAdapter``:
-  the only place torch is), a JSON-able result (a dict, or a dataclass);
+* ``run(settings, model, inputs) -> result``: one model (a :class:`Target`: its
+  ``adapter``, an ``attacks.model.ModelAdapter``, is the only place torch is), a JSON-able
+  result (a dict, or a dataclass);
 * ``render(results) -> html``: its section of the report, from ``{model name: result}``
   as ``evaluation.json`` holds them (escape what you show: ``attacks.report_format.esc``).
 
@@ -19,20 +20,21 @@ model's ``attacks[NAME]`` in ``evaluation.json`` and a section of the report::
         name, title = "echo", "Echo"
         class Settings(AttackSettings):
             prompt: str
-        def run(self, settings, adapter, inputs):
-            return {"text": adapter.generate([settings.prompt], samples=1, max_new_tokens=8)[0][0]}
+        def run(self, settings, model, inputs):
+            return {"text": model.adapter.generate([settings.prompt], samples=1, max_new_tokens=8)[0][0]}
         def render(self, results):
             return "".join(f"<p>{esc(m)}: {esc(r['text'])}</p>" for m, r in results.items())
 
-The attacks of the papers (canaries, mia, perplexity, extraction, reconstruction,
-true_prefix, cipher_outputs, corpus_stats, identifiers) are the config's named sections,
-run by ``attacks.run``; new attacks are added here.
+The papers' attacks (``attacks.builtin``: perplexity, canaries, mia, extraction,
+reconstruction, true_prefix, cipher_outputs, identifiers) are registered the same way; a
+config names them as sections of their own (``mia: {...}``) as well as in ``attacks``, and
+their typed results (``result_fields``) are what the report's cards and plots show.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -48,9 +50,11 @@ class AttackSettings(BaseModel):
 
 @dataclass(frozen=True)
 class Context:
-    """What ``prepare`` may use: where relative paths start (the config's folder)."""
+    """What ``prepare`` may use: where relative paths start (the config's folder), and a
+    cache the attacks of one evaluation share (records two attacks read)."""
 
     base_dir: str | None = None
+    cache: dict = field(default_factory=dict)
 
     def read_texts(self, source: str, *, column: str = "text", limit: int | None = None, seed: int = 0,
                    what: str = "data") -> list[str]:
@@ -59,22 +63,48 @@ class Context:
         return read_texts(source, column=column, limit=limit, seed=seed, what=what)
 
 
+@dataclass
+class Target:
+    """The model ``run`` attacks: its name, its folder, the loaded ``adapter`` (an
+    ``attacks.model.ModelAdapter``), and the evaluation's scoring settings; ``pids`` collects
+    the processes that scored for it (the report's note on Ray scoring)."""
+
+    name: str
+    path: str
+    adapter: Any
+    scoring: Any
+    progress: bool = False
+    pids: set = field(default_factory=set)
+
+
 class Attack:
     name: ClassVar[str]
     title: ClassVar[str]
-    Settings: ClassVar[type[AttackSettings]] = AttackSettings
+    Settings: ClassVar[type[BaseModel]] = AttackSettings
+    result_fields: ClassVar[tuple[str, ...]] = ()
+    """The papers' attacks: ``run`` returns these ``ModelResult`` fields (typed results the
+    report's cards, comparison and plots show; their ``render`` adds nothing). Empty: the
+    result is the model's ``attacks[name]`` and ``render`` is the report's section."""
 
-    def prepare(self, settings: AttackSettings, ctx: Context) -> Any:
+    def prepare(self, settings, ctx: Context) -> Any:
         return None
 
-    def run(self, settings: AttackSettings, adapter, inputs: Any) -> Any:
+    def run(self, settings, model: Target, inputs: Any) -> Any:
         raise NotImplementedError
 
     def render(self, results: dict[str, Any]) -> str:
-        raise NotImplementedError
+        return ""
 
 
 _ATTACKS: dict[str, Attack] = {}
+_loaded = False
+
+
+def _load_builtin() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import attacks.builtin  # noqa: F401  (registers the papers' attacks)
 
 
 def register_attack(cls: type[Attack]) -> type[Attack]:
@@ -88,6 +118,7 @@ def register_attack(cls: type[Attack]) -> type[Attack]:
 
 
 def attack(name: str) -> Attack:
+    _load_builtin()
     try:
         return _ATTACKS[name]
     except KeyError:
@@ -95,10 +126,11 @@ def attack(name: str) -> Attack:
 
 
 def attack_names() -> list[str]:
+    _load_builtin()
     return sorted(_ATTACKS)
 
 
-def parse_entry(entry: dict) -> tuple[Attack, AttackSettings]:
+def parse_entry(entry: dict) -> tuple[Attack, BaseModel]:
     """One entry of a config's ``attacks``: ``{kind: NAME, ...settings}`` -> (the attack,
     its validated settings); ValueError naming the field."""
     try:
@@ -117,14 +149,18 @@ def jsonable(result: Any) -> Any:
     return dataclasses.asdict(result) if dataclasses.is_dataclass(result) else result
 
 
-def prepare_all(entries, base_dir: str | None) -> list[tuple[Attack, AttackSettings, Any]]:
-    """Every configured attack prepared (SpecError naming ``attacks.<i>``)."""
+def prepare_all(entries: list[tuple[str, Attack, BaseModel]], base_dir: str | None
+                ) -> list[tuple[Attack, BaseModel, Any]]:
+    """Every configured attack prepared, in order: ``entries`` are (where it is in the
+    config, the attack, its settings); a SpecError from the papers' attacks names its own
+    field, any other is prefixed with where the attack is (``attacks.<i>``)."""
     out = []
     ctx = Context(base_dir)
-    for i, entry in enumerate(entries):
-        a, settings = parse_entry(entry)
+    for where, a, settings in entries:
         try:
             out.append((a, settings, a.prepare(settings, ctx)))
         except SpecError as exc:
-            raise SpecError(f"attacks.{i}: {exc}") from None
+            if a.result_fields:
+                raise
+            raise SpecError(f"{where}: {exc}") from None
     return out

@@ -1,6 +1,6 @@
 """Membership-inference scoring throughput (examples/s): the ``tiny`` preset scoring
 customersim dialogues in this process (one torch thread: the baseline), and on 1 and 2
-Ray Data actors (``attacks.run.score_on_ray``, one CPU each). Every way must give the
+Ray Data actors (``attacks.scoring.score_on_ray``, one CPU each). Every way must give the
 same scores. Target (issue 18): the figure, and the 2-worker / 1-worker ratio.
 
     .venv/bin/python benchmarks/mia_throughput.py [--examples 2000]
@@ -28,7 +28,7 @@ def main() -> None:
     import torch
 
     from attacks.model import ModelAdapter
-    from attacks.run import score_on_ray
+    from attacks.scoring import score_on_ray
     from privatize.ray import local_init_args
     from train.models import build_model, preset_config
     from train.tokenizer import special_ids, train_tokenizer

@@ -16,6 +16,10 @@ at most 2x a job poll, with 50 clients).
 
     python benchmarks/status_load.py [--clients 100] [--rate 5] [--seconds 30]
     python benchmarks/status_load.py --clients 50 --training
+    python benchmarks/status_load.py --in-process   # the two polls' cost, in this process
+
+``--in-process`` times the training and job polls through FastAPI's TestClient (no
+network, no load), alternating blocks: the ratio of the two without the load test's noise.
 """
 
 from __future__ import annotations
@@ -137,6 +141,50 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def in_process(blocks: int = 12, per_block: int = 200) -> dict:
+    """The two polls timed in this process (FastAPI's TestClient, no network, no load): a
+    succeeded training's row, alternating blocks of requests to ``GET /v1/trainings/{id}``
+    and ``GET /v1/jobs/{id}``; the median block's mean latency of each (the first two blocks
+    of each are warm-up), and their ratio: what the training route costs over the job
+    route's, without the load test's noise."""
+    from fastapi.testclient import TestClient
+
+    from services.app import create_app
+    from services.db import make_engine, session_factory, session_scope
+    from services.models import Job
+    from services.settings import Settings
+    from services.tenants import create_tenant
+
+    tmp = Path(tempfile.mkdtemp(prefix="status-inproc-"))
+    settings = Settings(env="development", data_dir=tmp / "data", ray_address="http://127.0.0.1:9",
+                        poll_interval_s=600)
+    times: dict[str, list[float]] = {"trainings": [], "jobs": []}
+    with TestClient(create_app(settings)) as client:
+        engine = make_engine(settings.effective_database_url)
+        with session_scope(session_factory(engine)) as s:
+            tenant, _, token = create_tenant(s, "bench", storage_limit_bytes=1 << 30, max_concurrent_jobs=4)
+            job = Job(tenant_id=tenant.id, kind="train", status="succeeded", spec={"kind": "pretrain"},
+                      spec_sha256="0" * 64, key_ids=[], output_path="x",
+                      counts={"steps": 10, "final_loss": 2.5, "tokens": 1000, "kind": "pretrain"})
+            s.add(job)
+            s.flush()
+            jid = job.id
+        client.headers["Authorization"] = f"Bearer {token}"
+        for what in times:
+            r = client.get(f"/v1/{what}/{jid}")
+            assert r.status_code == 200, r.text
+        for b in range(blocks):
+            for what in ("trainings", "jobs") if b % 2 == 0 else ("jobs", "trainings"):
+                t0 = time.perf_counter()
+                for _ in range(per_block):
+                    client.get(f"/v1/{what}/{jid}")
+                times[what].append((time.perf_counter() - t0) / per_block * 1e3)
+        engine.dispose()
+    tr, jb = (statistics.median(times[w][2:]) for w in ("trainings", "jobs"))
+    return {"mode": "in_process", "blocks": blocks, "per_block": per_block, "training_poll_ms": round(tr, 3),
+            "job_poll_ms": round(jb, 3), "training_over_job": round(tr / jb, 3)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=100)
@@ -144,8 +192,15 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--workers", type=int, default=2, help="API processes (privatize serve --workers)")
     ap.add_argument("--training", action="store_true", help="also poll a succeeded training")
+    ap.add_argument("--in-process", action="store_true", help="time the training and job polls in this process "
+                                                              "only (no server, no load)")
     ap.add_argument("--generate", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.in_process:
+        res = {"machine": machine(), **in_process()}
+        print(json.dumps(res))
+        save_result("status_load_in_process", res)
+        return 0
     if args.generate:
         res = asyncio.run(_generate(args.generate, os.environ.get("BENCH_TOKEN") or None, args.clients, args.rate,
                                     args.seconds))

@@ -30,8 +30,8 @@ class TopWord(Attack):
     def prepare(self, settings, ctx):
         return [p.strip() for p in settings.prompts]
 
-    def run(self, settings, adapter, inputs):
-        gens = adapter.generate(inputs, samples=1, max_new_tokens=3, seed=0)
+    def run(self, settings, model, inputs):
+        gens = model.adapter.generate(inputs, samples=1, max_new_tokens=3, seed=0)
         return {"prompts": len(inputs), "first": {p: g[0] for p, g in zip(inputs, gens)}}
 
     def render(self, results):
@@ -42,6 +42,7 @@ class TopWord(Attack):
 
 @pytest.fixture
 def registered(monkeypatch):
+    registry.attack_names()  # the papers' attacks, loaded
     monkeypatch.setattr(registry, "_ATTACKS", dict(registry._ATTACKS))
     register_attack(TopWord)
 
@@ -88,6 +89,28 @@ def test_a_bad_entry_is_refused_with_its_path_before_anything_runs(registered, t
     with pytest.raises(SpecError, match="each kind at most once"):
         parse_config({**base, "attacks": [{"kind": "top_word", "prompts": ["a"]}] * 2})
     assert not (tmp_path / "ev").exists()
+
+
+def test_the_papers_attacks_are_registered_and_run_from_the_list_too(model_dir, tmp_path):
+    """A paper's attack is an entry of the registry like the toy: ``attacks: [{kind:
+    perplexity, ...}]`` runs it as its section does, into the same typed field."""
+    from attacks.config import parse_config
+    from attacks.run import run_evaluation
+
+    assert {"perplexity", "canaries", "mia", "extraction", "reconstruction", "true_prefix", "cipher_outputs",
+            "identifiers"} <= set(registry.attack_names())
+    data = tmp_path / "held.txt"
+    data.write_text("Ann posted parcel 7 from the depot on time.\nThe depot was closed.\n")
+    base = {"models": [{"name": "tiny", "path": str(model_dir)}]}
+    by_list = run_evaluation(parse_config({**base, "attacks": [{"kind": "perplexity", "data": str(data)}],
+                                           "output": str(tmp_path / "a")}), progress=False)
+    by_section = run_evaluation(parse_config({**base, "perplexity": {"data": str(data)},
+                                              "output": str(tmp_path / "b")}), progress=False)
+    assert by_list.models[0].perplexity == pytest.approx(by_section.models[0].perplexity) and \
+        by_list.models[0].perplexity > 1
+    assert by_list.models[0].attacks == {} and by_list.models[0].perplexity_data == "2 texts of " + str(data)
+    with pytest.raises(SpecError, match="each kind at most once"):
+        parse_config({**base, "perplexity": {"data": str(data)}, "attacks": [{"kind": "perplexity", "data": "x"}]})
 
 
 def test_without_the_registration_the_kind_is_unknown(tmp_path):

@@ -88,7 +88,7 @@ def test_canaries_and_membership_are_detected(trained, tmp_path):
     assert ev.notes and ev.notes[0].startswith("membership scoring ran on Ray (2 workers asked")
     assert " 0 worker processes" not in ev.notes[0]
     from attacks.model import checkpoint_dir
-    from attacks.run import score_on_ray
+    from attacks.scoring import score_on_ray
 
     from attacks.model import ModelAdapter
 
