@@ -50,7 +50,7 @@ def read_identifier_records(source: str, *, limit: int | None = None, seed: int 
     those columns (and ``doc_id``, else ``id``, else the row number). Records without text
     are skipped; one without an individual is an error, as is a missing column."""
     from attacks.identifiers import Record
-    from train.data import _read_table, data_files
+    from train.data import read_table, data_files
 
     if not Path(source).exists():
         raise SpecError(f"{what}: {source} does not exist")
@@ -66,7 +66,7 @@ def read_identifier_records(source: str, *, limit: int | None = None, seed: int 
     no_individual = 0
     for f in files:
         try:
-            t = _read_table(fmt, f)
+            t = read_table(fmt, f)
         except Exception as exc:  # an unreadable file: one line naming it
             raise SpecError(f"{what}: cannot read {f}: {str(exc).splitlines()[0] if str(exc) else exc}") from None
         for col in IDENTIFIER_COLUMNS:

@@ -67,9 +67,9 @@ class MaskedLMAdapter:
         self.name = name
         self.mask_id = int(tokenizer.mask_token_id)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        from privatize.stages.refill import _special_around
+        from privatize.stages.refill import special_around
 
-        self.head, self.tail = _special_around(tokenizer)
+        self.head, self.tail = special_around(tokenizer)
         eos = tokenizer.eos_token_id
         # our tokenizers add nothing around a text: documents sit between end-of-text tokens
         self.edge = [eos] if not self.head and not self.tail and eos is not None else []

@@ -49,7 +49,9 @@ def data_files(path: str) -> tuple[str, list[str]]:
     raise InputError(f"data.path: {path}: expected .parquet, .jsonl or .txt")
 
 
-def _read_table(fmt: str, f: str):
+def read_table(fmt: str, f: str):
+    """One data file as an Arrow table: ``parquet``, ``json`` (JSON lines), or text (a
+    ``text`` column, one non-empty line a row). The attacks read their sources with it."""
     import pyarrow as pa
     import pyarrow.json as pj
     import pyarrow.parquet as pq
@@ -69,7 +71,7 @@ def read_texts(path: str, column: str, split: str = "all", limit: int | None = N
     fmt, files = data_files(path)
     out: list[str] = []
     for f in files:
-        t = _read_table(fmt, f)
+        t = read_table(fmt, f)
         _check_columns(t.schema.names, column, split, f)
         if split != "all":
             t = t.filter(pa.compute.equal(t["private"], split == "private"))

@@ -180,7 +180,7 @@ class Refill(Stage):
         if not type(self._model).__name__.endswith("ForMaskedLM"):
             raise SpecError(f"refill.checkpoint: {st.checkpoint} is a {type(self._model).__name__}, not a masked LM")
         limit = getattr(self._model.config, "max_position_embeddings", st.max_length)
-        self._around = _special_around(self._tok)
+        self._around = special_around(self._tok)
         self._width = min(st.max_length, limit) - len(self._around[0]) - len(self._around[1])
         allow = load_words(st.word_list, st.allow_list_size) if st.strategy == "topk" else frozenset()
         self._vocab = Vocabulary(self._tok, allow)
@@ -340,7 +340,7 @@ class Refill(Stage):
         return batch
 
 
-def _special_around(tok) -> tuple[list[int], list[int]]:
+def special_around(tok) -> tuple[list[int], list[int]]:
     """The special tokens the tokenizer puts before and after a text (BERT's [CLS] and
     [SEP]; none for a tokenizer trained by ``privatize train``)."""
     bare = tok("word", add_special_tokens=False)["input_ids"]
