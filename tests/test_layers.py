@@ -60,3 +60,20 @@ def test_a_wrong_import_breaks_a_layer(copy, module, line, contract):
     assert r.returncode == 1, r.stdout[-2000:]
     assert "1 broken" in r.stdout and contract in r.stdout.replace("\n", " "), r.stdout[-2000:]
     assert r.stdout.count("BROKEN") == 1
+
+
+def test_no_private_name_is_imported_across_packages():
+    """Issue 34: a package uses another's public names only (``train.data.read_table``, not
+    ``_read_table``); inside one package, private helpers may be shared."""
+    import ast
+
+    crossing = []
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    top = node.module.split(".")[0]
+                    if top in PACKAGES and top != pkg:
+                        crossing += [f"{path.relative_to(ROOT)}: from {node.module} import {a.name}"
+                                     for a in node.names if a.name.startswith("_")]
+    assert not crossing, crossing
