@@ -232,8 +232,8 @@ SECTIONS = ("perplexity", "canaries", "mia", "extraction", "reconstruction", "tr
 """The sections that configure the papers' attacks (``attacks.builtin``), in the order
 they run."""
 
-ATTACKS = ("canaries", "mia", "perplexity", "extraction", "reconstruction", "true_prefix", "cipher_outputs",
-           "corpus_stats", "identifiers")
+ATTACKS = (*SECTIONS, "corpus_stats")
+"""Every section that gives an evaluation something to run."""
 
 
 class AttackConfig(_Strict):

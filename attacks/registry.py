@@ -5,7 +5,8 @@ list), a pydantic ``Settings`` model (its config, strict), and three steps:
 
 * ``prepare(settings, ctx) -> inputs``: every check that can fail and every input it
   reads, once per evaluation and before anything is written (``ctx`` is a
-  :class:`Context`: where relative paths start, how texts are read);
+  :class:`Context`: where relative paths start; texts are read with
+  ``attacks.data.read_texts``);
 * ``run(settings, model, inputs) -> result``: one model (a :class:`Target`: its
   ``adapter``, an ``attacks.model.ModelAdapter``, is the only place torch is), a JSON-able
   result (a dict, or a dataclass);
@@ -55,12 +56,6 @@ class Context:
 
     base_dir: str | None = None
     cache: dict = field(default_factory=dict)
-
-    def read_texts(self, source: str, *, column: str = "text", limit: int | None = None, seed: int = 0,
-                   what: str = "data") -> list[str]:
-        from attacks.data import read_texts
-
-        return read_texts(source, column=column, limit=limit, seed=seed, what=what)
 
 
 @dataclass

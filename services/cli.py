@@ -93,29 +93,39 @@ def _submit(args: argparse.Namespace) -> int:
     if len(args.args) > 2:
         raise PrivatizeError("submit takes [KIND] FILE: a pipeline spec, or a job kind and its config")
     if len(args.args) == 2:
-        with _client(args) as c:
-            info = c.kinds().get(args.args[0])
-        if info is None or info["resource"] is not None:
-            return _submit_kind(args, *args.args)
-    from services.client import ApiError
+        return _submit_kind(args, *args.args)
+    return _submit_pipeline(args, args.args[0])
+
+
+def _submit_pipeline(args: argparse.Namespace, path: str, c=None) -> int:
+    """A pipeline spec on a corpus (``POST /v1/jobs``), on client ``c`` if one is open (the
+    spec is read first: a bad one fails before the service is asked anything)."""
     from privatize.spec import read_spec_file
 
-    spec = read_spec_file(args.args[-1])
+    spec = read_spec_file(path)
+    if c is None:
+        with _client(args) as c:
+            return _post_pipeline(args, spec, c)
+    return _post_pipeline(args, spec, c)
+
+
+def _post_pipeline(args: argparse.Namespace, spec, c) -> int:
+    from services.client import ApiError
+
     say = _say(args)
-    with _client(args) as c:
-        try:
-            corpus_id = _corpus_id(c, args, say)
-            job = c.create_job(corpus_id, spec)
-            say(f"submitted job {job['id']}")
-            if args.wait:
-                job = c.wait(job["id"], timeout=args.timeout, poll=args.poll,
-                             on_change=lambda j: say(f"job {j['id']}: {j['status']}"))
-            downloaded = None
-            if args.download and job["status"] == "succeeded":
-                downloaded = c.download_all(job["id"], args.download)
-                say(f"downloaded {len(downloaded)} file(s) to {args.download}")
-        except ApiError as exc:
-            return _refused(exc, "spec")
+    try:
+        corpus_id = _corpus_id(c, args, say)
+        job = c.create_job(corpus_id, spec)
+        say(f"submitted job {job['id']}")
+        if args.wait:
+            job = c.wait(job["id"], timeout=args.timeout, poll=args.poll,
+                         on_change=lambda j: say(f"job {j['id']}: {j['status']}"))
+        downloaded = None
+        if args.download and job["status"] == "succeeded":
+            downloaded = c.download_all(job["id"], args.download)
+            say(f"downloaded {len(downloaded)} file(s) to {args.download}")
+    except ApiError as exc:
+        return _refused(exc, "spec")
     summary = {"job_id": job["id"], "corpus_id": corpus_id, "status": job["status"],
                "message": job.get("message"), "progress": job.get("progress")}
     if downloaded is not None:
@@ -128,10 +138,10 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _submit_kind(args: argparse.Namespace, kind: str, path: str) -> int:
     """A job of a kind with its own resource: its config, and what it reads (a corpus:
-    ``--corpus``/``--corpus-id``; another job's output: ``--job``)."""
+    ``--corpus``/``--corpus-id``; another job's output: ``--job``). A kind without one
+    (``privatize``) is a pipeline spec."""
     from services.client import ApiError
 
-    config = read_config_file(path, f"a {kind} config is a mapping")
     say = _say(args)
     downloaded = None
     with _client(args) as c:
@@ -139,6 +149,9 @@ def _submit_kind(args: argparse.Namespace, kind: str, path: str) -> int:
             info = c.kinds().get(kind)
             if info is None:
                 raise PrivatizeError(f"unknown job kind {kind!r} (this service runs: {', '.join(sorted(c.kinds()))})")
+            if info["resource"] is None:
+                return _submit_pipeline(args, path, c)
+            config = read_config_file(path, f"a {kind} config is a mapping")
             body: dict = {"config": config}
             if info["reads"] == "corpus":
                 body["corpus_id"] = _corpus_id(c, args, say)

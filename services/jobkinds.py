@@ -161,12 +161,6 @@ class JobKind:
         material is ever an argument)."""
         return f"{JOBRUN} " + " ".join(shlex.quote(a) for a in (self.name, spec, input, output, *extra))
 
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
-
     def __repr__(self) -> str:
         return f"<job kind {self.name!r} ({self.module})>"
 

@@ -364,12 +364,13 @@ def cancel(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
         return job
 
 
-def job_of_kind(s: Session, kind, tenant_id: str, job_id: str) -> Job:
+def job_of_kind(s: Session, kind, tenant_id: str, job_id: str, path: str | None = None) -> Job:
     """The tenant's job ``job_id`` of ``kind`` (a :class:`services.jobkinds.JobKind`), as
-    stored; NotFound ("no training ...") for another tenant's, another kind's or none."""
+    stored; NotFound ("no training ...", at the request's field ``path`` when given) for
+    another tenant's, another kind's or none."""
     j = s.get(Job, job_id)
     if j is None or j.tenant_id != tenant_id or j.kind != kind.name:
-        raise NotFound(f"no {kind.noun} {job_id!r}")
+        raise NotFound(f"no {kind.noun} {job_id!r}", **({"path": path} if path is not None else {}))
     return j
 
 

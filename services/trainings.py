@@ -35,7 +35,8 @@ from sqlalchemy.orm import Session
 
 from privatize.refs import MODEL_REF
 from services.errors import Conflict, NotFound, config_error, config_invalid
-from services.jobkinds import SUMMARY, TRAIN, JobKind, KindOut, register_job_kind
+from services.jobkinds import PRIVATIZE, SUMMARY, TRAIN, JobKind, KindOut, job_kind, register_job_kind
+from services.jobs import job_of_kind
 from services.models import Job
 
 METRICS = "metrics.jsonl"
@@ -108,9 +109,7 @@ def check_base_training(s: Session, tenant_id: str, spec: TrainSpec) -> None:
 def succeeded_training(s: Session, tenant_id: str, tid: str, path: str, why: str) -> Job:
     """The tenant's training ``tid`` (NotFound at ``path`` for another tenant's, an unknown
     id or a job of another kind), which has succeeded (Conflict at ``path``, with ``why``)."""
-    j = s.get(Job, tid)
-    if j is None or j.tenant_id != tenant_id or j.kind != TRAIN:
-        raise NotFound(f"no training {tid!r}", path=path)
+    j = job_of_kind(s, job_kind(TRAIN), tenant_id, tid, path)
     if j.status != "succeeded":
         raise Conflict(f"training {tid} is {j.status}; {why}", path=path)
     return j
@@ -284,7 +283,7 @@ class TrainKind(JobKind):
     noun = "training"
     resource = "trainings"
     result_file = SUMMARY
-    input_kind = "privatize"
+    input_kind = PRIVATIZE
     discard_unless_succeeded = ("checkpoints",)
     Out = TrainingOut
     downloads = (("model", "model.tar.gz"),)
