@@ -8,13 +8,19 @@ here both tenths are held out; the paper used MultiWOZ 2.2). The protocol:
 
 * 10 canaries ``My ID is: <6 digits>``, inserted 20 times each by the ``canaries`` stage
   (10 more never inserted: the noise floor); exposure exact over all 10^6 candidates;
-* privatizations: ``raw`` (canaries only) and the CRT recipe (canaries, sentence split, SHA-1
-  dedup, Presidio redaction to ``<MASK>``, split_private) with a seeded share gamma of the
-  policy's hits left in the clear (``redact.miss_share``), gamma in {0, 0.1, 0.3};
+* data points: whole sentences (the ``split`` stage), for every model and for the held-out
+  text, as in the paper (its appendix A.6: "tokenization and splitting into individual
+  sentences (data points) should go before redaction / deduplication");
+* privatizations: ``raw`` (canaries, split) and the CRT recipe (canaries, split, Presidio
+  redaction to ``<MASK>``, SHA-1 dedup of every repeated sentence that either policy flagged,
+  split_private: ``dedup.skip_clean``, the product's ``privatize/specs/crt.yaml``) with a seeded
+  share gamma of the policy's hits left in the clear (``redact.miss_share``), gamma in
+  {0, 0.1, 0.3};
 * models, all fine-tuned from the same public base (``privatize base``) for the same epochs:
   plain (raw text), redacted (the recipe's output trained plainly) at each gamma, DP-SGD on the
   raw text and CRT at target epsilon 1, 3 and 8 (CRT at gamma 0.1; epsilon 3 also at 0 and 0.3);
-* attacks: perplexity on the raw held-out text, canary exposure, membership inference on
+* epochs: the paper's 10 by default (its appendix A.3);
+* attacks: perplexity on the raw held-out sentences (no redaction), canary exposure, membership inference on
   secrets (customer addresses in CustomerSim, booking references in MultiWOZ; members from
   the training dialogues, non-members from held-out ones, up to 1,000 a side) and its group
   attack;
@@ -26,7 +32,7 @@ Every step writes its own folder under ``--work`` and is skipped when it is ther
 interrupted run resumes where it stopped::
 
     .venv/bin/python benchmarks/crt_paper.py [--dataset customersim|multiwoz|both]
-        [--dialogues 3000] [--preset tiny] [--epochs 2] [--digits 6] [--work DIR] [--gpu]
+        [--dialogues 3000] [--preset tiny] [--epochs 10] [--digits 6] [--work DIR] [--gpu]
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - the environment lacks spaCy/Pre
     raise SystemExit(f"crt_paper needs the redaction stage: {exc}") from None
 
 EPSILONS = (1.0, 3.0, 8.0)
+SPLIT = {"kind": "split", "unit": "sentence"}
 GAMMAS = (0.0, 0.1, 0.3)
 # the CRT inputs the paper's report needs: customersim's measured figures (benchmarks/RESULTS.md)
 CRT_INPUTS = {"gamma": 0.0382, "delta_2": 0.0033,
@@ -111,11 +118,15 @@ def privatized(d: Path, gamma: float | None, digits: int) -> Path:
         return out
     canaries = {"kind": "canaries", "key": f"file:{d.parent / 'canary.key'}", "digits": digits, "count": 10,
                 "repeats": 20, "held_out": 10}
-    stages = [canaries]
+    # every model trains on the same data points, the paper's D: whole sentences, cut before
+    # redaction and dedup (its appendix A.6, points 2 and 3)
+    stages = [canaries, SPLIT]
     if gamma is not None:
-        stages += [{"kind": "split", "unit": "sentence"},
-                   {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "min_length": 20},
-                   {"kind": "redact", "operator": "mask", "miss_share": gamma, "miss_seed": 0},
+        # dedup after redaction, of every sentence the policies flagged, however short: a
+        # canary repeated 20 times counts once (the paper's Proposition 7), while repeats of
+        # sentences both policies passed stay public (``dedup.skip_clean``)
+        stages += [{"kind": "redact", "operator": "mask", "miss_share": gamma, "miss_seed": 0},
+                   {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "skip_clean": True},
                    {"kind": "split_private"}]
     t = time.perf_counter()
     m = run_pipeline(parse_spec({"version": 1, "stages": stages, "output": {"num_shards": 4}}),
@@ -123,6 +134,22 @@ def privatized(d: Path, gamma: float | None, digits: int) -> Path:
     print(f"  privatized {out.name}: {m['counts']['output_records']} records in {time.perf_counter() - t:.0f} s",
           flush=True)
     return out
+
+
+def heldout_sentences(d: Path) -> Path:
+    """The held-out dialogues cut into the same data points as training (the ``split``
+    stage alone, no redaction): ``heldout_sentences.jsonl``, what perplexity is measured on."""
+    from privatize import run as run_pipeline
+    from privatize.spec import parse_spec
+    from train.data import read_texts
+
+    path = d / "heldout_sentences.jsonl"
+    if not path.is_file():
+        out = d / "heldout-split"
+        run_pipeline(parse_spec({"version": 1, "stages": [SPLIT], "output": {"num_shards": 1}}),
+                     d / "heldout.jsonl", out)
+        _write(path, [{"text": t} for t in read_texts(str(out), "text") if t.strip()])
+    return path
 
 
 def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: float | None = None) -> Path:
@@ -161,7 +188,7 @@ def evaluate(d: Path, name: str, runs: dict[str, Path], ds: str, digits: int) ->
                             "repeats": 20},
                "mia": {"members": str(d / "members.jsonl"), "non_members": str(d / "non_members.jsonl"),
                        "limit": 1000, "group_size": 10, "context": MIA_CONTEXT[ds]},
-               "perplexity": {"data": str(d / "heldout.jsonl"), "limit": 500}, "output": str(out)}
+               "perplexity": {"data": str(heldout_sentences(d)), "limit": 5000}, "output": str(out)}
         run_evaluation(parse_config(cfg), progress=False)
     return json.loads((out / "evaluation.json").read_text())
 
@@ -261,7 +288,7 @@ def main() -> None:
     ap.add_argument("--dataset", choices=["customersim", "multiwoz", "both"], default="both")
     ap.add_argument("--dialogues", type=int, default=3000, help="CustomerSim training dialogues (seeded sample)")
     ap.add_argument("--preset", choices=["tiny", "small"], default="tiny")
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=10, help="the paper's 10 (its appendix A.3)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.002)
     ap.add_argument("--digits", type=int, default=6)

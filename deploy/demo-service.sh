@@ -90,15 +90,17 @@ with ServiceClient(os.environ["PRIVATIZE_URL"], os.environ["PRIVATIZE_TOKEN"]) a
             "pseudonym": c.create_key("hmac", label="individual_id pseudonyms")}
 for name, k in keys.items():
     print(f"   {name:<10} {k['ref']}  ({k['kind']})")
-stages = [{"kind": "split", "unit": "sentence"},
-          {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "min_length": 20}]
+stages = [{"kind": "split", "unit": "sentence"}]
 if "redact" in registered_kinds():
-    # CRT with entity encryption: detected entities become AES-SIV tokens
+    # CRT with entity encryption: detected entities become AES-SIV tokens; then every
+    # flagged sentence is deduplicated, however short (privatize/specs/crt.yaml)
     stages += [{"kind": "redact", "operator": "encrypt", "key": keys["entities"]["ref"]},
+               {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "skip_clean": True},
                {"kind": "split_private"}]
-    recipe = "split, dedup, redact (encrypt entities), split_private"
+    recipe = "split, redact (encrypt entities), dedup of flagged sentences, split_private"
 else:
-    stages += [{"kind": "split_private"}, {"kind": "encrypt_text", "key": keys["text"]["ref"]}]
+    stages += [{"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "min_length": 20},
+               {"kind": "split_private"}, {"kind": "encrypt_text", "key": keys["text"]["ref"]}]
     recipe = "split, dedup, split_private, encrypt_text (the redact stage is not in this tree yet)"
 spec = {"version": 1, "stages": stages,
         "output": {"num_shards": 4, "pseudonym_key": keys["pseudonym"]["ref"]}}

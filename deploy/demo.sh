@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`, on the embedded default (local Ray, SQLite, local files):
 #   1. the batch CLI: generate a corpus with fake PII, make keys, run the CRT recipe
-#      (split, dedup, redact with AES-SIV entity tokens, split_private) in-process, verify;
+#      (split, redact with AES-SIV entity tokens, dedup, split_private) in-process, verify;
 #   2. the service: start the control plane with an embedded Ray head, create a demo
 #      tenant, upload the same kind of corpus over HTTP, run the CRT recipe with entity
 #      encryption as a Ray job, download the result (deploy/demo-service.sh); then the
@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 out = pathlib.Path(sys.argv[1])
 m = json.loads((out / "result" / "manifest.json").read_text())
 print()
-print("Batch run finished (CRT recipe: split, dedup, redact -> AES-SIV entity tokens, split_private).")
+print("Batch run finished (CRT recipe: split, redact -> AES-SIV entity tokens, dedup, split_private).")
 print(f"  corpus:     {(out / 'corpus.jsonl').resolve()}")
 print(f"  shards:     {(out / 'result' / 'shards').resolve()}  ({len(m['shards'])} files, {m['counts']['output_records']} records)")
 print(f"  manifest:   {(out / 'result' / 'manifest.json').resolve()}")

@@ -14,7 +14,8 @@ the job trains as users do, fine-tuning a public base:
 2. privatization jobs: ``raw`` and ``crt`` both first insert 10 secret canaries
    ``My ID is: <4 digits>`` 20 times each (the ``canaries`` stage; the secrets derive from
    an hmac key the service made, and appear nowhere); ``crt`` then splits sentences,
-   dedups, redacts with Presidio to ``<MASK>`` and splits public from private; ``public``
+   redacts with Presidio to ``<MASK>``, dedups every flagged sentence (``skip_clean``) and
+   splits public from private; ``public``
    dedups the public text;
 3. a public base (``tiny``, ``train/configs/base-tiny.yaml``), then three fine-tunings of
    it (Ray Train): plain on the raw text, plain on the redacted text, and CRT (plain steps
@@ -146,8 +147,9 @@ def main() -> int:
         specs = {"raw": {"version": 1, "stages": [canaries]},
                  "crt": {"version": 1, "stages": [
                      canaries, {"kind": "split", "unit": "sentence"},
-                     {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "min_length": 20},
-                     {"kind": "redact", "operator": "mask"}, {"kind": "split_private"}]}}
+                     {"kind": "redact", "operator": "mask"},
+                     {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "skip_clean": True},
+                     {"kind": "split_private"}]}}
         jobs = {name: c.create_job(train_c["id"], spec)["id"] for name, spec in specs.items()}
         base = None
         if public:
@@ -177,8 +179,8 @@ def main() -> int:
             trainings = {**trainings, "base": base}
         protection = {"base": "none: public text only, never saw this data",
                       "plain": "none: raw text with canaries",
-                      "redacted": "split, dedup, Presidio redaction to <MASK> (all text trained plainly)",
-                      "crt": "CRT: split, dedup, redaction; public split plain, private split DP-SGD"}
+                      "redacted": "split, Presidio redaction to <MASK>, dedup (all text trained plainly)",
+                      "crt": "CRT: split, redaction, dedup; public split plain, private split DP-SGD"}
         ev_cfg = {"version": 1,
                   "models": [{"name": n, "training_id": t, "protection": protection[n], "reference": n == "plain"}
                              for n, t in trainings.items()],

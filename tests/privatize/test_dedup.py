@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privatize import run
+from privatize.errors import SpecError
 from privatize.spec import parse_spec
 from privatize.stage import DECISION_ROW, NUM_PARTITIONS, ORDER_COLUMNS
 from privatize.stages.dedup import Dedup, DedupSettings, first_occurrences
@@ -167,6 +168,37 @@ def test_keys_are_sha1_of_the_utf8_text_and_null_when_not_taking_part():
     g = hashlib.sha1("Grüße.".encode()).digest()
     assert keys == [g, None, None, None, g, None]
     assert Dedup(DedupSettings()).keys(b).to_pylist()[5] is None  # empty text never takes part
+
+
+def test_skip_clean_keys_only_what_a_policy_flagged():
+    """``skip_clean``: a record both of redact's policies passed takes no part; a flagged
+    one does however short it is; a missing verdict (null) is not clean."""
+    b = pa.table({"doc_id": list("abcde"), "text": ["Hi.", "Hi.", "ID 12", "ID 12", "Bye now."],
+                  "pi_hit": [False, False, True, False, None], "pi_c_hit": [False, False, True, True, None]})
+    keys = Dedup(DedupSettings(skip_clean=True)).keys(b).to_pylist()
+    h = hashlib.sha1(b"ID 12").digest()
+    assert keys == [None, None, h, h, hashlib.sha1(b"Bye now.").digest()]
+    assert Dedup(DedupSettings()).keys(b).to_pylist()[0] == hashlib.sha1(b"Hi.").digest()
+    with pytest.raises(SpecError, match=r"dedup: skip_clean needs the flag column\(s\) \['pi_hit', 'pi_c_hit'\]"):
+        Dedup(DedupSettings(skip_clean=True)).keys(b.drop_columns(["pi_hit", "pi_c_hit"]))
+
+
+@pytest.mark.parametrize("stages, msg", [
+    ([{"kind": "split"}, {"kind": "dedup", "skip_clean": True}], "stages.1: dedup with skip_clean reads the flags"),
+    ([{"kind": "split"}, {"kind": "dedup", "skip_clean": True}, {"kind": "redact"}],
+     "stages.1: dedup with skip_clean reads the flags"),
+    ([{"kind": "split"}, {"kind": "redact"}, {"kind": "dedup"}], "stages.2: dedup after redact creates false"),
+    ([{"kind": "split"}, {"kind": "redact"}, {"kind": "dedup", "skip_clean": True}], None),
+])
+def test_skip_clean_goes_after_redact_and_plain_dedup_before(stages, msg):
+    pytest.importorskip("privatize.stages.redact")
+    spec = {"version": 1, "stages": stages}
+    if msg is None:
+        assert parse_spec(spec).stages[2].skip_clean
+        return
+    with pytest.raises(SpecError) as e:
+        parse_spec(spec)
+    assert msg in str(e.value)
 
 
 def test_normalisation_modes():

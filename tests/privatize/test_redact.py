@@ -233,6 +233,41 @@ def test_through_the_runner(tmp_path):
     assert stats["entities.PERSON"] >= 1 and stats["entities.EMAIL_ADDRESS"] == 1 and stats["pi_hits"] >= 2
 
 
+def test_skip_clean_dedup_masks_repeated_secrets_however_short_and_keeps_clean_repeats(tmp_path):
+    """The CRT recipe with ``dedup.skip_clean`` (split, redact, dedup, split_private): a
+    16-character canary repeated three times survives once, its repeats become <MASK>
+    (private); a repeated clean sentence keeps its text and stays public every time.
+    By hand from the texts: r0#1, r1#1 and r2#0 are the canary; r0#0 and r2#1 clean."""
+    import pyarrow.parquet as pq
+
+    from privatize import run
+    from privatize.spec import parse_spec
+
+    canary, clean = "My ID is: 123456", "The cat sat on the mat."
+    texts = [f"{clean}\n\n{canary}", f"It rained all day.\n\n{canary}", f"{canary}\n\n{clean}"]
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps({"id": f"r{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    for name, dedup in (("skip", {"skip_clean": True}), ("len20", None)):
+        stages = [{"kind": "split"}, {"kind": "redact", "operator": "mask"}, {"kind": "split_private"}]
+        if dedup:
+            stages.insert(2, {"kind": "dedup", **dedup})
+        else:  # the old recipe: dedup before redact with a length threshold
+            stages.insert(1, {"kind": "dedup", "min_length": 20})
+        run(parse_spec({"version": 1, "stages": stages, "output": {"num_shards": 1}}), src, tmp_path / name)
+        rows = {r["doc_id"]: r for r in pq.read_table(tmp_path / name / "shards").to_pylist()}
+        texts_out = {k: r["text"] for k, r in rows.items()}
+        if name == "skip":
+            assert texts_out == {"r0#0": clean, "r0#1": "My ID is: <MASK>", "r1#0": "It rained all day.",
+                                 "r1#1": "<MASK>", "r2#0": "<MASK>", "r2#1": clean}
+            assert [k for k, r in rows.items() if r["dedup_hit"]] == ["r1#1", "r2#0"]
+            assert not rows["r0#0"]["private"] and not rows["r2#1"]["private"]
+        else:  # the 16-character canary escapes min_length 20 (three copies reach training),
+            # while the 23-character clean sentence is masked and made private
+            assert [texts_out[k] for k in ("r0#1", "r1#1", "r2#0")] == ["My ID is: <MASK>"] * 3
+            assert [k for k, r in rows.items() if r["dedup_hit"]] == ["r2#1"] and rows["r2#1"]["private"]
+        assert all(rows[k]["private"] for k in ("r0#1", "r1#1", "r2#0"))
+
+
 # ---- the conservative policy -----------------------------------------------------------
 
 def test_pi_c_catches_what_pi_misses(redaction_detector):

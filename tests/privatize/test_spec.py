@@ -145,7 +145,7 @@ def test_every_built_in_rule_lives_on_its_settings_class():
     from privatize.stages import registered_kinds
 
     declared = {k: len(s.order_rules) for k, (s, _) in registered_kinds().items()}
-    assert declared == {"split": 2, "dedup": 4, "redact": 1, "split_private": 1, "encrypt_text": 1, "canaries": 1,
+    assert declared == {"split": 2, "dedup": 5, "redact": 1, "split_private": 1, "encrypt_text": 1, "canaries": 1,
                         "mask": 1, "refill": 2, "identifiers": 1, "synthesize": 3}
 
 

@@ -57,7 +57,7 @@ def _privatize(spec: Path, corpus: Path, out: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def crt_shards(shared_data, tmp_path_factory) -> Path:
-    """The CRT recipe (split, dedup, redact with AES-SIV entity tokens, split_private) on
+    """The CRT recipe (split, redact with AES-SIV entity tokens, dedup, split_private) on
     100 customersim dialogues of 25 customers (``individual_id``, pseudonymised)."""
     from privatize.keys import new_key, write_key_file
 
