@@ -145,12 +145,6 @@ class DPConfig(_Strict):
     delta: Optional[float] = Field(None, gt=0, le=0.1)
     """Default: 1/(10 N) over the DP split's N units; above 1/N it is refused at planning."""
     max_grad_norm: float = Field(1.0, gt=0, le=1e6)
-    lr: Optional[float] = Field(None, gt=0, le=1.0)
-    """The DP-SGD steps' learning rate (default ``optim.lr``). DP steps have their own
-    optimizer state: in CRT the noised gradients never enter the public steps' Adam moments
-    (noise in the second moment shrinks every later public step). Under Adam a step whose
-    gradient is mostly noise still moves each weight by about the learning rate, so a DP
-    phase on few examples wants a smaller one than the plain phase."""
     poisson: bool = True
     """Must be true: the accountants' epsilon holds for Poisson sampling only."""
     accountant: Literal["prv", "rdp"] = "prv"

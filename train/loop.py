@@ -14,9 +14,8 @@ tokens (BERT's 80/10/10 recipe, :func:`mlm_batch`) and the loss is over those po
 unshifted.
 
 DP-SGD's pieces (Opacus', or book-keeping clipping) are :mod:`train.dp`. CRT's public
-steps use the same parameters with the grad sample hooks off and an optimizer of their own
-(``optim.lr``); the DP steps' optimizer state and learning rate (``dp.lr``) are separate, so
-the noise never enters the public steps' Adam moments.
+steps use the same parameters with the grad sample hooks off and the wrapped (non-DP)
+optimizer.
 """
 
 from __future__ import annotations
@@ -78,9 +77,8 @@ def _init_model(init: ModelInit):
 
 def train_step(model, dp: "DPSetup | None", opt, private: bool, x, y, bf16: bool = False,
                pad_id: int | None = None, groups=None) -> float:
-    """One optimizer step on (x, y): DP-SGD when ``private`` (Opacus' clipping and noise,
-    ``dp.optimizer``), else a plain step of ``opt`` on the same parameters (grad sample hooks
-    off). Returns the loss.
+    """One optimizer step on (x, y): DP-SGD when ``private`` (Opacus' clipping and noise),
+    else a plain step on the same parameters (grad sample hooks off). Returns the loss.
     With ``pad_id`` the model is a masked LM: padding is left out of attention and the
     logits are not shifted (``y`` is aligned with ``x``). With ``groups`` (example i's
     individual, ``dp.unit: individual``) an individual's gradient is the mean of its
@@ -163,15 +161,7 @@ class _Run:
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = plan.optim
         optimizer = torch.optim.SGD if o.optimizer == "sgd" else torch.optim.AdamW
-
-        def scheduled(lr: float):
-            opt = optimizer(params, lr=lr, weight_decay=o.weight_decay)
-            return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(o.warmup_steps, plan.total_steps))
-
-        # plain steps and DP steps each have their own optimizer state (and learning rate):
-        # CRT's noised gradients never reach the public steps' moments
-        self.opt, self.sched = scheduled(o.lr)
-        self.popt = self.psched = None
+        self.opt = optimizer(params, lr=o.lr, weight_decay=o.weight_decay)
         self.noise = torch.Generator(device=self.device)
         self.noise.manual_seed(plan.seed * 7919 + rank)
         self.dp = self.owners = None
@@ -181,19 +171,16 @@ class _Run:
             if d.individual_blocks is not None:
                 self.owners = Owners(data[d.split].owner)
                 units = len(self.owners)
-            self.popt, self.psched = scheduled(d.lr)
-            self.dp = make_private(self.model, self.popt, noise_multiplier=d.noise_multiplier,
+            self.dp = make_private(self.model, self.opt, noise_multiplier=d.noise_multiplier,
                                    max_grad_norm=d.max_grad_norm, sample_rate=d.sample_rate,
                                    expected_batch_size=d.sample_rate * units / world,
                                    accountant=d.accountant, grad_sample_mode=d.grad_sample_mode,
                                    distributed=world > 1, generator=self.noise)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, plan.total_steps))
         self.step, self.tokens = 0, 0
         if state is not None:
             self.opt.load_state_dict(state["optimizer"])
             self.sched.load_state_dict(state["scheduler"])
-            if self.popt is not None and state.get("private_optimizer") is not None:
-                self.popt.load_state_dict(state["private_optimizer"])
-                self.psched.load_state_dict(state["private_scheduler"])
             self.step, self.tokens = state["step"], state["tokens"]
             gens = state["noise_generator"]
             self.noise.set_state(gens[rank] if rank < len(gens) else gens[0])
@@ -214,7 +201,7 @@ class _Run:
             dist.all_reduce(t)
             loss_sum = t.item() / self.world
         rec = {"step": self.step, "epoch": epoch, "phase": phase.name, "loss": loss_sum / max(1, loss_n),
-               "lr": (self.psched if phase.dp else self.sched).get_last_lr()[0], "tokens": self.tokens, "tokens_per_s": tok_rate}
+               "lr": self.sched.get_last_lr()[0], "tokens": self.tokens, "tokens_per_s": tok_rate}
         if self.dp is not None and self.dp_steps() and self.plan.dp.noise_multiplier > 0:
             rec["epsilon"] = float(self.dp.accountant.get_epsilon(delta=self.plan.dp.delta))
             rec["dp_steps"] = self.dp_steps()
@@ -237,8 +224,6 @@ class _Run:
                 # model.checkpoint (and the driver merges the two at the end)
                 unwrap(self.model).save_pretrained(os.path.join(d, ADAPTER if is_lora(unwrap(self.model)) else "model"))
                 torch.save({"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
-                            "private_optimizer": self.popt.state_dict() if self.popt is not None else None,
-                            "private_scheduler": self.psched.state_dict() if self.psched is not None else None,
                             "step": self.step, "tokens": self.tokens, "noise_generator": gens,
                             "accountant": self.dp.accountant.state_dict() if self.dp is not None else None},
                            os.path.join(d, "state.pt"))
@@ -312,8 +297,6 @@ def train_loop(config: dict) -> None:
         last_loss = train_step(run.model, run.dp, run.opt, ph.dp, x, y, plan.bf16, mlm.pad_id if mlm else None,
                                groups)
         run.sched.step()
-        if run.psched is not None:
-            run.psched.step()
         run.step += 1
         run.tokens += int(blocks.loss[chosen].sum() if mlm else blocks.loss[chosen, 1:].sum())
         loss_sum, loss_n = loss_sum + last_loss, loss_n + 1

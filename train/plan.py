@@ -72,8 +72,6 @@ class DPPlan:
     sample_rate: float
     delta: float
     split: str
-    lr: float = 1e-3
-    """The DP steps' learning rate (their optimizer is their own)."""
     accountant: str = "prv"
     grad_sample_mode: str = "hooks"
     poisson: bool = True

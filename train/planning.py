@@ -104,7 +104,6 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 
                                        (p.resume or {}).get("dp_steps", 0)))
         dp_plan = DPPlan(noise_multiplier=budget.noise_multiplier, max_grad_norm=cfg.dp.max_grad_norm,
                          sample_rate=budget.sample_rate, delta=budget.delta, split=phases[i].split,
-                         lr=cfg.dp.lr if cfg.dp.lr is not None else cfg.optim.lr,
                          accountant=budget.accountant, grad_sample_mode=cfg.dp.grad_sample_mode,
                          poisson=cfg.dp.poisson, steps_cap=budget.steps,
                          individual_blocks=cfg.dp.max_blocks_per_individual if cfg.dp.unit == "individual" else None)

@@ -47,7 +47,7 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     # per-individual packing gives each sentence a block of its own: 16 tokens, 16 a batch
     cfg = parse_config(_cfg(kind="crt", data={"path": str(crt_shards), "seq_len": 16}, output=str(tmp_path / "run"),
                             optim={"epochs": 2, "batch_size": 16}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0,
-                                                                       "unit": "individual", "lr": 0.0005},
+                                                                       "unit": "individual"},
                             crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"},
                             workers={"num_workers": 2}))
     with Listeners() as listeners:
@@ -74,16 +74,6 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     assert (c["epsilon"], c["delta"]) == pytest.approx(crt_confidentiality(s["epsilon"], s["delta"], 0.05, 0.01))
     assert c["provenance"]["gamma"] == {"origin": "claimed in the training config", "source": "a test's own figures"}
     assert s["steps"] == 2 * -(-s["examples"]["public"] // 16) + s["dp_steps"] and phases <= {"public", "private"}
-    # the DP steps have an optimizer of their own (its Adam moments never see a public
-    # gradient, and the public steps' never see the noise) at dp.lr
-    import torch
-
-    (state_pt,) = sorted((run / "checkpoints").rglob("state.pt"))[-1:]
-    state = torch.load(state_pt, weights_only=False)
-    taken = {k: {int(v["step"]) for v in state[k]["state"].values()} for k in ("optimizer", "private_optimizer")}
-    assert taken == {"optimizer": {s["steps"] - s["dp_steps"]}, "private_optimizer": {s["dp_steps"]}}
-    assert [g["initial_lr"] for g in state["private_optimizer"]["param_groups"]] == [0.0005]
-    assert [g["initial_lr"] for g in state["optimizer"]["param_groups"]] == [0.003]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(run / "model")
