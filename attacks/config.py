@@ -210,6 +210,9 @@ class IdentifiersSpec(_Strict):
 class ScoringSpec(_Strict):
     workers: int = Field(0, ge=0, le=64, description="Ray workers that score MIA batches (0: in this process)")
     batch_tokens: int = Field(16384, ge=256, le=1 << 22)
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        "cpu", description="where this process scores the models: cpu, cuda (refused when there is no CUDA "
+                           "device) or auto (cuda when there is one)")
 
 
 class AttackEntry(BaseModel):

@@ -84,12 +84,24 @@ def prepare(cfg: AttackConfig, base_dir: str | None = None) -> dict:
             "corpora": _corpus_texts(cfg) if cfg.corpus_stats else None}
 
 
+def scoring_device(asked: str) -> str:
+    """``scoring.device`` resolved on this machine: ``auto`` is cuda when there is a CUDA
+    device; ``cuda`` without one is refused before any model loads."""
+    import torch
+
+    have = torch.cuda.is_available()
+    if asked == "cuda" and not have:
+        raise SpecError("scoring.device: cuda asked, but this machine has no CUDA device (use cpu or auto)")
+    return "cuda" if asked == "cuda" or (asked == "auto" and have) else "cpu"
+
+
 def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: bool = True,
                    evaluation_id: str | None = None) -> Evaluation:
     """Run ``cfg``; writes OUTPUT/evaluation.json and OUTPUT/report.html."""
     from attacks.model import ModelAdapter, checkpoint_dir
     from attacks.report import write_report
 
+    device = scoring_device(cfg.scoring.device)
     inputs = prepare(cfg, base_dir)
     out = Path(cfg.output)
     ev = Evaluation(id=evaluation_id or uuid.uuid4().hex[:12],
@@ -102,7 +114,7 @@ def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: 
     for spec in cfg.models:
         t0 = time.perf_counter()
         path = str(checkpoint_dir(spec.path))
-        model = Target(spec.name, path, ModelAdapter.load(path), cfg.scoring, progress)
+        model = Target(spec.name, path, ModelAdapter.load(path, device=device), cfg.scoring, progress)
         res = ModelResult(name=spec.name, path=str(Path(spec.path).resolve()),
                           training=training_info(spec.path, spec.protection), reference=spec.reference)
         for attack_, settings, prepared in inputs["attacks"]:
@@ -117,6 +129,8 @@ def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: 
         ev.models.append(res)
         if progress:
             print(f"privatize: evaluated {spec.name} in {res.seconds:.1f} s", file=sys.stderr)
+    if device != "cpu":
+        ev.notes.append(f"the models were scored on {device}")
     if cfg.scoring.workers:
         ev.notes.append(f"membership scoring ran on Ray ({cfg.scoring.workers} workers asked, "
                         f"{len(pids - {os.getpid()})} worker processes took batches)")

@@ -50,12 +50,6 @@ from pathlib import Path
 
 from _common import ROOT, machine, need_data, save_result
 
-try:  # the stages register themselves on import; the specs must see them first
-    import privatize.stages.canaries  # noqa: F401
-    import privatize.stages.redact  # noqa: F401
-except ImportError as exc:  # pragma: no cover - the environment lacks spaCy/Presidio
-    raise SystemExit(f"crt_paper needs the redaction stage: {exc}") from None
-
 EPSILONS = (1.0, 3.0, 8.0)
 SPLIT = {"kind": "split", "unit": "sentence"}
 GAMMAS = (0.0, 0.1, 0.3)
@@ -121,6 +115,12 @@ def privatized(d: Path, gamma: float | None, digits: int) -> Path:
     out = d / ("raw" if gamma is None else f"crt-g{gamma:g}")
     if (out / "manifest.json").is_file():
         return out
+    try:  # the stages register themselves on import; the specs must see them first
+        import privatize.stages.canaries  # noqa: F401
+        import privatize.stages.redact  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - the environment lacks spaCy/Presidio
+        raise SystemExit(f"crt_paper needs the redaction stage to privatize {out} (or run --prepare where "
+                         f"Presidio is installed and bring the work folder): {exc}") from None
     canaries = {"kind": "canaries", "key": f"file:{d.parent / 'canary.key'}", "digits": digits, "count": 10,
                 "repeats": 20, "held_out": 10}
     # every model trains on the same data points, the paper's D: whole sentences, cut before
@@ -182,20 +182,24 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
     return out
 
 
-def evaluate(d: Path, name: str, runs: dict[str, Path], ds: str, digits: int) -> dict:
+def evaluate(d: Path, name: str, runs: dict[str, Path], ds: str, digits: int, device: str = "cpu") -> dict:
     from attacks.config import parse_config
     from attacks.run import run_evaluation
 
     out = d / "eval"
-    if not (out / "evaluation.json").is_file():
+    done = out / "evaluation.json"
+    if not done.is_file() or [m["name"] for m in json.loads(done.read_text())["models"]] != list(runs):
         cfg = {"version": 1, "models": [{"name": n, "path": str(p), "reference": n == "plain"} for n, p in runs.items()],
                "canaries": {"key": f"file:{d.parent / 'canary.key'}", "digits": digits, "count": 10, "held_out": 10,
                             "repeats": 20},
                "mia": {"members": str(d / "members.jsonl"), "non_members": str(d / "non_members.jsonl"),
                        "limit": 1000, "group_size": 10, "context": MIA_CONTEXT[ds]},
-               "perplexity": {"data": str(heldout_sentences(d)), "limit": 5000}, "output": str(out)}
+               "perplexity": {"data": str(heldout_sentences(d)), "limit": 5000},
+               "scoring": {"device": device}, "output": str(out)}
+        t = time.perf_counter()
         run_evaluation(parse_config(cfg), progress=False)
-    return json.loads((out / "evaluation.json").read_text())
+        print(f"  evaluated {len(runs)} models on {device} in {time.perf_counter() - t:.0f} s", flush=True)
+    return json.loads(done.read_text())
 
 
 def _rows(ev: dict, runs: dict[str, Path]) -> list[dict]:
@@ -216,7 +220,8 @@ def _rows(ev: dict, runs: dict[str, Path]) -> list[dict]:
     return out
 
 
-def figures(ds: str, rows: list[dict]) -> list[Path]:
+def figures(ds: str, rows: list[dict], prefix: str = "crt_paper") -> list[Path]:
+    """The paper's Figures 2 to 4 from the models that were trained (a subset draws what it can)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -225,7 +230,7 @@ def figures(ds: str, rows: list[dict]) -> list[Path]:
 
     def save(fig, k):
         FigureCanvasAgg(fig)
-        p = ROOT / "benchmarks" / "results" / f"crt_paper_{ds}_fig{k}.png"
+        p = ROOT / "benchmarks" / "results" / f"{prefix}_{ds}_fig{k}.png"
         fig.savefig(p, dpi=110)
         paths.append(p)
 
@@ -234,9 +239,11 @@ def figures(ds: str, rows: list[dict]) -> list[Path]:
     for kind, marker in (("dp", "s"), ("crt", "o")):
         pts = sorted((r["confidentiality_epsilon"] or r["epsilon"], r["perplexity"]) for r in rows
                      if r["kind"] == kind and (kind == "dp" or r["model"].endswith("g0.1")))
-        ax.plot(*zip(*pts), marker=marker, label="DP-SGD" if kind == "dp" else "CRT (gamma 0.1)")
+        if pts:
+            ax.plot(*zip(*pts), marker=marker, label="DP-SGD" if kind == "dp" else "CRT (gamma 0.1)")
     for name, ls in (("plain", "--"), ("redacted-g0.1", ":")):
-        ax.axhline(by[name]["perplexity"], ls=ls, color="grey", label=name)
+        if name in by:
+            ax.axhline(by[name]["perplexity"], ls=ls, color="grey", label=name)
     ax.set(xscale="log", xlabel="epsilon (CRT: Bayesian confidentiality; DP: its own)", ylabel="test perplexity",
            title=f"{ds}: utility against confidentiality (Fig. 2)")
     ax.legend(fontsize=8)
@@ -244,13 +251,15 @@ def figures(ds: str, rows: list[dict]) -> list[Path]:
     for k, key, label in ((3, "max_exposure", "max canary exposure (bits)"), (4, "mia_best_auc", "best MIA AUC")):
         fig = Figure(figsize=(6, 4), layout="constrained")
         ax = fig.subplots()
-        for prefix, lab in (("redacted-g", "redacted"), ("crt-e3-g", "CRT, epsilon 3")):
-            pts = sorted((float(r["model"].rsplit("g", 1)[1]), r[key]) for r in rows if r["model"].startswith(prefix))
-            ax.plot(*zip(*pts), marker="o", label=lab)
-        ax.axhline(by["plain"][key], ls="--", color="grey", label="plain")
-        if k == 3:
-            ax.axhline(by["plain"]["reference_exposure"], ls=":", color="black", label="never-inserted (plain)")
-        else:
+        for pre, lab in (("redacted-g", "redacted"), ("crt-e3-g", "CRT, epsilon 3")):
+            pts = sorted((float(r["model"].rsplit("g", 1)[1]), r[key]) for r in rows if r["model"].startswith(pre))
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=lab)
+        if "plain" in by:
+            ax.axhline(by["plain"][key], ls="--", color="grey", label="plain")
+            if k == 3:
+                ax.axhline(by["plain"]["reference_exposure"], ls=":", color="black", label="never-inserted (plain)")
+        if k == 4:
             ax.axhline(0.5, ls=":", color="black", label="chance")
         ax.set(xlabel="gamma (share of the policy's hits missed)", ylabel=label,
                title=f"{ds}: {label} against gamma (Fig. {k})")
@@ -259,32 +268,73 @@ def figures(ds: str, rows: list[dict]) -> list[Path]:
     return paths
 
 
-def run_dataset(ds: str, args) -> list[dict]:
+MODELS = ["plain", *(f"redacted-g{g:g}" for g in GAMMAS), *(f"dp-e{e:g}" for e in EPSILONS),
+          *(f"crt-e{e:g}-g{g:g}" for e, g in [(1.0, 0.1), (3.0, 0.0), (3.0, 0.1), (3.0, 0.3), (8.0, 0.1)])]
+"""The fine-tunings, in the order a full run trains them (``--models`` picks and orders a subset)."""
+
+
+def model_spec(name: str) -> tuple[str, float | None, float | None]:
+    """(training kind, gamma of the recipe's shards or None for the raw text, target epsilon)."""
+    if name == "plain":
+        return "continue", None, None
+    if name.startswith("redacted-g"):
+        return "continue", float(name[len("redacted-g"):]), None
+    if name.startswith("dp-e"):
+        return "dp", None, float(name[len("dp-e"):])
+    eps, gamma = name[len("crt-e"):].split("-g")
+    return "crt", float(gamma), float(eps)
+
+
+def prepare(ds: str, args) -> tuple[Path, Path, Path]:
+    """Everything before training, on the machine with Presidio: the canary key, the public
+    text, the corpus, its privatizations and the held-out sentences. Returns (work, corpus
+    folder, public corpus)."""
     from privatize.keys import new_key, write_key_file
-    from train.base import base_config, public_corpus
-    from train.run import run_training
+    from train.base import public_corpus
 
     work = Path(args.work)
     if not (work / "canary.key").is_file():
         work.mkdir(parents=True, exist_ok=True)
         write_key_file(new_key("hmac"), work / "canary.key")
-    base = work / f"base-{args.preset}"
-    if not (base / "summary.json").is_file():
-        run_training(base_config(args.preset, public_corpus(work / "public-text"), base, args.gpu), progress=False)
+    public = public_corpus(work / "public-text")
     d = corpus(ds, args.dialogues, work / ds)
     print(f"== {ds}: {sum(1 for _ in open(d / 'train.jsonl'))} training dialogues", flush=True)
-    raw = privatized(d, None, args.digits)
-    crt = {g: privatized(d, g, args.digits) for g in GAMMAS}
-    runs = {"plain": train(d, "plain", "continue", raw, base, args)}
-    for g in GAMMAS:
-        runs[f"redacted-g{g:g}"] = train(d, f"redacted-g{g:g}", "continue", crt[g], base, args)
-    for e in EPSILONS:
-        runs[f"dp-e{e:g}"] = train(d, f"dp-e{e:g}", "dp", raw, base, args, e)
-    for e, g in [(1.0, 0.1), (3.0, 0.0), (3.0, 0.1), (3.0, 0.3), (8.0, 0.1)]:
-        runs[f"crt-e{e:g}-g{g:g}"] = train(d, f"crt-e{e:g}-g{g:g}", "crt", crt[g], base, args, e)
+    gammas = sorted({model_spec(m)[1] for m in args.models} - {None})
+    if any(model_spec(m)[1] is None for m in args.models):
+        privatized(d, None, args.digits)
+    for g in gammas:
+        privatized(d, g, args.digits)
+    heldout_sentences(d)
+    return work, d, public
+
+
+def run_dataset(ds: str, args, t0: float) -> list[dict]:
+    from train.base import base_config
+    from train.run import run_training
+
+    work, d, public = prepare(ds, args)
+    if args.prepare:
+        return []
+    base = work / f"base-{args.preset}"
+    if not (base / "summary.json").is_file():
+        t = time.perf_counter()
+        s = run_training(base_config(args.preset, public, base, args.gpu), progress=False)
+        print(f"  trained base-{args.preset}: {s['steps']} steps, loss {s['final_loss']:.3f} in "
+              f"{time.perf_counter() - t:.0f} s", flush=True)
+    runs: dict[str, Path] = {}
+    for name in args.models:
+        if args.budget and time.time() - t0 > args.budget and not (d / "runs" / name / "summary.json").is_file():
+            print(f"  skipped {name}: the training budget ({args.budget:.0f} s) is spent", flush=True)
+            continue
+        kind, gamma, eps = model_spec(name)
+        try:
+            runs[name] = train(d, name, kind, privatized(d, gamma, args.digits), base, args, eps)
+        except Exception as exc:  # noqa: BLE001 - one failed fine-tuning is reported; the others still count
+            print(f"  FAILED {name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", flush=True)
+            args.failed.append(name)
     runs["base"] = base
-    rows = _rows(evaluate(d, ds, runs, ds, args.digits), runs)
-    figures(ds, [r for r in rows if r["model"] != "base"])
+    rows = _rows(evaluate(d, ds, runs, ds, args.digits, args.score_device or ("cuda" if args.gpu else "cpu")), runs)
+    figures(ds, [r for r in rows if r["model"] != "base"], args.figures)
     return rows
 
 
@@ -299,24 +349,52 @@ def main() -> None:
                     help="every model (CRT: both phases); the paper's 5e-4 was worse here (the diary)")
     ap.add_argument("--digits", type=int, default=6)
     ap.add_argument("--work", default=str(ROOT / "benchmarks" / "work" / "crt_paper"))
-    ap.add_argument("--gpu", action="store_true", help="train on a GPU (Ray Train with use_gpu)")
+    ap.add_argument("--gpu", action="store_true",
+                    help="train on a GPU (Ray Train with use_gpu, bf16) and score the attacks there")
+    ap.add_argument("--score-device", choices=["cpu", "cuda"], default=None,
+                    help="where the attacks score the models (default: cuda with --gpu, else cpu)")
+    ap.add_argument("--prepare", action="store_true",
+                    help="only what needs Presidio (key, public text, corpus, privatizations, held-out sentences); "
+                         "then train elsewhere with the same --work")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="the fine-tunings to run, in this order (default: all 12)")
+    ap.add_argument("--budget", type=float, default=0,
+                    help="seconds after which no further fine-tuning starts (0: none); the ones done are evaluated")
+    ap.add_argument("--name", default="crt_paper", help="the result's name (benchmarks/results/NAME.json, figures)")
     args = ap.parse_args()
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(MODELS)})")
+    args.figures, args.failed = args.name, []
     t0 = time.time()
     result = {"machine": machine(), "args": vars(args)}
+    if args.gpu:
+        import torch
+
+        result["gpu"] = torch.cuda.get_device_name(0)
     for ds in (["customersim", "multiwoz"] if args.dataset == "both" else [args.dataset]):
-        rows = run_dataset(ds, args)
+        rows = run_dataset(ds, args, t0)
+        if not rows:
+            print(f"{ds}: prepared in {args.work}", flush=True)
+            continue
         result[ds] = rows
-        plain = next(r for r in rows if r["model"] == "plain")
+        plain = next((r for r in rows if r["model"] == "plain"), None)
         print(f"\n{ds}: {'model':<16} {'ppl':>8} {'x plain':>8} {'max exp':>8} {'ref exp':>8} {'MIA AUC':>8} "
               f"{'group':>6} {'eps':>6} {'conf eps':>8} {'public':>7}")
         for r in rows:
             f = (lambda v, s: "-" if v is None else format(v, s))
-            print(f"{'':<{len(ds) + 2}}{r['model']:<16} {r['perplexity']:>8.2f} {r['perplexity'] / plain['perplexity']:>8.2f} "
+            ratio = r["perplexity"] / plain["perplexity"] if plain else None
+            print(f"{'':<{len(ds) + 2}}{r['model']:<16} {r['perplexity']:>8.2f} {f(ratio, '.2f'):>8} "
                   f"{r['max_exposure']:>8.2f} {f(r['reference_exposure'], '.2f'):>8} {f(r['mia_best_auc'], '.3f'):>8} "
                   f"{f(r['group_auc'], '.3f'):>6} {f(r['epsilon'], '.2f'):>6} {f(r['confidentiality_epsilon'], '.3f'):>8} "
                   f"{f(r['public_share'], '.2f'):>7}", flush=True)
+    if args.prepare:
+        return
     result["seconds"] = round(time.time() - t0)
-    print(f"\nsaved {save_result('crt_paper', result)} ({result['seconds']} s)")
+    if args.failed:
+        print(f"failed fine-tunings: {', '.join(args.failed)}", flush=True)
+    print(f"\nsaved {save_result(args.name, result)} ({result['seconds']} s)")
 
 
 if __name__ == "__main__":

@@ -118,3 +118,29 @@ def test_without_the_registration_the_kind_is_unknown(tmp_path):
 
     with pytest.raises(SpecError, match="unknown attack 'top_word'"):
         parse_config({"models": [{"name": "m", "path": "x"}], "attacks": [{"kind": "top_word", "prompts": ["a"]}]})
+
+
+def test_scoring_device_auto_scores_where_it_can_and_cuda_without_one_is_refused_first(model_dir, tmp_path):
+    """``scoring.device``: auto scores on this machine's device (the CPU here, and the same
+    perplexity as cpu); cuda on a machine without CUDA is refused before anything is written."""
+    import torch
+
+    from attacks.config import parse_config
+    from attacks.run import run_evaluation
+
+    data = tmp_path / "held.txt"
+    data.write_text("Ann posted parcel 7 from the depot on time.\n")
+    base = {"models": [{"name": "tiny", "path": str(model_dir)}], "perplexity": {"data": str(data)}}
+    cpu = run_evaluation(parse_config({**base, "output": str(tmp_path / "cpu")}), progress=False)
+    auto = run_evaluation(parse_config({**base, "scoring": {"device": "auto"}, "output": str(tmp_path / "auto")}),
+                          progress=False)
+    assert auto.models[0].perplexity == pytest.approx(cpu.models[0].perplexity, rel=1e-3 if torch.cuda.is_available()
+                                                      else 1e-12)
+    assert ("the models were scored on cuda" in auto.notes) == torch.cuda.is_available()
+    with pytest.raises(SpecError, match="scoring.device: Input should be 'cpu', 'cuda' or 'auto'"):
+        parse_config({**base, "scoring": {"device": "tpu"}})
+    if not torch.cuda.is_available():
+        with pytest.raises(SpecError, match="^scoring.device: cuda asked, but this machine has no CUDA device"):
+            run_evaluation(parse_config({**base, "scoring": {"device": "cuda"}, "output": str(tmp_path / "gpu")}),
+                           progress=False)
+        assert not (tmp_path / "gpu").exists()
