@@ -130,9 +130,9 @@ def privatized(d: Path, gamma: float | None, digits: int) -> Path:
         # dedup after redaction, of every sentence the policies flagged, however short: a
         # canary repeated 20 times counts once (the paper's Proposition 7), while repeats of
         # sentences both policies passed stay public (``dedup.skip_clean``)
-        stages += [{"kind": "redact", "operator": "mask", "miss_share": gamma, "miss_seed": 0},
-                   {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "skip_clean": True},
-                   {"kind": "split_private"}]
+        from privatize.recipes import crt_stages
+
+        stages = [canaries, *crt_stages(operator="mask", miss_share=gamma, miss_seed=0)]
     t = time.perf_counter()
     m = run_pipeline(parse_spec({"version": 1, "stages": stages, "output": {"num_shards": 4}}),
                      d / "train.jsonl", out)

@@ -94,9 +94,9 @@ stages = [{"kind": "split", "unit": "sentence"}]
 if "redact" in registered_kinds():
     # CRT with entity encryption: detected entities become AES-SIV tokens; then every
     # flagged sentence is deduplicated, however short (privatize/specs/crt.yaml)
-    stages += [{"kind": "redact", "operator": "encrypt", "key": keys["entities"]["ref"]},
-               {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "skip_clean": True},
-               {"kind": "split_private"}]
+    from privatize.recipes import crt_stages
+
+    stages = crt_stages(operator="encrypt", key=keys["entities"]["ref"])
     recipe = "split, redact (encrypt entities), dedup of flagged sentences, split_private"
 else:
     stages += [{"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "min_length": 20},

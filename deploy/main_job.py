@@ -122,6 +122,7 @@ def main() -> int:
                          "../shared/data or PRIVATIZE_PUBLIC_DATA)")
     args = ap.parse_args()
 
+    from privatize.recipes import crt_stages
     from services.client import ServiceClient
     from train.base import default_public_data, public_corpus
 
@@ -145,11 +146,7 @@ def main() -> int:
 
         print("== main job 2/4: privatize (raw + canaries; CRT recipe + canaries) as Ray jobs", flush=True)
         specs = {"raw": {"version": 1, "stages": [canaries]},
-                 "crt": {"version": 1, "stages": [
-                     canaries, {"kind": "split", "unit": "sentence"},
-                     {"kind": "redact", "operator": "mask"},
-                     {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "skip_clean": True},
-                     {"kind": "split_private"}]}}
+                 "crt": {"version": 1, "stages": [canaries, *crt_stages(operator="mask")]}}
         jobs = {name: c.create_job(train_c["id"], spec)["id"] for name, spec in specs.items()}
         base = None
         if public:
