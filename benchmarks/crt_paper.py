@@ -172,6 +172,8 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
            "checkpoint_every": 100_000, "report_every": 50, "output": str(out)}
     if eps is not None:
         cfg["dp"] = {"target_epsilon": eps, "max_grad_norm": 1.0, "grad_sample_mode": "bk"}
+        if getattr(args, "dp_batch_size", None):
+            cfg["dp"]["batch_size"] = args.dp_batch_size
     if kind == "crt":
         cfg["crt"] = CRT_INPUTS
     t = time.perf_counter()
@@ -345,6 +347,8 @@ def main() -> None:
     ap.add_argument("--preset", choices=["tiny", "small"], default="tiny")
     ap.add_argument("--epochs", type=int, default=10, help="the paper's 10 (its appendix A.3)")
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--dp-batch-size", type=int, default=None,
+                    help="DP-SGD's expected batch (dp.batch_size; CRT: the private phase's), default --batch-size")
     ap.add_argument("--lr", type=float, default=0.002,
                     help="every model (CRT: both phases); the paper's 5e-4 was worse here (the diary)")
     ap.add_argument("--digits", type=int, default=6)

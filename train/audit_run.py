@@ -46,7 +46,8 @@ def insert_canaries(p: "Prepared", tok, data: dict) -> Canaries | None:
     from train.audit import canaries as draw
     from train.batches import plan_phases
 
-    phases = plan_phases(cfg.kind, {k: n for k, (_, n) in data.items()}, cfg.optim.batch_size)
+    phases = plan_phases(cfg.kind, {k: n for k, (_, n) in data.items()}, cfg.optim.batch_size,
+                         cfg.dp.batch_size)
     split = next(ph.split for ph in phases if ph.dp)
     saved = saved_plan(p.output) or {}
     seed = saved.get(SEED_FIELD, secrets.randbits(63))

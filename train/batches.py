@@ -21,16 +21,16 @@ from train.plan import MLMPlan, Phase
 IGNORE = -100
 
 
-def plan_phases(kind: str, sizes: dict[str, int], batch_size: int) -> list[Phase]:
+def plan_phases(kind: str, sizes: dict[str, int], batch_size: int, dp_batch_size: int | None = None) -> list[Phase]:
     """Phases of one epoch. Plain phases take ceil(n / batch) steps (every example once, the
-    last batch partial); DP phases take round(n / batch) Poisson steps (sample rate 1 /
-    steps). An empty plain split is a phase of no steps (CRT with no public data is DP-SGD
-    on everything)."""
+    last batch partial); DP phases take round(n / dp_batch) Poisson steps (sample rate 1 /
+    steps; ``dp_batch_size`` defaults to ``batch_size``). An empty plain split is a phase of
+    no steps (CRT with no public data is DP-SGD on everything)."""
     def plain(split: str, name: str) -> Phase:
         return Phase(name, False, -(-sizes[split] // batch_size), split)
 
     def dp(split: str) -> Phase:
-        return Phase("private", True, max(1, round(sizes[split] / batch_size)), split)
+        return Phase("private", True, max(1, round(sizes[split] / (dp_batch_size or batch_size))), split)
 
     return train_kind(kind).phases(plain, dp)
 

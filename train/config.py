@@ -145,6 +145,10 @@ class DPConfig(_Strict):
     delta: Optional[float] = Field(None, gt=0, le=0.1)
     """Default: 1/(10 N) over the DP split's N units; above 1/N it is refused at planning."""
     max_grad_norm: float = Field(1.0, gt=0, le=1e6)
+    batch_size: Optional[int] = Field(None, ge=1, le=4096)
+    """Expected examples per DP-SGD step (Poisson sampling at batch_size / N); default
+    ``optim.batch_size``. For ``crt``, the private phase's batch while the public phase keeps
+    ``optim.batch_size``: a smaller one gives the private split more (noisier) steps."""
     poisson: bool = True
     """Must be true: the accountants' epsilon holds for Poisson sampling only."""
     accountant: Literal["prv", "rdp"] = "prv"

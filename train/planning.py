@@ -89,7 +89,7 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 
         lo = cfg.model.lora
         init["lora"] = LoraPlan(r=lo.r, alpha=lo.alpha, dropout=lo.dropout, target_modules=tuple(lo.target_modules))
     sizes = {k: n for k, (_, n) in data.items()}
-    phases = plan_phases(cfg.kind, sizes, cfg.optim.batch_size)
+    phases = plan_phases(cfg.kind, sizes, cfg.optim.batch_size, cfg.dp.batch_size if cfg.dp else None)
     total = total_steps(phases, cfg.optim.epochs, cfg.optim.max_steps)
     budget = dp_plan = None
     if cfg.dp is not None:

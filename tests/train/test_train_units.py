@@ -65,6 +65,11 @@ def test_phases_positions_and_batches():
     assert plan_phases("pretrain", {"train": 51}, 10)[0].steps == 6  # the last batch partial, never dropped
     assert [p.steps for p in plan_phases("crt", {"public": 0, "private": 40}, 10)] == [0, 4]
     assert position(plan_phases("crt", {"public": 0, "private": 40}, 10), 5) == (1, 1, 1)
+    # dp.batch_size: the private phase's own batch (40 / 4 = 10 Poisson steps at rate 1/10),
+    # the public phase keeps optim.batch_size
+    own = plan_phases("crt", {"public": 50, "private": 40}, 10, dp_batch_size=4)
+    assert [(p.steps, p.sample_rate) for p in own] == [(5, 0.2), (10, 0.1)]
+    assert plan_phases("dp", {"train": 40}, 10, dp_batch_size=8)[0].steps == 5
     assert position(phases, 0) == (0, 0, 0) and position(phases, 5) == (0, 1, 0) and position(phases, 12) == (1, 0, 3)
     plain = Phase("train", False, 5, "train")
     b = [batch_indices(plain, 50, 10, 3, 0, k, 0) for k in range(5)]
