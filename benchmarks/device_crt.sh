@@ -17,7 +17,8 @@
 #   .devcrt/work.tar.xz    the --work folder (key, shards, held-out text, public text)
 #   .devcrt/public.tar.xz  the public sources the base's cache is keyed on (../shared/data)
 # `remote` unpacks them, pre-trains base-small on the GPU, fine-tunes the models of $MODELS
-# in that order at batch $BATCH (the paper's 256) until $BUDGET seconds have gone, scores
+# in that order at batch $BATCH (the paper's 256; $DP_BATCH, if set, the DP steps' batch:
+# dp.batch_size, 32 was CRT's best on the CPU) until $BUDGET seconds have gone, scores
 # every trained model on the GPU, and writes to $OUT:
 #   crt_gpu.log                 versions, GPU, the benchmark's output
 #   crt_paper_gpu.json          the rows (benchmarks/results/ when copied back)
@@ -119,7 +120,7 @@ EOF
   timeout "${LIMIT:-500}" python3 -W ignore benchmarks/crt_paper.py --score-device "$score" --dataset customersim --dialogues "$DIALOGUES" \
     --preset small --gpu --batch-size "${BATCH:-256}" --epochs "${EPOCHS:-10}" --work "$WORK" \
     --models "${MODELS:-plain,crt-e3-g0.1,redacted-g0.1,crt-e8-g0.1,crt-e1-g0.1,dp-e3,crt-e3-g0,crt-e3-g0.3,redacted-g0,redacted-g0.3,dp-e8,dp-e1}" \
-    --budget "${BUDGET:-270}" --name crt_paper_gpu 2>&1 | tee -a "$log"
+    ${DP_BATCH:+--dp-batch-size "$DP_BATCH"} --budget "${BUDGET:-270}" --name crt_paper_gpu 2>&1 | tee -a "$log"
   local rc=$?
   cp benchmarks/results/crt_paper_gpu.json benchmarks/results/crt_paper_gpu_customersim_fig*.png "$OUT/" 2>/dev/null
   (cd "$(dirname "$WORK")" && shopt -s nullglob && w=$(basename "$WORK") \
