@@ -18,6 +18,7 @@ from pathlib import Path
 def main() -> int:
     import torch
 
+    from _common import machine, save_result
     from attacks.config import parse_config
     from attacks.run import run_evaluation
     from privatize.keys import new_key, write_key_file
@@ -45,14 +46,19 @@ def main() -> int:
         got[dev] = {"perplexity": m.perplexity, "max_exposure": m.exposure.max_exposure,
                     "mia_auc": {r.score: r.auc for r in m.mia.scores}}
         print(dev, json.dumps(got[dev]), flush=True)
+    close = None
     if "cuda" in got:
         a, b = got["cpu"], got["cuda"]
         close = (abs(a["perplexity"] / b["perplexity"] - 1) < 1e-3 and abs(a["max_exposure"] - b["max_exposure"]) < 0.05
                  and all(abs(a["mia_auc"][k] - b["mia_auc"][k]) < 0.05 for k in a["mia_auc"]))
         print("cpu and cuda agree" if close else "cpu and cuda DIFFER", flush=True)
-        return 0 if close else 1
-    print("no CUDA device: the CPU figures only", flush=True)
-    return 0
+    else:
+        print("no CUDA device: the CPU figures only", flush=True)
+    result = {"machine": machine(), "devices": devices, "scores": got, "agree": close}
+    if "cuda" in got:
+        result["gpu"] = torch.cuda.get_device_name(0)
+    print(f"saved {save_result('scoring_devices', result)}", flush=True)
+    return 0 if close in (None, True) else 1
 
 
 if __name__ == "__main__":
