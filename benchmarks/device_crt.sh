@@ -23,6 +23,7 @@
 #   crt_gpu.log                 versions, GPU, the benchmark's output
 #   crt_paper_gpu.json          the rows (benchmarks/results/ when copied back)
 #   crt_paper_gpu_customersim_fig{2,3,4}.png
+#   scoring_devices.json        GPU scoring against the CPU
 #   runs.tgz                    each run's summary.json and metrics.jsonl, evaluation.json
 #   ray_logs.tgz                Ray's session logs, only when the benchmark failed
 # Device call: command `bash benchmarks/device_crt.sh remote`, carry [".devcrt"], timeout_s 600.
@@ -122,7 +123,8 @@ EOF
     --models "${MODELS:-plain,crt-e3-g0.1,redacted-g0.1,crt-e8-g0.1,crt-e1-g0.1,dp-e3,crt-e3-g0,crt-e3-g0.3,redacted-g0,redacted-g0.3,dp-e8,dp-e1}" \
     ${DP_BATCH:+--dp-batch-size "$DP_BATCH"} --budget "${BUDGET:-270}" --name crt_paper_gpu 2>&1 | tee -a "$log"
   local rc=$?
-  cp benchmarks/results/crt_paper_gpu.json benchmarks/results/crt_paper_gpu_customersim_fig*.png "$OUT/" 2>/dev/null
+  cp benchmarks/results/crt_paper_gpu.json benchmarks/results/crt_paper_gpu_customersim_fig*.png \
+    benchmarks/results/scoring_devices.json "$OUT/" 2>/dev/null
   (cd "$(dirname "$WORK")" && shopt -s nullglob && w=$(basename "$WORK") \
     && tar -czf "$OUT/runs.tgz" "$w"/*/runs/*/summary.json "$w"/*/runs/*/metrics.jsonl "$w"/*/eval/evaluation.json \
       "$w"/base-*/summary.json)
