@@ -172,7 +172,7 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
            "checkpoint_every": 100_000, "report_every": 50, "output": str(out)}
     if eps is not None:
         cfg["dp"] = {"target_epsilon": eps, "max_grad_norm": 1.0, "grad_sample_mode": "bk"}
-        if getattr(args, "dp_batch_size", None):
+        if args.dp_batch_size:
             cfg["dp"]["batch_size"] = args.dp_batch_size
     if kind == "crt":
         cfg["crt"] = CRT_INPUTS
@@ -301,11 +301,8 @@ def prepare(ds: str, args) -> tuple[Path, Path, Path]:
     public = public_corpus(work / "public-text")
     d = corpus(ds, args.dialogues, work / ds)
     print(f"== {ds}: {sum(1 for _ in open(d / 'train.jsonl'))} training dialogues", flush=True)
-    gammas = sorted({model_spec(m)[1] for m in args.models} - {None})
-    if any(model_spec(m)[1] is None for m in args.models):
-        privatized(d, None, args.digits)
-    for g in gammas:
-        privatized(d, g, args.digits)
+    for g in sorted({model_spec(m)[1] for m in args.models}, key=lambda g: -1.0 if g is None else g):
+        privatized(d, g, args.digits)  # None: the raw text
     heldout_sentences(d)
     return work, d, public
 
@@ -336,7 +333,7 @@ def run_dataset(ds: str, args, t0: float) -> list[dict]:
             args.failed.append(name)
     runs["base"] = base
     rows = _rows(evaluate(d, ds, runs, ds, args.digits, args.score_device or ("cuda" if args.gpu else "cpu")), runs)
-    figures(ds, [r for r in rows if r["model"] != "base"], args.figures)
+    figures(ds, [r for r in rows if r["model"] != "base"], args.name)
     return rows
 
 
@@ -370,7 +367,7 @@ def main() -> None:
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
         ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(MODELS)})")
-    args.figures, args.failed = args.name, []
+    args.failed = []
     t0 = time.time()
     result = {"machine": machine(), "args": vars(args)}
     if args.gpu:
