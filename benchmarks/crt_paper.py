@@ -174,8 +174,12 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
         cfg["dp"] = {"target_epsilon": eps, "max_grad_norm": 1.0, "grad_sample_mode": "bk"}
         if args.dp_batch_size:
             cfg["dp"]["batch_size"] = args.dp_batch_size
+        if args.dp_lr:
+            cfg["dp"]["lr"] = args.dp_lr
     if kind == "crt":
         cfg["crt"] = CRT_INPUTS
+    if getattr(args, "lora", None):
+        cfg["model"]["lora"] = args.lora
     t = time.perf_counter()
     s = run_training(parse_config(cfg), progress=False)
     print(f"  trained {name}: {s['steps']} steps, loss {s['final_loss']:.3f}"
@@ -346,6 +350,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--dp-batch-size", type=int, default=None,
                     help="DP-SGD's expected batch (dp.batch_size; CRT: the private phase's), default --batch-size")
+    ap.add_argument("--dp-lr", type=float, default=None,
+                    help="DP-SGD's learning rate (dp.lr; CRT: the private phase's), default --lr")
     ap.add_argument("--lr", type=float, default=0.002,
                     help="every model (CRT: both phases); the paper's 5e-4 was worse here (the diary)")
     ap.add_argument("--digits", type=int, default=6)

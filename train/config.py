@@ -149,6 +149,10 @@ class DPConfig(_Strict):
     """Expected examples per DP-SGD step (Poisson sampling at batch_size / N); default
     ``optim.batch_size``. For ``crt``, the private phase's batch while the public phase keeps
     ``optim.batch_size``: a smaller one gives the private split more (noisier) steps."""
+    lr: Optional[float] = Field(None, gt=0, le=10)
+    """DP-SGD's learning rate; default ``optim.lr``. The DP steps follow the same warmup
+    and cosine, scaled by ``dp.lr / optim.lr``; for ``crt`` only the private phase's steps
+    are (the public ones keep ``optim.lr``; both phases share one optimizer's state)."""
     poisson: bool = True
     """Must be true: the accountants' epsilon holds for Poisson sampling only."""
     accountant: Literal["prv", "rdp"] = "prv"

@@ -42,12 +42,19 @@ def param_digest(model) -> str:
     return _digest(model.state_dict())
 
 
-def lr_lambda(warmup: int, total: int):
+def lr_lambda(warmup: int, total: int, phases=None, dp_scale: float = 1.0):
+    """Step -> learning-rate factor: linear warmup, then a cosine down to 0.1. With
+    ``dp_scale`` the DP-SGD steps of ``phases`` take that multiple (``dp.lr / optim.lr``:
+    CRT's private steps at their own rate, on the one optimizer the public steps use)."""
     def f(step: int) -> float:
         if warmup and step < warmup:
-            return (step + 1) / warmup
-        frac = (step - warmup) / max(1, total - warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+            r = (step + 1) / warmup
+        else:
+            frac = (step - warmup) / max(1, total - warmup)
+            r = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+        if dp_scale != 1.0 and step < total and phases[position(phases, step)[1]].dp:
+            r *= dp_scale
+        return r
     return f
 
 
@@ -176,7 +183,10 @@ class _Run:
                                    expected_batch_size=d.sample_rate * units / world,
                                    accountant=d.accountant, grad_sample_mode=d.grad_sample_mode,
                                    distributed=world > 1, generator=self.noise)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, plan.total_steps))
+        scale = plan.dp.lr / o.lr if plan.dp is not None and plan.dp.lr is not None else 1.0
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, plan.total_steps,
+                                                                           plan.phases, scale))
+        self.last_lr = o.lr
         self.step, self.tokens = 0, 0
         if state is not None:
             self.opt.load_state_dict(state["optimizer"])
@@ -201,7 +211,7 @@ class _Run:
             dist.all_reduce(t)
             loss_sum = t.item() / self.world
         rec = {"step": self.step, "epoch": epoch, "phase": phase.name, "loss": loss_sum / max(1, loss_n),
-               "lr": self.sched.get_last_lr()[0], "tokens": self.tokens, "tokens_per_s": tok_rate}
+               "lr": self.last_lr, "tokens": self.tokens, "tokens_per_s": tok_rate}
         if self.dp is not None and self.dp_steps() and self.plan.dp.noise_multiplier > 0:
             rec["epsilon"] = float(self.dp.accountant.get_epsilon(delta=self.plan.dp.delta))
             rec["dp_steps"] = self.dp_steps()
@@ -296,6 +306,7 @@ def train_loop(config: dict) -> None:
             raise RuntimeError("privacy budget spent: the run's DP steps are done (refusing to continue)")
         last_loss = train_step(run.model, run.dp, run.opt, ph.dp, x, y, plan.bf16, mlm.pad_id if mlm else None,
                                groups)
+        run.last_lr = run.opt.param_groups[0]["lr"]  # the rate this step took
         run.sched.step()
         run.step += 1
         run.tokens += int(blocks.loss[chosen].sum() if mlm else blocks.loss[chosen, 1:].sum())

@@ -77,6 +77,8 @@ class DPPlan:
     poisson: bool = True
     steps_cap: Optional[int] = None
     """The planned DP steps: a worker refuses to take more (the budget is never overspent)."""
+    lr: Optional[float] = None
+    """DP-SGD's learning rate (None: the optimizer's ``lr``)."""
     individual_blocks: Optional[int] = None
     """``dp.unit: individual``: the sample is of individuals (the blocks' owners), each
     contributing at most this many blocks a step, and each individual's gradient is clipped."""

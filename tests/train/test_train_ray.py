@@ -47,7 +47,7 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     # per-individual packing gives each sentence a block of its own: 16 tokens, 16 a batch
     cfg = parse_config(_cfg(kind="crt", data={"path": str(crt_shards), "seq_len": 16}, output=str(tmp_path / "run"),
                             optim={"epochs": 2, "batch_size": 16}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0,
-                                                                       "unit": "individual"},
+                                                                       "unit": "individual", "lr": 0.001},
                             crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"},
                             workers={"num_workers": 2}))
     with Listeners() as listeners:
@@ -68,7 +68,12 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     assert 1 < customers <= 25 and None not in t["individual_id"].to_pylist()
     assert s["unit"]["name"] == "individual" and s["unit"]["units"] == customers
     assert s["delta"] == pytest.approx(1 / (10 * customers))
-    phases = {json.loads(x)["phase"] for x in (run / "metrics.jsonl").read_text().splitlines()}
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    phases = {r["phase"] for r in records}
+    # the last step is a private one, at dp.lr (0.001, not optim.lr's 0.003) on the cosine
+    w, n = cfg.optim.warmup_steps, s["steps"]
+    assert records[-1]["phase"] == "private" and records[-1]["lr"] == pytest.approx(
+        0.001 * (0.1 + 0.45 * (1 + math.cos(math.pi * (n - 1 - w) / (n - w)))))
     c = s["confidentiality"]
     assert 0 < s["epsilon"] < 50 and s["dp_steps"] == 2 * round(s["examples"]["private"] / 16)
     assert (c["epsilon"], c["delta"]) == pytest.approx(crt_confidentiality(s["epsilon"], s["delta"], 0.05, 0.01))

@@ -10,7 +10,7 @@ import pytest
 from train.data import pack
 from train.batches import IGNORE, MaskedLMLoss, batch_indices, make_batch, plan_phases, position
 from train.dp import make_private
-from train.loop import train_step
+from train.loop import lr_lambda, train_step
 from train.plan import MLMPlan, Phase
 from train.models import PRESETS, build_model, parameter_count, preset_config
 from train.tokenizer import EOS, PAD, fingerprint, load_tokenizer, train_tokenizer
@@ -239,6 +239,19 @@ def test_crt_alternates_plain_and_dp_steps_on_one_model(mode):
     assert sum(h[2] for h in dp.accountant.history) == 2  # only the private steps are accounted
     for a, b in zip(plain.parameters(), crt.parameters()):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_dp_lr_scales_only_the_private_steps_of_the_schedule():
+    """``dp.lr``: CRT's private steps take dp.lr / optim.lr times the schedule's rate, its
+    public steps the schedule's own. By hand: 2 epochs of 3 public and 2 private steps, no
+    warmup; step 3 is private, at 0.1 + 0.45 (1 + cos(0.3 pi)) = 0.8145 of the peak."""
+    phases = [Phase("public", False, 3, "public"), Phase("private", True, 2, "private")]
+    plain, scaled = lr_lambda(0, 10), lr_lambda(0, 10, phases, 0.25)
+    assert scaled(3) == pytest.approx(0.25 * 0.8145, abs=1e-4) and plain(3) == pytest.approx(0.8145, abs=1e-4)
+    private = [k for k in range(10) if scaled(k) != plain(k)]
+    assert private == [3, 4, 8, 9]
+    assert all(scaled(k) == pytest.approx(0.25 * plain(k)) for k in private)
+    assert scaled(0) == 1.0 and scaled(10) == plain(10) == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("mode", ["hooks", "ghost"])
