@@ -178,8 +178,9 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
             cfg["dp"]["lr"] = args.dp_lr
     if kind == "crt":
         cfg["crt"] = CRT_INPUTS
-    if getattr(args, "lora", None):
-        cfg["model"]["lora"] = args.lora
+    if getattr(args, "lora", 0):  # every linear layer of the Llama-style presets, alpha 2r
+        cfg["model"]["lora"] = {"r": args.lora, "alpha": 2 * args.lora, "target_modules": [
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
     t = time.perf_counter()
     s = run_training(parse_config(cfg), progress=False)
     print(f"  trained {name}: {s['steps']} steps, loss {s['final_loss']:.3f}"
@@ -352,6 +353,7 @@ def main() -> None:
                     help="DP-SGD's expected batch (dp.batch_size; CRT: the private phase's), default --batch-size")
     ap.add_argument("--dp-lr", type=float, default=None,
                     help="DP-SGD's learning rate (dp.lr; CRT: the private phase's), default --lr")
+    ap.add_argument("--lora", type=int, default=0, help="LoRA rank of every fine-tuning (0: full fine-tuning)")
     ap.add_argument("--lr", type=float, default=0.002,
                     help="every model (CRT: both phases); the paper's 5e-4 was worse here (the diary)")
     ap.add_argument("--digits", type=int, default=6)

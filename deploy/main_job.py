@@ -144,10 +144,15 @@ def main() -> int:
         key = c.create_key("hmac", label="canaries")
         canaries = {"kind": "canaries", "key": key["ref"], **CANARIES}
 
-        print("== main job 2/4: privatize (raw + canaries; CRT recipe + canaries) as Ray jobs", flush=True)
-        specs = {"raw": {"version": 1, "stages": [canaries]},
+        print("== main job 2/4: privatize (raw: canaries, sentences; the CRT recipe with canaries; the held-out "
+              "dialogues' sentences) as Ray jobs", flush=True)
+        # every model trains on the same data points, the CRT paper's: whole sentences (the
+        # recipe's own split stage), and perplexity is measured on held-out sentences
+        split = next(s for s in crt_stages() if s["kind"] == "split")
+        specs = {"raw": {"version": 1, "stages": [canaries, split]},
                  "crt": {"version": 1, "stages": [canaries, *crt_stages(operator="mask")]}}
         jobs = {name: c.create_job(train_c["id"], spec)["id"] for name, spec in specs.items()}
+        held_job = c.create_job(held_c["id"], {"version": 1, "stages": [split]})["id"]
         base = None
         if public:
             import yaml
@@ -159,7 +164,7 @@ def main() -> int:
             print("== main job 3/4: a public base (tiny, public text only), then three fine-tunings of it "
                   f"({epochs} epochs each, Ray Train)", flush=True)
             base = c.create_training(pub_job, _base_config())["id"]
-        _wait_all(c, jobs, "job")
+        _wait_all(c, {**jobs, "held-out": held_job}, "job")
         if base:
             _wait_all(c, {"base": base}, "training")
         else:
@@ -184,7 +189,7 @@ def main() -> int:
                   "canaries": {"key": key["ref"], **CANARIES},
                   "mia": {"members": {"corpus_id": train_c["id"]}, "non_members": {"corpus_id": held_c["id"]},
                           "limit": 200, "group_size": 10},
-                  "perplexity": {"data": {"corpus_id": held_c["id"]}, "limit": 200}}
+                  "perplexity": {"data": {"job_id": held_job}, "limit": 1000}}
         ev = c.create_evaluation(ev_cfg)
         _wait_all(c, {"attacks": ev["id"]}, "evaluation")
         paths = c.download_report(ev["id"], out / "report")
