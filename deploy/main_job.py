@@ -157,6 +157,9 @@ def main() -> int:
         if public:
             import yaml
 
+            # a tenant runs at most 3 jobs at once (trainings included): the public text's
+            # job starts once the held-out one (the smallest) is done
+            _wait_all(c, {"held-out": held_job}, "job")
             pub_c = c.upload_corpus(public_corpus(out / "public-text", public), name="public-text")
             pub_job = c.create_job(pub_c["id"], yaml.safe_load((ROOT / "privatize" / "specs" / "public.yaml")
                                                                .read_text()))["id"]
