@@ -51,7 +51,6 @@ from pathlib import Path
 from _common import ROOT, machine, need_data, save_result
 
 EPSILONS = (1.0, 3.0, 8.0)
-SPLIT = {"kind": "split", "unit": "sentence"}
 GAMMAS = (0.0, 0.1, 0.3)
 # the CRT inputs the paper's report needs: customersim's measured figures (benchmarks/RESULTS.md)
 CRT_INPUTS = {"gamma": 0.0382, "delta_2": 0.0033,
@@ -110,6 +109,7 @@ def corpus(name: str, dialogues: int, d: Path) -> Path:
 def privatized(d: Path, gamma: float | None, digits: int) -> Path:
     """``raw`` (gamma None: canaries only) or the CRT recipe at ``gamma``."""
     from privatize import run as run_pipeline
+    from privatize.recipes import crt_split, crt_stages
     from privatize.spec import parse_spec
 
     out = d / ("raw" if gamma is None else f"crt-g{gamma:g}")
@@ -125,13 +125,11 @@ def privatized(d: Path, gamma: float | None, digits: int) -> Path:
                 "repeats": 20, "held_out": 10}
     # every model trains on the same data points, the paper's D: whole sentences, cut before
     # redaction and dedup (its appendix A.6, points 2 and 3)
-    stages = [canaries, SPLIT]
+    stages = [canaries, crt_split()]
     if gamma is not None:
         # dedup after redaction, of every sentence the policies flagged, however short: a
         # canary repeated 20 times counts once (the paper's Proposition 7), while repeats of
         # sentences both policies passed stay public (``dedup.skip_clean``)
-        from privatize.recipes import crt_stages
-
         stages = [canaries, *crt_stages(operator="mask", miss_share=gamma, miss_seed=0)]
     t = time.perf_counter()
     m = run_pipeline(parse_spec({"version": 1, "stages": stages, "output": {"num_shards": 4}}),
@@ -145,13 +143,14 @@ def heldout_sentences(d: Path) -> Path:
     """The held-out dialogues cut into the same data points as training (the ``split``
     stage alone, no redaction): ``heldout_sentences.jsonl``, what perplexity is measured on."""
     from privatize import run as run_pipeline
+    from privatize.recipes import crt_split
     from privatize.spec import parse_spec
     from train.data import read_texts
 
     path = d / "heldout_sentences.jsonl"
     if not path.is_file():
         out = d / "heldout-split"
-        run_pipeline(parse_spec({"version": 1, "stages": [SPLIT], "output": {"num_shards": 1}}),
+        run_pipeline(parse_spec({"version": 1, "stages": [crt_split()], "output": {"num_shards": 1}}),
                      d / "heldout.jsonl", out)
         _write(path, [{"text": t} for t in read_texts(str(out), "text") if t.strip()])
     return path

@@ -122,7 +122,7 @@ def main() -> int:
                          "../shared/data or PRIVATIZE_PUBLIC_DATA)")
     args = ap.parse_args()
 
-    from privatize.recipes import crt_stages
+    from privatize.recipes import crt_split, crt_stages, packaged_spec
     from services.client import ServiceClient
     from train.base import default_public_data, public_corpus
 
@@ -148,26 +148,24 @@ def main() -> int:
               "dialogues' sentences) as Ray jobs", flush=True)
         # every model trains on the same data points, the CRT paper's: whole sentences (the
         # recipe's own split stage), and perplexity is measured on held-out sentences
-        split = next(s for s in crt_stages() if s["kind"] == "split")
+        split = crt_split()
         specs = {"raw": {"version": 1, "stages": [canaries, split]},
                  "crt": {"version": 1, "stages": [canaries, *crt_stages(operator="mask")]}}
         jobs = {name: c.create_job(train_c["id"], spec)["id"] for name, spec in specs.items()}
         held_job = c.create_job(held_c["id"], {"version": 1, "stages": [split]})["id"]
+        pending = {**jobs, "held-out": held_job}
         base = None
         if public:
-            import yaml
-
             # a tenant runs at most 3 jobs at once (trainings included): the public text's
             # job starts once the held-out one (the smallest) is done
-            _wait_all(c, {"held-out": held_job}, "job")
+            _wait_all(c, {"held-out": pending.pop("held-out")}, "job")
             pub_c = c.upload_corpus(public_corpus(out / "public-text", public), name="public-text")
-            pub_job = c.create_job(pub_c["id"], yaml.safe_load((ROOT / "privatize" / "specs" / "public.yaml")
-                                                               .read_text()))["id"]
+            pub_job = c.create_job(pub_c["id"], packaged_spec("public"))["id"]
             _wait_all(c, {"public": pub_job}, "job")
             print("== main job 3/4: a public base (tiny, public text only), then three fine-tunings of it "
                   f"({epochs} epochs each, Ray Train)", flush=True)
             base = c.create_training(pub_job, _base_config())["id"]
-        _wait_all(c, {**jobs, "held-out": held_job}, "job")
+        _wait_all(c, pending, "job")
         if base:
             _wait_all(c, {"base": base}, "training")
         else:

@@ -32,3 +32,10 @@ def crt_stages(**redact) -> list[dict]:
         if s["kind"] == "redact":
             stages[i] = {"kind": "redact", **redact}
     return stages
+
+
+def crt_split() -> dict:
+    """The CRT recipe's split stage alone (``crt.yaml``'s first stage): the paper's data
+    points. Raw and held-out text cut by it give every model, protected or not, the same
+    data points to train and be scored on."""
+    return next(s for s in packaged_spec("crt")["stages"] if s["kind"] == "split")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from privatize.recipes import SPECS, crt_stages, packaged_spec
+from privatize.recipes import SPECS, crt_split, crt_stages, packaged_spec
 
 
 def test_crt_stages_are_the_yaml_files_with_only_the_redact_stage_replaced():
@@ -18,6 +18,8 @@ def test_crt_stages_are_the_yaml_files_with_only_the_redact_stage_replaced():
     assert got[2] == {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask", "skip_clean": True}
     got[2]["skip_clean"] = False  # a copy: the next caller still gets the file's recipe
     assert crt_stages(operator="mask")[2]["skip_clean"] is True
+    # the split alone: what the raw and held-out text are cut by (the main job, crt_paper)
+    assert crt_split() == {"kind": "split", "unit": "sentence"} == on_disk[0]
 
 
 def test_crt_stages_parse_as_a_spec_with_canaries_before_them():
