@@ -11,13 +11,14 @@ the report's cards, comparison and plots show. Errors name the section's fields
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
 from attacks.config import (CanarySpec, CipherOutputsSpec, ExtractionSpec, IdentifiersSpec, MiaSpec, PerplexitySpec,
                             ReconstructionSpec, TruePrefixSpec)
-from attacks.data import read_identifier_records, read_texts
+from attacks.data import read_identifier_records, read_texts, read_texts_with_spans
 from attacks.registry import Attack, Context, Target, register_attack
 from attacks.scoring import progress_bar, score
 from privatize.errors import SpecError
@@ -35,14 +36,26 @@ def _key(ref: str, base_dir: str | None, expect: tuple[str, ...], field: str):
 @register_attack
 class Perplexity(Attack):
     name, title, Settings = "perplexity", "Perplexity", PerplexitySpec
-    result_fields = ("perplexity", "perplexity_data")
+    result_fields = ("perplexity", "perplexity_data", "perplexity_spans")
 
-    def prepare(self, p: PerplexitySpec, ctx: Context) -> list[str]:
-        return read_texts(p.data, column=p.text_column, limit=p.limit, what="perplexity.data")
+    def prepare(self, p: PerplexitySpec, ctx: Context) -> tuple[list[str], list | None]:
+        if p.spans_column is None:
+            return read_texts(p.data, column=p.text_column, limit=p.limit, what="perplexity.data"), None
+        return read_texts_with_spans(p.data, column=p.text_column, spans_column=p.spans_column, limit=p.limit,
+                                     what="perplexity.data")
 
-    def run(self, p: PerplexitySpec, model: Target, texts: list[str]) -> dict:
-        return {"perplexity": model.adapter.perplexity(texts, batch_tokens=model.scoring.batch_tokens),
-                "perplexity_data": f"{len(texts)} texts of {p.data}"}
+    def run(self, p: PerplexitySpec, model: Target, prepared: tuple[list[str], list | None]) -> dict:
+        texts, spans = prepared
+        out = {"perplexity_data": f"{len(texts)} texts of {p.data}", "perplexity_spans": None}
+        if spans is None:
+            return {**out, "perplexity": model.adapter.perplexity(texts, batch_tokens=model.scoring.batch_tokens)}
+        from attacks.metrics import span_perplexity
+
+        scores = model.adapter.token_scores(texts, batch_tokens=model.scoring.batch_tokens)
+        total = sum(float(s.logprobs.sum()) for s in scores)
+        n = sum(len(s.logprobs) for s in scores)
+        split = span_perplexity([s.logprobs for s in scores], model.adapter.offsets(texts), spans)
+        return {**out, "perplexity": math.exp(-total / max(1, n)), "perplexity_spans": split}
 
 
 def canary_secrets(c: CanarySpec, base_dir: str | None = None) -> list[str]:

@@ -16,6 +16,8 @@ def summary(ev, output: str) -> dict:
     models = []
     for m in ev.models:
         row = {"name": m.name, "perplexity": m.perplexity}
+        if m.perplexity_spans:
+            row["perplexity_outside_secrets"] = m.perplexity_spans.outside
         if m.exposure:
             row["max_exposure"] = round(m.exposure.max_exposure, 3)
         if m.mia:

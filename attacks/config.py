@@ -107,6 +107,11 @@ class PerplexitySpec(_Strict):
     data: str
     text_column: str = "text"
     limit: int = Field(500, ge=1, le=1_000_000)
+    spans_column: Optional[str] = Field(None, min_length=1, max_length=64, description=(
+        "a column of character spans ({start, end}: gold or detected secrets) in the held-out records: the "
+        "result adds the perplexity on the tokens outside every span (the text around the secrets, which "
+        "protection should keep) and on the tokens that overlap one (the secrets, which it is meant not to "
+        "learn)"))
 
 
 class ExtractionSpec(_Strict):

@@ -40,6 +40,52 @@ def read_texts(source: str, *, column: str = "text", limit: int | None = None, s
     return texts
 
 
+def read_texts_with_spans(source: str, *, column: str = "text", spans_column: str = "spans",
+                          limit: int | None = None, seed: int = 0,
+                          what: str = "data") -> tuple[list[str], list[list[tuple[int, int]]]]:
+    """:func:`read_texts`' sample (the same texts for the same seed) with each text's
+    character spans from ``spans_column``: a list of ``{start, end, ...}`` per record (the
+    product's ``spans``, or gold spans), empty or null for none."""
+    from train.data import data_files, read_table
+
+    if not Path(source).exists():
+        raise SpecError(f"{what}: {source} does not exist")
+    try:
+        fmt, files = data_files(source)
+    except InputError as exc:
+        msg = str(exc).split(": ", 1)[1] if str(exc).startswith("data.") else str(exc)
+        raise SpecError(f"{what}: {msg}") from None
+    if fmt == "text":
+        raise SpecError(f"{what}: {source} is plain text, which has no spans (use Parquet or JSONL with a "
+                        f"{spans_column!r} column)")
+    texts: list[str] = []
+    spans: list[list[tuple[int, int]]] = []
+    for f in files:
+        t = read_table(fmt, f)
+        for col in (column, spans_column):
+            if col not in t.column_names:
+                raise SpecError(f"{what}: {f} has no column {col!r} (columns: {', '.join(t.column_names)})")
+        for i, (text, sp) in enumerate(zip(t[column].to_pylist(), t[spans_column].to_pylist())):
+            if not text:
+                continue
+            try:
+                pairs = [(int(x["start"]), int(x["end"])) for x in sp or []]
+            except (TypeError, KeyError, ValueError):
+                raise SpecError(f"{what}: {f}: record {i}: {spans_column} must be a list of {{start, end}} "
+                                "character offsets") from None
+            if any(not 0 <= a <= b <= len(text) for a, b in pairs):
+                raise SpecError(f"{what}: {f}: record {i}: a span in {spans_column} lies outside its text "
+                                f"({len(text)} characters)")
+            texts.append(text)
+            spans.append(pairs)
+    if not texts:
+        raise SpecError(f"{what}: {source} has no texts")
+    if limit is not None and len(texts) > limit:
+        idx = np.sort(np.random.default_rng(seed).choice(len(texts), size=limit, replace=False))
+        texts, spans = [texts[i] for i in idx], [spans[i] for i in idx]
+    return texts, spans
+
+
 IDENTIFIER_COLUMNS = ("identifier_spans", "individual_id", "text")
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from attacks.results import RocResult, TprAtFpr
+from attacks.results import RocResult, SpanPerplexity, TprAtFpr
 
 ArrayLike = Sequence[float] | np.ndarray
 
@@ -164,3 +164,25 @@ def zlib_ratio(text: str, map_digits: bool = True) -> float:
         raise ValueError("the empty string has no compression ratio")
     raw = (text.translate(_DIGITS_TO_ZERO) if map_digits else text).encode("utf-8")
     return len(zlib.compress(raw)) / len(raw)
+
+
+def span_perplexity(logprobs: Sequence[np.ndarray], offsets: Sequence[np.ndarray],
+                    spans: Sequence[Sequence[tuple[int, int]]]) -> SpanPerplexity:
+    """Perplexity split by character spans: a token whose character range ``[a, b)``
+    overlaps a span ``[start, end)`` counts as inside. ``logprobs[i][j]`` is the log
+    probability of token j of text i, ``offsets[i][j]`` its character range."""
+    tot = [0.0, 0.0]
+    n = [0, 0]
+    for lp, off, sp in zip(logprobs, offsets, spans, strict=True):
+        lp = np.asarray(lp, dtype=np.float64)
+        off = np.asarray(off, dtype=np.int64).reshape(-1, 2)[: len(lp)]
+        inside = np.zeros(len(lp), dtype=bool)
+        for start, end in sp:
+            inside |= (off[:, 0] < end) & (off[:, 1] > start)
+        for k, sel in enumerate((~inside, inside)):
+            tot[k] += float(lp[sel].sum())
+            n[k] += int(sel.sum())
+    if not n[0]:
+        raise ValueError("every token overlaps a span: there is no text outside the secrets to score")
+    return SpanPerplexity(outside=math.exp(-tot[0] / n[0]), inside=math.exp(-tot[1] / n[1]) if n[1] else None,
+                          inside_tokens=n[1], tokens=n[0] + n[1])

@@ -98,7 +98,13 @@ def _perplexity_html(m: ModelResult) -> str:
     if m.perplexity is None:
         return '<span class="absent">not measured</span>'
     where = esc(m.perplexity_data) if m.perplexity_data else "data not recorded"
-    return f"{m.perplexity:.2f} <span class=\"hint\">on {where}</span>"
+    text = f"{m.perplexity:.2f} <span class=\"hint\">on {where}</span>"
+    sp = m.perplexity_spans
+    if sp is not None:
+        on = "no token" if sp.inside is None else f"{sp.inside:.2f}"
+        text += (f"<br>outside the secrets' spans <b>{sp.outside:.2f}</b>; on them {on} "
+                 f"<span class=\"hint\">({sp.inside_tokens:,} of {sp.tokens:,} tokens)</span>")
+    return text
 
 
 def _exposure_rows(x: ExposureResult | None) -> list[tuple[str, str]]:
@@ -226,7 +232,9 @@ def _comparison(models: Sequence[ModelResult]) -> str:
         cells = [
             f'<a href="#model-{i}">{esc(m.name)}</a>',
             esc(m.training.protection) if m.training else DASH,
-            fmt_num(m.perplexity, ".2f"),
+            fmt_num(m.perplexity, ".2f") + ("" if m.perplexity_spans is None else
+                                             f' <span class="hint">({m.perplexity_spans.outside:.2f} outside '
+                                             "secrets)</span>"),
             exposure,
             DASH if auc is None else f"{auc.auc:.3f} ({esc(auc.score)})",
             tpr,

@@ -88,8 +88,15 @@ def cost_of_protection(m, ref) -> str:
         return "the reference: the other models' cost is measured against it"
     if m.perplexity is None:
         return f"perplexity not measured (the reference is {ref.name})"
-    ratio = m.perplexity / ref.perplexity
+    text = _cost(m.perplexity / ref.perplexity, "perplexity", ref.name)
+    if m.perplexity_spans is not None and ref.perplexity_spans is not None:
+        text += "; " + _cost(m.perplexity_spans.outside / ref.perplexity_spans.outside,
+                             "perplexity outside the secrets' spans", ref.name)
+    return text
+
+
+def _cost(ratio: float, what: str, ref: str) -> str:
     if ratio >= 2:
-        return f"{ratio:.1f}x the perplexity of {ref.name} ({(ratio - 1) * 100:+.0f}%)"
-    return f"{(ratio - 1) * 100:+.1f}% perplexity against {ref.name}"
+        return f"{ratio:.1f}x the {what} of {ref} ({(ratio - 1) * 100:+.0f}%)"
+    return f"{(ratio - 1) * 100:+.1f}% {what} against {ref}"
 

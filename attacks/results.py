@@ -150,12 +150,26 @@ class TrainingInfo:
 
 
 @dataclass
+class SpanPerplexity:
+    """Perplexity on held-out text split by its secrets' spans (``perplexity.spans_column``):
+    ``outside`` over the tokens that overlap no span, ``inside`` over those that overlap one
+    (None when none does). A protected model is meant to lose on the secrets; what it loses
+    outside them is the cost of its protection to everything else."""
+
+    outside: float
+    inside: float | None
+    inside_tokens: int
+    tokens: int
+
+
+@dataclass
 class ModelResult:
     name: str
     path: str
     training: TrainingInfo | None = None
     perplexity: float | None = None
     perplexity_data: str | None = None  # what perplexity was measured on
+    perplexity_spans: SpanPerplexity | None = None
     exposure: ExposureResult | None = None
     mia: MiaResult | None = None
     reconstruction: SuccessRate | None = None
@@ -215,6 +229,7 @@ _NESTED.update({
     (MiaResult, "group"): lambda v: _build(RocResult, v),
     (ExposureResult, "canaries"): _list_of(CanaryExposure),
     (ModelResult, "training"): lambda v: _build(TrainingInfo, v),
+    (ModelResult, "perplexity_spans"): lambda v: _build(SpanPerplexity, v),
     (ModelResult, "exposure"): lambda v: _build(ExposureResult, v),
     (ModelResult, "mia"): lambda v: _build(MiaResult, v),
     (ModelResult, "reconstruction"): lambda v: _build(SuccessRate, v),

@@ -24,7 +24,9 @@ here both tenths are held out; the paper used MultiWOZ 2.2). The protocol:
   worse for this model and batch: CRT 4.7-7.2x plain against 2.9-10.4x, DP-SGD 8.2-18.1x
   against 2.9-6.8x, and the plain model memorises less (12.35 bits against 18.93)
   (``benchmarks/results/history/crt_paper/2026-11-28T000738Z_*``, the diary);
-* attacks: perplexity on the raw held-out sentences (no redaction), canary exposure, membership inference on
+* attacks: perplexity on the raw held-out sentences (no redaction), also split into the tokens
+  outside the held-out dialogues' gold secrets (the text protection should keep) and those on
+  them (``perplexity.spans_column``), canary exposure, membership inference on
   secrets (customer addresses in CustomerSim, booking references in MultiWOZ; members from
   the training dialogues, non-members from held-out ones, up to 1,000 a side) and its group
   attack;
@@ -66,41 +68,57 @@ def _write(path: Path, rows: list[dict]) -> None:
     tmp.replace(path)
 
 
-def corpus(name: str, dialogues: int, d: Path) -> Path:
-    """train.jsonl, heldout.jsonl, members.jsonl, non_members.jsonl in ``d``."""
-    if (d / "non_members.jsonl").is_file():
-        return d
-    d.mkdir(parents=True, exist_ok=True)
+SECRET_SLOTS = ("Ref", "Phone", "Post", "Addr")
+"""MultiWOZ's slots that are secrets here: booking references, telephone numbers, postcodes,
+addresses (the paper: "email address, reference number, telephone number, etc."). CustomerSim's
+are all its gold spans: names, addresses, phone, order and tracking numbers."""
+
+
+def _dialogues(name: str, dialogues: int) -> tuple[list[dict], list[dict]]:
+    """(training, held-out) dialogues: ``{doc_id, text, secrets: {type: [strings]}}``."""
     data = need_data()
     if name == "customersim":
         def load(split):
             rows = [json.loads(x) for x in open(data / "customersim" / f"{split}.jsonl", encoding="utf-8")]
             return [r for r in rows if r["kind"] != "canary"]  # the dataset's own canary: ours are inserted
+
+        def doc(r):
+            secrets: dict[str, list[str]] = {}
+            for s in r["spans"]:
+                secrets.setdefault(s["type"], []).append(s["text"])
+            return {"doc_id": r["id"], "text": r["text"], "secrets": secrets}
         train = random.Random(0).sample(load("train"), min(dialogues, 10_000))
-        held = load("test") + load("valid")
+        return [doc(r) for r in train], [doc(r) for r in (load("test") + load("valid"))[:1000]]
+    rows = [json.loads(x) for x in open(data / "real_dev" / "dialogue_multiwoz_val.jsonl", encoding="utf-8")]
+    random.Random(0).shuffle(rows)
+    n = len(rows)
 
-        def secrets(rows):
-            return sorted({s["text"] for r in rows for s in r["spans"] if s["type"] == "ADDRESS"})
-        tr = [{"doc_id": r["id"], "text": r["text"]} for r in train]
-        he = [{"doc_id": r["id"], "text": r["text"]} for r in held[:1000]]
-        members, non = secrets(train), sorted(set(secrets(held)) - set(secrets(train)))
-    else:
-        rows = [json.loads(x) for x in open(data / "real_dev" / "dialogue_multiwoz_val.jsonl", encoding="utf-8")]
-        random.Random(0).shuffle(rows)
-        n = len(rows)
-        parts = rows[: int(0.8 * n)], rows[int(0.8 * n):]  # train; validation + test (held out)
+    def doc(g):
+        secrets: dict[str, list[str]] = {}
+        for t in g["turns"]:
+            for sp in t["spans"]:
+                if sp["slot"] in SECRET_SLOTS:
+                    secrets.setdefault(sp["slot"], []).append(sp["text"])
+        text = "\n".join(("USR: " if t["speaker"] == "USER" else "SYS: ") + t["text"] for t in g["turns"])
+        return {"doc_id": g["dialogue_id"], "text": text, "secrets": secrets}
+    # train; validation + test (held out)
+    return [doc(g) for g in rows[: int(0.8 * n)]], [doc(g) for g in rows[int(0.8 * n):]]
 
-        def text(dlg):
-            return "\n".join(("USR: " if t["speaker"] == "USER" else "SYS: ") + t["text"] for t in dlg["turns"])
 
-        def refs(dlgs):
-            return sorted({sp["text"] for g in dlgs for t in g["turns"] for sp in t["spans"] if sp["slot"] == "Ref"})
-        tr = [{"doc_id": g["dialogue_id"], "text": text(g)} for g in parts[0]]
-        he = [{"doc_id": g["dialogue_id"], "text": text(g)} for g in parts[1]]
-        members, non = refs(parts[0]), sorted(set(refs(parts[1])) - set(refs(parts[0])))
+def corpus(name: str, dialogues: int, d: Path) -> Path:
+    """train.jsonl, heldout.jsonl, members.jsonl, non_members.jsonl in ``d``."""
+    if (d / "non_members.jsonl").is_file():
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    train, held = _dialogues(name, dialogues)
+    kind = "ADDRESS" if name == "customersim" else "Ref"  # the MIA's secrets
+
+    def secrets(docs):
+        return sorted({s for r in docs for s in r["secrets"].get(kind, [])})
+    members, non = secrets(train), sorted(set(secrets(held)) - set(secrets(train)))
     rng = random.Random(1)
-    _write(d / "train.jsonl", tr)
-    _write(d / "heldout.jsonl", he)
+    _write(d / "train.jsonl", [{"doc_id": r["doc_id"], "text": r["text"]} for r in train])
+    _write(d / "heldout.jsonl", [{"doc_id": r["doc_id"], "text": r["text"]} for r in held])
     _write(d / "members.jsonl", [{"text": s} for s in rng.sample(members, min(1000, len(members)))])
     _write(d / "non_members.jsonl", [{"text": s} for s in rng.sample(non, min(1000, len(non)))])
     return d
@@ -139,20 +157,33 @@ def privatized(d: Path, gamma: float | None, digits: int) -> Path:
     return out
 
 
-def heldout_sentences(d: Path) -> Path:
+def heldout_sentences(d: Path, ds: str, dialogues: int) -> Path:
     """The held-out dialogues cut into the same data points as training (the ``split``
-    stage alone, no redaction): ``heldout_sentences.jsonl``, what perplexity is measured on."""
+    stage alone, no redaction): ``heldout_sentences.jsonl``, what perplexity is measured on,
+    each sentence with the ``spans`` of the held-out dialogues' gold secrets it contains
+    (every occurrence of one of their strings), which split its perplexity into the text
+    around the secrets and the secrets themselves."""
+    import re
+
     from privatize import run as run_pipeline
     from privatize.recipes import crt_split
     from privatize.spec import parse_spec
     from train.data import read_texts
 
     path = d / "heldout_sentences.jsonl"
-    if not path.is_file():
-        out = d / "heldout-split"
+    if path.is_file() and "spans" in json.loads(path.open(encoding="utf-8").readline()):
+        return path
+    out = d / "heldout-split"
+    if not (out / "manifest.json").is_file():
         run_pipeline(parse_spec({"version": 1, "stages": [crt_split()], "output": {"num_shards": 1}}),
                      d / "heldout.jsonl", out)
-        _write(path, [{"text": t} for t in read_texts(str(out), "text") if t.strip()])
+    # five characters at least: one MultiWOZ "phone number" span is the word "Yes"; the
+    # longest first, so a secret inside another is covered by it
+    secrets = sorted({s for r in _dialogues(ds, dialogues)[1] for v in r["secrets"].values() for s in v
+                      if len(s.strip()) >= 5}, key=len, reverse=True)
+    rx = re.compile("|".join(re.escape(s) for s in secrets))
+    _write(path, [{"text": t, "spans": [{"start": m.start(), "end": m.end()} for m in rx.finditer(t)]}
+                  for t in read_texts(str(out), "text") if t.strip()])
     return path
 
 
@@ -194,13 +225,14 @@ def evaluate(d: Path, name: str, runs: dict[str, Path], ds: str, digits: int, de
 
     out = d / "eval"
     done = out / "evaluation.json"
-    if not done.is_file() or [m["name"] for m in json.loads(done.read_text())["models"]] != list(runs):
+    saved = json.loads(done.read_text())["models"] if done.is_file() else None
+    if saved is None or [m["name"] for m in saved] != list(runs) or any(not m.get("perplexity_spans") for m in saved):
         cfg = {"version": 1, "models": [{"name": n, "path": str(p), "reference": n == "plain"} for n, p in runs.items()],
                "canaries": {"key": f"file:{d.parent / 'canary.key'}", "digits": digits, "count": 10, "held_out": 10,
                             "repeats": 20},
                "mia": {"members": str(d / "members.jsonl"), "non_members": str(d / "non_members.jsonl"),
                        "limit": 1000, "group_size": 10, "context": MIA_CONTEXT[ds]},
-               "perplexity": {"data": str(heldout_sentences(d)), "limit": 5000},
+               "perplexity": {"data": str(d / "heldout_sentences.jsonl"), "limit": 5000, "spans_column": "spans"},
                "scoring": {"device": device}, "output": str(out)}
         t = time.perf_counter()
         run_evaluation(parse_config(cfg), progress=False)
@@ -214,7 +246,10 @@ def _rows(ev: dict, runs: dict[str, Path]) -> list[dict]:
         s = json.loads((runs[m["name"]] / "summary.json").read_text())
         aucs = {r["score"]: r["auc"] for r in m["mia"]["scores"]}
         conf = s.get("confidentiality") or {}
+        sp = m.get("perplexity_spans") or {}
         out.append({"model": m["name"], "kind": s["kind"], "perplexity": m["perplexity"],
+                    "perplexity_outside_secrets": sp.get("outside"), "perplexity_on_secrets": sp.get("inside"),
+                    "secret_token_share": sp["inside_tokens"] / sp["tokens"] if sp else None,
                     "max_exposure": m["exposure"]["max_exposure"],
                     "reference_exposure": m["exposure"]["max_reference_exposure"],
                     "mia_auc": aucs.get("loss"), "mia_best_auc": max(aucs.values()),
@@ -307,7 +342,7 @@ def prepare(ds: str, args) -> tuple[Path, Path, Path]:
     print(f"== {ds}: {sum(1 for _ in open(d / 'train.jsonl'))} training dialogues", flush=True)
     for g in sorted({model_spec(m)[1] for m in args.models}, key=lambda g: -1.0 if g is None else g):
         privatized(d, g, args.digits)  # None: the raw text
-    heldout_sentences(d)
+    heldout_sentences(d, ds, args.dialogues)
     return work, d, public
 
 
@@ -388,12 +423,15 @@ def main() -> None:
             continue
         result[ds] = rows
         plain = next((r for r in rows if r["model"] == "plain"), None)
-        print(f"\n{ds}: {'model':<16} {'ppl':>8} {'x plain':>8} {'max exp':>8} {'ref exp':>8} {'MIA AUC':>8} "
-              f"{'group':>6} {'eps':>6} {'conf eps':>8} {'public':>7}")
+        print(f"\n{ds}: {'model':<16} {'ppl':>8} {'x plain':>8} {'outside':>8} {'x plain':>8} {'max exp':>8} "
+              f"{'ref exp':>8} {'MIA AUC':>8} {'group':>6} {'eps':>6} {'conf eps':>8} {'public':>7}")
         for r in rows:
             f = (lambda v, s: "-" if v is None else format(v, s))
             ratio = r["perplexity"] / plain["perplexity"] if plain else None
+            out = r["perplexity_outside_secrets"]
+            out_ratio = out / plain["perplexity_outside_secrets"] if plain and out is not None else None
             print(f"{'':<{len(ds) + 2}}{r['model']:<16} {r['perplexity']:>8.2f} {f(ratio, '.2f'):>8} "
+                  f"{f(out, '.2f'):>8} {f(out_ratio, '.2f'):>8} "
                   f"{r['max_exposure']:>8.2f} {f(r['reference_exposure'], '.2f'):>8} {f(r['mia_best_auc'], '.3f'):>8} "
                   f"{f(r['group_auc'], '.3f'):>6} {f(r['epsilon'], '.2f'):>6} {f(r['confidentiality_epsilon'], '.3f'):>8} "
                   f"{f(r['public_share'], '.2f'):>7}", flush=True)

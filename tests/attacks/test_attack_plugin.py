@@ -113,6 +113,41 @@ def test_the_papers_attacks_are_registered_and_run_from_the_list_too(model_dir, 
         parse_config({**base, "perplexity": {"data": str(data)}, "attacks": [{"kind": "perplexity", "data": "x"}]})
 
 
+def test_perplexity_split_by_the_secrets_spans_through_an_evaluation(model_dir, tmp_path):
+    """``perplexity.spans_column``: one record whose span covers its whole text, one with
+    none. Oracle: outside the spans is the second text's own perplexity, on them the first's
+    (each by the plain perplexity path), and the overall figure is the one without spans.
+    The JSON keeps the split, the report shows it; a span past its text is refused."""
+    from attacks.config import parse_config
+    from attacks.model import ModelAdapter
+    from attacks.run import run_evaluation
+
+    texts = ["Ann posted parcel 7.", "The depot was closed on time."]
+    data = tmp_path / "held.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "spans": sp}) + "\n" for t, sp in
+                            zip(texts, [[{"start": 0, "end": len(texts[0]), "entity_type": "X"}], None])))
+    base = {"models": [{"name": "tiny", "path": str(model_dir)}]}
+    ev = run_evaluation(parse_config({**base, "perplexity": {"data": str(data), "spans_column": "spans"},
+                                      "output": str(tmp_path / "ev")}), progress=False)
+    m = ev.models[0]
+    adapter = ModelAdapter.load(str(model_dir))
+    assert m.perplexity_spans.outside == pytest.approx(adapter.perplexity(texts[1:]), rel=1e-5)
+    assert m.perplexity_spans.inside == pytest.approx(adapter.perplexity(texts[:1]), rel=1e-5)
+    assert m.perplexity == pytest.approx(adapter.perplexity(texts), rel=1e-5)
+    assert m.perplexity_spans.tokens == sum(len(x) for x in adapter.encode(texts)) - 2
+    saved = json.loads((tmp_path / "ev" / "evaluation.json").read_text())["models"][0]["perplexity_spans"]
+    assert saved["inside_tokens"] == m.perplexity_spans.inside_tokens > 0
+    assert "outside the secrets" in (tmp_path / "ev" / "report.html").read_text()
+    from attacks.cli import summary
+
+    assert summary(ev, "")["models"][0]["perplexity_outside_secrets"] == m.perplexity_spans.outside
+    data.write_text(json.dumps({"text": "short", "spans": [{"start": 2, "end": 9}]}) + "\n")
+    with pytest.raises(SpecError, match=r"^perplexity.data: .*record 0: a span in spans lies outside its text"):
+        run_evaluation(parse_config({**base, "perplexity": {"data": str(data), "spans_column": "spans"},
+                                     "output": str(tmp_path / "bad")}), progress=False)
+    assert not (tmp_path / "bad" / "evaluation.json").exists()
+
+
 def test_without_the_registration_the_kind_is_unknown(tmp_path):
     from attacks.config import parse_config
 

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from attacks.metrics import (auc, exposure, extrapolated_exposure, rank_of, roc_curve, roc_result, tpr_at_fpr,
-                             zlib_entropy, zlib_ratio)
+from attacks.metrics import (auc, exposure, extrapolated_exposure, rank_of, roc_curve, roc_result, span_perplexity,
+                             tpr_at_fpr, zlib_entropy, zlib_ratio)
 
 
 def test_roc_and_auc_of_a_hand_ranked_case():
@@ -119,3 +119,19 @@ def test_zlib_filter_drops_repetition_keeps_prose():
     assert zlib_entropy("abc") == len(__import__("zlib").compress(b"abc"))
     with pytest.raises(ValueError):
         zlib_ratio("")
+
+
+def test_span_perplexity_splits_tokens_by_overlap_by_hand():
+    """Text 0 has tokens [0,2) [2,5) [5,8) with log-probabilities -1, -3, -2 and a span
+    [3,4): only the middle token overlaps it. Text 1 has tokens [0,4) [4,6), a span [4,4)
+    (empty: no token) and one [6,9) (touching the last token's end: none). So outside =
+    exp((1 + 2 + 0.5 + 1.5) / 4), inside = exp(3 / 1)."""
+    lp = [np.array([-1.0, -3.0, -2.0]), np.array([-0.5, -1.5])]
+    off = [np.array([[0, 2], [2, 5], [5, 8]]), np.array([[0, 4], [4, 6]])]
+    r = span_perplexity(lp, off, [[(3, 4)], [(4, 4), (6, 9)]])
+    assert r.outside == pytest.approx(math.exp(5.0 / 4)) and r.inside == pytest.approx(math.exp(3.0))
+    assert (r.inside_tokens, r.tokens) == (1, 5)
+    none = span_perplexity(lp, off, [[], []])
+    assert none.inside is None and none.outside == pytest.approx(math.exp(8.0 / 5))
+    with pytest.raises(ValueError, match="every token overlaps a span"):
+        span_perplexity(lp[:1], off[:1], [[(0, 8)]])

@@ -280,3 +280,13 @@ def test_the_marked_reference_wins_over_the_first_unprotected_model():
     assert cost_of_protection(crt, plain) == "+50.0% perplexity against plain"
     assert cost_of_protection(base, plain) == "30.0x the perplexity of plain (+2900%)"
     assert cost_of_protection(ModelResult("r", "x", perplexity=2.7), plain) == "-10.0% perplexity against plain"
+    # with the secrets' spans, the cost outside them too (2.2 / 2.0 by hand)
+    from attacks.results import SpanPerplexity
+
+    plain.perplexity_spans = SpanPerplexity(outside=2.0, inside=20.0, inside_tokens=10, tokens=50)
+    crt.perplexity_spans = SpanPerplexity(outside=2.2, inside=300.0, inside_tokens=10, tokens=50)
+    assert cost_of_protection(crt, plain) == ("+50.0% perplexity against plain; +10.0% perplexity outside the "
+                                              "secrets' spans against plain")
+    page = render_report(Evaluation("e", "2026-11-28T00:00:00Z", [plain, crt]))
+    assert "outside the secrets' spans <b>2.20</b>; on them 300.00" in page.replace("&#x27;", "'")
+    assert "2.20 outside secrets" in page
