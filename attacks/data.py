@@ -40,21 +40,28 @@ def read_texts(source: str, *, column: str = "text", limit: int | None = None, s
     return texts
 
 
+def _data_files(source: str, what: str) -> tuple[str, list[str]]:
+    """``train.data.data_files`` of ``source``, its errors naming our field ``what``."""
+    from train.data import data_files
+
+    if not Path(source).exists():
+        raise SpecError(f"{what}: {source} does not exist")
+    try:
+        return data_files(source)
+    except InputError as exc:
+        msg = str(exc).split(": ", 1)[1] if str(exc).startswith("data.") else str(exc)
+        raise SpecError(f"{what}: {msg}") from None
+
+
 def read_texts_with_spans(source: str, *, column: str = "text", spans_column: str = "spans",
                           limit: int | None = None, seed: int = 0,
                           what: str = "data") -> tuple[list[str], list[list[tuple[int, int]]]]:
     """:func:`read_texts`' sample (the same texts for the same seed) with each text's
     character spans from ``spans_column``: a list of ``{start, end, ...}`` per record (the
     product's ``spans``, or gold spans), empty or null for none."""
-    from train.data import data_files, read_table
+    from train.data import read_table
 
-    if not Path(source).exists():
-        raise SpecError(f"{what}: {source} does not exist")
-    try:
-        fmt, files = data_files(source)
-    except InputError as exc:
-        msg = str(exc).split(": ", 1)[1] if str(exc).startswith("data.") else str(exc)
-        raise SpecError(f"{what}: {msg}") from None
+    fmt, files = _data_files(source, what)
     if fmt == "text":
         raise SpecError(f"{what}: {source} is plain text, which has no spans (use Parquet or JSONL with a "
                         f"{spans_column!r} column)")
@@ -96,15 +103,9 @@ def read_identifier_records(source: str, *, limit: int | None = None, seed: int 
     those columns (and ``doc_id``, else ``id``, else the row number). Records without text
     are skipped; one without an individual is an error, as is a missing column."""
     from attacks.identifiers import Record
-    from train.data import read_table, data_files
+    from train.data import read_table
 
-    if not Path(source).exists():
-        raise SpecError(f"{what}: {source} does not exist")
-    try:
-        fmt, files = data_files(source)
-    except InputError as exc:
-        msg = str(exc).split(": ", 1)[1] if str(exc).startswith("data.") else str(exc)
-        raise SpecError(f"{what}: {msg}") from None
+    fmt, files = _data_files(source, what)
     hints = {"identifier_spans": "run the identifiers stage",
              "individual_id": "the identifiers stage needs it; keep it with output.pseudonym_key",
              "text": "the text the spans index"}
