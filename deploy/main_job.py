@@ -21,9 +21,10 @@ the job trains as users do, fine-tuning a public base:
    it (Ray Train): plain on the raw text, plain on the redacted text, and CRT (plain steps
    on the public split, DP-SGD on the private one);
 4. one evaluation of the three: exact canary exposure over all 10^4 candidates,
-   membership inference (the uploaded records vs held-out ones), perplexity on held-out
-   text, and each protection's cost against plain; the report downloaded to
-   ``OUT_DIR/report``.
+   membership inference (the uploaded records vs held-out ones), perplexity on the
+   held-out dialogues' sentences (cut by the recipe's own split rules), overall and on the
+   text outside their gold PII spans, and each protection's cost against plain; the report
+   downloaded to ``OUT_DIR/report``.
 
 Without the public data it trains the three from scratch on a generated corpus (the
 ``make-corpus`` generator, PII in every sentence).
@@ -76,20 +77,46 @@ ROOT = Path(__file__).resolve().parents[1]
 def _corpora(out: Path, docs: int, public: Path | None) -> str:
     """The training and held-out corpora (``out/train.jsonl``, ``out/heldout.jsonl``):
     a seeded sample of CustomerSim's train dialogues and 200 of its test dialogues when the
-    public data is there, else generated ones. Returns what they are."""
+    public data is there, else generated ones; and the held-out dialogues' sentences with
+    their gold PII spans (``out/heldout_sentences.jsonl``). Returns what they are."""
     if public is None:
         from privatize.corpus import make_corpus
 
         make_corpus(out / "train.jsonl", n_docs=docs, seed=0)
         make_corpus(out / "heldout.jsonl", n_docs=200, seed=9)
+        _sentences_with_spans(out / "heldout.jsonl", out / "heldout_sentences.jsonl")
         return f"{docs} generated documents (PII in every sentence)"
     for split, n, name, seed in (("train", docs, "train", 0), ("test", 200, "heldout", 9)):
         rows = [json.loads(x) for x in open(public / "customersim" / f"{split}.jsonl", encoding="utf-8")]
         rows = [r for r in rows if r["kind"] != "canary"]  # the dataset's own canaries: ours are inserted
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as fh:
             for r in random.Random(seed).sample(rows, min(n, len(rows))):
-                fh.write(json.dumps({"doc_id": r["id"], "text": r["text"]}) + "\n")
+                fh.write(json.dumps({"doc_id": r["id"], "text": r["text"], "spans": r["spans"]}) + "\n")
+    _sentences_with_spans(out / "heldout.jsonl", out / "heldout_sentences.jsonl")
     return f"{docs} CustomerSim dialogues"
+
+
+def _sentences_with_spans(src: Path, dst: Path) -> int:
+    """``src``'s documents cut into the data points every model trains on (the CRT recipe's
+    split stage: :func:`privatize.stages.split.segment_spans` is its rules, so the sentences
+    are the ones the stage makes), each with the gold PII ``spans`` it holds, clipped to it
+    and counted from its start. Perplexity on them is split into the text around the PII,
+    which protection should keep, and the PII, which it is meant not to learn. Returns the
+    number of sentences written."""
+    from privatize.recipes import crt_split
+    from privatize.stages.split import segment_spans
+
+    unit = crt_split().get("unit", "sentence")
+    n = 0
+    with open(src, encoding="utf-8") as fin, open(dst, "w", encoding="utf-8") as fh:
+        for line in fin:
+            r = json.loads(line)
+            gold = [(s["start"], s["end"]) for s in r.get("spans") or []]
+            for a, b in segment_spans(r["text"], unit):
+                spans = [{"start": max(s, a) - a, "end": min(e, b) - a} for s, e in gold if s < b and e > a]
+                fh.write(json.dumps({"text": r["text"][a:b], "spans": spans}) + "\n")
+                n += 1
+    return n
 
 
 def _wait_all(c, ids: dict[str, str], what: str) -> dict[str, dict]:
@@ -141,24 +168,20 @@ def main() -> int:
               + (", public text for the base)" if public else ")"), flush=True)
         train_c = c.upload_corpus(out / "train.jsonl", name="main-train")
         held_c = c.upload_corpus(out / "heldout.jsonl", name="main-heldout")
+        held_s = c.upload_corpus(out / "heldout_sentences.jsonl", name="main-heldout-sentences")
         key = c.create_key("hmac", label="canaries")
         canaries = {"kind": "canaries", "key": key["ref"], **CANARIES}
 
-        print("== main job 2/4: privatize (raw: canaries, sentences; the CRT recipe with canaries; the held-out "
-              "dialogues' sentences) as Ray jobs", flush=True)
+        print("== main job 2/4: privatize (raw: canaries, sentences; the CRT recipe with canaries) as Ray jobs",
+              flush=True)
         # every model trains on the same data points, the CRT paper's: whole sentences (the
         # recipe's own split stage), and perplexity is measured on held-out sentences
-        split = crt_split()
-        specs = {"raw": {"version": 1, "stages": [canaries, split]},
+        specs = {"raw": {"version": 1, "stages": [canaries, crt_split()]},
                  "crt": {"version": 1, "stages": [canaries, *crt_stages(operator="mask")]}}
         jobs = {name: c.create_job(train_c["id"], spec)["id"] for name, spec in specs.items()}
-        held_job = c.create_job(held_c["id"], {"version": 1, "stages": [split]})["id"]
-        pending = {**jobs, "held-out": held_job}
+        pending = dict(jobs)
         base = None
         if public:
-            # a tenant runs at most 3 jobs at once (trainings included): the public text's
-            # job starts once the held-out one (the smallest) is done
-            _wait_all(c, {"held-out": pending.pop("held-out")}, "job")
             pub_c = c.upload_corpus(public_corpus(out / "public-text", public), name="public-text")
             pub_job = c.create_job(pub_c["id"], packaged_spec("public"))["id"]
             _wait_all(c, {"public": pub_job}, "job")
@@ -190,7 +213,7 @@ def main() -> int:
                   "canaries": {"key": key["ref"], **CANARIES},
                   "mia": {"members": {"corpus_id": train_c["id"]}, "non_members": {"corpus_id": held_c["id"]},
                           "limit": 200, "group_size": 10},
-                  "perplexity": {"data": {"job_id": held_job}, "limit": 1000}}
+                  "perplexity": {"data": {"corpus_id": held_s["id"]}, "limit": 1000, "spans_column": "spans"}}
         ev = c.create_evaluation(ev_cfg)
         _wait_all(c, {"attacks": ev["id"]}, "evaluation")
         paths = c.download_report(ev["id"], out / "report")
@@ -200,14 +223,19 @@ def main() -> int:
     print()
     print(f"Main job finished in {time.time() - t_start:.0f} s: privacy against utility of the three models")
     print(f"  ({'fine-tuned from a public base, ' if base else 'from scratch, '}{what}, {epochs} epochs)")
-    print(f"  {'model':<9} {'perplexity':>10} {'x plain':>8} {'max exposure':>13} {'mean exposure':>14} "
-          f"{'MIA AUC (loss)':>15} {'TPR@1%FPR':>10}")
-    plain_ppl = next(m["perplexity"] for m in ev_json["models"] if m["name"] == "plain")
+    print(f"  {'model':<9} {'perplexity':>10} {'x plain':>8} {'outside PII':>12} {'x plain':>8} {'max exposure':>13} "
+          f"{'mean exposure':>14} {'MIA AUC (loss)':>15} {'TPR@1%FPR':>10}")
+    plain = next(m for m in ev_json["models"] if m["name"] == "plain")
     for m in ev_json["models"]:
         x, mia = m["exposure"], {r["score"]: r for r in m["mia"]["scores"]}
-        print(f"  {m['name']:<9} {m['perplexity']:>10.1f} {m['perplexity'] / plain_ppl:>8.2f} "
+        outside = m["perplexity_spans"]["outside"]
+        print(f"  {m['name']:<9} {m['perplexity']:>10.1f} {m['perplexity'] / plain['perplexity']:>8.2f} "
+              f"{outside:>12.2f} {outside / plain['perplexity_spans']['outside']:>8.2f} "
               f"{x['max_exposure']:>13.2f} {x['mean_exposure']:>14.2f} "
               f"{mia['loss']['auc']:>15.3f} {mia['loss']['tpr_at'][0]['tpr']:>10.3f}")
+    sp = plain["perplexity_spans"]
+    print(f"  (outside PII: perplexity on the held-out tokens outside the gold PII spans; "
+          f"{sp['inside_tokens']} of {sp['tokens']} tokens are on PII)")
     print(f"  (exposure in bits of at most log2 10^4 = 13.29; never-inserted canaries reach "
           f"{max(m['exposure']['max_reference_exposure'] for m in ev_json['models']):.2f})")
     print(f"  evaluation: {summary['id']} ({summary['status']})")
