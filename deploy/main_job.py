@@ -182,6 +182,8 @@ def main() -> int:
         pending = dict(jobs)
         base = None
         if public:
+            # a tenant runs at most 3 jobs at once, trainings included: raw, crt and public,
+            # then the base's training while raw and crt finish
             pub_c = c.upload_corpus(public_corpus(out / "public-text", public), name="public-text")
             pub_job = c.create_job(pub_c["id"], packaged_spec("public"))["id"]
             _wait_all(c, {"public": pub_job}, "job")
