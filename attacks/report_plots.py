@@ -94,42 +94,68 @@ def _loss_figure(models: Sequence[ModelResult]) -> Figure | None:
     return fig
 
 
-def _tradeoff_figure(points: list[tuple[str, float, float]], ylabel: str, title: str, xlabel: str,
+def _tradeoff_figure(points: list[tuple[str, float, float, float | None]], ylabel: str, title: str, xlabel: str,
                      chance: float | None = None) -> Figure | None:
+    """One filled point per model at (x, y); where the model has an x on the text outside
+    the secrets' spans (the fourth element), a hollow point there too, joined to the first:
+    how much of the model's cost is off the secrets."""
     if not points:
         return None
     fig = Figure(figsize=(6.5, 4.2), layout="constrained")
     ax = fig.subplots()
-    for k, (name, x, y) in enumerate(points):
-        ax.scatter([x], [y], color=f"C{k}", s=40, zorder=3)
+    split = any(p[3] is not None for p in points)
+    for k, (name, x, y, x_out) in enumerate(points):
+        ax.scatter([x], [y], color=f"C{k}", s=40, zorder=3, label="all held-out tokens" if split and k == 0 else None)
+        if x_out is not None:
+            first = all(p[3] is None for p in points[:k])
+            ax.scatter([x_out], [y], facecolors="none", edgecolors=f"C{k}", s=40, zorder=3,
+                       label="outside the secrets' spans" if first else None)
+            ax.plot([x_out, x], [y, y], color=f"C{k}", lw=0.8, ls=":", zorder=2)
         ax.annotate(short_label(name, 28), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
     if chance is not None:
         ax.axhline(chance, color="grey", ls=":", label="chance")
+    if chance is not None or split:
         ax.legend(fontsize=8)
+    xs = [v for p in points for v in (p[1], p[3]) if v is not None]
+    if min(xs) > 0 and max(xs) / min(xs) > 20:  # a base model far off: ratios read on a log axis
+        ax.set_xscale("log")
+        xlabel += ", log scale"
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.margins(0.2)
     return fig
 
 
-def _utility(models: Sequence[ModelResult]) -> tuple[Callable[[ModelResult], float], str]:
+def _utility(models: Sequence[ModelResult]) -> tuple[Callable[[ModelResult], float],
+                                                     Callable[[ModelResult], float | None], str]:
     """Each model's x: its perplexity as a ratio to the unprotected reference's when the
-    evaluation has one (the cost of protection), else the perplexity itself."""
+    evaluation has one (the cost of protection), else the perplexity itself; and the same
+    on the tokens outside the secrets' spans (None where the model, or the reference, has
+    no such split)."""
     ref = reference_model(models)
+
+    def outside(m: ModelResult) -> float | None:
+        if m.perplexity_spans is None:
+            return None
+        if ref is None:
+            return m.perplexity_spans.outside
+        return None if ref.perplexity_spans is None else m.perplexity_spans.outside / ref.perplexity_spans.outside
+
     if ref is None:
-        return (lambda m: m.perplexity), "perplexity (lower = more useful)"
-    return (lambda m: m.perplexity / ref.perplexity), f"perplexity ÷ {short_label(ref.name, 20)}'s (1 = no cost)"
+        return (lambda m: m.perplexity), outside, "perplexity (lower = more useful)"
+    return ((lambda m: m.perplexity / ref.perplexity), outside,
+            f"perplexity ÷ {short_label(ref.name, 20)}'s (1 = no cost)")
 
 
 def _ppl_exposure_figure(models: Sequence[ModelResult]) -> Figure | None:
-    x, label = _utility(models)
-    pts = [(m.name, x(m), m.exposure.max_exposure) for m in models
+    x, x_out, label = _utility(models)
+    pts = [(m.name, x(m), m.exposure.max_exposure, x_out(m)) for m in models
            if m.perplexity is not None and m.exposure is not None]
     return _tradeoff_figure(pts, "max canary exposure (bits)", "Utility vs canary exposure", label)
 
 
 def _ppl_auc_figure(models: Sequence[ModelResult]) -> Figure | None:
-    x, label = _utility(models)
-    pts = [(m.name, x(m), r.auc) for m in models
+    x, x_out, label = _utility(models)
+    pts = [(m.name, x(m), r.auc, x_out(m)) for m in models
            if m.perplexity is not None and (r := best_auc(m.mia)) is not None]
     return _tradeoff_figure(pts, "best membership-inference AUC", "Utility vs membership inference", label, chance=0.5)
 
@@ -146,11 +172,13 @@ _PLOTS: tuple[tuple[str, str, str, Callable[[Sequence[ModelResult]], Figure | No
      "Training loss against step for each model with a recorded loss curve",
      _loss_figure, "No loss plot: no model records a training loss curve."),
     ("ppl-exposure", "Utility vs privacy: perplexity (as a ratio to the unprotected model's, where the "
-     "evaluation has one) against max canary exposure.",
+     "evaluation has one) against max canary exposure; hollow points: on the text outside the secrets' spans, "
+     "where the evaluation gives them.",
      "Scatter of perplexity against max canary exposure, one labelled point per model",
      _ppl_exposure_figure, "No perplexity-vs-exposure plot: no model has both a perplexity and an exposure result."),
     ("ppl-auc", "Utility vs privacy: perplexity (as a ratio to the unprotected model's, where the evaluation "
-     "has one) against best membership-inference AUC.",
+     "has one) against best membership-inference AUC; hollow points: on the text outside the secrets' spans, "
+     "where the evaluation gives them.",
      "Scatter of perplexity against best membership-inference AUC, one labelled point per model",
      _ppl_auc_figure, "No perplexity-vs-AUC plot: no model has both a perplexity and a membership-inference result."),
 )

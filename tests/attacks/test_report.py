@@ -290,3 +290,38 @@ def test_the_marked_reference_wins_over_the_first_unprotected_model():
     page = render_report(Evaluation("e", "2026-11-28T00:00:00Z", [plain, crt]))
     assert "outside the secrets' spans <b>2.20</b>; on them 300.00" in page.replace("&#x27;", "'")
     assert "2.20 outside secrets" in page
+
+
+def test_tradeoff_plots_add_a_hollow_point_outside_the_secrets():
+    """With the secrets' spans, each model's point in the utility-vs-privacy plots gets a
+    hollow twin at its perplexity ratio outside the spans (hand-computed: 2.2 / 2.0 = 1.1);
+    without them, only the filled points."""
+    from attacks.report_plots import _ppl_auc_figure, _ppl_exposure_figure
+    from attacks.results import SpanPerplexity
+
+    ev = _evaluation()
+    plain, redacted, crt = ev.models
+    plain.reference = True
+
+    def points(fig) -> tuple[list, list]:
+        filled, hollow = [], []
+        for c in fig.axes[0].collections:
+            (filled if len(c.get_facecolors()) else hollow).extend(map(tuple, np.round(c.get_offsets(), 6).tolist()))
+        return sorted(filled), sorted(hollow)
+
+    auc = {m.name: max(r.auc for r in m.mia.scores) for m in ev.models}
+    filled, hollow = points(_ppl_auc_figure(ev.models))
+    assert hollow == [] and [x for x, _ in filled] == sorted(round(m.perplexity / 18.7, 6) for m in ev.models)
+    plain.perplexity_spans = SpanPerplexity(outside=2.0, inside=20.0, inside_tokens=10, tokens=50)
+    crt.perplexity_spans = SpanPerplexity(outside=2.2, inside=300.0, inside_tokens=10, tokens=50)
+    filled, hollow = points(_ppl_auc_figure(ev.models))
+    assert hollow == sorted([(1.0, round(auc[plain.name], 6)), (1.1, round(auc[crt.name], 6))])
+    assert len(filled) == 3  # redacted has no split: its filled point only
+    _, hollow = points(_ppl_exposure_figure(ev.models))
+    assert hollow == sorted([(1.0, round(plain.exposure.max_exposure, 6)), (1.1, round(crt.exposure.max_exposure, 6))])
+    labels = [t.get_text() for t in _ppl_exposure_figure(ev.models).axes[0].get_legend().get_texts()]
+    assert labels == ["all held-out tokens", "outside the secrets' spans"]
+    # ratios over 20x apart (a public base far off) are drawn on a log axis
+    assert _ppl_auc_figure(ev.models).axes[0].get_xscale() == "linear"
+    crt.perplexity = 18.7 * 30
+    assert _ppl_auc_figure(ev.models).axes[0].get_xscale() == "log"
