@@ -77,14 +77,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def _corpora(out: Path, docs: int, public: Path | None) -> str:
     """The training and held-out corpora (``out/train.jsonl``, ``out/heldout.jsonl``):
     a seeded sample of CustomerSim's train dialogues and 200 of its test dialogues when the
-    public data is there, else generated ones; and the held-out dialogues' sentences with
-    their gold PII spans (``out/heldout_sentences.jsonl``). Returns what they are."""
+    public data is there, else generated ones, each with its gold PII ``spans``. Returns
+    what they are."""
     if public is None:
         from privatize.corpus import make_corpus
 
         make_corpus(out / "train.jsonl", n_docs=docs, seed=0)
         make_corpus(out / "heldout.jsonl", n_docs=200, seed=9)
-        _sentences_with_spans(out / "heldout.jsonl", out / "heldout_sentences.jsonl")
         return f"{docs} generated documents (PII in every sentence)"
     for split, n, name, seed in (("train", docs, "train", 0), ("test", 200, "heldout", 9)):
         rows = [json.loads(x) for x in open(public / "customersim" / f"{split}.jsonl", encoding="utf-8")]
@@ -92,7 +91,6 @@ def _corpora(out: Path, docs: int, public: Path | None) -> str:
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as fh:
             for r in random.Random(seed).sample(rows, min(n, len(rows))):
                 fh.write(json.dumps({"doc_id": r["id"], "text": r["text"], "spans": r["spans"]}) + "\n")
-    _sentences_with_spans(out / "heldout.jsonl", out / "heldout_sentences.jsonl")
     return f"{docs} CustomerSim dialogues"
 
 
@@ -104,9 +102,9 @@ def _sentences_with_spans(src: Path, dst: Path) -> int:
     which protection should keep, and the PII, which it is meant not to learn. Returns the
     number of sentences written."""
     from privatize.recipes import crt_split
-    from privatize.stages.split import segment_spans
+    from privatize.stages.split import SplitSettings, segment_spans
 
-    unit = crt_split().get("unit", "sentence")
+    unit = SplitSettings.model_validate(crt_split()).unit
     n = 0
     with open(src, encoding="utf-8") as fin, open(dst, "w", encoding="utf-8") as fh:
         for line in fin:
@@ -163,6 +161,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     what = _corpora(out, docs, public)
+    _sentences_with_spans(out / "heldout.jsonl", out / "heldout_sentences.jsonl")
     with ServiceClient(os.environ["PRIVATIZE_URL"], os.environ["PRIVATIZE_TOKEN"]) as c:
         print(f"== main job 1/4: upload ({what} to train on, 200 held out"
               + (", public text for the base)" if public else ")"), flush=True)
