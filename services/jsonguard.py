@@ -10,13 +10,21 @@
   every later list answer 500; ``Infinity``, ``NaN`` and numbers past a double (``1e999``)
   are not JSON, and were stored as such. Both are refused with a 422 naming the field,
   before anything is stored, as is a configuration string longer than
-  ``max_json_string_chars``.
+  ``max_json_string_chars``, and a NUL character (``"a\\u0000b"``) in any string:
+  PostgreSQL refuses NUL in a text column, so a stored one was a 500.
+* **Depth.** Arrays and objects nested deeper than ``max_json_depth`` (64) are refused
+  with a 422 before any parser runs: Python's parser recurses, and 5,000 nested arrays
+  sent to a route that takes no body were a 500 (``RecursionError``); to one that takes a
+  body, FastAPI's "There was an error parsing the body". The depth is counted on the raw
+  bytes (brackets outside strings) by :class:`BodyLimitMiddleware`, so no route's parser
+  ever sees such a body, with or without a body of its own.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 
 from services.errors import InvalidRequest, ServiceError
 
@@ -57,6 +65,8 @@ def _refuse(loc: list, message: str) -> InvalidRequest:
 
 
 def _check_string(s: str, loc: list, max_chars: int | None) -> None:
+    if "\x00" in s:
+        raise _refuse(loc, f"a NUL character (\\u0000) at character {s.index(chr(0))} is not allowed in text")
     if not s.isascii():
         try:
             s.encode("utf-8")
@@ -67,17 +77,49 @@ def _check_string(s: str, loc: list, max_chars: int | None) -> None:
         raise _refuse(loc, f"{len(s):,} characters; at most {max_chars:,} on this service")
 
 
-def check_json_body(raw: bytes, *, max_chars: int, long_fields: frozenset[str] = frozenset()) -> None:
+#: a JSON string (escapes included), or a bracket outside one
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+#: the depth a body may have when no settings say otherwise (``max_json_depth``)
+MAX_JSON_DEPTH = 64
+
+
+def check_json_depth(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Raise :class:`InvalidRequest` if ``raw`` nests arrays and objects deeper than
+    ``max_depth``, counted on the bytes (brackets outside strings) without parsing: linear
+    in the body, no recursion. Bytes that are not JSON are counted the same way; the
+    route's parser says what else is wrong with them."""
+    if raw.count(b"[") + raw.count(b"{") <= max_depth:
+        return  # cannot be deeper: most bodies stop here
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    depth = 0
+    for b in brackets:
+        if b == 0x5B or b == 0x7B:  # [ {
+            depth += 1
+            if depth > max_depth:
+                raise _refuse([], f"arrays and objects nested deeper than {max_depth} levels; at most "
+                                  f"{max_depth} on this service")
+        else:
+            depth -= 1
+
+
+def check_json_body(raw: bytes, *, max_chars: int, long_fields: frozenset[str] = frozenset(),
+                    max_depth: int = MAX_JSON_DEPTH) -> None:
     """Raise :class:`InvalidRequest` naming the first field that holds a lone surrogate, a
-    non-finite number or an over-long string (keys count as strings of their object).
+    NUL character, a non-finite number or an over-long string (keys count as strings of
+    their object), or ``body`` when it nests deeper than ``max_depth``.
     A body that is not JSON at all is left to the route's own parser, which says so."""
     if not raw:
         return
+    check_json_depth(raw, max_depth)
     try:
         value = json.loads(raw, parse_constant=_constant, parse_float=_float)
     except _NotFinite as e:
         # the parser does not say where: find the field by parsing again with a marker
         raise _refuse(_locate_constant(raw), f"{e.args[0]} is not a JSON number (finite numbers only)") from None
+    except RecursionError:  # not reached within max_depth; never a 500 if it were
+        raise _refuse([], "arrays and objects nested too deep") from None
     except ValueError:
         return
     stack: list[tuple[object, list, int | None]] = [(value, [], max_chars)]
@@ -87,7 +129,7 @@ def check_json_body(raw: bytes, *, max_chars: int, long_fields: frozenset[str] =
             _check_string(v, loc, bound)
         elif isinstance(v, dict):
             for k, item in v.items():
-                _check_string(k, [*loc, k] if _utf8(k) else loc, max_chars)
+                _check_string(k, [*loc, k] if _utf8(k) and "\x00" not in k else loc, max_chars)
                 exempt = not loc and k in long_fields
                 stack.append((item, [*loc, k], None if exempt else bound))
         elif isinstance(v, list):
@@ -132,7 +174,9 @@ def body_limit(settings, path: str, method: str) -> int | None:
 class BodyLimitMiddleware:
     """Pure ASGI: a body over :func:`body_limit` answers 413 before it is read whole, by its
     ``Content-Length`` or once the bytes received pass the limit. A body within it is read
-    here (the route would read it whole anyway) and handed on as it came."""
+    here (the route would read it whole anyway); one nested deeper than ``max_json_depth``
+    answers 422 (:func:`check_json_depth`) before any route or parser sees it, and any
+    other is handed on as it came."""
 
     def __init__(self, app, settings):
         self.app, self.settings = app, settings
@@ -157,11 +201,25 @@ class BodyLimitMiddleware:
                 return await _too_large(send, limit)
             if not message.get("more_body", False):
                 break
+        try:
+            check_json_depth(b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request"),
+                             self.settings.max_json_depth)
+        except InvalidRequest as exc:
+            return await _refused(send, exc)
 
         async def replay():
             return messages.pop(0) if messages else await receive()
 
         await self.app(scope, replay, send)
+
+
+async def _refused(send, exc: InvalidRequest) -> None:
+    """422 as ``services.app`` answers an :class:`InvalidRequest` (the middleware runs
+    outside the app's exception handlers)."""
+    body = json.dumps({"detail": exc.message, "code": exc.code, **exc.extra}).encode()
+    await send({"type": "http.response.start", "status": 422,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _too_large(send, limit: int) -> None:

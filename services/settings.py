@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     """A JSON request body over this is refused with 413 before it is read whole."""
     max_json_string_chars: int = Field(16_384, ge=256, le=1 << 20)
     """A string in a JSON request's configuration (not /v1/decrypt's texts) over this is refused with 422."""
+    max_json_depth: int = Field(64, ge=8, le=512)
+    """Arrays and objects in a JSON request body nested deeper than this are refused with 422
+    before it is parsed (the parsers recurse; Python's gives up near 1000)."""
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
     """One JSON object per log line (with the request id), or plain text."""

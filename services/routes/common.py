@@ -23,11 +23,13 @@ async def clean_request(request: Request) -> None:
     parameter: no text column holds one (PostgreSQL refuses it with an error), so it must
     never reach a query. (Invalid UTF-8 in a URL is decoded to U+FFFD, which is harmless.)
     A JSON body is checked by :func:`services.jsonguard.check_json_body`: no lone
-    surrogate, no non-finite number, no configuration string over the service's bound."""
+    surrogate, no NUL character, no non-finite number, no configuration string over the
+    service's bound, no nesting deeper than its ``max_json_depth``."""
     key = (request.url.path, request.method)
     if body_limit(request.app.state.ctx.settings, *key) is not None:
-        check_json_body(await request.body(), max_chars=request.app.state.ctx.settings.max_json_string_chars,
-                        long_fields=LONG_TEXT_FIELDS.get(key, frozenset()))
+        settings = request.app.state.ctx.settings
+        check_json_body(await request.body(), max_chars=settings.max_json_string_chars,
+                        long_fields=LONG_TEXT_FIELDS.get(key, frozenset()), max_depth=settings.max_json_depth)
     for where, items in (("query", request.query_params.multi_items()), ("path", request.path_params.items())):
         for name, value in items:
             if isinstance(value, str) and "\x00" in value:

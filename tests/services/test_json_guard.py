@@ -129,3 +129,80 @@ def test_check_json_body_by_hand(raw, path):
     with pytest.raises(InvalidRequest) as ei:
         check_json_body(raw, max_chars=100)
     assert ei.value.extra["errors"][0]["path"] == path
+
+
+# ---- issue 53, item 2: nesting depth on every route, NUL in any string ---------------------
+
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+def test_a_deep_body_is_a_422_on_every_post_route_with_a_body_or_without(api):
+    """5,000 nested arrays sent to a route that takes no body was a 500 (the body check
+    caught ValueError, the parser raised RecursionError); to one that takes a body, FastAPI's
+    400 "There was an error parsing the body". Now every one is a 422 that says why, before
+    any parser runs, and the key and the job are untouched."""
+    client, corpus_id, settings, engine = api
+    key = client.post("/v1/keys", json={"kind": "aes-siv"}).json()
+    routes = [f"/v1/keys/{key['id']}/export", f"/v1/keys/{key['id']}/disable", f"/v1/keys/{key['id']}/enable",
+              "/v1/jobs/0123456789abcdef/cancel", "/v1/keys", "/v1/jobs", "/v1/trainings", "/v1/evaluations",
+              "/v1/decrypt"]
+    for route in routes:
+        for body in (DEEP, b'{"a": ' + DEEP + b"}", b'{"label": "x", "pad": ' + b"{\"k\": " * 3000 + b"1"
+                     + b"}" * 3000 + b"}"):
+            r = client.post(route, content=body, headers=H)
+            assert r.status_code == 422, (route, r.status_code, r.text[:200])
+            got = r.json()
+            assert got["code"] == "invalid" and got["errors"][0]["path"] == "body", got
+            assert f"nested deeper than {settings.max_json_depth} levels" in got["detail"], got
+    assert client.get(f"/v1/keys/{key['id']}").json()["status"] == "enabled"
+    assert _jobs(engine) == 0
+    # at the bound itself a body is the route's to judge (here: no body wanted, so it is ignored)
+    at_bound = b"[" * settings.max_json_depth + b"]" * settings.max_json_depth
+    assert client.post(f"/v1/keys/{key['id']}/disable", content=at_bound, headers=H).status_code == 200
+
+
+def test_brackets_inside_strings_do_not_count_and_the_depth_is_a_setting():
+    from services.jsonguard import check_json_depth
+
+    check_json_depth(b'{"a": "' + b"[" * 1000 + b'", "b": "\\"[[[[' + b"{" * 500 + b'"}', 64)
+    check_json_depth(b"[" + b"[], " * 100_000 + b"[]]", 2)  # wide, not deep
+    with pytest.raises(InvalidRequest):
+        check_json_depth(b"[[[]]]", 2)
+    with pytest.raises(InvalidRequest) as ei:
+        check_json_body(DEEP, max_chars=100)
+    assert ei.value.extra["errors"][0]["path"] == "body"
+
+
+@pytest.mark.parametrize("raw,path", [
+    (b'{"kind": "aes-siv", "label": "a\\u0000b"}', "label"),
+    (b'{"a": [1, {"b": "\\u0000"}]}', "a.1.b"),
+    (b'{"a": {"k\\u0000": 1}}', "a"),                    # in a key: the path stops at its object
+])
+def test_check_json_body_refuses_nul_at_its_field(raw, path):
+    with pytest.raises(InvalidRequest) as ei:
+        check_json_body(raw, max_chars=100)
+    assert ei.value.extra["errors"][0]["path"] == path
+    assert "a NUL character (\\u0000)" in ei.value.message
+
+
+def test_a_nul_in_any_string_is_a_422_naming_the_field_and_nothing_is_stored(api):
+    """PostgreSQL refuses NUL in a text column: a key label "a\\u0000b" was stored on SQLite
+    (201) and a 500 on PostgreSQL. Every JSON string of a body is checked, at its path."""
+    client, corpus_id, _, engine = api
+    cases = [("/v1/keys", {"kind": "aes-siv", "label": "a\u0000b"}, "label"),
+             ("/v1/jobs", {"corpus_id": corpus_id, "spec": {"stages": [{"kind": "split"}],
+                                                            "output": {"meta_keys": ["ok", "m\u0000"]}}},
+              "spec.output.meta_keys.1"),
+             ("/v1/jobs", {"corpus_id": "ab\u0000cd", "spec": {"stages": [{"kind": "split"}]}}, "corpus_id"),
+             ("/v1/trainings", {"job_id": "j", "config": {"kind": "pretrain", "data": {"text_column": "t\u0000"}}},
+              "config.data.text_column"),
+             ("/v1/decrypt", {"key": "keystore:k", "text": "x\u0000y"}, "text")]
+    for route, body, path in cases:
+        r = client.post(route, json=body)
+        assert r.status_code == 422, (route, r.text)
+        assert r.json()["errors"][0]["path"] == path and r.json()["detail"].startswith(f"{path}: a NUL"), r.json()
+    assert client.get("/v1/keys").json() == [] and _jobs(engine) == 0
+    # a NUL sent to a route that takes no body is refused all the same
+    key = client.post("/v1/keys", json={"kind": "aes-siv", "label": "fine"}).json()
+    r = client.post(f"/v1/keys/{key['id']}/export", content=b'{"x": "\\u0000"}', headers=H)
+    assert r.status_code == 422 and r.json()["errors"][0]["path"] == "x", r.text
