@@ -279,9 +279,46 @@ def build_manifest(spec, tally: Tally, kinds: list[str], *, shards: list[dict], 
         "shards": shards,
         "quarantine": {"path": quarantine, "records": quarantine_records},
     })
+    split = split_summary(spec, manifest["stages"])
+    if split is not None:
+        manifest["split"] = split
     if getattr(spec, "quality", None) is not None:
         manifest["quality"] = spec.quality.model_dump(mode="json")
+    elif split is not None and split.get("pi_c", {}).get("delta_2") is not None:
+        pic = split["pi_c"]
+        manifest["quality"] = {"gamma": pic["gamma"], "delta_2": pic["delta_2"],
+                               "source": f"calibrated pi_c ({pic['model']}, domain {pic['domain']}): one-sided 95% "
+                                         f"upper bound on secret sentences routed public, measured on "
+                                         f"{'; '.join(pic.get('calibration_data') or [])}; gamma: secret sentences "
+                                         "pi leaves readable there (not this corpus: give quality in the spec "
+                                         "where the data owner measured its own)"}
     return manifest
+
+
+def split_summary(spec, stages: list[dict]) -> dict | None:
+    """The CRT split at a glance (for a spec with ``split_private``): public and private
+    records, the public share, and the conservative policy that routed them (the
+    calibrated model's threshold and delta_2's bound with their provenance, or
+    ``strict``)."""
+    kinds = [getattr(s, "kind", None) for s in spec.stages]
+    if "split_private" not in kinds:
+        return None
+    stats = stages[kinds.index("split_private")]["stats"] if len(stages) > kinds.index("split_private") else {}
+    pub, priv = int(stats.get("public", 0)), int(stats.get("private", 0))
+    out = {"public": pub, "private": priv, "public_share": pub / (pub + priv) if pub + priv else None}
+    redacts = [s for s in spec.stages if getattr(s, "kind", None) == "redact"]
+    if redacts:
+        pic = redacts[-1].pi_c
+        if pic.policy == "calibrated":
+            from privatize.redaction.calibration import load_model
+
+            out["pi_c"] = load_model(pic.calibration).summary(pic.domain)
+        else:
+            out["pi_c"] = {"policy": "strict"}
+        redact_stats = stages[kinds.index("redact")]["stats"] if len(stages) > kinds.index("redact") else {}
+        out["private_by"] = {k.split(".", 1)[1]: v for k, v in sorted(redact_stats.items())
+                             if k.startswith("pi_c_by.") and v}
+    return out
 
 
 def _key_id_order(name: str) -> tuple:

@@ -57,6 +57,7 @@ from privatize.redaction.compiled import (CompiledRecognizer, default_pattern_re
                                           split_caseless)
 from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping
+from privatize.redaction.evidence import candidates
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
                                          url_span, warm_word_lists)
 from privatize.redaction.styles import AUTO, get_style, style_picker, trim_article
@@ -133,6 +134,18 @@ class PiCOptions:
     expressions pi drops too: "several days ago") count."""
     digit_min_length: int = 1
     """With ``digits``: digit runs of at least this many digits count."""
+    policy: str = "strict"
+    """``strict`` (this class's default, so that a detector built with signal switches
+    keeps their meaning): every signal the switches leave on flags its record (the
+    paper's policy). ``calibrated`` (the redact stage's default, ``RedactSettings.pi_c``):
+    every signal is a candidate scored by the calibrated model
+    (:mod:`privatize.redaction.calibration`) and flags its record only at or above the
+    model's threshold; the signal switches do not apply."""
+    calibration: str | None = None
+    """With ``calibrated``: the model file (``None``: the shipped one)."""
+    domain: str | None = None
+    """With ``calibrated``: the calibrated domain whose threshold applies (``None``: the
+    model's default, the smallest of its domains')."""
 
 
 @dataclass
@@ -144,6 +157,14 @@ class Detection:
     """Merged character intervals the conservative policy flags (pi's spans included)."""
     style: str = "general"
     """The document style whose rules were used (:mod:`privatize.redaction.styles`)."""
+    pi_c_by: str | None = None
+    """What flagged the record for pi_c: ``pi`` (pi's own hits), a candidate kind of
+    :mod:`privatize.redaction.evidence` (calibrated policy), ``signal`` (strict policy),
+    ``None`` when nothing did."""
+    pi_c_score: float = 0.0
+    """Calibrated policy: the strongest candidate's score (0 without candidates)."""
+    evidence: list = field(default_factory=list)
+    """With ``want_evidence``: every pi_c candidate ``(start, end, kind, features)``."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -172,6 +193,14 @@ class Detector:
         self.profile = profile
         self.filtered = profile == "balanced"
         self.pi_c = pi_c or PiCOptions()
+        if self.pi_c.policy not in ("calibrated", "strict"):
+            raise ValueError(f"pi_c policy must be 'calibrated' or 'strict' (got {self.pi_c.policy!r})")
+        self.pic_model = None
+        if self.pi_c.policy == "calibrated":
+            from privatize.redaction.calibration import load_model
+
+            self.pic_model = load_model(self.pi_c.calibration)
+            self.pic_threshold = self.pic_model.threshold_for(self.pi_c.domain)
         self.style = style
         self._pick_style = style_picker(style)
         self.batch_size = batch_size
@@ -346,8 +375,28 @@ class Detector:
             return False  # "USR" read as an ORG; a tag NER reads as a name ("ANNA:") still counts
         return True
 
+    def _strict_intervals(self, text, i, pi, cands, raw, weak, ner, case_ner, upper_regions):
+        """The strict policy: every signal its switches leave on."""
+        pi_c = self.pi_c
+        iv = [(sp[0], sp[1]) for sp in pi]
+        by = "pi" if iv else None
+        if pi_c.recognizer_hits:
+            iv += [(c[0], c[1]) for c in [*cands, *raw, *weak] if c[3] >= pi_c.min_score]
+        if pi_c.all_ner_labels:
+            iv += [(s, e) for s, e, lab in [*ner[i], *case_ner.get(i, ())] if self._pi_c_entity(text, s, e, lab)]
+        if pi_c.digits or pi_c.capitalized:
+            iv += _pi_c_word_signals(text, capitalized=pi_c.capitalized, digits=pi_c.digits,
+                                     sentence_initial=pi_c.sentence_initial, speaker_labels=pi_c.speaker_labels,
+                                     digit_min_length=pi_c.digit_min_length)
+        if pi_c.capitalized:
+            # text without case information: every word that is not a function word
+            stops = stop_words()
+            for a, b in upper_regions[i]:
+                iv += [m.span() for m in _LETTER_WORD.finditer(text, a, b) if m.group(0).lower() not in stops]
+        return iv, (by or ("signal" if iv else None)), 0.0
+
     # ---- the batch ----------------------------------------------------------------
-    def detect(self, texts: list[str], *, want_intervals: bool = False) -> list[Detection]:
+    def detect(self, texts: list[str], *, want_intervals: bool = False, want_evidence: bool = False) -> list[Detection]:
         """One :class:`Detection` per text (``None`` texts are not allowed)."""
         texts = list(texts)
         for t in texts:
@@ -372,10 +421,12 @@ class Detector:
             cands = self._map_ner(ner[i], "spacy", text, case)
             if i in case_ner:
                 cands += self._map_ner(case_ner[i], "spacy_case", text, case)
-            hits, weak = self._patterns(text, None if pi_c.recognizer_hits else self.entities)
+            calibrated = self.pic_model is not None
+            hits, weak = self._patterns(text, None if (pi_c.recognizer_hits or calibrated) else self.entities)
             cands += hits
             style = doc_styles[i]
-            cands += style.extra(text)
+            extra = style.extra(text)
+            cands += extra
             raw = cands
             if self.filtered:  # the style's filters (pi_c below still sees every raw hit)
                 cands = [c for c in cands if style.drop(text, c) is None]
@@ -392,28 +443,38 @@ class Detector:
                     spread = [c for c in spread if c[4] != "propagation" or style.drop(text, c) is None]
                 pi = merge_spans(_cut_reserved(spread, reserved, text))
             # pi_c
-            iv = [(sp[0], sp[1]) for sp in pi]
-            if pi_c.recognizer_hits:
-                iv += [(c[0], c[1]) for c in [*cands, *raw, *weak] if c[3] >= pi_c.min_score]
-            if pi_c.all_ner_labels:
-                iv += [(s, e) for s, e, lab in [*ner[i], *case_ner.get(i, ())] if self._pi_c_entity(text, s, e, lab)]
-            if pi_c.digits or pi_c.capitalized:
-                iv += _pi_c_word_signals(text, capitalized=pi_c.capitalized, digits=pi_c.digits,
-                                         sentence_initial=pi_c.sentence_initial, speaker_labels=pi_c.speaker_labels,
-                                         digit_min_length=pi_c.digit_min_length)
-            if pi_c.capitalized:
-                # text without case information: every word that is not a function word
-                stops = stop_words()
-                for a, b in upper_regions[i]:
-                    iv += [m.span() for m in _LETTER_WORD.finditer(text, a, b) if m.group(0).lower() not in stops]
+            ev = []
+            if calibrated or want_evidence:
+                ev = candidates(text, style=style.name, ner=ner[i], case_ner=case_ner.get(i, []),
+                                hits=hits + extra, weak=weak, upper_regions=upper_regions[i])
+                if reserved and ev:
+                    ev = [c for c in ev if not any(a < c[1] and c[0] < b for a, b in reserved)]
+            if calibrated:
+                by, best, iv = ("pi" if pi else None), 0.0, [(sp[0], sp[1]) for sp in pi]
+                top = None
+                for s, e, kind, feats in ev:
+                    sc = self.pic_model.score(feats)
+                    if sc >= self.pic_threshold:
+                        iv.append((s, e))
+                    if sc > best:
+                        best, top = sc, kind
+                if by is None and best >= self.pic_threshold and top is not None:
+                    by = top
+            else:
+                iv, by, best = self._strict_intervals(text, i, pi, cands, raw, weak, ner, case_ner, upper_regions)
             if reserved and iv:
                 iv = [(x[0], x[1]) for x in _cut_reserved([(a, b, "", 0.0, "", False) for a, b in iv], reserved, text)]
+            if not iv:
+                by = None
             det = Detection(
                 spans=[{"start": s, "end": e, "entity_type": t, "score": float(sc), "source": src}
                        for s, e, t, sc, src, _ctx in pi],
                 pi_c_hit=bool(iv),
                 pi_c_intervals=merge_intervals(iv) if want_intervals else [],
                 style=style.name,
+                pi_c_by=by,
+                pi_c_score=best,
+                evidence=ev if want_evidence else [],
             )
             results.append(det)
         return results

@@ -13,7 +13,9 @@ signals. See :mod:`privatize.redaction.detect` for what each policy looks at.
 
 Columns added: ``spans`` (``list<struct<start, end, entity_type, score, source>>``,
 offsets into the text as it was before this stage), ``pi_hit`` (anything removed),
-``pi_c_hit`` (the conservative policy flagged the record); statistics
+``pi_c_hit`` (the conservative policy flagged the record), ``pi_c_by`` (what flagged it:
+``pi``, a candidate kind of the calibrated policy, ``signal`` under the strict one; null
+when nothing did); statistics ``pi_c_by.<what>``,
 ``entities.<TYPE>`` (spans per type), ``styles.<STYLE>`` (documents per style),
 ``chars_redacted``, ``chars``, ``pi_hits`` and
 ``pi_c_hits``. A record with no text, or one whose detection or replacement raises, is
@@ -39,9 +41,10 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from privatize.ciphers.tokens import MASK_TOKEN
-from privatize.policy import Quota
+from privatize.policy import Quota, ServerPath
 from privatize.redaction.detect import DEFAULT_ENTITIES, DEFAULT_SCORE_THRESHOLD, KNOWN_ENTITIES
 from privatize.redaction.engine import DEFAULT_MODEL
+from privatize.redaction.evidence import KINDS as EVIDENCE_KINDS
 from privatize.redaction.styles import AUTO, style_names
 from privatize.settings import Before, KeyKinds, KeyRef, StageSettings, declared_key_kinds
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
@@ -51,18 +54,59 @@ log = logging.getLogger(__name__)
 SPAN_TYPE = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("entity_type", pa.string()),
                        ("score", pa.float64()), ("source", pa.string())])
 SPANS_TYPE = pa.list_(SPAN_TYPE)
+PI_C_BY = ("pi", *EVIDENCE_KINDS, "signal")
+"""What flagged a record for pi_c (the ``pi_c_by`` column and ``pi_c_by.<what>`` statistics):
+pi's own hits, a candidate kind of the calibrated policy, or a signal of the strict one."""
 
 
 class PiCSettings(BaseModel):
-    """Signals of the conservative policy pi_c. Each one off or narrowed trades recall for
-    a larger public split; ``benchmarks/pi_c_curve.py`` measures the trade on gold data.
-    The defaults (issue 17): every signal, except that dialogue speaker labels and NER
-    dates that name no date do not count (on CustomerSim sentences the public fraction
-    goes from 27% to 72% with no gold span more in a public sentence; see
-    ``benchmarks/RESULTS.md``). ``speaker_labels: true, relative_dates: true`` is the
-    policy before issue 17."""
+    """The conservative policy pi_c: which records it flags for CRT's private split.
+
+    ``policy: calibrated`` (the default, issue 50): every signal below is a candidate,
+    scored by a logistic model on its features (what found it, its shape, its neighbours,
+    how common its words are, the document's style); a record is flagged when pi removed
+    something or a candidate scores at or above the model's threshold, chosen on labelled
+    sentences kept apart from fitting so that the share of secret sentences routed public
+    is at most the model's target with 95% confidence (the bound is delta_2's estimate and
+    goes into the manifest). ``calibration`` names another model file
+    (``experiments/pic_fit.py`` writes one); the signal switches do not apply.
+
+    ``policy: strict`` (or ``pi_c: strict``): every signal the switches leave on flags its
+    record, the paper's policy and this project's default before issue 50. Giving any
+    switch without a policy means ``strict``, as it did before. The switches trade pi_c's
+    recall for a larger public split; ``benchmarks/pi_c_curve.py`` measures the trade on
+    gold data. Their defaults (issue 17): every signal, except that dialogue speaker
+    labels and NER dates that name no date do not count."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: Literal["calibrated", "strict"] = "calibrated"
+    calibration: Annotated[str | None, ServerPath()] = Field(None, min_length=1, max_length=4096)
+    """With ``calibrated``: a model file (a path; ``None``: the shipped model). Read when
+    the stage sets up; a missing or malformed file is an error there."""
+    domain: str | None = Field(None, min_length=1, max_length=64)
+    """With ``calibrated``: the domain whose own calibration applies (the shipped model:
+    ``clinical`` notes, ``booking`` dialogues, customer ``support`` chats); ``None``: the
+    model's default threshold, the smallest of its domains' (for text of unknown kind)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _policy_word(cls, data):
+        if isinstance(data, str):  # pi_c: strict | calibrated
+            return {"policy": data}
+        if isinstance(data, dict) and "policy" not in data and set(data) - {"calibration", "domain"}:
+            return {**data, "policy": "strict"}  # signal switches alone: the policy they always meant
+        return data
+
+    @model_validator(mode="after")
+    def _check_policy(self) -> "PiCSettings":
+        if self.policy == "strict" and (self.calibration is not None or self.domain is not None):
+            raise ValueError("calibration and domain are only used by policy 'calibrated'")
+        if self.policy == "calibrated" and self.domain is not None and self.calibration is None:
+            from privatize.redaction.calibration import load_model
+
+            load_model(None).threshold_for(self.domain)  # the shipped model's domains: known here
+        return self
 
     all_ner_labels: bool = True
     """Every entity spaCy emits, whatever its label (CARDINAL, PRODUCT, EVENT… too)."""
@@ -251,6 +295,8 @@ class Redact(Stage):
         spans_col: list[list[dict] | None] = []
         pi_hit: list[bool | None] = []
         pi_c_hit: list[bool | None] = []
+        pi_c_by: list[str | None] = []
+        by_counts = {k: [0] * n for k in PI_C_BY}
         reasons: list[str | None] = []
         counts = {t: [0] * n for t in entities}
         style_counts = {name: [0] * n for name in style_names() if name != AUTO}  # same columns in every batch
@@ -278,12 +324,16 @@ class Redact(Stage):
                 spans_col.append(None)
                 pi_hit.append(None)
                 pi_c_hit.append(None)
+                pi_c_by.append(None)
                 reasons.append(reason)
                 continue
             out_text.append(new_text)
             spans_col.append(det.spans)
             pi_hit.append(bool(det.spans))
             pi_c_hit.append(bool(det.pi_c_hit))
+            pi_c_by.append(det.pi_c_by if det.pi_c_hit else None)
+            if det.pi_c_hit and det.pi_c_by in by_counts:
+                by_counts[det.pi_c_by][i] = 1
             reasons.append(None)
             chars[i] = len(text)
             style_counts[det.style][i] = 1
@@ -294,6 +344,7 @@ class Redact(Stage):
         batch = set_column(batch, "spans", pa.array(spans_col, SPANS_TYPE))
         batch = set_column(batch, "pi_hit", pa.array(pi_hit, pa.bool_()))
         batch = set_column(batch, "pi_c_hit", pa.array(pi_c_hit, pa.bool_()))
+        batch = set_column(batch, "pi_c_by", pa.array(pi_c_by, pa.string()))
         if any(r is not None for r in reasons):
             batch = set_column(batch, QUARANTINE, pa.array(reasons, pa.string()))
         for t in entities:
@@ -304,6 +355,8 @@ class Redact(Stage):
         batch = set_column(batch, "_stat.chars", pa.array(chars, pa.int64()))
         batch = set_column(batch, "_stat.pi_hits", pa.array([int(bool(x)) for x in pi_hit], pa.int64()))
         batch = set_column(batch, "_stat.pi_c_hits", pa.array([int(bool(x)) for x in pi_c_hit], pa.int64()))
+        for k, col in by_counts.items():
+            batch = set_column(batch, f"_stat.pi_c_by.{k}", pa.array(col, pa.int64()))
         if self.settings.miss_share:
             batch = set_column(batch, "_stat.pi_missed", pa.array(missed, pa.int64()))
         log.info("redact: %d records (%d quarantined) in %.2fs", n, sum(r is not None for r in reasons),

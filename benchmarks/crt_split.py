@@ -1,0 +1,138 @@
+"""Issue 50: CRT's public/private split on real text, before (``pi_c: strict``) and after
+(the calibrated pi_c) in the same run.
+
+The shipped CRT recipe (``privatize/specs/crt.yaml``: sentences, redact, SHA-1 dedup of
+flagged sentences, split_private; operator ``mask`` here, which routes as ``encrypt``
+does) runs in process (``privatize.run``) on each corpus twice, once per policy, and its
+output records are scored against the gold secrets:
+
+* clinical: the ``report`` part of the PhysioNet deid development half (patients hashed
+  to 75-99 of 100: neither fitted nor calibrated on), every PHI span a secret;
+* multiwoz: the ``report`` part of MultiWOZ 2.1 validation (secrets Addr, Phone, Post,
+  Ref, Id);
+* customersim: CustomerSim ``test.jsonl`` (never read by the fitting).
+
+(:mod:`experiments.gold_sentences`). Per corpus and policy: sentences, the secret-free
+share, the public share, split efficiency (secret-free sentences routed public / all
+secret-free sentences), secret sentences made public with the one-sided 95%
+Clopper-Pearson upper bound (delta_2's estimate), and, for secret-free sentences routed
+private, what sent them there (dedup, pi, or pi_c's signal kind). These are development
+figures: the held-out halves are where the issue's targets are judged.
+
+    python benchmarks/crt_split.py [--corpora clinical,multiwoz,customersim] [--all-dev]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from _common import machine, need_data, save_result
+
+import privatize.stages.redact  # noqa: F401,E402 - registers the stage before specs are parsed
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from experiments.gold_sentences import CORPORA, load, part_of  # noqa: E402
+from privatize import run  # noqa: E402
+from privatize.recipes import crt_stages  # noqa: E402
+from privatize.redaction.calibration import clopper_pearson_upper, load_model  # noqa: E402
+
+POLICIES = {"before (pi_c: strict)": "strict", "after (pi_c: calibrated)": "calibrated"}
+
+
+def docs_for(corpus: str, data: Path, all_dev: bool):
+    if corpus == "customersim":
+        return load(corpus, data, split="test")
+    docs = load(corpus, data)
+    return docs if all_dev else [d for d in docs if part_of(corpus, d.group) == "report"]
+
+
+def run_recipe(docs, policy: str) -> tuple[pa.Table, float, dict]:
+    import json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus.jsonl"
+        with open(corpus, "w", encoding="utf-8") as fh:
+            for d in docs:
+                fh.write(json.dumps({"id": d.id, "text": d.text}) + "\n")
+        spec = {"stages": crt_stages(operator="mask", pi_c=policy), "output": {"num_shards": 1}}
+        t = time.perf_counter()
+        manifest = run(spec, corpus, Path(tmp) / "out", runner="local")
+        secs = time.perf_counter() - t
+        cols = ["parent_id", "start", "end", "private", "dedup_hit", "pi_hit", "pi_c_hit", "pi_c_by"]
+        rows = pa.concat_tables([pq.read_table(p, columns=cols)
+                                 for p in sorted((Path(tmp) / "out" / "shards").glob("*.parquet"))])
+    return rows, secs, manifest
+
+
+def score(rows: pa.Table, docs) -> dict:
+    by_id = {d.id: d for d in docs}
+    n = secret = public = free_public = misses = 0
+    why = Counter()
+    miss_types = Counter()
+    for pid, s, e, private, dedup, pi, pic, by in zip(*(rows[c].to_pylist() for c in rows.column_names)):
+        d = by_id[pid]
+        inside = [t for a, b, t in d.secrets if max(a, s) < min(b, e)
+                  and any(c.isalnum() for c in d.text[max(a, s):min(b, e)])]
+        n += 1
+        public += not private
+        if inside:
+            secret += 1
+            if not private:
+                misses += 1
+                miss_types.update(set(inside))
+        elif not private:
+            free_public += 1
+        else:
+            why["dedup" if dedup else "pi" if pi else f"pi_c:{by}" if pic else "other"] += 1
+    free = n - secret
+    return {"sentences": n, "secret": secret, "secret_free": free, "secret_free_share": free / n,
+            "public": public, "public_share": public / n, "efficiency": free_public / free if free else 0.0,
+            "secret_made_public": misses, "secret_public_rate": misses / secret if secret else 0.0,
+            "secret_public_upper95": clopper_pearson_upper(misses, secret) if secret else None,
+            "missed_types": dict(miss_types.most_common()),
+            "secret_free_private_by": dict(why.most_common())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", default=",".join(CORPORA))
+    ap.add_argument("--all-dev", action="store_true",
+                    help="score the whole development halves (fitted and calibrated on: optimistic)")
+    args = ap.parse_args()
+    data = need_data()
+    model = load_model()
+    out = {"machine": machine(), "model": model.summary(), "parts": "all-dev" if args.all_dev else "report",
+           "corpora": {}}
+    for corpus in args.corpora.split(","):
+        docs = docs_for(corpus, data, args.all_dev)
+        res = {"documents": len(docs)}
+        for label, policy in POLICIES.items():
+            rows, secs, manifest = run_recipe(docs, policy)
+            res[policy] = {**score(rows, docs), "seconds": round(secs, 1)}
+            r = res[policy]
+            print(f"{corpus:>12} {label:<26} sentences {r['sentences']:>6}  secret-free {r['secret_free_share']:.3f}  "
+                  f"public {r['public_share']:.3f}  efficiency {r['efficiency']:.3f}  secret made public "
+                  f"{r['secret_made_public']}/{r['secret']} ({100 * r['secret_public_rate']:.2f}%, upper95 "
+                  f"{100 * r['secret_public_upper95']:.2f}%)  {secs:.0f} s", flush=True)
+            print(f"{'':>12} {'':<26} secret-free sentences routed private by: {r['secret_free_private_by']}"
+                  + (f"; missed types {r['missed_types']}" if r["missed_types"] else ""), flush=True)
+        res["efficiency_ratio"] = res["calibrated"]["efficiency"] / max(res["strict"]["efficiency"], 1e-9)
+        out["corpora"][corpus] = res
+    print("\n| corpus | policy | sentences | secret-free | public | efficiency | secret made public (upper95) |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for corpus, res in out["corpora"].items():
+        for label, policy in POLICIES.items():
+            r = res[policy]
+            print(f"| {corpus} | {label} | {r['sentences']} | {r['secret_free_share']:.3f} | {r['public_share']:.3f} "
+                  f"| {r['efficiency']:.3f} | {r['secret_made_public']} of {r['secret']} "
+                  f"({100 * r['secret_public_rate']:.2f}%, {100 * r['secret_public_upper95']:.2f}%) |")
+    save_result("crt_split", out)
+
+
+if __name__ == "__main__":
+    main()

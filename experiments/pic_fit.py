@@ -1,0 +1,208 @@
+"""Fit and calibrate the conservative policy pi_c on labelled sentences (issue 50).
+
+    python -m experiments.pic_fit --data ../shared/data [--target 0.01] [--out privatize/redaction/pic_calibrated.json]
+
+1. The development halves of the clinical notes and MultiWOZ and a seeded sample of
+   CustomerSim's train split are cut into sentences (:mod:`experiments.gold_sentences`)
+   and each document assigned to ``fit``, ``calibration`` or ``report`` by its group
+   (patient, dialogue). CustomerSim's test split is never read here.
+2. The product's detector (:class:`privatize.redaction.detect.Detector`, defaults) runs
+   over every sentence once and returns pi's spans and every pi_c candidate with its
+   features (:mod:`privatize.redaction.evidence`); cached under ``--work``.
+3. **Fit** on the ``fit`` part: a logistic regression on candidates, label "overlaps a
+   gold secret" (:func:`privatize.redaction.calibration.fit`), each corpus weighted
+   equally.
+4. **Calibrate** on the ``calibration`` part only: per corpus, the largest threshold at
+   which the one-sided 95% Clopper-Pearson bound on the share of secret sentences routed
+   public (neither a pi hit nor a candidate at or above the threshold) is at most
+   ``--target`` (a corpus too small for the target allows no miss); the model's
+   threshold is the smallest of them, so every corpus meets its own bound.
+5. The model file records the weights, the threshold, the calibration figures per corpus
+   and pooled (delta_2's bound is the pooled one), gamma (pi's miss rate on the same
+   sentences) and the provenance; the ``report`` part's figures are printed, not used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import pickle
+import subprocess
+import time
+from datetime import date
+from pathlib import Path
+
+from experiments.gold_sentences import CORPORA, Sentence, load, part_of, sentences
+
+ROOT = Path(__file__).resolve().parents[1]
+CUSTOMERSIM_SAMPLE = 1500
+DOMAIN_NAMES = {"clinical": "clinical", "multiwoz": "booking", "customersim": "support"}
+"""The calibration domains a spec names (``pi_c.domain``), by corpus."""
+DATA_DESC = {"clinical": "PhysioNet deid ICU notes, development half (real_dev/clinical_physionet_dev.jsonl)",
+             "multiwoz": "MultiWOZ 2.1 validation (real_dev/dialogue_multiwoz_val.jsonl; Addr, Phone, Post, Ref, Id)",
+             "customersim": f"CustomerSim train.jsonl, seeded sample of {CUSTOMERSIM_SAMPLE} dialogues"}
+
+
+def _overlaps(a: int, b: int, spans) -> bool:
+    return any(s < b and a < e for s, e, *_ in spans)
+
+
+def evidence(corpus: str, data: Path, work: Path, *, split: str = "train", limit: int | None = None,
+             progress: bool = True) -> list[dict]:
+    """Per sentence of ``corpus``: part, secret, pi hit, pi's miss and the candidates
+    (kind, features, label), cached in ``work``."""
+    cache = work / f"{corpus}-{split}-{limit}.pkl"
+    if cache.is_file():
+        return pickle.loads(cache.read_bytes())
+    from privatize.redaction.detect import Detector, PiCOptions
+
+    det = Detector(pi_c=PiCOptions(policy="strict"))
+    docs = load(corpus, data, split=split, limit=limit)
+    sents: list[tuple[str, Sentence]] = [(part_of(corpus, d.group) if split == "train" or corpus != "customersim"
+                                          else "report", s) for d in docs for s in sentences(d)]
+    out = []
+    t0 = time.perf_counter()
+    step = 512
+    for k in range(0, len(sents), step):
+        chunk = sents[k:k + step]
+        dets = det.detect([s.text for _, s in chunk], want_evidence=True)
+        for (part, s), d in zip(chunk, dets):
+            removed = [(sp["start"], sp["end"]) for sp in d.spans]
+            pi_miss = any(any(c.isalnum() and not any(x <= k2 < y for x, y in removed)
+                              for k2, c in enumerate(s.text[a:b], start=a)) for a, b, _ in s.secrets)
+            out.append({"part": part, "doc": s.doc, "secret": s.secret, "pi_hit": bool(d.spans), "pi_miss": pi_miss,
+                        "types": sorted({t for *_, t in s.secrets}), "chars": len(s.text),
+                        "cands": [(kind, feats, int(_overlaps(a, b, s.secrets))) for a, b, kind, feats in d.evidence],
+                        "strict": d.pi_c_hit})
+        if progress:
+            print(f"  {corpus}: {min(k + step, len(sents))}/{len(sents)} sentences "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    work.mkdir(parents=True, exist_ok=True)
+    cache.write_bytes(pickle.dumps(out))
+    return out
+
+
+def sentence_score(model, row: dict) -> float | None:
+    """``inf`` for a pi hit, the strongest candidate's score, ``None`` without candidates."""
+    if row["pi_hit"]:
+        return math.inf
+    if not row["cands"]:
+        return None
+    return max(model.score(f) for _, f, _ in row["cands"])
+
+
+def routing(model, rows: list[dict], threshold: float | None = None) -> dict:
+    """Split figures of ``rows`` under ``model`` (its threshold unless given)."""
+    from privatize.redaction.calibration import clopper_pearson_upper
+
+    t = model.threshold if threshold is None else threshold
+    n = len(rows)
+    secret = [r for r in rows if r["secret"]]
+    free = [r for r in rows if not r["secret"]]
+
+    def public(r):
+        s = sentence_score(model, r)
+        return s is None or s < t
+
+    pub = sum(public(r) for r in rows)
+    pub_free = sum(public(r) for r in free)
+    misses = sum(public(r) for r in secret)
+    return {"sentences": n, "secret": len(secret), "secret_free": len(free), "public": pub,
+            "public_share": pub / n if n else 0.0,
+            "efficiency": pub_free / len(free) if free else 0.0, "misses": misses,
+            "miss_rate": misses / len(secret) if secret else 0.0,
+            "miss_upper95": clopper_pearson_upper(misses, len(secret)) if secret else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work" / "pic_evidence")
+    ap.add_argument("--target", type=float, default=0.02, help="miss-rate bound each corpus must meet (95%%)")
+    ap.add_argument("--l2", type=float, default=2.0)
+    ap.add_argument("--min-count", type=int, default=5, help="features seen in fewer fit candidates are dropped")
+    ap.add_argument("--out", type=Path, default=ROOT / "privatize" / "redaction" / "pic_calibrated.json")
+    args = ap.parse_args()
+    from privatize.redaction.calibration import PiCModel, calibrate, clopper_pearson_upper, fit
+
+    rows = {c: evidence(c, args.data, args.work, limit=CUSTOMERSIM_SAMPLE if c == "customersim" else None)
+            for c in CORPORA}
+    # fit: candidates of the fit part, each corpus weighted equally (by repetition to the largest)
+    fit_rows = {c: [(f, y) for r in rs if r["part"] == "fit" for _, f, y in r["cands"]] for c, rs in rows.items()}
+    most = max(len(v) for v in fit_rows.values())
+    train = []
+    for c, v in fit_rows.items():
+        reps = max(1, round(most / max(1, len(v))))
+        train += v * reps
+        print(f"fit {c}: {len(v)} candidates ({sum(y for _, y in v)} on secrets), weight x{reps}")
+    t0 = time.perf_counter()
+    weights, bias = fit(train, l2=args.l2, min_count=args.min_count)
+    print(f"fitted {len(weights)} weights in {time.perf_counter() - t0:.1f} s")
+    model = PiCModel(weights, bias, 0.0)
+    # calibrate on the calibration part: per corpus, then the smallest threshold
+    cal = {c: [r for r in rs if r["part"] == "calibration"] for c, rs in rows.items()}
+    per = {}
+    for c, rs in cal.items():
+        scores = [sentence_score(model, r) for r in rs if r["secret"]]
+        try:
+            per[c] = calibrate(scores, target=args.target)
+        except ValueError:
+            finite = sorted(s for s in scores if s is not None and s != math.inf)
+            per[c] = calibrate(scores, target=clopper_pearson_upper(sum(s is None for s in scores), len(scores))
+                               + 1e-9)  # too few sentences for the target: no avoidable miss
+            print(f"  {c}: {len(scores)} secret sentences cannot show {args.target}; no avoidable miss allowed "
+                  f"(lowest score {finite[0] if finite else None})")
+        print(f"calibration {c}: threshold {per[c].threshold:.4f}, misses {per[c].misses}/{per[c].n_secret}, "
+              f"bound {per[c].bound:.4f}")
+    threshold = min(p.threshold for p in per.values())
+    model = PiCModel(weights, bias, threshold)
+    pooled = [r for rs in cal.values() for r in rs]
+    figures = {c: routing(model, rs) for c, rs in cal.items()}
+    figures["pooled"] = routing(model, pooled)
+    own = {c: routing(model, rs, per[c].threshold) for c, rs in cal.items()}
+    secret_pooled = [r for r in pooled if r["secret"]]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip() or None
+
+    def cal_block(data, f, gamma_rows):
+        g = sum(r["pi_miss"] for r in gamma_rows)
+        return {"data": data, "target": args.target, "confidence": 0.95, "misses": f["misses"],
+                "n_secret": f["secret"], "bound": f["miss_upper95"], "efficiency": f["efficiency"],
+                "public_share": f["public_share"], "gamma": g / len(gamma_rows),
+                "gamma_upper95": clopper_pearson_upper(g, len(gamma_rows))}
+
+    domains = {DOMAIN_NAMES[c]: {"threshold": per[c].threshold,
+                                 "calibration": cal_block([f"{DATA_DESC[c]}: groups hashed to 50-74 of 100"], own[c],
+                                                          [r for r in cal[c] if r["secret"]])}
+               for c in CORPORA}
+    meta = {
+        "created": date.today().isoformat(), "commit": commit,
+        "command": f"python -m experiments.pic_fit --target {args.target} --l2 {args.l2} --min-count {args.min_count}",
+        "unit": "sentence (the CRT recipe's split rules)",
+        "fit": {"data": [f"{DATA_DESC[c]}: groups hashed to 0-49 of 100" for c in CORPORA],
+                "candidates": {c: len(v) for c, v in fit_rows.items()}, "l2": args.l2, "min_count": args.min_count},
+        "calibration": {**cal_block([f"{DATA_DESC[c]}: groups hashed to 50-74 of 100" for c in CORPORA],
+                                    figures["pooled"], secret_pooled),
+                        "rule": "per corpus, the largest threshold whose one-sided 95% Clopper-Pearson bound on "
+                                "secret sentences routed public is at most the target (no avoidable miss where the "
+                                "corpus is too small for the target); the default threshold is the smallest of "
+                                "these, each domain's its own",
+                        "per_corpus": figures},
+        "domains": domains,
+    }
+    model = PiCModel(weights, bias, threshold, meta)
+    model.save(args.out)
+    print(f"threshold {threshold:.4f}; pooled calibration: {figures['pooled']}")
+    for c, rs in rows.items():
+        rep = [r for r in rs if r["part"] == "report"]
+        for name, t in (("default", threshold), (DOMAIN_NAMES[c], per[c].threshold)):
+            f = routing(model, rep, t)
+            if f["sentences"]:
+                print(f"report part {c}, threshold {name} ({t:.4f}): efficiency {f['efficiency']:.3f}, "
+                      f"public {f['public_share']:.3f}, misses {f['misses']}/{f['secret']} "
+                      f"(upper95 {f['miss_upper95']:.4f})")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

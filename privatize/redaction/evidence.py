@@ -1,0 +1,205 @@
+"""Evidence for the calibrated conservative policy pi_c (issue 50).
+
+The strict pi_c flags a record on any signal: every NER entity, every recognizer hit,
+every digit run, every capitalised word. On clinical notes that is nearly every sentence
+(vital signs, doses and times are digit runs; shorthand is upper case). The calibrated
+pi_c looks at the same signals as *candidates*, each described by features (what found
+it, its shape, its neighbours, how common its words are, the document's style), and
+scores each with a logistic model (:mod:`privatize.redaction.calibration`); a record's
+score is its strongest candidate's. The model is fitted on labelled sentences and its
+threshold chosen on other labelled sentences so that the share of secret-holding
+sentences it lets through is bounded with 95% confidence.
+
+Candidate kinds: ``ner`` (a spaCy entity, any label), ``ner_case`` (one found in a
+re-cased caseless region), ``rec`` (a pattern recognizer or style rule hit, before pi's
+filters, at any score), ``weak`` (a context-dependent pattern without its context word),
+``digits`` (a digit run), ``cap`` (a capitalised word that is not a function word) and
+``caseless`` (a content word of text written without case).
+
+Features are strings; :func:`candidates` returns them per candidate so that the fitting
+script (``experiments/pic_fit.py``) and the detector build them the same way.
+"""
+
+from __future__ import annotations
+
+import regex as re
+
+from privatize.redaction.filters import is_known_name, zipf
+from privatize.redaction.spans import _CAP_WORD, _DIGITS, _LETTER_WORD, _PRONOUN_I, _SENT_END, is_function_word, \
+    is_speaker_label
+from privatize.redaction.words import stop_words
+
+KINDS = ("ner", "ner_case", "rec", "weak", "digits", "cap", "caseless")
+"""Candidate kinds, in the order the stage's ``pi_c_by`` statistics list them."""
+
+_TOKEN_AT = re.compile(r"\S+")
+_WORD = re.compile(r"[\p{L}][\p{L}'’]*|\d+")
+_TITLES = frozenset("dr dr. mr mr. mrs mrs. ms ms. miss prof prof. sir madam mister doctor nurse rn md np pa".split())
+
+
+def _zipf_bucket(word: str) -> str:
+    z = zipf(word.strip(".'’"))
+    if z <= 0:
+        return "z0"
+    if z < 2.5:
+        return "z1"
+    if z < 3.5:
+        return "z2"
+    if z < 4.5:
+        return "z3"
+    return "z4"
+
+
+def word_shape(token: str) -> str:
+    """``Aa``, ``A``, ``9/9``, ``9-9-9``, ``a9``: letters and digits by class, runs collapsed."""
+    out = []
+    for c in token:
+        k = "A" if c.isupper() else "a" if c.isalpha() else "9" if c.isdigit() else c
+        if not out or out[-1] != k:
+            out.append(k)
+    return "".join(out)[:12]
+
+
+def _len_bucket(n: int) -> str:
+    return str(n) if n <= 4 else "5-6" if n <= 6 else "7-9" if n <= 9 else "10+"
+
+
+def _token_around(text: str, s: int, e: int) -> tuple[int, int]:
+    a = s
+    while a > 0 and not text[a - 1].isspace():
+        a -= 1
+    b = e
+    while b < len(text) and not text[b].isspace():
+        b += 1
+    while b > e and text[b - 1] in ".,;:)]!?\"'":
+        b -= 1
+    while a < s and text[a] in "([\"'":
+        a += 1
+    return a, b
+
+
+def _neighbour_words(text: str, s: int, e: int) -> tuple[str, str]:
+    """The word before ``s`` and the word after ``e`` (lower case; ``^``/``$`` at a
+    line's edge), within the same line."""
+    line_start = text.rfind("\n", 0, s) + 1
+    line_end = text.find("\n", e)
+    line_end = len(text) if line_end < 0 else line_end
+    before = _WORD.findall(text, line_start, s)
+    after = _WORD.findall(text, e, line_end)
+    prev = before[-1].lower() if before else "^"
+    nxt = after[0].lower() if after else "$"
+    return prev, nxt
+
+
+def _lex(word: str) -> str:
+    """A neighbour word as a feature: itself when it is common (a function word, shorthand
+    of up to four letters, or a word with Zipf frequency of at least 3: ``to``, ``dr``,
+    ``daughter``, ``number``), its digit class when numeric, else its frequency bucket
+    (a rare word says how rare, not which)."""
+    if word in ("^", "$"):
+        return word
+    if word.isdigit():
+        return "9"
+    if len(word) <= 4 or word in stop_words() or zipf(word) >= 3.0:
+        return word
+    return _zipf_bucket(word)
+
+
+def _word_feats(text: str, s: int, e: int, prefix: str) -> list[str]:
+    piece = text[s:e]
+    words = _WORD.findall(piece) or [piece]
+    rare = min(words, key=lambda w: zipf(w) if not w.isdigit() else 9.0)
+    out = [f"{prefix}:{_zipf_bucket(rare)}", f"{prefix}:n{min(len(words), 4)}"]
+    if any(c.isdigit() for c in piece):
+        out.append(f"{prefix}:digit")
+    letters = [c for c in piece if c.isalpha()]
+    if letters and all(c.isupper() for c in letters):
+        out.append(f"{prefix}:allcaps{min(len(letters), 5)}")
+    if any(is_known_name(w) for w in words if w[:1].isupper()):
+        out.append(f"{prefix}:name")
+    return out
+
+
+def _context_feats(text: str, s: int, e: int, prefix: str) -> list[str]:
+    prev, nxt = _neighbour_words(text, s, e)
+    out = [f"{prefix}:prev={_lex(prev)}", f"{prefix}:next={_lex(nxt)}", f"ctx:prev={_lex(prev)}",
+           f"ctx:next={_lex(nxt)}"]
+    if prev in _TITLES:
+        out.append(f"{prefix}:title")
+    return out
+
+
+def _digit_feats(text: str, s: int, e: int, style: str) -> list[str]:
+    a, b = _token_around(text, s, e)
+    tok = text[a:b]
+    shape = word_shape(tok)
+    digits = sum(c.isdigit() for c in tok)
+    out = ["digits", f"digits:{style}", f"digits:run{_len_bucket(e - s)}", f"digits:tok{_len_bucket(digits)}",
+           f"digits:shape={shape}", f"digits:shape={shape}:{style}"]
+    out += _context_feats(text, a, b, "digits")
+    if any(c.isalpha() for c in tok):
+        out.append("digits:alnum")
+    return out
+
+
+def candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_ner: list[tuple[int, int, str]],
+               hits: list, weak: list, upper_regions: list[tuple[int, int]]) -> list[tuple[int, int, str, list[str]]]:
+    """Every pi_c signal in ``text`` as ``(start, end, kind, features)``.
+
+    ``ner``/``case_ner``: spaCy entities (from the text and from its re-cased caseless
+    regions); ``hits``: pattern and style-rule candidates before pi's filters
+    (``Span`` tuples); ``weak``: the hits the balanced profile keeps for pi_c only;
+    ``upper_regions``: the text's caseless regions; ``style``: the document's style."""
+    out: list[tuple[int, int, str, list[str]]] = []
+    for kind, ents in (("ner", ner), ("ner_case", case_ner)):
+        for s, e, label in ents:
+            if label != "PERSON" and is_speaker_label(text, s, e):
+                continue
+            f = [kind, f"{kind}:{label}", f"{kind}:{label}:{style}"]
+            f += _word_feats(text, s, e, f"{kind}:{label}")
+            f += _context_feats(text, s, e, kind)
+            out.append((s, e, kind, f))
+    for kind, spans in (("rec", hits), ("weak", weak)):
+        for s, e, etype, score, source, ctx in spans:
+            f = [kind, f"{kind}:{etype}", f"{kind}:{etype}:{style}", f"{kind}:src={source}",
+                 f"{kind}:{etype}:s{min(int(score * 10), 9)}"]
+            if ctx:
+                f.append(f"{kind}:{etype}:ctx")
+            f += _word_feats(text, s, e, kind)
+            out.append((s, e, kind, f))
+    for m in _DIGITS.finditer(text):
+        out.append((m.start(), m.end(), "digits", _digit_feats(text, m.start(), m.end(), style)))
+    stops = stop_words()
+    for m in _CAP_WORD.finditer(text):
+        w = m.group(0).rstrip(".-'’")
+        if not w or w in _PRONOUN_I:
+            continue
+        s = m.start()
+        e = s + len(w)
+        if is_speaker_label(text, s, e) or any(a <= s < b for a, b in upper_regions):
+            continue
+        initial = s == 0 or _SENT_END.search(text, max(0, s - 4), s) is not None
+        if initial and is_function_word(w, stops):
+            continue
+        f = ["cap", f"cap:{style}", f"cap:{_zipf_bucket(w)}", f"cap:{_zipf_bucket(w)}:{style}",
+             f"cap:shape={word_shape(w)}", f"cap:len{_len_bucket(len(w))}"]
+        if initial:
+            f.append("cap:initial")
+        if is_known_name(w):
+            f.append("cap:name")
+        nxt = text[e:e + 2]
+        if len(nxt) == 2 and nxt[0] == " " and nxt[1].isupper():
+            f.append("cap:next_cap")
+        f += _context_feats(text, s, e, "cap")
+        out.append((s, e, "cap", f))
+    for a, b in upper_regions:
+        for m in _LETTER_WORD.finditer(text, a, b):
+            w = m.group(0)
+            if w.lower() in stops:
+                continue
+            f = ["caseless", f"caseless:{style}", f"caseless:{_zipf_bucket(w)}", f"caseless:len{_len_bucket(len(w))}"]
+            if is_known_name(w):
+                f.append("caseless:name")
+            f += _context_feats(text, m.start(), m.end(), "caseless")
+            out.append((m.start(), m.end(), "caseless", f))
+    return out
