@@ -34,11 +34,12 @@ with ``non_members``, its two membership inferences per individual; its sources 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from privatize.io.configfile import read_mapping, validate
+from privatize.policy import Quota
 
 
 class _Strict(BaseModel):
@@ -61,13 +62,14 @@ class CanarySpec(_Strict):
 
     key: str = Field(min_length=1, description="the canary stage's key reference")
     format: str = "My ID is: {secret}"
-    digits: int = Field(6, ge=1, le=9)
-    count: int = Field(10, ge=1, le=1000)
-    held_out: int = Field(10, ge=0, le=1000)
+    digits: Annotated[int, Quota("eval_max_exact_digits", when={"method": "exact"})] = Field(6, ge=1, le=9)
+    count: Annotated[int, Quota("eval_max_canaries")] = Field(10, ge=1, le=1000)
+    held_out: Annotated[int, Quota("eval_max_canaries")] = Field(10, ge=0, le=1000)
     repeats: int = Field(20, ge=1, le=10000, description="times each canary was inserted (for the report)")
     seed_label: str = Field("", max_length=200, description="the stage's seed_label")
     method: Literal["exact", "extrapolated"] = "exact"
-    sample: int = Field(10000, ge=100, le=1_000_000, description="extrapolated: candidates scored for the fit")
+    sample: Annotated[int, Quota("eval_max_examples", when={"method": "extrapolated"})] = Field(
+        10000, ge=100, le=1_000_000, description="extrapolated: candidates scored for the fit")
 
     @field_validator("format")
     @classmethod
@@ -88,7 +90,8 @@ class MiaSpec(_Strict):
     members: str
     non_members: str
     text_column: str = "text"
-    limit: int = Field(1000, ge=10, le=1_000_000, description="examples per side (a random sample)")
+    limit: Annotated[int, Quota("eval_max_examples")] = Field(1000, ge=10, le=1_000_000,
+                                                         description="examples per side (a random sample)")
     k: float = Field(0.2, gt=0, le=1, description="min-k%: the share of lowest-probability tokens")
     group_size: int = Field(20, ge=2, le=1000)
     context: str = Field("{text}", description="how an example is scored, e.g. 'USR: My name is {text}.'")
@@ -106,7 +109,7 @@ class MiaSpec(_Strict):
 class PerplexitySpec(_Strict):
     data: str
     text_column: str = "text"
-    limit: int = Field(500, ge=1, le=1_000_000)
+    limit: Annotated[int, Quota("eval_max_examples")] = Field(500, ge=1, le=1_000_000)
     spans_column: Optional[str] = Field(None, min_length=1, max_length=64, description=(
         "a column of character spans ({start, end}: gold or detected secrets) in the held-out records: the "
         "result adds the perplexity on the tokens outside every span (the text around the secrets, which "
@@ -118,7 +121,7 @@ class ExtractionSpec(_Strict):
     prompts: str = Field(description="public text the 5-token prompts are cut from (e.g. wikitext)")
     training_data: str = Field(description="the training texts generations are matched against")
     text_column: str = "text"
-    count: int = Field(200, ge=1, le=1_000_000)
+    count: Annotated[int, Quota("eval_max_examples")] = Field(200, ge=1, le=1_000_000)
     prompt_tokens: int = Field(5, ge=1, le=64)
     max_new_tokens: int = Field(64, ge=8, le=1024)
     min_words: int = Field(35, ge=5, le=1000)
@@ -213,8 +216,8 @@ class IdentifiersSpec(_Strict):
 
 
 class ScoringSpec(_Strict):
-    workers: int = Field(0, ge=0, le=64, description="Ray workers that score MIA batches (0: in this process)")
-    batch_tokens: int = Field(16384, ge=256, le=1 << 22)
+    workers: Annotated[int, Quota("eval_max_workers")] = Field(0, ge=0, le=64, description="Ray workers that score MIA batches (0: in this process)")
+    batch_tokens: Annotated[int, Quota("eval_max_batch_tokens")] = Field(16384, ge=256, le=1 << 22)
     device: Literal["cpu", "cuda", "auto"] = Field(
         "cpu", description="where this process scores the models: cpu, cuda (refused when there is no CUDA "
                            "device) or auto (cuda when there is one)")
@@ -246,7 +249,7 @@ ATTACKS = (*SECTIONS, "corpus_stats")
 
 class AttackConfig(_Strict):
     version: Literal[1] = 1
-    models: list[ModelSpec] = Field(min_length=1, max_length=16)
+    models: Annotated[list[ModelSpec], Quota("eval_max_models")] = Field(min_length=1, max_length=16)
     canaries: Optional[CanarySpec] = None
     mia: Optional[MiaSpec] = None
     perplexity: Optional[PerplexitySpec] = None

@@ -42,9 +42,12 @@ class Credential:
 
 @dataclass(frozen=True)
 class Quota:
-    """A number the service bounds by its setting ``setting``: the field's value, or the
-    settings' ``measure()`` when given (bytes of ``what``), summed over the spec when
-    ``total``; ``asked`` (formatted with the settings' fields) and ``hint`` make the message."""
+    """A number the service bounds by its setting ``setting``: the field's value (a list's
+    length), or the settings' ``measure()`` when given (bytes of ``what``), summed over the
+    spec when ``total``; ``asked`` (formatted with the settings' fields) and ``hint`` make the
+    message. ``when`` (``{field: value}`` of the same settings): the quota holds only for
+    settings with those values. ``least``: a method of the settings giving the least value
+    the field may take on the service (``least_why`` says why, formatted with ``need``)."""
 
     setting: str
     measure: str | None = None
@@ -52,6 +55,18 @@ class Quota:
     what: str = ""
     asked: str = ""
     hint: str = ""
+    when: Any = ()
+    least: str | None = None
+    least_why: str = ""
+
+    def __post_init__(self):
+        # a mapping is the natural way to write it; a tuple keeps the marker hashable
+        if isinstance(self.when, dict):
+            object.__setattr__(self, "when", tuple(self.when.items()))
+
+    def applies(self, holder) -> bool:
+        """Whether the quota holds for these settings (``when``)."""
+        return all(getattr(holder, k, None) == v for k, v in self.when)
 
 
 @dataclass(frozen=True)

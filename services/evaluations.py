@@ -154,27 +154,13 @@ def validate_config(data) -> EvaluationSpec:
 
 
 def check_limits(settings, spec: EvaluationSpec) -> None:
-    """SpecInvalid naming every field that asks for more than the service allows tenants."""
-    c, s = spec.config, settings
-    errors: list[tuple[str, str]] = []
+    """SpecInvalid naming every field that asks for more than the service allows tenants:
+    every field ``attacks.config`` marks with a ``privatize.policy.Quota``
+    (``services.limits.field_quotas``: models, scoring workers and batch tokens, examples,
+    canaries and their digits)."""
+    from services.limits import field_quotas
 
-    def most(path: str, value, limit) -> None:
-        if value is not None and value > limit:
-            errors.append((path, f"at most {limit} on this service (asked for {value})"))
-
-    most("models", len(c.models), s.eval_max_models)
-    most("scoring.workers", c.scoring.workers, s.eval_max_workers)
-    if c.mia:
-        most("mia.limit", c.mia.limit, s.eval_max_examples)
-    if c.perplexity:
-        most("perplexity.limit", c.perplexity.limit, s.eval_max_examples)
-    if c.extraction:
-        most("extraction.count", c.extraction.count, s.eval_max_examples)
-    if c.canaries:
-        if c.canaries.method == "exact":
-            most("canaries.digits", c.canaries.digits, s.eval_max_exact_digits)
-        else:
-            most("canaries.sample", c.canaries.sample, s.eval_max_examples)
+    errors = field_quotas(settings, spec.config)
     if errors:
         raise config_invalid(errors)
 

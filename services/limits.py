@@ -12,7 +12,9 @@ asked for and the service's limit.
   whole job), ``redact``'s ``batch_size`` (``pipeline_max_redact_batch_size``) and
   ``synthesize``'s ``llm.base_url`` (one of ``llm_base_urls``).
 
-The quotas of trainings are ``services.trainings.check_limits`` (``PRIVATIZE_TRAIN_*``);
+Trainings and evaluations declare theirs the same way, on the fields of ``train.config`` and
+``attacks.config`` (``PRIVATIZE_TRAIN_*``, ``PRIVATIZE_EVAL_*``): :func:`field_quotas`, called
+by ``services.trainings.check_limits`` and ``services.evaluations.check_limits``;
 the number of jobs a tenant runs at once is the tenant's ``max_concurrent_jobs``
 (checked at admission, 429).
 """
@@ -27,6 +29,41 @@ GiB = 1 << 30
 
 def _size(n: int) -> str:
     return f"{n / GiB:.3g} GiB" if n >= GiB else f"{n / (1 << 20):.3g} MiB"
+
+
+def _num(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def quota_refusal(settings, value, m: Quota, holder) -> str | None:
+    """Why ``value`` of a field marked ``m`` (a :class:`~privatize.policy.Quota` without a
+    ``measure``) in ``holder`` (the settings model holding it) is beyond the service's
+    quota, or None: above the setting ``m.setting`` (a list by its length), or below what
+    ``m.least`` says the holder needs."""
+    if value is None or not m.applies(holder):
+        return None
+    n = len(value) if isinstance(value, (list, tuple, dict)) else value
+    limit = getattr(settings, m.setting)
+    if n > limit:
+        return f"at most {_num(limit)} on this service (asked for {_num(n)})"
+    if m.least is not None:
+        need = getattr(holder, m.least)()
+        if n < need:
+            return f"at least {_num(need)} on this service (asked for {_num(n)}): {m.least_why.format(need=need)}"
+    return None
+
+
+def field_quotas(settings, model, prefix: str = "") -> list[tuple[str, str]]:
+    """(field path, message) for every field of a validated settings model (a training or
+    an evaluation config), at any depth, marked :class:`~privatize.policy.Quota` and beyond
+    the service's quota: the quotas are declared on the fields, so no kind or section is
+    named here."""
+    errors = []
+    for path, value, m, holder in marked_values(model, (Quota,)):
+        message = quota_refusal(settings, value, m, holder) if m.measure is None else None
+        if message:
+            errors.append((prefix + ".".join(path), message))
+    return errors
 
 
 def pipeline_limits(settings, spec) -> list[tuple[str, str]]:
@@ -49,8 +86,9 @@ def pipeline_limits(settings, spec) -> list[tuple[str, str]]:
                 if value.rstrip("/") not in limit:
                     fields.append((where, m.refused.format(allowed=", ".join(limit)) if limit else m.none))
             elif m.measure is None:
-                if value > limit:
-                    fields.append((where, f"at most {limit} on this service (asked for {value})"))
+                message = quota_refusal(s, value, m, holder)
+                if message:
+                    fields.append((where, message))
             else:
                 need = getattr(holder, m.measure)()
                 if need > 0:

@@ -120,7 +120,8 @@ class Settings(BaseSettings):
     # ---- trainings: the most a tenant's training config may ask for (422 beyond) -----
     train_presets: str = "tiny,small"
     """Model presets tenants may train, comma-separated (``paper-551m``: the paper's 551M)."""
-    # (each at most the bound ``train.config`` declares on the field it limits)
+    # (each at most the bound ``train.config`` declares on the field it limits, and declared
+    # there: ``Annotated[int, Quota("train_max_...")]``, checked by services.limits.field_quotas)
     train_max_workers: int = Field(2, ge=1, le=256)
     train_max_cpus_per_worker: float = Field(4.0, gt=0, le=64)
     train_allow_gpu: bool = False
@@ -131,6 +132,12 @@ class Settings(BaseSettings):
     train_max_vocab_size: int = Field(65_536, ge=300, le=262_144)
     train_max_failures: int = Field(3, ge=0, le=100)
     """Ray Train restarts (from the last checkpoint) a tenant's run may ask for."""
+    train_max_audit_canaries: int = Field(10_000, ge=8, le=100_000)
+    """``audit.canaries``: blocks of ``data.seq_len`` tokens added to the DP split and scored
+    after training."""
+    train_max_lora_rank: int = Field(64, ge=1, le=1024)
+    """``model.lora.r``: the adapters' rank (their weights, optimizer state and, under DP,
+    per-example gradients grow with it)."""
 
     # ---- evaluations: the most a tenant's evaluation config may ask for (422 beyond) --
     eval_max_models: int = Field(8, ge=1, le=16)
@@ -141,6 +148,11 @@ class Settings(BaseSettings):
     """``mia.limit``, ``perplexity.limit``, ``extraction.count`` and ``canaries.sample``."""
     eval_max_exact_digits: int = Field(6, ge=1, le=7)
     """``canaries.digits`` with ``method: exact`` (every one of 10^digits candidates is scored)."""
+    eval_max_canaries: int = Field(100, ge=1, le=1000)
+    """``canaries.count`` and ``canaries.held_out`` (each canary's candidates are scored)."""
+    eval_max_batch_tokens: int = Field(65_536, ge=256, le=1 << 22)
+    """``scoring.batch_tokens``: tokens per scoring batch (its logits are batch_tokens x
+    vocabulary floats)."""
 
     # ---- derived ------------------------------------------------------------------
     @property

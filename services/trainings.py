@@ -8,7 +8,8 @@ folder), so a config naming a path (``data.path``, ``output``, ``storage``,
 field (a checkpoint is ``training:<id>``, one of the tenant's succeeded trainings:
 continual pre-training on a new privatization job, protected from deletion while it
 runs), and so does one asking for more than the service's ``train_*`` settings allow
-(workers, CPUs, GPUs, steps, epochs, batch, sequence length, vocabulary, presets).
+(workers, CPUs and threads, GPUs, steps, epochs, batch sizes, sequence length, vocabulary, LoRA
+rank, audit canaries, presets: the quotas are declared on the fields of ``train.config``).
 
 A training's row is a ``jobs`` row (``kind = 'train'``, ``input_job_id`` the privatization
 job, ``corpus_id`` that job's corpus): admission, submission, reconciliation, cancel, logs
@@ -116,32 +117,23 @@ def succeeded_training(s: Session, tenant_id: str, tid: str, path: str, why: str
 
 
 def check_limits(settings, spec: TrainSpec) -> None:
-    """SpecInvalid naming every field that asks for more than the service allows tenants."""
+    """SpecInvalid naming every field that asks for more than the service allows tenants:
+    the presets and GPUs it offers, and every field ``train.config`` marks with a
+    ``privatize.policy.Quota`` (``services.limits.field_quotas``: workers, CPUs and threads,
+    steps, epochs, batch sizes, sequence length, vocabulary, LoRA rank, audit canaries,
+    restarts)."""
+    from services.limits import field_quotas
+
     c = spec.config
     s = settings
     errors: list[tuple[str, str]] = []
-
-    def most(path: str, value, limit) -> None:
-        if value is not None and value > limit:
-            errors.append((path, f"at most {limit} on this service (asked for {value})"))
-
     presets = s.train_preset_list
     if c.model.preset is not None and c.model.preset not in presets:
         errors.append(("model.preset", f"{c.model.preset!r} is not available on this service "
                                        f"(available: {', '.join(presets) or 'none'})"))
-    most("workers.num_workers", c.workers.num_workers, s.train_max_workers)
-    most("workers.cpus_per_worker", c.workers.cpus_per_worker, s.train_max_cpus_per_worker)
-    most("workers.threads_per_worker", c.workers.threads_per_worker, max(1, int(s.train_max_cpus_per_worker)))
     if c.workers.use_gpu and not s.train_allow_gpu:
         errors.append(("workers.use_gpu", "GPUs are not available to trainings on this service"))
-    most("optim.max_steps", c.optim.max_steps, s.train_max_steps)
-    most("optim.epochs", c.optim.epochs, s.train_max_epochs)
-    most("optim.batch_size", c.optim.batch_size, s.train_max_batch_size)
-    if c.dp is not None and c.dp.unit == "individual":  # the blocks one individual adds to a step
-        most("dp.max_blocks_per_individual", c.dp.max_blocks_per_individual, s.train_max_batch_size)
-    most("data.seq_len", c.data.seq_len, s.train_max_seq_len)
-    most("tokenizer.vocab_size", c.tokenizer.vocab_size, s.train_max_vocab_size)
-    most("max_failures", c.max_failures, s.train_max_failures)
+    errors += field_quotas(s, c)
     if errors:
         raise config_invalid(errors)
 

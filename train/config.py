@@ -30,7 +30,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from privatize.io.configfile import read_mapping, validate
-from privatize.policy import ServerPath
+from privatize.policy import Quota, ServerPath
 from train.kinds import train_kind
 
 Split = Literal["all", "public", "private"]
@@ -51,7 +51,7 @@ class DataConfig(_Strict):
         "what this text is (source, licence, split), written into the model's training.json: a run that "
         "starts from the model names it as its base's training data; default: the data path"))
     split: Split = "all"
-    seq_len: int = Field(128, ge=8, le=8192)
+    seq_len: Annotated[int, Quota("train_max_seq_len")] = Field(128, ge=8, le=8192)
     mask_token_loss: bool = Field(True, description="zero loss weight on <MASK> tokens (paper 002 'Baseline1')")
     max_records: Optional[int] = Field(None, ge=1, le=100_000_000)
     mlm_probability: float = Field(0.15, gt=0, lt=1, description="kind mlm: the share of target tokens masked per step")
@@ -74,9 +74,10 @@ class TokenizerConfig(_Strict):
         None, description="an existing Hugging Face tokenizer folder instead of training one")
     also_on: Annotated[list[str], ServerPath(why="not taken by the service: a training reads its job's data only")] \
         = Field(default_factory=list, max_length=16)
-    vocab_size: int = Field(4096, ge=300, le=262_144)
+    vocab_size: Annotated[int, Quota("train_max_vocab_size")] = Field(4096, ge=300, le=262_144)
     min_frequency: int = Field(2, ge=1, le=1000)
-    max_entity_tokens: int = Field(4096, ge=0, le=100_000)
+    max_entity_tokens: Annotated[int, Quota("train_max_vocab_size")] = Field(4096, ge=0, le=100_000)
+    """Entity tokens added to the vocabulary (embedding rows, as ``vocab_size``'s)."""
 
 
 class LoraConfig(_Strict):
@@ -84,7 +85,7 @@ class LoraConfig(_Strict):
     adapters train (and, under DP, only they are clipped and noised); the run saves the
     merged model (``model/``) and the adapter beside it (``adapter/``)."""
 
-    r: int = Field(8, ge=1, le=1024)
+    r: Annotated[int, Quota("train_max_lora_rank")] = Field(8, ge=1, le=1024)
     alpha: float = Field(16.0, gt=0, le=100_000)
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$")]] = Field(
@@ -100,9 +101,9 @@ class ModelConfig(_Strict):
 
 
 class OptimConfig(_Strict):
-    batch_size: int = Field(16, ge=1, le=4096, description="examples per step over all workers (expected, under Poisson sampling)")
-    epochs: int = Field(1, ge=1, le=1000)
-    max_steps: Optional[int] = Field(None, ge=1, le=10_000_000)
+    batch_size: Annotated[int, Quota("train_max_batch_size")] = Field(16, ge=1, le=4096, description="examples per step over all workers (expected, under Poisson sampling)")
+    epochs: Annotated[int, Quota("train_max_epochs")] = Field(1, ge=1, le=1000)
+    max_steps: Annotated[Optional[int], Quota("train_max_steps")] = Field(None, ge=1, le=10_000_000)
     lr: float = Field(1e-3, gt=0, le=1.0)
     weight_decay: float = Field(0.0, ge=0, le=1.0)
     warmup_steps: int = Field(0, ge=0, le=1_000_000)
@@ -121,7 +122,8 @@ class DPConfig(_Strict):
     individuals, an individual's gradient is the mean over its blocks (at most
     ``max_blocks_per_individual`` a step), and that gradient is clipped; one epsilon
     protects everything one individual contributed, however many records."""
-    max_blocks_per_individual: int = Field(16, ge=1, le=4096)
+    max_blocks_per_individual: Annotated[int, Quota("train_max_batch_size", when={"unit": "individual"})] = Field(
+        16, ge=1, le=4096)
     """``unit: individual``: a sampled individual with more blocks contributes a seeded
     draw of this many in that step (the clipping bounds its influence either way; this
     bounds the step's memory)."""
@@ -145,7 +147,7 @@ class DPConfig(_Strict):
     delta: Optional[float] = Field(None, gt=0, le=0.1)
     """Default: 1/(10 N) over the DP split's N units; above 1/N it is refused at planning."""
     max_grad_norm: float = Field(1.0, gt=0, le=1e6)
-    batch_size: Optional[int] = Field(None, ge=1, le=4096)
+    batch_size: Annotated[Optional[int], Quota("train_max_batch_size")] = Field(None, ge=1, le=4096)
     """Expected examples per DP-SGD step (Poisson sampling at batch_size / N); default
     ``optim.batch_size``. For ``crt``, the private phase's batch while the public phase keeps
     ``optim.batch_size``: a smaller one gives the private split more (noisier) steps."""
@@ -181,7 +183,7 @@ class AuditConfig(_Strict):
     ``canaries`` random blocks, each inserted into the DP split with probability 1/2,
     scored after training; the summary shows the audited epsilon beside the accountant's."""
 
-    canaries: int = Field(1000, ge=8, le=100_000)
+    canaries: Annotated[int, Quota("train_max_audit_canaries")] = Field(1000, ge=8, le=100_000)
     confidence: float = Field(0.95, ge=0.5, lt=1)
 
 
@@ -206,15 +208,25 @@ class CRTConfig(_Strict):
 
 
 class WorkersConfig(_Strict):
-    num_workers: int = Field(1, ge=1, le=256)
+    num_workers: Annotated[int, Quota("train_max_workers")] = Field(1, ge=1, le=256)
     use_gpu: bool = False
-    cpus_per_worker: float = Field(1.0, gt=0, le=64)
-    threads_per_worker: Optional[int] = Field(None, ge=1, le=64)
+    cpus_per_worker: Annotated[float, Quota(
+        "train_max_cpus_per_worker", least="threads",
+        least_why="one CPU for each of the worker's {need} thread(s) (workers.threads_per_worker; default: "
+                  "1 below one CPU)")] = Field(1.0, gt=0, le=64)
+    """The CPUs Ray reserves for each worker. The service also holds it to at least the
+    worker's threads: 0.0001 CPU running 4 threads would take cores no one reserved."""
+    threads_per_worker: Annotated[Optional[int], Quota("train_max_cpus_per_worker")] = Field(None, ge=1, le=64)
     precision: Literal["fp32", "bf16"] = "fp32"
     start_timeout_s: float = Field(300.0, ge=1, le=86_400)
     """How long the workers may wait for their CPUs (or GPUs) before the run fails: a
     cluster that is busy or scaling up gets this long; one that can never hold them fails
     after it (Ray Train's own default waits forever)."""
+
+    def threads(self) -> int:
+        """The threads each worker's torch runs: ``threads_per_worker``, else its whole CPUs
+        (at least 1)."""
+        return self.threads_per_worker or max(1, int(self.cpus_per_worker))
 
 
 class TrainConfig(_Strict):
@@ -242,7 +254,7 @@ class TrainConfig(_Strict):
     workers: WorkersConfig = WorkersConfig()
     checkpoint_every: int = Field(50, ge=1, le=10_000_000)
     report_every: int = Field(10, ge=1, le=10_000_000)
-    max_failures: int = Field(2, ge=0, le=100)
+    max_failures: Annotated[int, Quota("train_max_failures")] = Field(2, ge=0, le=100)
 
     @model_validator(mode="after")
     def _consistent(self):

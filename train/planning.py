@@ -126,7 +126,7 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 
         phases=tuple(phases), total_steps=total, batch_size=cfg.optim.batch_size, seed=cfg.optim.seed,
         init=model_init, optim=OptimPlan(optimizer=cfg.optim.optimizer, lr=cfg.optim.lr,
                                          weight_decay=cfg.optim.weight_decay, warmup_steps=cfg.optim.warmup_steps),
-        dp=dp_plan, mlm=mlm, threads=cfg.workers.threads_per_worker or max(1, int(cfg.workers.cpus_per_worker)),
+        dp=dp_plan, mlm=mlm, threads=cfg.workers.threads(),
         bf16=cfg.workers.precision == "bf16" and cfg.workers.use_gpu, report_every=cfg.report_every,
         checkpoint_every=cfg.checkpoint_every)
     return RunPlan(worker, budget, sizes)

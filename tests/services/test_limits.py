@@ -205,3 +205,138 @@ def test_dp_configs_the_red_team_sent_answer_422_at_the_field(api):
         assert r.status_code == 422, r.text
         assert path in [e["path"] for e in r.json()["errors"]], r.json()
     assert _jobs(engine) == 0
+
+
+# ---- issue 53, item 3: every training and evaluation setting that sizes a worker has a quota ---
+
+_TRAIN = {"kind": "pretrain", "data": {"seq_len": 32}, "optim": {"batch_size": 4, "max_steps": 4}}
+_DP = {**_TRAIN, "kind": "dp", "dp": {"noise_multiplier": 1.0}}
+_LORA = {**_TRAIN, "kind": "continue", "model": {"preset": None, "checkpoint": "training:0123456789abcdef",
+                                                  "lora": {"r": 8}}}
+_EVAL = {"models": [{"name": "m", "training_id": "0123456789abcdef"}],
+         "perplexity": {"data": {"corpus_id": "2222222222222222"}, "limit": 20}}
+_CANARIES = {"key": "keystore:k", "digits": 3, "count": 2, "held_out": 2}
+
+
+def _set(base: dict, path: str, value) -> dict:
+    out = copy.deepcopy(base)
+    node = out
+    *parents, last = path.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
+    return out
+
+
+# (config, field path, value within the config's own bound but over the service's quota)
+TRAIN_OVER_QUOTAS = [
+    (_DP, "dp.batch_size", 4096),                   # was bounded only by the config's 4096, not the 256 of optim
+    (_set(_DP, "audit", {}), "audit.canaries", 100_000),  # had no quota at all
+    (_set(_TRAIN, "workers.threads_per_worker", 4), "workers.cpus_per_worker", 0.0001),  # 4 threads on 1/10^4 CPU
+    (_TRAIN, "workers.cpus_per_worker", 0.5),       # one thread (the least) on half a CPU
+    (_set(_TRAIN, "workers.threads_per_worker", 4), "workers.cpus_per_worker", 2),
+    (_TRAIN, "tokenizer.max_entity_tokens", 100_000),
+    (_LORA, "model.lora.r", 1024),
+]
+EVAL_OVER_QUOTAS = [
+    (_EVAL, "scoring.batch_tokens", 1 << 22),       # a batch's logits: 4M tokens x the vocabulary
+    (_set(_EVAL, "canaries", _CANARIES), "canaries.count", 1000),
+    (_set(_EVAL, "canaries", _CANARIES), "canaries.held_out", 1000),
+]
+
+
+def _train_refusal(config, settings=None) -> list[tuple[str, str]]:
+    from services.trainings import check_limits, validate_config
+
+    with pytest.raises(SpecInvalid) as ei:
+        check_limits(settings or Settings(), validate_config(config))
+    return [(e["path"], e["message"]) for e in ei.value.extra["errors"]]
+
+
+@pytest.mark.parametrize("config,path,value", TRAIN_OVER_QUOTAS)
+def test_training_settings_that_size_a_worker_answer_422_over_http(api, config, path, value):
+    client, _, _, engine = api
+    r = client.post("/v1/trainings", json={"job_id": "nonexistent", "config": _set(config, path, value)})
+    assert r.status_code == 422, r.text
+    assert [e["path"] for e in r.json()["errors"]] == [path], r.json()
+    assert r.json()["detail"].startswith(f"{path}: ") and "on this service" in r.json()["detail"]
+    assert _jobs(engine) == 0
+
+
+@pytest.mark.parametrize("config,path,value", EVAL_OVER_QUOTAS)
+def test_evaluation_settings_that_size_a_worker_answer_422_over_http(api, config, path, value):
+    client, _, _, engine = api
+    r = client.post("/v1/evaluations", json={"config": _set(config, path, value)})
+    assert r.status_code == 422, r.text
+    assert [e["path"] for e in r.json()["errors"]] == [path], r.json()
+    assert "on this service" in r.json()["detail"]
+    assert _jobs(engine) == 0
+
+
+def test_the_quotas_come_from_the_settings_and_within_them_configs_pass():
+    from services.evaluations import check_limits as eval_limits, validate_config as eval_config
+    from services.trainings import check_limits, validate_config
+
+    # dp.batch_size shares optim.batch_size's quota, the service's batch limit
+    dp = _set(_DP, "dp.batch_size", 300)
+    assert _train_refusal(dp) == [("dp.batch_size", "at most 256 on this service (asked for 300)")]
+    check_limits(Settings(train_max_batch_size=300), validate_config(dp))
+    check_limits(Settings(), validate_config(_set(_DP, "dp.batch_size", 256)))
+    # the CPUs of a worker: at least one per thread, at most the service's
+    assert _train_refusal(_set(_set(_TRAIN, "workers.threads_per_worker", 4), "workers.cpus_per_worker", 0.0001)) \
+        == [("workers.cpus_per_worker", "at least 4 on this service (asked for 0.0001): one CPU for each of the "
+                                        "worker's 4 thread(s) (workers.threads_per_worker; default: 1 below one CPU)")]
+    for cpus, threads in ((1, None), (2, None), (4, 4), (3.5, 2)):
+        cfg = _set(_TRAIN, "workers.cpus_per_worker", cpus)
+        check_limits(Settings(), validate_config(_set(cfg, "workers.threads_per_worker", threads) if threads else cfg))
+    assert [p for p, _ in _train_refusal(_set(_TRAIN, "workers.cpus_per_worker", 8))] == ["workers.cpus_per_worker"]
+    # audit canaries and the LoRA rank: their own settings
+    audit = _set(_set(_DP, "audit", {}), "audit.canaries", 20_000)
+    assert [p for p, _ in _train_refusal(audit)] == ["audit.canaries"]
+    check_limits(Settings(train_max_audit_canaries=20_000), validate_config(audit))
+    lora = _set(_LORA, "model.lora.r", 128)
+    assert [p for p, _ in _train_refusal(lora)] == ["model.lora.r"]
+    check_limits(Settings(train_max_lora_rank=128), validate_config(lora))
+    # conditional quotas hold only where they apply: max_blocks_per_individual for unit individual
+    check_limits(Settings(), validate_config(_set(_DP, "dp.max_blocks_per_individual", 300)))
+    # evaluations: batch tokens, canaries
+    big = _set(_EVAL, "scoring.batch_tokens", 1 << 17)
+    with pytest.raises(SpecInvalid):
+        eval_limits(Settings(), eval_config(big))
+    eval_limits(Settings(eval_max_batch_tokens=1 << 17), eval_config(big))
+    eval_limits(Settings(), eval_config(_set(_EVAL, "canaries", {**_CANARIES, "count": 100, "held_out": 100})))
+    extrapolated = _set(_EVAL, "canaries", {**_CANARIES, "digits": 9, "method": "extrapolated", "sample": 10_000})
+    eval_limits(Settings(), eval_config(extrapolated))  # digits: exact's quota only
+
+
+def _bound(field) -> float | None:
+    for m in field.metadata:
+        for attr in ("le", "max_length"):
+            if getattr(m, attr, None) is not None:
+                return getattr(m, attr)
+    return None
+
+
+def test_every_quota_is_declared_on_a_field_and_stays_within_its_bound():
+    """The quotas of trainings and evaluations are ``Quota`` markers on the config fields,
+    as the stages' are: every ``train_max_*`` and ``eval_max_*`` number the service has is
+    declared on a field, and its default is within that field's own bound."""
+    from attacks.config import AttackConfig
+    from privatize.policy import Quota, _models, marked_fields
+    from train.config import TrainConfig
+
+    declared: dict[str, list] = {}
+    for model in (TrainConfig, AttackConfig):
+        for path, m in marked_fields(model, (Quota,)):
+            declared.setdefault(m.setting, []).append((model, path))
+    for name, info in Settings.model_fields.items():
+        if name.startswith(("train_max_", "eval_max_")):
+            assert name in declared, f"{name} is declared on no config field"
+    for setting, where in declared.items():
+        for model, path in where:
+            holder = model
+            for part in path[:-1]:
+                holder = _models(holder.model_fields[part].annotation)[0]
+            bound = _bound(holder.model_fields[path[-1]])
+            assert bound is not None, path
+            assert Settings.model_fields[setting].default <= bound, (setting, path, bound)
