@@ -91,6 +91,8 @@ def _training_rows(m: ModelResult) -> list[tuple[str, str]]:
                  else ' <span class="absent">gamma and delta_2 of unrecorded origin</span>')
         rows.append(("CRT confidentiality",
                      f"(ε, δ) = ({fmt_num(t.confidentiality_epsilon)}, {fmt_num(t.confidentiality_delta)}){basis}"))
+    if t.crt_split:
+        rows.append(("CRT split", esc(t.crt_split)))
     return rows
 
 

@@ -139,6 +139,7 @@ class TrainingInfo:
     confidentiality_epsilon: float | None = None  # CRT's Bayesian confidentiality
     confidentiality_delta: float | None = None
     confidentiality_basis: str | None = None  # where gamma and delta_2 came from: claimed or measured
+    crt_split: str | None = None  # CRT: the public share of its examples and delta_2's bound, in words
     # the one-run audit (train.audit): the audited lower bound, its confidence, the guesses
     audit_epsilon: float | None = None
     audit_confidence: float | None = None
@@ -295,6 +296,14 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
             parts.append(f"{name} {pv.get('origin', 'of unknown origin')}"
                          + (f" ({pv['source']})" if pv.get("source") else ""))
         basis = "; ".join(parts)
+    crt_split = None
+    if conf.get("public_examples") is not None and conf.get("private_examples") is not None:
+        pub, priv = int(conf["public_examples"]), int(conf["private_examples"])
+        share = pub / (pub + priv) if pub + priv else 0.0
+        d2 = prov.get("delta_2") or {}
+        crt_split = (f"{share:.1%} of examples public ({pub:,} public, {priv:,} private, DP-SGD); "
+                     f"delta_2 (secrets the split lets through) {conf.get('delta_2'):.4g}, "
+                     f"{d2.get('origin', 'of unknown origin')}" + (f": {d2['source']}" if d2.get("source") else ""))
     u = s.get("unit") or {}
     unit = UNIT_TEXT[u["name"]].format_map(_Blank(u)) if u.get("name") in UNIT_TEXT else None
     guesses = (f"{audit['correct']} of {audit['guesses']} guesses right on {audit['canaries']} canaries"
@@ -308,5 +317,5 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
     return TrainingInfo(kind=kind, protection=protection or default, epsilon=s.get("epsilon"), delta=s.get("delta"),
                         confidentiality_epsilon=conf.get("epsilon"), confidentiality_delta=conf.get("delta"),
                         audit_epsilon=audit.get("epsilon_lower_bound"), audit_confidence=audit.get("confidence"),
-                        audit_guesses=guesses, unit=unit, confidentiality_basis=basis, loss_curve=curve,
+                        audit_guesses=guesses, unit=unit, confidentiality_basis=basis, crt_split=crt_split, loss_curve=curve,
                         base=base, lora=lora)

@@ -109,7 +109,7 @@ def _word_feats(text: str, s: int, e: int, prefix: str) -> list[str]:
     piece = text[s:e]
     words = _WORD.findall(piece) or [piece]
     rare = min(words, key=lambda w: zipf(w) if not w.isdigit() else 9.0)
-    out = [f"{prefix}:{_zipf_bucket(rare)}", f"{prefix}:n{min(len(words), 4)}"]
+    out = [f"{prefix}:{_zipf_bucket(rare)}", f"{prefix}:n{min(len(words), 4)}", f"w={rare.lower()}"]
     if any(c.isdigit() for c in piece):
         out.append(f"{prefix}:digit")
     letters = [c for c in piece if c.isalpha()]
@@ -129,6 +129,34 @@ def _context_feats(text: str, s: int, e: int, prefix: str) -> list[str]:
     return out
 
 
+_NUMERIC_DATE = re.compile(r"(\d{1,2})[/.-](\d{1,2})(?:[/.-](\d{2}|\d{4}))?")
+_CLOCK = re.compile(r"(?:[01]?\d|2[0-3])[:.h][0-5]\d(?:[ap]m?)?|(?:[01]\d|2[0-3])[0-5]\d")
+_YEAR = re.compile(r"'?\d{2}|(?:19|20)\d{2}s?")
+
+
+def _digit_kinds(tok: str) -> list[str]:
+    """What a digit token looks like (any that apply): a calendar date (month/day within
+    range, ``/`` or ``-``), a ratio of values (``120/80``), a year, a clock time, a
+    phone-like run of seven or more digits, a measurement (a unit, a decimal point or a
+    percent sign)."""
+    core = tok.strip("#~@()[]:;,")
+    out = []
+    m = _NUMERIC_DATE.fullmatch(core)
+    if m and "." not in core and 1 <= int(m.group(1)) <= 12 and 1 <= int(m.group(2)) <= 31:
+        out.append("date")
+    elif re.fullmatch(r"\d+/\d+", core):
+        out.append("ratio")
+    if _CLOCK.fullmatch(core.lower()):
+        out.append("clock")
+    if _YEAR.fullmatch(core) and (len(core) >= 4 or core.startswith("'")):
+        out.append("year")
+    if sum(c.isdigit() for c in core) >= 7:
+        out.append("phone")
+    if "%" in core or re.fullmatch(r"\d+\.\d+", core) or re.fullmatch(r"[x#]?\d+(?:\.\d+)?\p{L}{1,5}(?:/\p{L}+)?", core):
+        out.append("measure")
+    return out
+
+
 def _digit_feats(text: str, s: int, e: int, style: str) -> list[str]:
     a, b = _token_around(text, s, e)
     tok = text[a:b]
@@ -137,6 +165,8 @@ def _digit_feats(text: str, s: int, e: int, style: str) -> list[str]:
     out = ["digits", f"digits:{style}", f"digits:run{_len_bucket(e - s)}", f"digits:tok{_len_bucket(digits)}",
            f"digits:shape={shape}", f"digits:shape={shape}:{style}"]
     out += _context_feats(text, a, b, "digits")
+    for kind in _digit_kinds(tok):
+        out += [f"digits:{kind}", f"digits:{kind}:{style}"]
     if any(c.isalpha() for c in tok):
         out.append("digits:alnum")
     return out
@@ -181,7 +211,7 @@ def candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_n
         initial = s == 0 or _SENT_END.search(text, max(0, s - 4), s) is not None
         if initial and is_function_word(w, stops):
             continue
-        f = ["cap", f"cap:{style}", f"cap:{_zipf_bucket(w)}", f"cap:{_zipf_bucket(w)}:{style}",
+        f = ["cap", f"cap:{style}", f"cap:{_zipf_bucket(w)}", f"cap:{_zipf_bucket(w)}:{style}", f"w={w.lower()}",
              f"cap:shape={word_shape(w)}", f"cap:len{_len_bucket(len(w))}"]
         if initial:
             f.append("cap:initial")
@@ -197,7 +227,8 @@ def candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_n
             w = m.group(0)
             if w.lower() in stops:
                 continue
-            f = ["caseless", f"caseless:{style}", f"caseless:{_zipf_bucket(w)}", f"caseless:len{_len_bucket(len(w))}"]
+            f = ["caseless", f"caseless:{style}", f"caseless:{_zipf_bucket(w)}", f"caseless:len{_len_bucket(len(w))}",
+                 f"w={w.lower()}"]
             if is_known_name(w):
                 f.append("caseless:name")
             f += _context_feats(text, m.start(), m.end(), "caseless")

@@ -325,3 +325,29 @@ def test_tradeoff_plots_add_a_hollow_point_outside_the_secrets():
     assert _ppl_auc_figure(ev.models).axes[0].get_xscale() == "linear"
     crt.perplexity = 18.7 * 30
     assert _ppl_auc_figure(ev.models).axes[0].get_xscale() == "log"
+
+
+def test_the_crt_card_gives_the_public_share_and_delta_2_with_its_source(tmp_path):
+    """Issue 50: a CRT training's card says how much of its data was public and what bounds
+    the secrets the split let through, from the run's summary (hand share: 750 / 1000)."""
+    import json
+
+    from attacks.results import training_info
+
+    src = "calibrated pi_c ((shipped), domain clinical): one-sided 95% upper bound"
+    (tmp_path / "summary.json").write_text(json.dumps({
+        "kind": "crt", "epsilon": 3.0, "delta": 1e-5,
+        "confidentiality": {"gamma": 0.06, "delta_2": 0.0163, "epsilon": 0.2, "delta": 0.0163,
+                            "public_examples": 750, "private_examples": 250,
+                            "provenance": {"gamma": {"origin": "measured: the privatization manifest's quality",
+                                                     "source": src},
+                                           "delta_2": {"origin": "measured: the privatization manifest's quality",
+                                                       "source": src}}}}))
+    info = training_info(str(tmp_path), "CRT")
+    assert info.crt_split.startswith("75.0% of examples public (750 public, 250 private, DP-SGD)")
+    assert "delta_2 (secrets the split lets through) 0.0163, measured: the privatization manifest's quality" \
+        in info.crt_split and src in info.crt_split
+    page = render_report(Evaluation("e", "2026-11-28T00:00:00Z", [ModelResult("m", "runs/m", training=info)]))
+    assert "CRT split" in page and "75.0% of examples public" in page
+    (tmp_path / "summary.json").write_text(json.dumps({"kind": "dp", "epsilon": 3.0, "delta": 1e-5}))
+    assert training_info(str(tmp_path), "DP").crt_split is None
