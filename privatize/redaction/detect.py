@@ -57,7 +57,7 @@ from privatize.redaction.compiled import (CompiledRecognizer, default_pattern_re
                                           split_caseless)
 from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping
-from privatize.redaction.evidence import candidates
+from privatize.redaction.evidence import iter_candidates
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
                                          url_span, warm_word_lists)
 from privatize.redaction.styles import AUTO, get_style, style_picker, trim_article
@@ -162,7 +162,9 @@ class Detection:
     :mod:`privatize.redaction.evidence` (calibrated policy), ``signal`` (strict policy),
     ``None`` when nothing did."""
     pi_c_score: float = 0.0
-    """Calibrated policy: the strongest candidate's score (0 without candidates)."""
+    """Calibrated policy: the strongest candidate's score among those scored (0 without
+    candidates). Unless intervals or evidence are asked for, scoring stops at the first
+    candidate over the threshold, and a record pi flags is not scored at all."""
     evidence: list = field(default_factory=list)
     """With ``want_evidence``: every pi_c candidate ``(start, end, kind, features)``."""
 
@@ -444,20 +446,24 @@ class Detector:
                 pi = merge_spans(_cut_reserved(spread, reserved, text))
             # pi_c
             ev = []
-            if calibrated or want_evidence:
-                ev = candidates(text, style=style.name, ner=ner[i], case_ner=case_ner.get(i, []),
-                                hits=hits + extra, weak=weak, upper_regions=upper_regions[i])
-                if reserved and ev:
-                    ev = [c for c in ev if not any(a < c[1] and c[0] < b for a, b in reserved)]
+            full = want_intervals or want_evidence  # else the first candidate over the threshold decides
+            if want_evidence or (calibrated and not (pi and not full)):
+                found = iter_candidates(text, style=style.name, ner=ner[i], case_ner=case_ner.get(i, []),
+                                        hits=hits + extra, weak=weak, upper_regions=upper_regions[i])
+                if reserved:
+                    found = (c for c in found if not any(a < c[1] and c[0] < b for a, b in reserved))
+                ev = found if (calibrated and not want_evidence) else list(found)
             if calibrated:
                 by, best, iv = ("pi" if pi else None), 0.0, [(sp[0], sp[1]) for sp in pi]
                 top = None
                 for s, e, kind, feats in ev:
                     sc = self.pic_model.score(feats)
-                    if sc >= self.pic_threshold:
-                        iv.append((s, e))
                     if sc > best:
                         best, top = sc, kind
+                    if sc >= self.pic_threshold:
+                        iv.append((s, e))
+                        if not full:
+                            break
                 if by is None and best >= self.pic_threshold and top is not None:
                     by = top
             else:

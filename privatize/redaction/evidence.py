@@ -172,15 +172,16 @@ def _digit_feats(text: str, s: int, e: int, style: str) -> list[str]:
     return out
 
 
-def candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_ner: list[tuple[int, int, str]],
-               hits: list, weak: list, upper_regions: list[tuple[int, int]]) -> list[tuple[int, int, str, list[str]]]:
-    """Every pi_c signal in ``text`` as ``(start, end, kind, features)``.
+def iter_candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_ner: list[tuple[int, int, str]],
+               hits: list, weak: list, upper_regions: list[tuple[int, int]]):
+    """Every pi_c signal in ``text`` as ``(start, end, kind, features)``, lazily, the
+    kinds in the order of :data:`KINDS` (so a caller that needs only the first candidate
+    over a threshold builds no more features than it must).
 
     ``ner``/``case_ner``: spaCy entities (from the text and from its re-cased caseless
     regions); ``hits``: pattern and style-rule candidates before pi's filters
     (``Span`` tuples); ``weak``: the hits the balanced profile keeps for pi_c only;
     ``upper_regions``: the text's caseless regions; ``style``: the document's style."""
-    out: list[tuple[int, int, str, list[str]]] = []
     for kind, ents in (("ner", ner), ("ner_case", case_ner)):
         for s, e, label in ents:
             if label != "PERSON" and is_speaker_label(text, s, e):
@@ -188,7 +189,7 @@ def candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_n
             f = [kind, f"{kind}:{label}", f"{kind}:{label}:{style}"]
             f += _word_feats(text, s, e, f"{kind}:{label}")
             f += _context_feats(text, s, e, kind)
-            out.append((s, e, kind, f))
+            yield ((s, e, kind, f))
     for kind, spans in (("rec", hits), ("weak", weak)):
         for s, e, etype, score, source, ctx in spans:
             f = [kind, f"{kind}:{etype}", f"{kind}:{etype}:{style}", f"{kind}:src={source}",
@@ -196,9 +197,9 @@ def candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_n
             if ctx:
                 f.append(f"{kind}:{etype}:ctx")
             f += _word_feats(text, s, e, kind)
-            out.append((s, e, kind, f))
+            yield ((s, e, kind, f))
     for m in _DIGITS.finditer(text):
-        out.append((m.start(), m.end(), "digits", _digit_feats(text, m.start(), m.end(), style)))
+        yield ((m.start(), m.end(), "digits", _digit_feats(text, m.start(), m.end(), style)))
     stops = stop_words()
     for m in _CAP_WORD.finditer(text):
         w = m.group(0).rstrip(".-'’")
@@ -221,7 +222,7 @@ def candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_n
         if len(nxt) == 2 and nxt[0] == " " and nxt[1].isupper():
             f.append("cap:next_cap")
         f += _context_feats(text, s, e, "cap")
-        out.append((s, e, "cap", f))
+        yield ((s, e, "cap", f))
     for a, b in upper_regions:
         for m in _LETTER_WORD.finditer(text, a, b):
             w = m.group(0)
@@ -232,5 +233,9 @@ def candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_n
             if is_known_name(w):
                 f.append("caseless:name")
             f += _context_feats(text, m.start(), m.end(), "caseless")
-            out.append((m.start(), m.end(), "caseless", f))
-    return out
+            yield ((m.start(), m.end(), "caseless", f))
+
+
+def candidates(text: str, **kw) -> list[tuple[int, int, str, list[str]]]:
+    """:func:`iter_candidates` as a list."""
+    return list(iter_candidates(text, **kw))
