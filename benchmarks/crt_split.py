@@ -3,8 +3,11 @@
 
 The shipped CRT recipe (``privatize/specs/crt.yaml``: sentences, redact, SHA-1 dedup of
 flagged sentences, split_private; operator ``mask`` here, which routes as ``encrypt``
-does) runs in process (``privatize.run``) on each corpus twice, once per policy, and its
-output records are scored against the gold secrets:
+does) runs in process (``privatize.run``) on each corpus four times: as it shipped before
+issue 50 (sentences judged alone, ``pi_c: strict``), with each sentence read in its
+document's style (``split.doc_style``) and ``pi_c: strict``, with the calibrated pi_c
+(the default threshold), and with the corpus's calibrated domain; its output records
+are scored against the gold secrets:
 
 * clinical: the ``report`` part of the PhysioNet deid development half (patients hashed
   to 75-99 of 100: neither fitted nor calibrated on), every PHI span a secret;
@@ -41,7 +44,8 @@ from privatize import run  # noqa: E402
 from privatize.recipes import crt_stages  # noqa: E402
 from privatize.redaction.calibration import clopper_pearson_upper, load_model  # noqa: E402
 
-POLICIES = {"before (pi_c: strict)": "strict", "after (pi_c: calibrated)": "calibrated",
+POLICIES = {"before (the recipe before issue 50)": "before", "pi_c: strict, doc_style": "strict",
+            "after (pi_c: calibrated)": "calibrated",
             "after, the corpus's domain": "domain"}
 DOMAIN = {"clinical": "clinical", "multiwoz": "booking", "customersim": "support"}
 
@@ -61,7 +65,10 @@ def run_recipe(docs, policy) -> tuple[pa.Table, float, dict]:
         with open(corpus, "w", encoding="utf-8") as fh:
             for d in docs:
                 fh.write(json.dumps({"id": d.id, "text": d.text}) + "\n")
-        spec = {"stages": crt_stages(operator="mask", pi_c=policy), "output": {"num_shards": 1}}
+        stages = crt_stages(operator="mask", pi_c="strict" if policy == "before" else policy)
+        if policy == "before":  # the recipe as it shipped before issue 50: sentences judged alone, every signal
+            stages = [{**s, "doc_style": False} if s["kind"] == "split" else s for s in stages]
+        spec = {"stages": stages, "output": {"num_shards": 1}}
         t = time.perf_counter()
         manifest = run(spec, corpus, Path(tmp) / "out", runner="local")
         secs = time.perf_counter() - t
@@ -124,7 +131,7 @@ def main() -> None:
                   f"{100 * r['secret_public_upper95']:.2f}%)  {secs:.0f} s", flush=True)
             print(f"{'':>12} {'':<26} secret-free sentences routed private by: {r['secret_free_private_by']}"
                   + (f"; missed types {r['missed_types']}" if r["missed_types"] else ""), flush=True)
-        res["efficiency_ratio"] = res["calibrated"]["efficiency"] / max(res["strict"]["efficiency"], 1e-9)
+        res["efficiency_ratio"] = res["calibrated"]["efficiency"] / max(res["before"]["efficiency"], 1e-9)
         res["domain_name"] = DOMAIN[corpus]
         out["corpora"][corpus] = res
     print("\n| corpus | policy | sentences | secret-free | public | efficiency | secret made public (upper95) |")

@@ -7,7 +7,8 @@
    and each document assigned to ``fit``, ``calibration`` or ``report`` by its group
    (patient, dialogue). CustomerSim's test split is never read here.
 2. The product's detector (:class:`privatize.redaction.detect.Detector`, defaults) runs
-   over every sentence once and returns pi's spans and every pi_c candidate with its
+   over every sentence once, in its document's style (as the recipe's ``split.doc_style``
+   records it), and returns pi's spans and every pi_c candidate with its
    features (:mod:`privatize.redaction.evidence`); cached under ``--work``.
 3. **Fit** on the ``fit`` part: a logistic regression on candidates, label "overlaps a
    gold secret" (:func:`privatize.redaction.calibration.fit`), each corpus weighted
@@ -55,18 +56,21 @@ def evidence(corpus: str, data: Path, work: Path, *, split: str = "train", limit
     if cache.is_file():
         return pickle.loads(cache.read_bytes())
     from privatize.redaction.detect import Detector, PiCOptions
+    from privatize.redaction.styles import detect_style
 
     det = Detector(pi_c=PiCOptions(policy="strict"))
     docs = load(corpus, data, split=split, limit=limit)
-    sents: list[tuple[str, Sentence]] = [(part_of(corpus, d.group) if split == "train" or corpus != "customersim"
-                                          else "report", s) for d in docs for s in sentences(d)]
+    # each sentence read in its document's style, as the CRT recipe's split stage records it (doc_style)
+    sents: list[tuple[str, str, Sentence]] = [(part_of(corpus, d.group) if split == "train" or corpus != "customersim"
+                                               else "report", detect_style(d.text), s)
+                                              for d in docs for s in sentences(d)]
     out = []
     t0 = time.perf_counter()
     step = 512
     for k in range(0, len(sents), step):
         chunk = sents[k:k + step]
-        dets = det.detect([s.text for _, s in chunk], want_evidence=True)
-        for (part, s), d in zip(chunk, dets):
+        dets = det.detect([s.text for _, _, s in chunk], want_evidence=True, styles=[st for _, st, _ in chunk])
+        for (part, _, s), d in zip(chunk, dets):
             removed = [(sp["start"], sp["end"]) for sp in d.spans]
             pi_miss = any(any(c.isalnum() and not any(x <= k2 < y for x, y in removed)
                               for k2, c in enumerate(s.text[a:b], start=a)) for a, b, _ in s.secrets)

@@ -60,7 +60,7 @@ from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping
 from privatize.redaction.evidence import iter_candidates
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
                                          url_span, warm_word_lists)
-from privatize.redaction.styles import AUTO, get_style, style_picker, trim_article
+from privatize.redaction.styles import AUTO, get_style, style_names, style_picker, trim_article
 from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        is_speaker_label, merge_intervals, merge_spans, recase)
@@ -205,6 +205,7 @@ class Detector:
             self.pic_threshold = self.pic_model.threshold_for(self.pi_c.domain)
         self.style = style
         self._pick_style = style_picker(style)
+        self._style_names = frozenset(n for n in style_names() if n != AUTO)
         self.batch_size = batch_size
         self.upper_case_names = upper_case_names
         self.nlp = load_spacy(model, ("ner",))
@@ -398,13 +399,20 @@ class Detector:
         return iv, (by or ("signal" if iv else None)), 0.0
 
     # ---- the batch ----------------------------------------------------------------
-    def detect(self, texts: list[str], *, want_intervals: bool = False, want_evidence: bool = False) -> list[Detection]:
-        """One :class:`Detection` per text (``None`` texts are not allowed)."""
+    def detect(self, texts: list[str], *, want_intervals: bool = False, want_evidence: bool = False,
+               styles: list[str | None] | None = None) -> list[Detection]:
+        """One :class:`Detection` per text (``None`` texts are not allowed). ``styles``:
+        per text, the style its document was judged to have (the split stage's
+        ``doc_style``), used where the detector's style is ``auto``; ``None`` entries are
+        judged from the text itself."""
         texts = list(texts)
         for t in texts:
             if not isinstance(t, str):
                 raise TypeError("detect needs str texts (quarantine null records before)")
-        doc_styles = [get_style(self._pick_style(t)) for t in texts]
+        if styles is not None and len(styles) != len(texts):
+            raise ValueError("styles must give one entry per text")
+        given = styles if (styles is not None and self.style == AUTO) else [None] * len(texts)
+        doc_styles = [get_style(g if g in self._style_names else self._pick_style(t)) for t, g in zip(texts, given)]
         upper_regions = [caseless_regions(t) if self.upper_case_names else [] for t in texts]
         recased = [r if st.recase else [] for r, st in zip(upper_regions, doc_styles)]
         # one NER pass per text, over the text with its caseless regions re-cased (where

@@ -156,7 +156,8 @@ class RedactSettings(StageSettings):
     ``high_recall``: pi keeps every hit above the threshold. pi_c is the same under both."""
     style: str = AUTO
     """The document style whose rules pi uses: ``auto`` (per document, from what the text
-    looks like), or one of ``clinical``, ``legal``, ``chat``, ``general`` (every document
+    looks like; a segment of a split document takes its document's style from the
+    ``doc_style`` column the split stage writes with ``doc_style: true``), or one of ``clinical``, ``legal``, ``chat``, ``general`` (every document
     read in that style; ``general`` is the detector without style rules)."""
     pi_c: PiCSettings = Field(default_factory=PiCSettings)
     batch_size: Annotated[int, Quota("pipeline_max_redact_batch_size")] = Field(32, ge=1, le=10_000)
@@ -267,17 +268,17 @@ class Redact(Stage):
         h = hashlib.sha256(f"{self.settings.miss_seed}\x00{span['start']}\x00{span['end']}\x00{text}".encode())
         return int.from_bytes(h.digest()[:8], "big") / 2 ** 64 < self.settings.miss_share
 
-    def _detect(self, texts: list[str]) -> list:
+    def _detect(self, texts: list[str], styles: list[str | None] | None = None) -> list:
         """Detections per text; on an error, text by text so one bad record cannot
         take its batch with it (``None`` marks a failed record, with its reason)."""
         try:
-            return self._detector.detect(texts)
+            return self._detector.detect(texts, styles=styles)
         except Exception:  # noqa: BLE001 - isolate the failing record below
             log.warning("redact: batch of %d failed; retrying record by record", len(texts), exc_info=True)
         out = []
-        for t in texts:
+        for k, t in enumerate(texts):
             try:
-                out.append(self._detector.detect([t])[0])
+                out.append(self._detector.detect([t], styles=None if styles is None else [styles[k]])[0])
             except Exception as exc:  # noqa: BLE001 - quarantined with its reason
                 out.append(exc)
         return out
@@ -289,7 +290,9 @@ class Redact(Stage):
         texts = batch["text"].to_pylist()
         n = len(texts)
         live = [i for i, t in enumerate(texts) if t is not None]
-        dets = dict(zip(live, self._detect([texts[i] for i in live]))) if live else {}
+        doc_style = batch["doc_style"].to_pylist() if "doc_style" in batch.column_names else None
+        dets = dict(zip(live, self._detect([texts[i] for i in live],
+                                           None if doc_style is None else [doc_style[i] for i in live]))) if live else {}
         entities = list(self.settings.entities)
         out_text: list[str | None] = []
         spans_col: list[list[dict] | None] = []

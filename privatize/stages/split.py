@@ -25,6 +25,9 @@ segments do not exist. Which gaps cut depends on ``unit``:
 A document with no segment (empty or whitespace only) is dropped with ``_drop`` =
 "empty after split": there is nothing in it to train on or to leak.
 
+With ``doc_style``, each segment carries its document's style in ``doc_style`` (see
+:class:`SplitSettings`).
+
 Statistics: ``_stat.segments`` (1 per segment row) and ``_stat.expanded`` (segments - 1,
 on the first segment row of each document), so the manifest reconciles records in and
 out. Per-row statistics of earlier stages (``_stat.*`` columns) stay on the first
@@ -123,6 +126,13 @@ class SplitSettings(StageSettings):
     order_rules = (Once("split appears twice"),
                    Before(("redact", "encrypt_text"), "split must come before redact and encrypt_text"))
     unit: Literal["sentence", "line", "paragraph"] = "sentence"
+    doc_style: bool = False
+    """Record each document's style (:func:`privatize.redaction.styles.detect_style` on
+    the whole document: ``clinical``, ``legal``, ``chat``, ``general``) on its segments as
+    a ``doc_style`` column, which ``redact`` with ``style: auto`` then uses instead of
+    judging each segment alone (a lone sentence of a nursing note rarely looks clinical,
+    and the clinical rules are what keep shorthand such as ``ABD SOFT`` or ``MAE`` from
+    reading as names). The CRT recipe sets it."""
 
 
 # ---- scanning helpers: vectorised over many positions at once ---------------------------
@@ -486,6 +496,11 @@ class Split(Stage):
             "_stat.segments": pa.array(np.r_[np.ones(n_seg, np.int64), zeros64]),
             "_stat.expanded": pa.array(np.r_[np.where(seg_no == 0, counts[rec] - 1, 0), zeros64]),
         }
+        if self.settings.doc_style:
+            from privatize.redaction.styles import detect_style
+
+            doc_styles = pa.array([detect_style(t) for t in text.to_pylist()], pa.string())
+            cols["doc_style"] = doc_styles.take(idx)
         for name, values in cols.items():
             rows = rows.append_column(name, values)
         if n_empty:

@@ -134,19 +134,24 @@ def test_a_missing_model_file_is_a_clear_error(tmp_path):
 
 # ---- routing on labelled real sentences -----------------------------------------------
 
-def _route(texts: list[str], **settings) -> list[dict]:
+def _route(texts: list[str], doc_styles: list[str] | None = None, **settings) -> list[dict]:
     st = Redact(RedactSettings(operator="mask", **settings))
     st.setup()
-    return st.process_batch(pa.table({"text": texts})).to_pylist()
+    cols = {"text": texts} | ({"doc_style": doc_styles} if doc_styles is not None else {})
+    return st.process_batch(pa.table(cols)).to_pylist()
 
 
 def test_secrets_pi_misses_are_still_routed_private_on_the_calibration_notes():
     """Every secret-holding clinical calibration sentence that pi leaves readable is
     flagged by the calibrated pi_c at its default threshold: the calibration allowed no
-    avoidable miss there, and the stage reproduces the fitting script's figure."""
+    avoidable miss there, and the stage (given each sentence's document style, as the CRT
+    recipe's split stage records it) reproduces the fitting script's figure."""
+    from privatize.redaction.styles import detect_style
+
     docs = [d for d in load("clinical", need_data()) if part_of("clinical", d.group) == "calibration"]
-    sents = [s for d in docs for s in sentences(d) if s.secret]
-    out = _route([s.text for s in sents])
+    pairs = [(s, detect_style(d.text)) for d in docs for s in sentences(d) if s.secret]
+    sents = [s for s, _ in pairs]
+    out = _route([s.text for s in sents], [st for _, st in pairs])  # as the recipe's split.doc_style gives them
     missed_by_pi = []
     for s, o in zip(sents, out):
         removed = [(sp["start"], sp["end"]) for sp in o["spans"]]
@@ -178,3 +183,20 @@ def test_strict_reproduces_the_routing_before_issue_50():
     # the calibrated policy flags a subset: never a record strict calls clean, fewer in all
     assert all(s["pi_c_hit"] for c, s in zip(calibrated, strict) if c["pi_c_hit"])
     assert sum(c["pi_c_hit"] for c in calibrated) < sum(s["pi_c_hit"] for s in strict)
+
+
+def test_a_segment_is_read_in_its_documents_style():
+    """A lone sentence of a nursing note does not look clinical; given its document's style
+    (the split stage's ``doc_style``) the clinical rules keep shorthand from reading as
+    names, and a style the detector does not know is judged from the text as before."""
+    texts = ["ABD SOFT.", "FOLEY DRAINING.", "MAE."]
+    alone = _route(texts, pi_c="strict")
+    assert all(o["pi_hit"] for o in alone)  # read alone: "ABD SOFT" a PERSON, "MAE" an ORGANIZATION
+    styled = _route(texts, ["clinical"] * 3, pi_c="strict")
+    assert not any(o["pi_hit"] for o in styled) and all(o["text"] == t for o, t in zip(styled, texts))
+    unknown = _route(texts, [None, "no-such-style", None], pi_c="strict")
+    assert [o["pi_hit"] for o in unknown] == [o["pi_hit"] for o in alone]
+    fixed = Redact(RedactSettings(operator="mask", style="general"))  # an explicit style wins over the column
+    fixed.setup()
+    assert all(o["pi_hit"] for o in fixed.process_batch(pa.table({"text": texts, "doc_style": ["clinical"] * 3}))
+               .to_pylist())

@@ -19,7 +19,7 @@ def test_crt_stages_are_the_yaml_files_with_only_the_redact_stage_replaced():
     got[2]["skip_clean"] = False  # a copy: the next caller still gets the file's recipe
     assert crt_stages(operator="mask")[2]["skip_clean"] is True
     # the split alone: what the raw and held-out text are cut by (the main job, crt_paper)
-    assert crt_split() == {"kind": "split", "unit": "sentence"} == on_disk[0]
+    assert crt_split() == {"kind": "split", "unit": "sentence", "doc_style": True} == on_disk[0]
 
 
 def test_crt_stages_parse_as_a_spec_with_canaries_before_them():

@@ -236,3 +236,22 @@ def test_a_run_of_marks_gives_one_gap_inside_the_buffer():
         start, end = _sentence_gaps(b, np.array([0]), np.array([len(b)]))
         assert (start.tolist(), end.tolist()) == ([5], [6])
     assert segment_bytes(pa.array(["x. Y", "So... Yes\t"]))[1].tolist() == [0, 3, 0, 6]
+
+
+def test_doc_style_gives_every_segment_its_documents_style():
+    """``split.doc_style``: each segment carries the style judged on its whole document
+    (issue 50), the same as ``detect_style`` on the document; off by default."""
+    from privatize.redaction.styles import detect_style
+
+    note = ("74 YO WOMAN TRANSFERRED FROM VAMC FOR CATH. PMH: CAD, HTN. ABD SOFT. FOLEY DRAINING. MAE. "
+            "HR 80 SR NO VEA. BP 120/80. PLAN: CONT TO MONITOR.")
+    prose = "The committee met on Tuesday. It agreed to publish the report. Nobody objected to that."
+    assert detect_style(note) == "clinical" and detect_style(prose) == "general"
+    t = _batch([note, prose], ids=["n", "p"])
+    out = Split(SplitSettings(doc_style=True)).process_batch(t)
+    by_parent = {}
+    for p, st in zip(out["parent_id"].to_pylist(), out["doc_style"].to_pylist()):
+        by_parent.setdefault(p, set()).add(st)
+    assert by_parent == {"n": {"clinical"}, "p": {"general"}}
+    assert sum(p == "n" for p in out["parent_id"].to_pylist()) > 5  # the note was cut into many sentences
+    assert "doc_style" not in Split(SplitSettings()).process_batch(t).column_names
