@@ -39,12 +39,86 @@ def project_root() -> Path:
     return ROOT
 
 
+# ---- test tiers -------------------------------------------------------------------------
+# `make test-fast` runs `-m "not slow"`: everything in process. A test is `slow` when it
+# (directly or through a fixture) starts something outside the pytest process or a cluster
+# inside it. Marked here from the fixtures a test uses (item.fixturenames is the transitive
+# closure), so a new test that asks for one of these is slow without a hand marker:
+
+SLOW_FIXTURES = {
+    # a local Ray (ray.init): the integration suite's, the training suite's, the canaries module's
+    "ray_session": "starts a local Ray",
+    "_train_ray_session": "starts a local Ray (Ray Train)",
+    "ray_probe": "starts a local Ray",
+    # Ray Train runs (session fixtures that pretrain a model with train.run)
+    "wikitext_base": "a Ray Train run (the paper 002/003 base)",
+    "tiny_filler": "a Ray Train run (the refill filler)",
+    # the API service as a subprocess (uvicorn, its embedded Ray head; PostgreSQL + S3 back end)
+    "service": "starts the service (uvicorn subprocess and its Ray head)",
+    # an external PostgreSQL (skips without PRIVATIZE_TEST_DATABASE_URL)
+    "pg_engine": "needs a PostgreSQL server",
+    # `transformers serve`, a real LLM server process
+    "served_model": "starts `transformers serve`",
+}
+
+# (services/test_kind_plugin.py's `server`, uvicorn in a thread of this process with jobs run in
+# process, stays in the fast tier: about 1.5 s, nothing started outside the process.)
+
+# Modules that start Ray, Ray Train or another process in the test body or in a fixture
+# whose name says nothing (e.g. `trained`): each test of the module is slow.
+SLOW_MODULES = {
+    "tests/attacks/test_attacks_detect.py": "Ray Train runs in its `trained` fixture",
+    "tests/integration/test_ray_multinode.py": "starts Ray nodes",
+    "tests/integration/test_ray_parity.py": "the Ray runner against a local Ray",
+    "tests/train/test_train_multinode.py": "Ray Train on several nodes",
+    "tests/train/test_train_ray.py": "Ray Train runs",
+}
+
+# Single tests that start processes themselves or compute for tens of seconds in process (the
+# fast tier's budget is 4 minutes on 2 cores; `--durations` of `make test-fast` names candidates):
+SLOW_TESTS = {
+    "tests/train/test_train_units.py::test_book_keeping_under_ddp_takes_the_one_process_plain_steps":
+        "starts two torch.distributed worker processes and their TCP store",
+    "tests/attacks/test_exposure_trie.py::test_trie_equals_naive_on_every_5_digit_candidate":
+        "naive scoring of all 10^5 candidates (about 20 s)",
+}
+
+# markers that imply `slow` (a test marked `ray` needs a real Ray, `server` a server process)
+SLOW_MARKERS = ("ray", "server")
+
+
+def slow_reason(item) -> str | None:
+    """Why ``item`` belongs to the slow tier, or None for the in-process (fast) tier."""
+    if item.get_closest_marker("slow") is not None:
+        return "marked slow"
+    for name in getattr(item, "fixturenames", ()):
+        if name in SLOW_FIXTURES:
+            return f"fixture {name}: {SLOW_FIXTURES[name]}"
+    nodeid = item.nodeid.replace("\\", "/")
+    path, test = nodeid.split("::", 1)[0], nodeid.split("[", 1)[0]
+    if path in SLOW_MODULES:
+        return f"module: {SLOW_MODULES[path]}"
+    if test in SLOW_TESTS:
+        return SLOW_TESTS[test]
+    for m in SLOW_MARKERS:
+        if item.get_closest_marker(m) is not None:
+            return f"marked {m}"
+    return None
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The integration suite first. A pytest process runs one local Ray: the integration
+    """The tiers: a test that starts Ray, Ray Train, a server or an LLM server is marked
+    ``slow`` (``slow_reason``), so ``-m "not slow"`` runs only what stays in process.
+
+    Then the integration suite first. A pytest process runs one local Ray: the integration
     suite starts it with its probe installed in every worker, and the other suites join
     it. A suite that started Ray earlier would have it restarted under the integration
     suite, and Ray Data keeps handles to actors of the earlier session that the restart
     leaves dangling (a plan then fails with "Can't find actor ..." instead of running)."""
+    for item in items:
+        reason = slow_reason(item)
+        if reason is not None and reason != "marked slow":
+            item.add_marker(pytest.mark.slow(reason=reason))
     items.sort(key=lambda item: 0 if "tests/integration/" in item.nodeid.replace("\\", "/") else 1)
 
 

@@ -17,6 +17,7 @@ def adapter():
     from train.models import build_model, preset_config
     from train.tokenizer import special_ids, train_tokenizer
 
+    before = torch.get_num_threads()  # restored after the module: later modules keep theirs
     torch.set_num_threads(2)
     texts = [f"My ID is: {i * 7919 % 100000:05d}. The parcel {i} left the depot on time." for i in range(300)]
     tok = train_tokenizer(texts, 400)
@@ -25,7 +26,8 @@ def adapter():
     cfg.num_attention_heads = cfg.num_key_value_heads = 2
     cfg.head_dim = 32
     model = build_model(cfg, seed=3)
-    return ModelAdapter(model, tok)
+    yield ModelAdapter(model, tok)
+    torch.set_num_threads(before)
 
 
 def test_trie_equals_naive_on_every_5_digit_candidate(adapter):

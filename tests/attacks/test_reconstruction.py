@@ -166,6 +166,7 @@ def model_dir(tmp_path_factory):
     from train.models import build_model, preset_config
     from train.tokenizer import special_ids, train_tokenizer
 
+    before = torch.get_num_threads()  # restored after the module: later modules keep theirs
     torch.set_num_threads(2)
     texts = [f"SYS: May I have your name?\nUSR: I am Name{i} Person{i * 7 % 13}. Order {i * 7919 % 1000:03d}."
              for i in range(200)]
@@ -177,7 +178,8 @@ def model_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("model")
     build_model(cfg, seed=5).save_pretrained(d)
     tok.save_pretrained(d)
-    return d
+    yield d
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
