@@ -45,6 +45,7 @@ interrupted run resumes where it stopped::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import time
@@ -74,6 +75,11 @@ addresses (the paper: "email address, reference number, telephone number, etc.")
 are all its gold spans: names, addresses, phone, order and tracking numbers."""
 
 
+MIA_SECRET = {"customersim": "ADDRESS", "multiwoz": "Ref", "clinical": "HCPName"}
+"""Per dataset, the secrets the membership inference tells members from non-members by:
+customer addresses, booking references, clinicians' names."""
+
+
 def _dialogues(name: str, dialogues: int) -> tuple[list[dict], list[dict]]:
     """(training, held-out) dialogues: ``{doc_id, text, secrets: {type: [strings]}}``."""
     data = need_data()
@@ -89,6 +95,18 @@ def _dialogues(name: str, dialogues: int) -> tuple[list[dict], list[dict]]:
             return {"doc_id": r["id"], "text": r["text"], "secrets": secrets}
         train = random.Random(0).sample(load("train"), min(dialogues, 10_000))
         return [doc(r) for r in train], [doc(r) for r in (load("test") + load("valid"))[:1000]]
+    if name == "clinical":  # issue 50: real ICU notes, split by patient (80/20 by a hash of the patient)
+        from experiments.gold_sentences import load as load_gold
+
+        train_docs, held = [], []
+        for doc in load_gold("clinical", data):
+            secrets = {}
+            for a, b, typ in doc.secrets:
+                secrets.setdefault(typ, []).append(doc.text[a:b])
+            r = {"doc_id": doc.id, "text": doc.text, "secrets": secrets}
+            part = int(hashlib.sha256(f"crt_paper\x00{doc.group}".encode()).hexdigest()[:8], 16) % 100
+            (train_docs if part < 80 else held).append(r)
+        return train_docs, held
     rows = [json.loads(x) for x in open(data / "real_dev" / "dialogue_multiwoz_val.jsonl", encoding="utf-8")]
     random.Random(0).shuffle(rows)
     n = len(rows)
@@ -111,7 +129,7 @@ def corpus(name: str, dialogues: int, d: Path) -> Path:
         return d
     d.mkdir(parents=True, exist_ok=True)
     train, held = _dialogues(name, dialogues)
-    kind = "ADDRESS" if name == "customersim" else "Ref"  # the MIA's secrets
+    kind = MIA_SECRET[name]  # the MIA's secrets
 
     def secrets(docs):
         return sorted({s for r in docs for s in r["secrets"].get(kind, [])})
@@ -378,7 +396,9 @@ def run_dataset(ds: str, args, t0: float) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", choices=["customersim", "multiwoz", "both"], default="both")
+    ap.add_argument("--dataset", choices=["customersim", "multiwoz", "clinical", "both"], default="both",
+                    help="both: CustomerSim and MultiWOZ; clinical: the PhysioNet deid development notes, 80/20 by "
+                         "patient")
     ap.add_argument("--dialogues", type=int, default=3000, help="CustomerSim training dialogues (seeded sample)")
     ap.add_argument("--preset", choices=["tiny", "small"], default="tiny")
     ap.add_argument("--epochs", type=int, default=10, help="the paper's 10 (its appendix A.3)")

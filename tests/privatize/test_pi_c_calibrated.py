@@ -64,7 +64,7 @@ def test_calibrate_takes_the_largest_threshold_within_the_target():
     # 300 secret sentences: 290 flagged by pi (inf), 9 scored, 1 with no candidate at all.
     scores = [math.inf] * 290 + [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8] + [None]
     # how many misses a 3% bound allows on 300, by hand from the binomial tail
-    allowed = max(k for k in range(301) if _upper_by_bisection(k, 300) <= 0.03)
+    allowed = max(k for k in range(8) if _upper_by_bisection(k, 300) <= 0.03)  # the bound grows with k
     assert allowed == 3  # upper bounds: 3 of 300 -> 2.77%, 4 of 300 -> 3.27%
     cal = calibrate(scores, target=0.03)
     # the unavoidable miss plus the 2 lowest scores: the threshold is the 3rd lowest score
