@@ -4,7 +4,9 @@
 database (unless ``PRIVATIZE_AUTO_MIGRATE=false``), clears abandoned uploads and
 orphaned storage, and starts the reconciler: a background task that connects to Ray
 (starting the embedded head if there is no cluster address) and, every
-``poll_interval_s``, reads the status of every active job from Ray into the database.
+``poll_interval_s``, probes the cluster (``services.rayhealth``) and reads the status of
+every active job from Ray into the database; a lost embedded head is restarted (its jobs
+marked failed), an external cluster waited for (see ``_reconciler``).
 
 Domain errors (``services.errors``) become HTTP responses here, in one place::
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from contextlib import asynccontextmanager
 
 import anyio
@@ -23,10 +26,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from services import errors as E
+from services import raycluster
 from services.api import build_router
 from services.context import ServiceContext, build_context
 from services.corpora import sweep_orphans
-from services.jobs import reconcile_active
+from services.jobs import fail_lost, reconcile_active
 from services.jsonguard import BodyLimitMiddleware
 from services.metrics import Metrics
 from services.observability import RequestMiddleware
@@ -70,20 +74,70 @@ async def _service_error(request: Request, exc: E.ServiceError) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+RESTART_BACKOFF_S = (1.0, 60.0)
+"""The first and the longest wait between two failed attempts to (re)start the embedded
+head or reconnect to an external cluster (doubling in between)."""
+
+
 async def _reconciler(app: FastAPI, ctx: ServiceContext) -> None:
-    interval = ctx.settings.poll_interval_s
+    """Every ``poll_interval_s``: probe the cluster (really: ``ctx.ray_health``); while it
+    is reachable, reconcile every active job with Ray. When it is not:
+
+    * the embedded head's process is gone (``lost``): the jobs that ran on it are marked
+      failed (``services.jobs.fail_lost``) and a new head is started, with backoff;
+    * an external cluster (``PRIVATIZE_RAY_ADDRESS``) does not answer: wait and reconnect
+      (with backoff); its jobs may still run, so they are left as they are and read again
+      once it answers (a cluster restarted meanwhile no longer knows them: failed then).
+
+    Queued jobs stay queued and are submitted on the first pass after it is back."""
+    settings = ctx.settings
+    interval = settings.poll_interval_s
+    health = ctx.ray_health
+    embedded = not settings.ray_address
+    first, longest = RESTART_BACKOFF_S
+    wait, retry_at = first, 0.0
     while True:
         try:
             if app.state.ray_state != "connected":
-                app.state.ray_state = "connecting"
-                url = await anyio.to_thread.run_sync(ctx.cluster.connect)
-                app.state.ray_state = "connected"
-                log.info("connected to the Ray Jobs API at %s", url)
-            await anyio.to_thread.run_sync(reconcile_active, ctx)
+                now = time.monotonic()
+                if now >= retry_at:
+                    if embedded and health.check(fresh=True).lost:
+                        await anyio.to_thread.run_sync(fail_lost, ctx)
+                    before = raycluster.read_state(settings.data_path) if embedded else None
+                    app.state.ray_state = "restarting the embedded Ray head" if embedded and before is not None \
+                        and app.state.ray_state != "starting" else "connecting"
+                    ctx.cluster.reset()
+                    try:
+                        url = await anyio.to_thread.run_sync(ctx.cluster.connect)
+                    except Exception:
+                        retry_at, wait = time.monotonic() + wait, min(wait * 2, longest)
+                        raise
+                    after = raycluster.read_state(settings.data_path) if embedded else None
+                    if before is not None and after is not None and after.pid != before.pid:
+                        app.state.metrics.head_restarts.inc()
+                        log.warning("started a new embedded Ray head (pid %d; the last one, pid %d, was gone)",
+                                    after.pid, before.pid)
+                    wait, retry_at = first, 0.0
+                    health.invalidate()
+                    app.state.ray_state = "connected"
+                    log.info("connected to the Ray Jobs API at %s", url)
+            if app.state.ray_state == "connected":
+                probe = await anyio.to_thread.run_sync(health.check)
+                if not probe.up:
+                    app.state.ray_state = probe.detail
+                    ctx.cluster.reset()
+                    log.warning("reconciler: Ray %s", probe.detail)
+                    if probe.lost:
+                        await anyio.to_thread.run_sync(fail_lost, ctx)
+                        continue  # start a new head now, not a poll later
+                else:
+                    await anyio.to_thread.run_sync(reconcile_active, ctx)
         except asyncio.CancelledError:
             raise
         except E.ServiceError as exc:
             app.state.ray_state = f"unavailable: {exc.message}"
+            ctx.cluster.reset()
+            health.invalidate()
             log.warning("reconciler: %s", exc.message)
         except Exception:  # noqa: BLE001 - the loop must survive anything one pass does
             log.exception("reconciler pass failed")
@@ -133,7 +187,16 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
             c.engine.dispose()
 
     app = FastAPI(title="privatize control plane", version="1", lifespan=lifespan)
-    metrics = Metrics(ray_state=lambda: getattr(app.state, "ray_state", "unknown"))
+
+    def ray_now() -> str:
+        """``connected``, or why not: the cached probe once the service runs."""
+        c = getattr(app.state, "ctx", None)
+        if c is None:
+            return getattr(app.state, "ray_state", "unknown")
+        return c.ray_health.check().detail
+
+    metrics = Metrics(ray_state=ray_now, ray_outages=lambda: (lambda c: c.ray_health.outages if c else 0)(
+        getattr(app.state, "ctx", None)))
     app.state.metrics = metrics
     # inside the request middleware (added first): a body over its limit is refused before
     # any route reads it, and the refusal has its request id and access-log line

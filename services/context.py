@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services import raycluster
 from services.db import make_engine, migrate, session_factory
 from services.errors import ClusterUnavailable
+from services.rayhealth import RayHealth
 from services.settings import Settings, check_secrets
 from services.storage import Storage
 
@@ -134,6 +135,8 @@ class ServiceContext:
         self.storage = storage
         self._master = master
         self.cluster = Cluster(settings)
+        self.ray_health = RayHealth(settings)
+        """Whether the cluster is reachable now (a real probe, cached for a moment)."""
         self.spool: Path = storage.spool_dir(settings.data_path / "spool")
         self.admission = threading.Lock()
         """Serialises limit checks with the inserts they admit (one service process)."""

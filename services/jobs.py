@@ -272,7 +272,7 @@ def reconcile(ctx: ServiceContext, job_id: str) -> None:
         if job is None or job.status not in ACTIVE_JOB_STATES:
             return
         if info is None:
-            _finish(ctx, job, "failed", "the Ray cluster no longer knows this job (was the cluster restarted?)")
+            _finish(ctx, job, "failed", f"{LOST} (the cluster no longer knows this job: it was restarted)")
             return
         ray_status = str(getattr(info.status, "value", info.status))
         job.ray_status = ray_status
@@ -333,16 +333,41 @@ def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
 
 
 def reconcile_active(ctx: ServiceContext) -> int:
-    """One pass of the background reconciler over every active job; returns how many."""
+    """One pass of the background reconciler over every active job; returns how many.
+    ClusterUnavailable ends the pass and reaches the caller (the reconciler then says
+    Ray is unavailable, instead of logging it every pass and carrying on)."""
     with session_scope(ctx.sessions) as s:
         ids = list(s.scalars(select(Job.id).where(Job.status.in_(ACTIVE_JOB_STATES)).order_by(Job.created_at)))
     for jid in ids:
-        try:
-            reconcile(ctx, jid)
-        except ClusterUnavailable as exc:
-            log.warning("reconcile: Ray unavailable (%s)", exc.message)
-            break
+        reconcile(ctx, jid)
     return len(ids)
+
+
+LOST = "the Ray cluster was lost while this ran"
+"""The message of a job (or training) whose cluster went away under it."""
+
+
+def fail_lost(ctx: ServiceContext, message: str = LOST) -> list[str]:
+    """Every job that was submitted to Ray (``pending`` or ``running``) marked failed with
+    ``message``: called when the embedded head's process is gone, which takes every job
+    it ran with it, so none of them holds its tenant's slot while nothing runs. Queued jobs
+    stay queued (they were never submitted) and are submitted once a head is back.
+    Returns the ids it failed."""
+    with session_scope(ctx.sessions) as s:
+        ids = list(s.scalars(select(Job.id).where(Job.status.in_(("pending", "running")))
+                             .order_by(Job.created_at)))
+    failed = []
+    for jid in ids:
+        with session_scope(ctx.sessions) as s:
+            job = s.get(Job, jid)
+            if job is None or job.status not in ("pending", "running"):
+                continue
+            _finish(ctx, job, "failed", message)
+            if job.status == "failed" and job.message == message:
+                failed.append(jid)
+    if failed:
+        log.warning("the Ray cluster was lost: %d job(s) marked failed (%s)", len(failed), ", ".join(failed))
+    return failed
 
 
 # ---- tenant operations ----------------------------------------------------------------
@@ -355,7 +380,15 @@ def cancel(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
         if job.status == "queued":
             _finish(ctx, job, "cancelled", "cancelled before it was submitted")
             return job
-    ctx.cluster.stop(job_id)
+    try:
+        ctx.cluster.stop(job_id)
+    except ClusterUnavailable:
+        # the embedded head is gone, and the job with it: nothing is left to stop
+        if not ctx.ray_health.check(fresh=True).lost:
+            raise
+        fail_lost(ctx)
+        with session_scope(ctx.sessions) as s:
+            return s.get(Job, job_id)
     reconcile(ctx, job_id)
     with session_scope(ctx.sessions) as s:
         job = s.get(Job, job_id)

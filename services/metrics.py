@@ -33,6 +33,8 @@ METRIC_NAMES = (
     "privatize_quarantined_records_total",
     "privatize_upload_bytes_total",
     "privatize_ray_connected",
+    "privatize_ray_unavailable_total",
+    "privatize_ray_head_restarts_total",
 )
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -75,15 +77,21 @@ class _RayCollector(Collector):
         g = GaugeMetricFamily("privatize_ray_connected", "1 while the service reaches the Ray Jobs API")
         g.add_metric([], 1 if self.metrics.ray_state() == "connected" else 0)
         yield g
+        yield CounterMetricFamily("privatize_ray_unavailable", "Times this process found the Ray cluster "
+                                  "unreachable (a real probe; counted when it turns unreachable)",
+                                  value=int(self.metrics.ray_outages()))
 
 
 class Metrics:
     """One registry per app (tests build several apps in one process)."""
 
-    def __init__(self, ray_state=lambda: "unknown"):
+    def __init__(self, ray_state=lambda: "unknown", ray_outages=lambda: 0):
         self.registry = CollectorRegistry(auto_describe=True)
         self.ctx = None
         self.ray_state = ray_state
+        self.ray_outages = ray_outages
+        self.head_restarts = Counter("privatize_ray_head_restarts", "Embedded Ray heads started again by the "
+                                     "reconciler after the last one was gone", registry=self.registry)
         self.requests = Counter("privatize_http_requests", "HTTP requests", ["method", "route", "status"],
                                 registry=self.registry)
         self.latency = Histogram("privatize_http_request_duration_seconds", "HTTP request latency",

@@ -23,10 +23,28 @@ router = APIRouter(dependencies=[Depends(clean_request)])
 
 # ---- health and tenant ----------------------------------------------------------------
 
+def ray_status(request: Request) -> tuple[bool, str, str]:
+    """(reachable, ``connected`` or why not, what the reconciler is doing about it): the
+    cluster probed for real (``ServiceContext.ray_health``, cached for a moment), not what
+    the reconciler last managed to do."""
+    state = getattr(request.app.state, "ray_state", "unknown")
+    ctx = getattr(request.app.state, "ctx", None)
+    if ctx is None:
+        return False, state, state
+    probe = ctx.ray_health.check()
+    return probe.up, probe.detail, state
+
+
 @router.get("/healthz")
 def healthz(request: Request):
-    """The process is up (liveness)."""
-    return {"status": "ok", "ray": getattr(request.app.state, "ray_state", "unknown")}
+    """The process is up (liveness; 200 even while Ray is not: restarting the service
+    would not bring it back, the reconciler does). ``ray`` says whether the cluster
+    answers now; while it does not, ``ray_reconciler`` says what is being done."""
+    up, detail, state = ray_status(request)
+    out = {"status": "ok", "ray": detail}
+    if not up:
+        out["ray_reconciler"] = state
+    return out
 
 
 def _check(fn) -> str:
@@ -40,16 +58,18 @@ def _check(fn) -> str:
 @router.get("/readyz")
 def readyz(request: Request, ctx: ServiceContext = Depends(get_ctx)):
     """Ready for traffic (readiness): the database answers, the storage root is readable
-    and the Ray Jobs API is connected. 503 with the failing checks otherwise."""
+    and the Ray cluster answers a real probe (within a second; the answer is cached for
+    1.5 s). 503 with the failing checks otherwise (``"ray": "failing: unavailable: ..."``
+    names what is wrong with Ray)."""
     from sqlalchemy import text
 
     def db():
         with ctx.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
 
-    ray_state = getattr(request.app.state, "ray_state", "unknown")
+    up, detail, _state = ray_status(request)
     checks = {"database": _check(db), "storage": _check(lambda: ctx.storage.exists(".ready-probe")),
-              "ray": "ok" if ray_state == "connected" else f"failing: {ray_state.split(':')[0]}"}
+              "ray": "ok" if up else f"failing: {detail}"}
     ready = all(v == "ok" for v in checks.values())
     return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
                         status_code=200 if ready else 503)
