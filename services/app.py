@@ -96,12 +96,14 @@ async def _reconciler(app: FastAPI, ctx: ServiceContext) -> None:
     embedded = not settings.ray_address
     first, longest = RESTART_BACKOFF_S
     wait, retry_at = first, 0.0
+    head_lost = False  # the embedded head was seen gone (for the log line when one is back)
     while True:
         try:
             if app.state.ray_state != "connected":
                 now = time.monotonic()
                 if now >= retry_at:
                     if embedded and health.check(fresh=True).lost:
+                        head_lost = True
                         await anyio.to_thread.run_sync(fail_lost, ctx)
                     before = raycluster.read_state(settings.data_path) if embedded else None
                     app.state.ray_state = "restarting the embedded Ray head" if embedded and before is not None \
@@ -113,10 +115,9 @@ async def _reconciler(app: FastAPI, ctx: ServiceContext) -> None:
                         retry_at, wait = time.monotonic() + wait, min(wait * 2, longest)
                         raise
                     after = raycluster.read_state(settings.data_path) if embedded else None
-                    if before is not None and after is not None and after.pid != before.pid:
-                        app.state.metrics.head_restarts.inc()
-                        log.warning("started a new embedded Ray head (pid %d; the last one, pid %d, was gone)",
-                                    after.pid, before.pid)
+                    if after is not None and (head_lost or (before is not None and after.pid != before.pid)):
+                        log.warning("a new embedded Ray head is up (pid %d; the last one was gone)", after.pid)
+                    head_lost = False
                     wait, retry_at = first, 0.0
                     health.invalidate()
                     app.state.ray_state = "connected"
@@ -128,6 +129,7 @@ async def _reconciler(app: FastAPI, ctx: ServiceContext) -> None:
                     ctx.cluster.reset()
                     log.warning("reconciler: Ray %s", probe.detail)
                     if probe.lost:
+                        head_lost = True
                         await anyio.to_thread.run_sync(fail_lost, ctx)
                         continue  # start a new head now, not a poll later
                 else:
@@ -195,8 +197,9 @@ def create_app(settings: Settings | None = None, ctx: ServiceContext | None = No
             return getattr(app.state, "ray_state", "unknown")
         return c.ray_health.check().detail
 
+    restarts_before = raycluster.restart_count()  # heads this process restarted before this app
     metrics = Metrics(ray_state=ray_now, ray_outages=lambda: (lambda c: c.ray_health.outages if c else 0)(
-        getattr(app.state, "ctx", None)))
+        getattr(app.state, "ctx", None)), ray_restarts=lambda: raycluster.restart_count() - restarts_before)
     app.state.metrics = metrics
     # inside the request middleware (added first): a body over its limit is refused before
     # any route reads it, and the refusal has its request id and access-log line

@@ -80,18 +80,20 @@ class _RayCollector(Collector):
         yield CounterMetricFamily("privatize_ray_unavailable", "Times this process found the Ray cluster "
                                   "unreachable (a real probe; counted when it turns unreachable)",
                                   value=int(self.metrics.ray_outages()))
+        yield CounterMetricFamily("privatize_ray_head_restarts", "Embedded Ray heads this process started in "
+                                  "place of one that was gone (by the reconciler or a request that needed "
+                                  "the cluster first)", value=int(self.metrics.ray_restarts()))
 
 
 class Metrics:
     """One registry per app (tests build several apps in one process)."""
 
-    def __init__(self, ray_state=lambda: "unknown", ray_outages=lambda: 0):
+    def __init__(self, ray_state=lambda: "unknown", ray_outages=lambda: 0, ray_restarts=lambda: 0):
         self.registry = CollectorRegistry(auto_describe=True)
         self.ctx = None
         self.ray_state = ray_state
         self.ray_outages = ray_outages
-        self.head_restarts = Counter("privatize_ray_head_restarts", "Embedded Ray heads started again by the "
-                                     "reconciler after the last one was gone", registry=self.registry)
+        self.ray_restarts = ray_restarts
         self.requests = Counter("privatize_http_requests", "HTTP requests", ["method", "route", "status"],
                                 registry=self.registry)
         self.latency = Histogram("privatize_http_request_duration_seconds", "HTTP request latency",

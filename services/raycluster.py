@@ -301,7 +301,20 @@ def ensure_head(settings: Settings) -> HeadState:
                     time.sleep(0.5)
             if _is_our_head(st):
                 _terminate(st.pid)
-        return _start_head(settings, token_file)
+        new = _start_head(settings, token_file)
+        if st is not None:  # a head this data folder ran before is gone (or was replaced): a restart
+            global _restarts
+            _restarts += 1
+        return new
+
+
+_restarts = 0
+
+
+def restart_count() -> int:
+    """Embedded heads this process started in place of one that was gone or replaced
+    (the service's ``privatize_ray_head_restarts_total`` follows it)."""
+    return _restarts
 
 
 def _start_head(settings: Settings, token_file: Path) -> HeadState:
