@@ -301,23 +301,21 @@ def ensure_head(settings: Settings) -> HeadState:
                     time.sleep(0.5)
             if _is_our_head(st):
                 _terminate(st.pid)
-        new = _start_head(settings, token_file)
-        if st is not None:  # a head this data folder ran before is gone (or was replaced): a restart
-            global _restarts
-            _restarts += 1
-        return new
+        # a head this data folder ran before is gone (or was replaced): the new one is a restart
+        return _start_head(settings, token_file, replacing=st is not None)
 
 
 _restarts = 0
 
 
 def restart_count() -> int:
-    """Embedded heads this process started in place of one that was gone or replaced
-    (the service's ``privatize_ray_head_restarts_total`` follows it)."""
+    """Embedded heads this process launched in place of one that was gone or replaced
+    (the service's ``privatize_ray_head_restarts_total`` follows it). Counted before the
+    new head's state is written, so nobody sees the new head before the count."""
     return _restarts
 
 
-def _start_head(settings: Settings, token_file: Path) -> HeadState:
+def _start_head(settings: Settings, token_file: Path, *, replacing: bool = False) -> HeadState:
     data = settings.data_path
     temp = _ray_temp_dir(settings)
     if len(str(temp)) > 40:
@@ -353,6 +351,9 @@ def _start_head(settings: Settings, token_file: Path) -> HeadState:
     pid = int(out.stdout.strip())
     st = HeadState(pid=pid, gcs_port=gcs, dashboard_port=dash, temp_dir=str(temp), python=sys.executable,
                    started_at=time.time(), auth=AUTH_MODE)
+    if replacing:
+        global _restarts
+        _restarts += 1
     tmp = data / f".{STATE_FILE}.tmp"
     tmp.write_text(json.dumps(asdict(st)))
     os.replace(tmp, data / STATE_FILE)
