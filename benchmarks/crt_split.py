@@ -39,7 +39,7 @@ import privatize.stages.redact  # noqa: F401,E402 - registers the stage before s
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from experiments.gold_sentences import CORPORA, load, part_of  # noqa: E402
+from experiments.gold_sentences import CORPORA, load, part_of, secrets_in  # noqa: E402
 from privatize import run  # noqa: E402
 from privatize.recipes import crt_stages  # noqa: E402
 from privatize.redaction.calibration import clopper_pearson_upper, load_model  # noqa: E402
@@ -84,9 +84,7 @@ def score(rows: pa.Table, docs) -> dict:
     why = Counter()
     miss_types = Counter()
     for pid, s, e, private, dedup, pi, pic, by in zip(*(rows[c].to_pylist() for c in rows.column_names)):
-        d = by_id[pid]
-        inside = [t for a, b, t in d.secrets if max(a, s) < min(b, e)
-                  and any(c.isalnum() for c in d.text[max(a, s):min(b, e)])]
+        inside = [t for *_, t in secrets_in(by_id[pid], s, e)]
         n += 1
         public += not private
         if inside:

@@ -99,12 +99,22 @@ def sentences(doc: Doc, unit: str = "sentence") -> list[Sentence]:
     letters or digits fall in it."""
     from privatize.stages.split import segment_spans
 
-    out = []
-    for s, e in segment_spans(doc.text, unit):
-        inside = []
-        for a, b, typ in doc.secrets:
-            lo, hi = max(a, s), min(b, e)
-            if lo < hi and any(c.isalnum() for c in doc.text[lo:hi]):
-                inside.append((lo - s, hi - s, typ))
-        out.append(Sentence(doc.id, s, e, doc.text[s:e], inside))
-    return out
+    return [Sentence(doc.id, s, e, doc.text[s:e], secrets_in(doc, s, e)) for s, e in segment_spans(doc.text, unit)]
+
+
+def secrets_in(doc: Doc, s: int, e: int) -> list[tuple[int, int, str]]:
+    """The gold secrets of ``doc`` with a letter or digit in ``doc.text[s:e]``, cut to it,
+    offsets into it."""
+    inside = []
+    for a, b, typ in doc.secrets:
+        lo, hi = max(a, s), min(b, e)
+        if lo < hi and any(c.isalnum() for c in doc.text[lo:hi]):
+            inside.append((lo - s, hi - s, typ))
+    return inside
+
+
+def left_readable(text: str, secrets, removed) -> bool:
+    """Whether a secret (``(start, end, ...)`` in ``text``) keeps a letter or digit outside
+    every ``removed`` span ``(start, end)``: redaction missed it, at least in part."""
+    return any(any(c.isalnum() and not any(x <= k < y for x, y in removed) for k, c in enumerate(text[a:b], start=a))
+               for a, b, *_ in secrets)

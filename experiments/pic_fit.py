@@ -33,7 +33,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from experiments.gold_sentences import CORPORA, Sentence, load, part_of, sentences
+from experiments.gold_sentences import CORPORA, Sentence, left_readable, load, part_of, sentences
 
 ROOT = Path(__file__).resolve().parents[1]
 CUSTOMERSIM_SAMPLE = 1500
@@ -71,9 +71,7 @@ def evidence(corpus: str, data: Path, work: Path, *, split: str = "train", limit
         chunk = sents[k:k + step]
         dets = det.detect([s.text for _, _, s in chunk], want_evidence=True, styles=[st for _, st, _ in chunk])
         for (part, _, s), d in zip(chunk, dets):
-            removed = [(sp["start"], sp["end"]) for sp in d.spans]
-            pi_miss = any(any(c.isalnum() and not any(x <= k2 < y for x, y in removed)
-                              for k2, c in enumerate(s.text[a:b], start=a)) for a, b, _ in s.secrets)
+            pi_miss = left_readable(s.text, s.secrets, [(sp["start"], sp["end"]) for sp in d.spans])
             out.append({"part": part, "doc": s.doc, "secret": s.secret, "pi_hit": bool(d.spans), "pi_miss": pi_miss,
                         "types": sorted({t for *_, t in s.secrets}), "chars": len(s.text),
                         "cands": [(kind, feats, int(_overlaps(a, b, s.secrets))) for a, b, kind, feats in d.evidence],

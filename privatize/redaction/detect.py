@@ -396,7 +396,7 @@ class Detector:
             stops = stop_words()
             for a, b in upper_regions[i]:
                 iv += [m.span() for m in _LETTER_WORD.finditer(text, a, b) if m.group(0).lower() not in stops]
-        return iv, (by or ("signal" if iv else None)), 0.0
+        return iv, by or ("signal" if iv else None)
 
     # ---- the batch ----------------------------------------------------------------
     def detect(self, texts: list[str], *, want_intervals: bool = False, want_evidence: bool = False,
@@ -424,6 +424,7 @@ class Detector:
                 ner[i], case_ner[i] = split_caseless(ner[i], regions)
         results = []
         pi_c = self.pi_c
+        calibrated = self.pic_model is not None
         for i, text in enumerate(texts):
             reserved = reserved_spans(text)
             # one look at the whole text's case for the name filters of both NER sources
@@ -431,7 +432,6 @@ class Detector:
             cands = self._map_ner(ner[i], "spacy", text, case)
             if i in case_ner:
                 cands += self._map_ner(case_ner[i], "spacy_case", text, case)
-            calibrated = self.pic_model is not None
             hits, weak = self._patterns(text, None if (pi_c.recognizer_hits or calibrated) else self.entities)
             cands += hits
             style = doc_styles[i]
@@ -475,7 +475,8 @@ class Detector:
                 if by is None and best >= self.pic_threshold and top is not None:
                     by = top
             else:
-                iv, by, best = self._strict_intervals(text, i, pi, cands, raw, weak, ner, case_ner, upper_regions)
+                best = 0.0
+                iv, by = self._strict_intervals(text, i, pi, cands, raw, weak, ner, case_ner, upper_regions)
             if reserved and iv:
                 iv = [(x[0], x[1]) for x in _cut_reserved([(a, b, "", 0.0, "", False) for a, b in iv], reserved, text)]
             if not iv:

@@ -334,8 +334,8 @@ class Redact(Stage):
             spans_col.append(det.spans)
             pi_hit.append(bool(det.spans))
             pi_c_hit.append(bool(det.pi_c_hit))
-            pi_c_by.append(det.pi_c_by if det.pi_c_hit else None)
-            if det.pi_c_hit and det.pi_c_by in by_counts:
+            pi_c_by.append(det.pi_c_by)  # None where nothing flagged the record
+            if det.pi_c_by in by_counts:
                 by_counts[det.pi_c_by][i] = 1
             reasons.append(None)
             chars[i] = len(text)

@@ -15,6 +15,7 @@ one Ray head each, one after the other:
 from __future__ import annotations
 
 import json
+import contextlib
 import os
 import secrets
 import shutil
@@ -251,11 +252,19 @@ def service(request, llm_double):
         need(bool(os.environ.get("PRIVATIZE_TEST_DATABASE_URL") and os.environ.get("PRIVATIZE_TEST_S3_ENDPOINT")),
              "PostgreSQL + S3 back end: set PRIVATIZE_TEST_DATABASE_URL and PRIVATIZE_TEST_S3_ENDPOINT "
              "(.ci/run starts both)")
-    base = Path(tempfile.mkdtemp(prefix="pvs-"))
-    svc = Service(base, request.param, llm_url=llm_double.url)
+    with running_service(request.param, llm_double.url, "pvs-") as svc:
+        yield svc
+
+
+@contextlib.contextmanager
+def running_service(backend: str, llm_url: str, prefix: str, **start):
+    """A real service (its own data folder, master key and embedded Ray head) for the
+    ``with`` block; stopped, its head stopped and its files removed after."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    svc = Service(base, backend, llm_url=llm_url)
     svc.cli("admin", "master-key", "new", "--out", str(svc.master_key_file))
     try:
-        svc.start()
+        svc.start(**start)
         yield svc
     finally:
         svc.stop()

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.services.conftest import PY, ROOT, Service
+from tests.services.conftest import running_service
 
 pytestmark = [pytest.mark.server, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -47,19 +43,8 @@ def _until(what: str, timeout: float, fn, every: float = 0.5):
 
 @pytest.fixture
 def own_service(llm_double):
-    base = Path(tempfile.mkdtemp(prefix="pvk-"))
-    svc = Service(base, "sqlite-local", llm_url=llm_double.url)
-    svc.cli("admin", "master-key", "new", "--out", str(svc.master_key_file))
-    try:
-        svc.start(timeout=180)
+    with running_service("sqlite-local", llm_double.url, "pvk-", timeout=180) as svc:
         yield svc
-    finally:
-        svc.stop()
-        subprocess.run([PY, "-m", "services.cli", "admin", "ray", "stop"], cwd=ROOT, env=svc.env,
-                       capture_output=True, timeout=120)
-        shutil.rmtree(svc.ray_temp, ignore_errors=True)
-        if os.environ.get("PRIVATIZE_KEEP_TEST_DATA") != "1":
-            shutil.rmtree(base, ignore_errors=True)
 
 
 def _metric(url: str, name: str) -> float:
