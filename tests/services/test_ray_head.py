@@ -89,7 +89,7 @@ def test_a_head_recorded_without_token_auth_is_replaced(tmp_path, monkeypatch):
     monkeypatch.setattr(raycluster, "_is_our_head", lambda st: st.pid == 4242 and not calls)
     monkeypatch.setattr(raycluster, "_dashboard_state", lambda *a, **k: raycluster.UP)
     monkeypatch.setattr(raycluster, "_terminate", lambda pid, *a, **k: calls.append(("terminate", pid)))
-    monkeypatch.setattr(raycluster, "_start_head", lambda st, tok: calls.append(("start", tok)) or "new")
+    monkeypatch.setattr(raycluster, "_start_head", lambda st, tok, **kw: calls.append(("start", tok)) or "new")
     assert raycluster.ensure_head(s) == "new"
     assert calls == [("terminate", 4242), ("start", raycluster.auth_token_path(s))]
 
