@@ -355,7 +355,7 @@ def prepare(ds: str, args) -> tuple[Path, Path, Path]:
     if not (work / "canary.key").is_file():
         work.mkdir(parents=True, exist_ok=True)
         write_key_file(new_key("hmac"), work / "canary.key")
-    public = public_corpus(work / "public-text")
+    public = public_corpus(work / "public-text", need_data())  # WikiText-2 and the stories, as before
     d = corpus(ds, args.dialogues, work / ds)
     print(f"== {ds}: {sum(1 for _ in open(d / 'train.jsonl'))} training dialogues", flush=True)
     for g in sorted({model_spec(m)[1] for m in args.models}, key=lambda g: -1.0 if g is None else g):
@@ -365,7 +365,7 @@ def prepare(ds: str, args) -> tuple[Path, Path, Path]:
 
 
 def run_dataset(ds: str, args, t0: float) -> list[dict]:
-    from train.base import base_config
+    from train.base import base_config, described
     from train.run import run_training
 
     work, d, public = prepare(ds, args)
@@ -374,7 +374,8 @@ def run_dataset(ds: str, args, t0: float) -> list[dict]:
     base = work / f"base-{args.preset}"
     if not (base / "summary.json").is_file():
         t = time.perf_counter()
-        s = run_training(base_config(args.preset, public, base, args.gpu), progress=False)
+        s = run_training(base_config(args.preset, public, base, args.gpu, description=described(public)),
+                         progress=False)
         print(f"  trained base-{args.preset}: {s['steps']} steps, loss {s['final_loss']:.3f} in "
               f"{time.perf_counter() - t:.0f} s", flush=True)
     runs: dict[str, Path] = {}

@@ -154,7 +154,7 @@ def main() -> None:
     from attacks.config import parse_config
     from attacks.run import run_evaluation
     from privatize.keys import load_key_file, new_key, write_key_file
-    from train.base import base_config, public_corpus
+    from train.base import base_config, described, public_corpus
     from train.run import run_training
 
     work, base = Path(args.work), Path(args.base)
@@ -162,7 +162,8 @@ def main() -> None:
     if not (work / "canary.key").is_file():
         write_key_file(new_key("hmac"), work / "canary.key")
     if not (base / "summary.json").is_file():
-        run_training(base_config("tiny", public_corpus(base.parent / "public-text"), base, False), progress=False)
+        pub = public_corpus(base.parent / "public-text", need_data())  # WikiText-2 and the stories
+        run_training(base_config("tiny", pub, base, False, description=described(pub)), progress=False)
     d = corpus(work / "data", args.dialogues, args.records, load_key_file(work / "canary.key").secret, args.canaries)
     summaries = {"plain": train(d, "plain", base, args, None)}
     for e in args.epsilons:

@@ -3,10 +3,12 @@
 Run by ``deploy/demo-service.sh`` (``make demo``) against a running service
 (``PRIVATIZE_URL``, ``PRIVATIZE_TOKEN``), or by hand against any deployment:
 
-    python deploy/main_job.py OUT_DIR [--docs 400] [--epochs 6] [--public-data DIR]
+    python deploy/main_job.py OUT_DIR [--docs 400] [--epochs 6] [--public-data DIR | --generated]
 
-With the public data (``../shared/data``, or ``--public-data``/``PRIVATIZE_PUBLIC_DATA``),
-the job trains as users do, fine-tuning a public base:
+By default on the public data shipped with the package (``privatize/data``: 400 + 200
+CustomerSim dialogues and 75 Project Gutenberg stories, origins and licences in its
+README), or a larger folder laid out as the project's development data (``--public-data``
+or ``PRIVATIZE_PUBLIC_DATA``), the job trains as users do, fine-tuning a public base:
 
 1. uploads: CustomerSim dialogues (the CRT paper's data: fake customer-support chats, PII
    in some turns, so a real share of sentences is public) to train on and a held-out
@@ -26,7 +28,7 @@ the job trains as users do, fine-tuning a public base:
    text outside their gold PII spans, and each protection's cost against plain; the report
    downloaded to ``OUT_DIR/report``.
 
-Without the public data it trains the three from scratch on a generated corpus (the
+With ``--generated`` it trains the three from scratch on a generated corpus instead (the
 ``make-corpus`` generator, PII in every sentence).
 """
 
@@ -59,13 +61,14 @@ def _train_config(kind: str, epochs: int, base: str | None) -> dict:
     return cfg
 
 
-def _base_config() -> dict:
+def _base_config(trained_on: str) -> dict:
     """``train/configs/base-tiny.yaml`` as a service training (one CPU: it shares the
-    embedded cluster with the privatization jobs)."""
+    embedded cluster with the privatization jobs), described as trained on ``trained_on``."""
     import yaml
 
     cfg = yaml.safe_load((ROOT / "train" / "configs" / "base-tiny.yaml").read_text())
     cfg["workers"]["cpus_per_worker"] = 1
+    cfg["data"]["description"] = trained_on
     return cfg
 
 
@@ -74,22 +77,34 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _corpora(out: Path, docs: int, public: Path | None) -> str:
     """The training and held-out corpora (``out/train.jsonl``, ``out/heldout.jsonl``):
-    a seeded sample of CustomerSim's train dialogues and 200 of its test dialogues when the
-    public data is there, else generated ones, each with its gold PII ``spans``. Returns
-    what they are."""
+    a seeded sample of CustomerSim's train dialogues and 200 of its test dialogues from
+    ``public`` (a file that holds no more than asked for, as the shipped ones, is that sample
+    already: taken in its order), else generated ones, each with its gold PII ``spans``.
+    Returns what they are."""
     if public is None:
         from privatize.corpus import make_corpus
 
         make_corpus(out / "train.jsonl", n_docs=docs, seed=0)
         make_corpus(out / "heldout.jsonl", n_docs=200, seed=9)
         return f"{docs} generated documents (PII in every sentence)"
+    from privatize.corpus import read_jsonl
+
+    counts = []
     for split, n, name, seed in (("train", docs, "train", 0), ("test", 200, "heldout", 9)):
-        rows = [json.loads(x) for x in open(public / "customersim" / f"{split}.jsonl", encoding="utf-8")]
-        rows = [r for r in rows if r["kind"] != "canary"]  # the dataset's own canaries: ours are inserted
+        rows = [r for r in read_jsonl(_dialogues(public, split))
+                if r["kind"] != "canary"]  # the dataset's own canaries: ours are inserted
+        rows = rows if len(rows) <= n else random.Random(seed).sample(rows, n)
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as fh:
-            for r in random.Random(seed).sample(rows, min(n, len(rows))):
+            for r in rows:
                 fh.write(json.dumps({"doc_id": r["id"], "text": r["text"], "spans": r["spans"]}) + "\n")
-    return f"{docs} CustomerSim dialogues"
+        counts.append(len(rows))
+    return f"{counts[0]} CustomerSim dialogues"
+
+
+def _dialogues(public: Path, split: str) -> Path:
+    """``public/customersim/<split>.jsonl``, or its gzip-compressed ``.jsonl.gz`` (shipped)."""
+    plain = public / "customersim" / f"{split}.jsonl"
+    return plain if plain.is_file() else plain.with_name(plain.name + ".gz")
 
 
 def _sentences_with_spans(src: Path, dst: Path) -> int:
@@ -137,22 +152,28 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--docs", type=int, default=None, help="documents to train on (default: 400 dialogues, or "
-                    "60 generated documents without the public data)")
+                    "60 generated documents with --generated)")
     ap.add_argument("--epochs", type=int, default=None, help="epochs of each model (default: 6 from a base, 30 "
                     "from scratch)")
-    ap.add_argument("--public-data", type=Path, default=None,
-                    help="folder with customersim, wikitext2_tokenized and squality_gutenberg (default: "
-                         "../shared/data or PRIVATIZE_PUBLIC_DATA)")
+    data = ap.add_mutually_exclusive_group()
+    data.add_argument("--public-data", type=Path, default=os.environ.get("PRIVATIZE_PUBLIC_DATA") or None,
+                      help="a folder with customersim, wikitext2_tokenized and squality_gutenberg (default: "
+                           "PRIVATIZE_PUBLIC_DATA, else the data shipped in privatize/data)")
+    data.add_argument("--generated", action="store_true",
+                      help="train the three from scratch on a generated corpus (no public data, no base)")
     args = ap.parse_args()
 
+    from privatize.corpus import DEMO_DATA
     from privatize.recipes import crt_split, crt_stages, packaged_spec
     from services.client import ServiceClient
-    from train.base import default_public_data, public_corpus
+    from train.base import described, public_corpus
 
-    public = args.public_data or default_public_data()
-    if not (public / "customersim" / "train.jsonl").is_file():
-        print(f"   ({public} has no public data: the three models train from scratch on generated text)")
-        public = None
+    public = None if args.generated else Path(args.public_data or DEMO_DATA)
+    if public is not None:
+        for split in ("train", "test"):
+            if not _dialogues(public, split).is_file():
+                sys.exit(f"main job: {_dialogues(public, split)} not found (--public-data names a folder "
+                         "holding customersim/; without it the data shipped in privatize/data is used)")
     docs = args.docs or (400 if public else 60)
     epochs = args.epochs or (6 if public else 30)
     out = Path(args.out)
@@ -181,12 +202,15 @@ def main() -> int:
         if public:
             # a tenant runs at most 3 jobs at once, trainings included: raw, crt and public,
             # then the base's training while raw and crt finish
-            pub_c = c.upload_corpus(public_corpus(out / "public-text", public), name="public-text")
+            pub_text = public_corpus(out / "public-text", None if public == DEMO_DATA else public)
+            trained_on = described(pub_text)
+            pub_c = c.upload_corpus(pub_text, name="public-text")
             pub_job = c.create_job(pub_c["id"], packaged_spec("public"))["id"]
             _wait_all(c, {"public": pub_job}, "job")
-            print("== main job 3/4: a public base (tiny, public text only), then three fine-tunings of it "
-                  f"({epochs} epochs each, Ray Train)", flush=True)
-            base = c.create_training(pub_job, _base_config())["id"]
+            base = c.create_training(pub_job, _base_config(trained_on))["id"]
+            base_line = f"tiny (train/configs/base-tiny.yaml) pre-trained here on {trained_on}: training:{base}"
+            print(f"== main job 3/4: a public base, then three fine-tunings of it ({epochs} epochs each, Ray Train)\n"
+                  f"   base: {base_line}", flush=True)
         _wait_all(c, pending, "job")
         if base:
             _wait_all(c, {"base": base}, "training")
@@ -222,6 +246,8 @@ def main() -> int:
     print()
     print(f"Main job finished in {time.time() - t_start:.0f} s: privacy against utility of the three models")
     print(f"  ({'fine-tuned from a public base, ' if base else 'from scratch, '}{what}, {epochs} epochs)")
+    if base:
+        print(f"  base: {base_line}")
     print(f"  {'model':<9} {'perplexity':>10} {'x plain':>8} {'outside PII':>12} {'x plain':>8} {'max exposure':>13} "
           f"{'mean exposure':>14} {'MIA AUC (loss)':>15} {'TPR@1%FPR':>10}")
     plain = next(m for m in ev_json["models"] if m["name"] == "plain")

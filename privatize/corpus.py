@@ -2,13 +2,14 @@
 their gold spans, for the demo and for a user's own self-check of redaction recall.
 
 Each JSONL line: ``{"id", "individual_id", "text", "spans": [{"start", "end", "type",
-"text"}]}`` with ``text[start:end] == span["text"]`` (the convention of ../shared/data).
+"text"}]}`` with ``text[start:end] == span["text"]`` (the convention of the project's data).
 A share of the sentences is boilerplate repeated across documents, so deduplication
 has something to find.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -16,6 +17,19 @@ import tempfile
 from pathlib import Path
 
 from faker import Faker
+
+DEMO_DATA = Path(__file__).resolve().parent / "data"
+"""The small public data shipped with the package (package data; origins and licences in
+``privatize/data/README.md``): ``customersim/{train,test}.jsonl.gz`` (the main job's 400 +
+200 CustomerSim dialogues, MIT) and ``gutenberg/stories.jsonl.gz`` (75 Project Gutenberg
+stories, public domain: a public base's text). Larger data is passed as a folder."""
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The records of a JSONL file, gzip-compressed when its name ends in ``.gz``."""
+    path = Path(path)
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
 
 # (template, slots) — slots are filled in order; {} marks each.
 _TEMPLATES = [

@@ -1,6 +1,6 @@
 """``privatize train-ner``: fine-tune the default spaCy model's NER on generated PII data.
 
-Offline, on ``../shared/data`` (``--data``): see :mod:`privatize.redaction.ner_training`
+Offline, on a data folder (``--data``, required): see :mod:`privatize.redaction.ner_training`
 for the data, the training and the selection. Writes a spaCy model directory (``--output``,
 which must not exist yet, unless ``--force``) usable as ``--model`` / ``Detector(model=DIR)``.
 Progress goes to stderr; the last line on stdout is a one-line JSON summary. Bad arguments
@@ -37,7 +37,7 @@ def _train(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     try:
         from privatize.redaction.engine import DEFAULT_MODEL
-        from privatize.redaction.ner_training import DEFAULT_DATA_DIR, DEFAULT_EPOCHS, DEFAULT_EXAMPLES
+        from privatize.redaction.ner_training import DEFAULT_EPOCHS, DEFAULT_EXAMPLES
     except ImportError:  # the redaction component is absent: no train-ner command
         return
 
@@ -49,7 +49,8 @@ def register(sub) -> None:
     p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS,
                    help=f"at most this many epochs; the best on the dev slice is kept (default {DEFAULT_EPOCHS})")
     p.add_argument("--seed", type=int, default=0, help="sampling, shuffling and initialisation seed (default 0)")
-    p.add_argument("--data", default=None, help=f"the shared data folder (default {DEFAULT_DATA_DIR})")
+    p.add_argument("--data", default=None, help="required: the folder holding presidio_research, customersim and "
+                   "squality_gutenberg (the project's development data; none ships with the package)")
     p.add_argument("--base", default=DEFAULT_MODEL, help=f"the spaCy model to start from (default {DEFAULT_MODEL})")
     p.add_argument("--force", action="store_true", help="replace --output if it exists")
     p.set_defaults(func=_train)

@@ -19,7 +19,8 @@ code to write ``.spacy`` files first. Everything is deterministic at a seed
 (``spacy.util.fix_random_seed`` and one ``random.Random(seed)`` for sampling and
 shuffling) on a given machine and thread count.
 
-**Data** (``../shared/data``, see its README):
+**Data** (``data_dir``, ``--data``: a folder laid out as the project's development data, which
+a checkout may have at ``../shared/data``; see its README; nothing of it ships with the package):
 
 * gold: ``presidio_research/generated_large.json`` (the TUNING set of the quality
   benchmark) and user turns (``USR:`` lines) of ``customersim/train.jsonl`` dialogues
@@ -81,7 +82,6 @@ from privatize.redaction.presidio import import_presidio
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DATA_DIR = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data").resolve()
 GENERATED = "presidio_research/generated_large.json"
 CUSTOMERSIM = "customersim/train.jsonl"
 GUTENBERG = "squality_gutenberg/train.jsonl"
@@ -119,7 +119,8 @@ Progress = Callable[[str], None]
 def _check_data(data_dir: Path) -> None:
     for rel in (GENERATED, CUSTOMERSIM, GUTENBERG):
         if not (data_dir / rel).is_file():
-            raise InputError(f"{data_dir / rel}: training data not found (--data names the shared data folder)")
+            raise InputError(f"{data_dir / rel}: training data not found (--data names the folder holding "
+                             f"{', '.join(sorted({r.split('/')[0] for r in (GENERATED, CUSTOMERSIM, GUTENBERG)}))})")
 
 
 def _trim(text: str, start: int, end: int) -> tuple[int, int]:
@@ -327,7 +328,10 @@ def check_arguments(output: str | Path, *, examples: int, epochs: int, seed: int
         raise InputError(f"--epochs must be between 1 and {MAX_EPOCHS} (got {epochs})")
     if seed < 0:
         raise InputError(f"--seed must be >= 0 (got {seed})")
-    data = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
+    if data_dir is None:  # the caller names the folder: no default outside the package
+        raise InputError("--data is required: the folder holding presidio_research, customersim and "
+                         "squality_gutenberg (no training data ships with the package)")
+    data = Path(data_dir)
     _check_data(data)
     return out, data
 

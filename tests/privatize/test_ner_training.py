@@ -121,6 +121,7 @@ def test_same_seed_same_model(trained, tmp_path, shared_data):
     (["--output", "{tmp}/m", "--examples", "3"], "--examples must be between"),
     (["--output", "{tmp}", "--epochs", "1"], "already exists"),
     (["--output", "{tmp}/m", "--data", "{tmp}"], "training data not found"),
+    (["--output", "{tmp}/m", "--epochs", "1"], "--data is required"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, tmp_path, args, msg):
     rc, out, err = run(capsys, "train-ner", *[a.format(tmp=tmp_path) for a in args])
