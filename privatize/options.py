@@ -19,7 +19,13 @@ class RunOptions:
     strict: bool = False
     """Record-level problems are errors (exit 2) instead of quarantined records."""
     overwrite: bool = False
-    progress: bool = False
+    progress_every: float = 10.0
+    """Seconds between two progress lines (``progress="lines"``)."""
+    progress: bool | str = False
+    """``False``: nothing; ``True`` or ``"bar"``: a progress bar per stage on stderr (records,
+    records/s, ETA; the Ray runner shows Ray Data's own); ``"lines"``: for a stderr that is
+    no terminal, a line per stage every ``progress_every`` seconds and when it ends (the
+    in-process runner; the Ray runner shows nothing of its own then)."""
     read_range_bytes: int = DEFAULT_RANGE_BYTES
     """JSONL and line-per-record text files larger than this are read in byte ranges (the
     Ray runner also cuts smaller files so that every CPU gets a piece)."""
@@ -38,6 +44,10 @@ class RunOptions:
             raise SpecError(f"options.batch_size: must be a positive integer, not {self.batch_size!r}")
         if not isinstance(self.read_range_bytes, int) or self.read_range_bytes < 1:
             raise SpecError(f"options.read_range_bytes: must be a positive integer, not {self.read_range_bytes!r}")
+        if self.progress not in (False, True, "bar", "lines"):
+            raise SpecError(f"options.progress: must be true, false, 'bar' or 'lines', not {self.progress!r}")
+        if not self.progress_every > 0:
+            raise SpecError(f"options.progress_every: must be positive, not {self.progress_every!r}")
         if self.num_cpus is not None and not self.num_cpus > 0:
             raise SpecError(f"options.num_cpus: must be positive, not {self.num_cpus!r}")
         if self.stall_timeout_s is not None and not self.stall_timeout_s > 0:

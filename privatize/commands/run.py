@@ -4,7 +4,10 @@ an output folder against its manifest.
 ``run SPEC --input PATH --output DIR [--batch-size N] [--strict] [--overwrite]
 [--ray [ADDRESS]]`` goes through the one façade, :func:`privatize.api.run` (the local
 runner, or Ray Data with ``--ray``: the given address, else ``RAY_ADDRESS``, else an
-embedded local Ray); its last stdout line is a one-line JSON summary. ``verify DIR``
+embedded local Ray); its last stdout line is a one-line JSON summary. In process, progress
+goes to stderr: a bar per stage on a terminal (records, records/s, ETA), else a line per
+stage every 10 s (``--progress-every``) and when it ends; ``--quiet`` shows none. With
+``--ray`` a terminal shows Ray Data's own bars. ``verify DIR``
 prints ``{"output", "ok", "problems"}`` and exits 1 when a shard does not match.
 """
 
@@ -19,8 +22,15 @@ from pathlib import Path
 def _run(args: argparse.Namespace) -> int:
     from privatize.api import RunOptions, run
 
+    tty = sys.stderr.isatty()
+    if args.quiet:
+        progress = False
+    elif args.ray is not None:
+        progress = tty  # Ray Data's own bars
+    else:
+        progress = "bar" if tty else "lines"
     options = RunOptions(batch_size=args.batch_size, strict=args.strict, overwrite=args.overwrite,
-                         progress=sys.stderr.isatty())
+                         progress=progress, progress_every=args.progress_every)
     manifest = run(args.spec, args.input, args.output, runner="local" if args.ray is None else "ray",
                    spec_dir=str(Path(args.spec).parent), address=args.ray or None, options=options)
     summary = {"status": "ok", "output": str(Path(args.output).resolve()),
@@ -49,6 +59,9 @@ def register(sub) -> None:
     r.add_argument("--batch-size", type=int, default=1024)
     r.add_argument("--strict", action="store_true", help="record-level problems are errors, not quarantined")
     r.add_argument("--overwrite", action="store_true")
+    r.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    r.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+                   help="seconds between progress lines when stderr is no terminal (default 10)")
     r.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run on Ray Data: a cluster address, or none for RAY_ADDRESS or an embedded local Ray")
     r.set_defaults(func=_run)

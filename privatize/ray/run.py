@@ -197,7 +197,7 @@ def run_ray(spec: PipelineSpec, files: list[InputFile], output_dir: Path, *, spe
 
         ctx = ray.data.DataContext.get_current()
         saved = ctx.enable_progress_bars, ctx.shuffle_strategy, ctx.raise_original_map_exception
-        ctx.enable_progress_bars = options.progress
+        ctx.enable_progress_bars = options.progress in (True, "bar")  # Ray Data's own bars
         # a stage's own error, not Ray Data's UserCodeException: that one is raised "from"
         # the error, and the cause is lost on its way to the driver when the stage runs in
         # an actor (a synthesis budget spent, an LLM that failed for good)

@@ -84,6 +84,31 @@ def test_run_verify_and_tampering(tmp_path):
     assert r.returncode == 1 and b"part-00001" in r.stderr
 
 
+def test_run_shows_progress_lines_when_stderr_is_no_terminal(tmp_path):
+    """In process, off a terminal (a log, CI, this subprocess), ``privatize run`` says per
+    stage how far it got: a line when each stage ends, and every ``--progress-every``
+    seconds while one runs (issue 54, item 4); ``--quiet`` says nothing."""
+    (tmp_path / "keys").mkdir()
+    assert cli("keys", "new", "--kind", "vigenere", "--out", tmp_path / "keys" / "text.key").returncode == 0
+    assert cli("make-corpus", "--out", tmp_path / "c.jsonl", "--docs", "120").returncode == 0
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("version: 1\nstages:\n  - kind: split\n  - kind: dedup\n"
+                    "  - kind: encrypt_text\n    key: file:keys/text.key\n")
+    r = cli("run", spec, "--input", tmp_path / "c.jsonl", "--output", tmp_path / "out", "--batch-size", "16")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.decode().strip().splitlines()[-1])  # stdout: the summary alone
+    lines = [x for x in r.stderr.decode().splitlines() if x.startswith("privatize: stage ")]
+    for i, kind in enumerate(("split", "dedup", "encrypt_text")):
+        done = [x for x in lines if x.startswith(f"privatize: stage {i} {kind}: ") and " records done, " in x]
+        assert len(done) == 1, lines
+        assert " records/s, " in done[0] and done[0].endswith(" s elapsed")
+    assert lines[0] == [x for x in lines if "stage 0 split: 120/120 records done" in x][0]
+    assert f"stage 2 encrypt_text: {summary['output_records']}/" in lines[-1]
+    assert "\r" not in r.stderr.decode()  # no bar redraws in a log
+    r = cli("run", spec, "--input", tmp_path / "c.jsonl", "--output", tmp_path / "q", "--quiet")
+    assert r.returncode == 0 and b"privatize: stage" not in r.stderr
+
+
 def test_no_key_bytes_in_logs_manifest_or_outputs(tmp_path):
     (tmp_path / "keys").mkdir()
     for kind, name in (("vigenere", "text.key"), ("hmac", "p.key")):
