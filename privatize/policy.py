@@ -35,6 +35,14 @@ class ServerPath:
 
 
 @dataclass(frozen=True)
+class ServiceSets:
+    """The field is the service's to set (what it decided at admission): a tenant's value
+    is refused with ``why``."""
+
+    why: str
+
+
+@dataclass(frozen=True)
 class Credential:
     """A credential reference (``env:``, ``file:``, ``keystore:``): through the service only
     ``keystore:<id>`` of one of the tenant's own keys."""

@@ -34,24 +34,42 @@ IN_PROCESS_POINTS = 500_000
 process; larger ones in the bounded child (which costs a fresh import of torch)."""
 
 
+History = list[tuple[float, float, int]]
+"""(noise multiplier, sample rate, steps) of each Poisson-sampled Gaussian mechanism run on
+the same data, as Opacus' accountants keep it."""
+
+
 def prv_grid_points(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
                     eps_error: float = 0.01) -> float | None:
     """The size of the grid Opacus' PRV accountant will build, from its own domain rule
     (Gopi et al.'s safe domain over its mesh); None if this Opacus cannot say."""
+    return history_grid_points([(noise_multiplier, sample_rate, steps)], delta, eps_error)
+
+
+def history_grid_points(history: History, delta: float, eps_error: float = 0.01) -> float | None:
+    """:func:`prv_grid_points` of the composition of every mechanism in ``history``."""
     try:
         from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV, compute_safe_domain_size
 
         delta_error = delta / 1000  # Opacus' default in get_epsilon
-        half = compute_safe_domain_size(prvs=[PoissonSubsampledGaussianPRV(sample_rate, noise_multiplier)],
-                                        max_self_compositions=[steps], eps_error=eps_error, delta_error=delta_error)
-        mesh = eps_error / math.sqrt(steps * math.log(12 / delta_error) / 2)
+        total = sum(steps for _, _, steps in history)
+        half = compute_safe_domain_size(prvs=[PoissonSubsampledGaussianPRV(q, sigma) for sigma, q, _ in history],
+                                        max_self_compositions=[steps for _, _, steps in history],
+                                        eps_error=eps_error, delta_error=delta_error)
+        mesh = eps_error / math.sqrt(total * math.log(12 / delta_error) / 2)
         return 2 * float(half) / mesh
     except Exception:  # noqa: BLE001 - an internal of Opacus; the child is the safe answer
         return None
 
 
 def _small(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> bool:
-    points = prv_grid_points(noise_multiplier, sample_rate, steps, delta) if noise_multiplier > 0 else None
+    return _small_history([(noise_multiplier, sample_rate, steps)], delta)
+
+
+def _small_history(history: History, delta: float) -> bool:
+    if any(sigma <= 0 for sigma, _, _ in history):
+        return False
+    points = history_grid_points(history, delta)
     return points is not None and math.isfinite(points) and points <= IN_PROCESS_POINTS
 
 
@@ -112,6 +130,29 @@ def bounded_epsilon(noise_multiplier: float, sample_rate: float, steps: int, del
                        memory_bytes, seconds)
 
 
+def bounded_composition(history: History, delta: float, accountant: str = "prv", *,
+                        memory_bytes: int = PRV_MEMORY_BYTES, seconds: float = PRV_SECONDS) -> Accounted:
+    """Epsilon at ``delta`` of every mechanism of ``history`` run on the same data: PRV over
+    the joint history (bounded as :func:`bounded_epsilon`), RDP's joint bound where PRV
+    would pass its budget, and the sum of each mechanism's own epsilon (basic composition,
+    the loosest) only where both fail."""
+    from train.privacy import composed_epsilon
+
+    history = [(float(s), float(q), int(t)) for s, q, t in history if t > 0]
+    if not history:
+        return Accounted(0.0, accountant)
+    try:
+        rdp = composed_epsilon(history, delta, "rdp")
+    except Exception as exc:  # noqa: BLE001 - Opacus' RDP failing is what the sum is for
+        total = sum(composed_epsilon([h], delta, "prv") for h in history)
+        return Accounted(total, "sum", f"RDP failed ({str(exc)[:200]}): the sum of each training's epsilon")
+    if accountant == "rdp" or not math.isfinite(rdp):
+        return Accounted(rdp, "rdp")
+    return _prv_or_rdp(rdp, "bound", _small_history(history, delta),
+                       lambda: composed_epsilon(history, delta, "prv"),
+                       {"op": "compose", "history": history, "delta": delta}, memory_bytes, seconds)
+
+
 def bounded_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str, *,
                   memory_bytes: int = PRV_MEMORY_BYTES, seconds: float = PRV_SECONDS) -> Accounted:
     """The smallest noise multiplier within ``target_epsilon``: RDP's (more noise than
@@ -136,9 +177,11 @@ def _child() -> None:
     # the child limits itself before it imports anything large: its data segment, numpy's
     # arrays included (preexec_fn is unsafe in a parent with threads, as Ray's driver is)
     resource.setrlimit(resource.RLIMIT_DATA, (req["memory_bytes"], req["memory_bytes"]))
-    from train.privacy import epsilon, noise_for
+    from train.privacy import composed_epsilon, epsilon, noise_for
 
-    if req["op"] == "epsilon":
+    if req["op"] == "compose":
+        value = composed_epsilon([tuple(h) for h in req["history"]], req["delta"], "prv")
+    elif req["op"] == "epsilon":
         value = epsilon(req["sigma"], req["q"], req["steps"], req["delta"], "prv")
     else:
         value = noise_for(req["target"], req["delta"], req["q"], req["steps"], "prv")

@@ -49,7 +49,7 @@ def insert_canaries(p: "Prepared", tok, data: dict) -> Canaries | None:
     phases = plan_phases(cfg.kind, {k: n for k, (_, n) in data.items()}, cfg.optim.batch_size,
                          cfg.dp.batch_size)
     split = next(ph.split for ph in phases if ph.dp)
-    saved = saved_plan(p.output) or {}
+    saved = saved_plan(p.output, cfg.admitted_plan) or {}
     seed = saved.get(SEED_FIELD, secrets.randbits(63))
     ids, inserted = draw(seed, cfg.audit.canaries, cfg.data.seq_len, 0, len(tok))
     block = {"ids": ids[inserted], "loss": np.ones(ids[inserted].shape, np.uint8)}

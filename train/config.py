@@ -30,7 +30,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from privatize.io.configfile import read_mapping, validate
-from privatize.policy import Quota, ServerPath
+from privatize.policy import Quota, ServerPath, ServiceSets
 from train.kinds import train_kind
 
 Split = Literal["all", "public", "private"]
@@ -255,6 +255,10 @@ class TrainConfig(_Strict):
     checkpoint_every: int = Field(50, ge=1, le=10_000_000)
     report_every: int = Field(10, ge=1, le=10_000_000)
     max_failures: Annotated[int, Quota("train_max_failures")] = Field(2, ge=0, le=100)
+    admitted_plan: Annotated[Optional[dict], ServiceSets(
+        why="set by the service: the DP plan it admitted against the data's privacy ledger")] = Field(
+        None, description="the DP plan admitted before the run (train.admission): the run takes its noise, "
+                          "sample rate, delta, steps and audit seed, or fails before any step")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -286,6 +290,8 @@ class TrainConfig(_Strict):
             raise ValueError("data.mlm_probability is a setting of kind mlm")
         if self.tokenizer.also_on and not kind.trains_tokenizer:
             raise ValueError("tokenizer.also_on: only a pretrain trains the shared tokenizer")
+        if self.admitted_plan is not None and self.dp is None:
+            raise ValueError("admitted_plan: only a DP run has a plan to admit")
         return self
 
     def with_paths(self, data: str | None = None, output: str | None = None) -> "TrainConfig":

@@ -34,6 +34,7 @@ from train.batches import (MaskedLMLoss, Owners, batch_indices, individual_batch
 from train.dp import DPSetup, make_private
 from train.models import is_lora, unwrap
 from train.plan import ModelInit, Phase, WorkerPlan
+from train.privacy import group_bound
 
 ADAPTER = "adapter"
 
@@ -213,7 +214,9 @@ class _Run:
         rec = {"step": self.step, "epoch": epoch, "phase": phase.name, "loss": loss_sum / max(1, loss_n),
                "lr": self.last_lr, "tokens": self.tokens, "tokens_per_s": tok_rate}
         if self.dp is not None and self.dp_steps() and self.plan.dp.noise_multiplier > 0:
-            rec["epsilon"] = float(self.dp.accountant.get_epsilon(delta=self.plan.dp.delta))
+            eps = float(self.dp.accountant.get_epsilon(delta=self.plan.dp.delta))
+            # the unit's figure: a record of up to k blocks is a group of k (train.privacy.group_bound)
+            rec["epsilon"] = group_bound(eps, self.plan.dp.delta, self.plan.dp.group)[0] if math.isfinite(eps) else eps
             rec["dp_steps"] = self.dp_steps()
         return rec
 

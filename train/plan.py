@@ -77,6 +77,9 @@ class DPPlan:
     poisson: bool = True
     steps_cap: Optional[int] = None
     """The planned DP steps: a worker refuses to take more (the budget is never overspent)."""
+    group: int = 1
+    """The most blocks one privacy unit spans (``dp.unit: record``): the live epsilon
+    reported is the unit's, by group privacy over the accountant's per-block figure."""
     lr: Optional[float] = None
     """DP-SGD's learning rate (None: the optimizer's ``lr``)."""
     individual_blocks: Optional[int] = None

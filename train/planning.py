@@ -5,7 +5,7 @@ is never reset), and the :class:`~train.plan.WorkerPlan` the workers get."""
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,9 +20,36 @@ if TYPE_CHECKING:
 PLAN = "privacy_plan.json"
 
 
-def saved_plan(output: Path) -> dict | None:
+def saved_plan(output: Path, admitted: dict | None = None) -> dict | None:
+    """The plan this run keeps: its ``privacy_plan.json`` when it resumes, else the plan
+    the service admitted (``admitted_plan``), else None (plan afresh)."""
     f = output / PLAN
-    return json.loads(f.read_text()) if f.is_file() else None
+    if f.is_file():
+        return json.loads(f.read_text())
+    return dict(admitted, admitted=True) if admitted else None
+
+
+def admitted_phase(phases: list, i: int, saved: dict | None) -> list:
+    """An admitted plan fixes the DP phase's sample rate (1 / its steps per epoch): the
+    data read now may pack into a few blocks more or fewer than admission counted, and the
+    admitted mechanism is what the ledger reserved."""
+    if not saved or not saved.get("admitted"):
+        return phases
+    out = list(phases)
+    out[i] = replace(phases[i], steps=max(1, round(1.0 / saved["sample_rate"])))
+    return out
+
+
+def check_admitted(saved: dict, units: int, group: int) -> None:
+    """The data read now may not weaken the admitted plan's guarantee: no longer records
+    (group privacy over more blocks) and a delta still within 1/N."""
+    if group > int(saved.get("group") or 1):
+        raise SpecError(f"admitted_plan: records now span up to {group} blocks, more than the {saved.get('group') or 1} "
+                        "admitted; the data changed since admission: submit the training again")
+    unit_delta = saved.get("unit_delta") or saved["delta"]
+    if units and unit_delta > 1.0 / units:
+        raise SpecError(f"admitted_plan: delta {unit_delta:g} > 1/N for the {units} units read now; the data changed "
+                        "since admission: submit the training again")
 
 
 def resumed_budget(cfg: TrainConfig, saved: dict, sample_rate: float, dp_steps: int, taken: int):
@@ -38,6 +65,8 @@ def resumed_budget(cfg: TrainConfig, saved: dict, sample_rate: float, dp_steps: 
         raise SpecError(f"data.path: the DP split changed since this run started (sample rate {q:.4g}); "
                         "start a new run")
     target = cfg.dp.target_epsilon if cfg.dp.target_epsilon is not None else saved.get("target_epsilon")
+    if saved.get("admitted"):
+        dp_steps = min(dp_steps, int(saved["steps"]))  # the steps the ledger reserved, at most
     acc = bounded_epsilon(sigma, q, dp_steps, delta, saved["accountant"])
     eps = acc.value
     if target is not None and eps > target * (1 + 1e-9):
@@ -94,10 +123,14 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 
     budget = dp_plan = None
     if cfg.dp is not None:
         i = next(j for j, ph in enumerate(phases) if ph.dp)
+        saved = saved_plan(p.output, cfg.admitted_plan)
+        phases = admitted_phase(phases, i, saved)
+        total = total_steps(phases, cfg.optim.epochs, cfg.optim.max_steps)
         before, per_epoch = sum(ph.steps for ph in phases[:i]), sum(ph.steps for ph in phases)
         dp_steps = sum(min(phases[i].steps, max(0, total - e * per_epoch - before)) for e in range(cfg.optim.epochs))
-        saved = saved_plan(p.output)
         units, group = dp_units(cfg, data[phases[i].split][0], sizes[phases[i].split], extra_units)
+        if saved is not None and saved.get("admitted"):
+            check_admitted(saved, units, group)
         budget = (plan_budget(cfg.dp, sizes[phases[i].split], phases[i].sample_rate, dp_steps, units=units,
                               group=group) if saved is None
                   else resumed_budget(cfg, saved, phases[i].sample_rate, dp_steps,
@@ -105,7 +138,7 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 
         dp_plan = DPPlan(noise_multiplier=budget.noise_multiplier, max_grad_norm=cfg.dp.max_grad_norm,
                          sample_rate=budget.sample_rate, delta=budget.delta, split=phases[i].split,
                          accountant=budget.accountant, grad_sample_mode=cfg.dp.grad_sample_mode,
-                         poisson=cfg.dp.poisson, steps_cap=budget.steps, lr=cfg.dp.lr,
+                         poisson=cfg.dp.poisson, steps_cap=budget.steps, lr=cfg.dp.lr, group=budget.group,
                          individual_blocks=cfg.dp.max_blocks_per_individual if cfg.dp.unit == "individual" else None)
         if progress and cfg.dp.unit == "individual":
             print(f"DP unit: individual ({budget.units} individuals; each step samples individuals and clips "

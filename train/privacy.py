@@ -38,6 +38,19 @@ def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
     return float(acc.get_epsilon(delta=delta))
 
 
+def composed_epsilon(history: list[tuple[float, float, int]], delta: float, accountant: str = "prv") -> float:
+    """Epsilon at ``delta`` of the mechanisms of ``history`` ((noise multiplier, sample
+    rate, steps) each) composed: what the data they all ran on has spent."""
+    history = [(s, q, t) for s, q, t in history if t > 0]
+    if not history:
+        return 0.0
+    if any(s <= 0 for s, _, _ in history):
+        return math.inf
+    acc = make_accountant(accountant)
+    acc.history = list(history)
+    return float(acc.get_epsilon(delta=delta))
+
+
 def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "prv") -> float:
     """The smallest noise multiplier that keeps ``steps`` steps within ``target_epsilon``."""
     from opacus.accountants.utils import get_noise_multiplier

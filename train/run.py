@@ -286,7 +286,8 @@ def _stage(p: Prepared, progress: bool, timings: dict):
         plan = plan_run(p, tok, data, progress, int(canaries.inserted.sum()) if canaries else 0)
         p.output.mkdir(parents=True, exist_ok=True)
         if plan.budget is not None and not (p.output / PLAN).exists():
-            saved = plan.budget.to_dict() | ({SEED_FIELD: canaries.seed} if canaries else {})
+            saved = (plan.budget.to_dict() | ({SEED_FIELD: canaries.seed} if canaries else {})
+                     | ({"admitted": True} if p.config.admitted_plan else {}))
             (p.output / f".{PLAN}.tmp").write_text(json.dumps(saved, indent=2) + "\n")
             os.replace(p.output / f".{PLAN}.tmp", p.output / PLAN)
         if not (p.output / "tokenizer").is_dir():
