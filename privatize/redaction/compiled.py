@@ -19,20 +19,20 @@ CASELESS_LABELS = frozenset({"PERSON", "GPE", "LOC", "FAC", "NORP"})  # re-cased
 
 def default_pattern_recognizers() -> list:
     """Presidio's predefined pattern recognizers for English (as its default registry
-    loads them, minus the phone and card recognizers, which ours supersede) plus the
+    loads them, minus the phone, card and IBAN recognizers, which ours supersede) plus the
     recognizers of :mod:`privatize.redaction.recognizers`."""
     patch_tldextract()
     import tldextract
 
     tldextract.extract("example.com")  # load the bundled suffix list now, not inside the first batch
     from presidio_analyzer.predefined_recognizers import (
-        CryptoRecognizer, EmailRecognizer, IbanRecognizer, IpRecognizer, MacAddressRecognizer,
+        CryptoRecognizer, EmailRecognizer, IpRecognizer, MacAddressRecognizer,
         MedicalLicenseRecognizer, NhsRecognizer, UrlRecognizer, UsBankRecognizer, UsItinRecognizer,
         UsLicenseRecognizer, UsPassportRecognizer, UsSsnRecognizer, UuidRecognizer)
 
     from privatize.redaction.recognizers import better_recognizers
 
-    presidio = [CryptoRecognizer(), EmailRecognizer(), IbanRecognizer(), IpRecognizer(),
+    presidio = [CryptoRecognizer(), EmailRecognizer(), IpRecognizer(),
                 MacAddressRecognizer(), MedicalLicenseRecognizer(), NhsRecognizer(), UrlRecognizer(),
                 UsBankRecognizer(), UsItinRecognizer(), UsLicenseRecognizer(), UsPassportRecognizer(),
                 UsSsnRecognizer(), UuidRecognizer()]
@@ -68,8 +68,6 @@ class CompiledRecognizer:
         self.entity = rec.supported_entities[0]
         self.name = rec.name
         flags = rec.global_regex_flags if rec.global_regex_flags is not None else 0
-        if self.entity == "IBAN_CODE":
-            flags |= re.IGNORECASE  # Presidio's own analyze finds "gb48awjv0722..." too; validation upper-cases
         self.patterns = [(re.compile(p.regex, flags), p.score, p.name) for p in rec.patterns]
         self.context = context_words(rec.context or ())
         self.has_validate = type(rec).validate_result is not PatternRecognizer.validate_result

@@ -61,7 +61,7 @@ from privatize.redaction.evidence import iter_candidates
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
                                          url_span, warm_word_lists)
 from privatize.redaction.styles import AUTO, get_style, style_names, style_picker, trim_article
-from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, Span,
+from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, _NER_SOURCES, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        is_speaker_label, merge_intervals, merge_spans, recase)
 from privatize.redaction.words import stop_words
@@ -442,6 +442,7 @@ class Detector:
                 cands = [c for c in cands if style.drop(text, c) is None]
             cands += self._name_lists(text, [c for c in cands if c[2] == "PERSON" and c[3] >= self.score_threshold])
             cands = _cut_reserved(cands, reserved, text)
+            cands = _cut_ner_at_checksums(cands, text)
             if style.trim_articles:
                 cands = [trim_article(text, c) for c in cands]
             pi = [c for c in cands if c[2] in self.entities and c[3] >= self.score_threshold]
@@ -493,6 +494,21 @@ class Detector:
             )
             results.append(det)
         return results
+
+
+_CHECKSUMMED = frozenset({"CREDIT_CARD", "IBAN_CODE"})
+
+
+def _cut_ner_at_checksums(cands: list[Span], text: str) -> list[Span]:
+    """NER hits cut back to the text outside card numbers and IBANs whose checksum held
+    (pattern hits of score 1.0): an NER date over ``1111 5500 0000 0000 0004`` would
+    otherwise join two cards written one after another into one span, or stretch an
+    IBAN over the word after it (``00 please``)."""
+    sure = [(c[0], c[1]) for c in cands if c[2] in _CHECKSUMMED and c[3] >= 1.0 and c[4] not in _NER_SOURCES]
+    if not sure:
+        return cands
+    ner = [c for c in cands if c[4] in _NER_SOURCES]
+    return [c for c in cands if c[4] not in _NER_SOURCES] + _cut_reserved(ner, sure, text)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Pattern recognizers that close the gaps measured in Presidio's defaults (ENVIRONMENT.md):
-international phone formats, 12-19 digit card numbers, street addresses, postcodes,
+international phone formats, 12-19 digit card numbers (several in a row too), IBANs in
+blocks before a word, street addresses, postcodes,
 reference / order / tracking numbers, ages and names after a title or a name cue.
 
 Each one is a Presidio :class:`~presidio_analyzer.PatternRecognizer` and works the
@@ -26,6 +27,7 @@ from privatize.redaction.presidio import import_presidio
 
 import_presidio()  # first, so Presidio leaves Transformers out (see presidio.py)
 from presidio_analyzer import Pattern, PatternRecognizer  # noqa: E402
+from presidio_analyzer.predefined_recognizers import IbanRecognizer  # noqa: E402
 
 CASE = re.MULTILINE | re.VERSION0
 NOCASE = re.MULTILINE | re.IGNORECASE | re.VERSION0
@@ -163,10 +165,35 @@ class InternationalPhoneRecognizer(PatternRecognizer):
 # ---------------------------------------------------------------------------------------
 # payment cards
 
+_CARD_RUN = re.compile(r"(?<![\w.,/+-])[1-6]\d{3,}(?:[ -]\d{2,})*")
+_DIGIT_RUN = re.compile(r"\d+")
+_CARD_MAX_DIGITS = 19
+
+
+def _glued_on(text: str, end: int) -> bool:
+    """Whether a number ending at ``end`` runs on into a word or another number
+    (``4111...1111x``, ``...1111-2``, ``...1111.5``): the card pattern's end lookahead."""
+    if end >= len(text):
+        return False
+    ch = text[end]
+    if ch.isalnum() or ch == "_":
+        return True
+    return ch in ".,/-" and end + 1 < len(text) and text[end + 1].isdigit()
+
+
 class LuhnCreditCardRecognizer(PatternRecognizer):
     """Card numbers of 12 to 19 digits (major industry identifier 1-6), written as one
     run or in groups separated consistently by spaces or hyphens, accepted only when the
-    Luhn checksum holds (validate_result: True = 1.0, False = dropped)."""
+    Luhn checksum holds (validate_result: True = 1.0, False = dropped).
+
+    The pattern is greedy: on cards written one after another with a space between
+    (``4111 1111 1111 1111 5500 0000 0000 0004``, ``4111111111111111 5500000000000004``)
+    it runs on into the next number and the match fails the checksum.
+    :meth:`find_candidates` (which ``analyze`` and the batch detector use) keeps every
+    match that validates, and where one fails, splits the whole run of digit groups it
+    starts (groups of two digits or more, one space or hyphen between) at spaces into the
+    fewest valid cards. Only a split that leaves no group over counts: a long reference
+    number is not cut into a card and a remainder."""
 
     PATTERNS = [
         Pattern("card (12-19 digits)", r"(?<![\w.,/+-])[1-6]\d{3}(?:[ -]?\d{2,6}){1,5}(?![\w]|[.,/-]\d)", 0.3),
@@ -178,15 +205,163 @@ class LuhnCreditCardRecognizer(PatternRecognizer):
         super().__init__(supported_entity=supported_entity, name="LuhnCreditCardRecognizer",
                          patterns=list(self.PATTERNS), context=list(self.CONTEXT),
                          supported_language=supported_language, global_regex_flags=NOCASE)
+        self._pattern = re.compile(self.patterns[0].regex, NOCASE)
 
     def validate_result(self, pattern_text: str) -> bool:
         seps = set(re.findall(r"[ -]", pattern_text))
         if len(seps) > 1:
             return False
         digits = digits_of(pattern_text)
-        if not 12 <= len(digits) <= 19:
+        if not 12 <= len(digits) <= _CARD_MAX_DIGITS:
             return False
         return luhn_valid(digits)
+
+    @staticmethod
+    def _is_card(text: str, groups: list[tuple[int, int]], i: int, j: int) -> bool:
+        """Whether digit groups ``i..j`` of a run are one card: it starts with a group of
+        four digits or more with a major industry identifier 1-6, its separators are all
+        the same, and its 12-19 digits pass the Luhn checksum."""
+        s0, e0 = groups[i]
+        if e0 - s0 < 4 or text[s0] not in "123456":
+            return False
+        if len({text[groups[k][1]:groups[k + 1][0]] for k in range(i, j)}) > 1:
+            return False
+        digits = "".join(text[s:e] for s, e in groups[i:j + 1])
+        return 12 <= len(digits) <= _CARD_MAX_DIGITS and luhn_valid(digits)
+
+    def _cards_in_run(self, text: str, groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The cards of one run: all of it, or its fewest-pieces split at spaces into
+        cards; nothing when neither exists."""
+        n = len(groups)
+        if self._is_card(text, groups, 0, n - 1):
+            return [(groups[0][0], groups[-1][1])]
+        # best[k]: the fewest cards that cover groups[:k] exactly (None: impossible); a
+        # card may end before group k only where a space, not a hyphen, separates them
+        best: list[list[tuple[int, int]] | None] = [None] * (n + 1)
+        best[0] = []
+        for k in range(1, n + 1):
+            j = k - 1
+            if k < n and text[groups[j][1]] != " ":
+                continue
+            for i in range(j, -1, -1):
+                if sum(e - s for s, e in groups[i:k]) > _CARD_MAX_DIGITS:
+                    break
+                prev = best[i]
+                if prev is None or (i > 0 and text[groups[i - 1][1]] != " "):
+                    continue
+                if self._is_card(text, groups, i, j) and (best[k] is None or len(prev) + 1 < len(best[k])):
+                    best[k] = prev + [(groups[i][0], groups[j][1])]
+        return best[n] or []
+
+    def find_candidates(self, text: str) -> list[tuple[int, int, float, str]]:
+        """(start, end, score, pattern name) of every card in ``text``: the pattern's
+        matches that pass :meth:`validate_result`, and where a match fails, the cards its
+        whole run of digit groups splits into. Score 1.0: every one passed the Luhn
+        checksum."""
+        out = []
+        name = self.patterns[0].name
+        pos = 0
+        while (m := self._pattern.search(text, pos)) is not None:
+            pos = m.end()
+            if self.validate_result(m.group(0)):
+                out.append((m.start(), m.end(), 1.0, name))
+                continue
+            run = _CARD_RUN.match(text, m.start())
+            groups = [(run.start() + g.start(), run.start() + g.end()) for g in _DIGIT_RUN.finditer(run.group(0))]
+            while groups and _glued_on(text, groups[-1][1]):
+                groups.pop()  # as the pattern's end lookahead: give back groups glued to what follows
+            cards = self._cards_in_run(text, groups) if groups else []
+            out.extend((s, e, 1.0, name) for s, e in cards)
+            if cards:
+                pos = max(pos, cards[-1][1])
+        return out
+
+    def analyze(self, text, entities, nlp_artifacts=None, regex_flags=None):  # noqa: D102
+        return _results(self, text, self.find_candidates(text))
+
+
+# ---------------------------------------------------------------------------------------
+# IBANs
+
+_IBAN_START = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{2}[0-9]{2}")
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]+")
+_IBAN_MIN, _IBAN_MAX = 15, 34  # the shortest (Norway) and longest lengths the IBAN standard allows
+
+
+class BlockIbanRecognizer(IbanRecognizer):
+    """IBANs written as one run or in blocks of four (``GB82 WEST 1234 5698 7654 32``,
+    ``DE89-3704-0044-0532-0130-00``), in either case, with the span of the IBAN only.
+
+    Presidio's pattern, matched without regard to case (so that ``gb48awjv0722...`` is
+    found), also takes a lower-case word after the last block for one more block
+    (``ES91 2100 0418 4502 0005 1332 plea``), and its match then fails the checksum.
+    :meth:`find_candidates` reads the blocks from a country code and check digits on
+    (a separator only after every fourth character, as in the pattern) and tries each
+    place the IBAN could end, longest first: the first that passes the checksum and
+    spells the country's format exactly is the IBAN; where none does (Presidio's format
+    for a country can be short: Portugal's has 21 characters of 25), the first that
+    passes the checksum and starts with the format, Presidio's own test. Score 1.0; 0.5
+    for one that is valid only upper-cased, as in Presidio."""
+
+    def __init__(self, supported_language: str = "en", supported_entity: str = "IBAN_CODE"):
+        super().__init__(supported_language=supported_language, supported_entity=supported_entity,
+                         name="IbanRecognizer")
+        self._exact = IbanRecognizer(supported_language=supported_language, supported_entity=supported_entity,
+                                     exact_match=True)
+
+    def _ends(self, text: str, start: int) -> list[int]:
+        """Where an IBAN starting at ``start`` could end: after an alphanumeric run, with
+        15 to 34 characters before it (the lengths the standard allows)."""
+        ends, pos, length = [], start, 0
+        while True:
+            tok = _ALNUM_RUN.match(text, pos)
+            length += tok.end() - tok.start()
+            if length > _IBAN_MAX:
+                return ends
+            if length >= _IBAN_MIN:
+                ends.append(tok.end())
+            nxt = tok.end()
+            if (length % 4 or nxt + 1 >= len(text) or text[nxt] not in " -"
+                    or _ALNUM_RUN.match(text, nxt + 1) is None):
+                return ends
+            pos = nxt + 1
+
+    def find_candidates(self, text: str) -> list[tuple[int, int, float, str]]:
+        """(start, end, score, pattern name) of every IBAN in ``text``."""
+        out: list[tuple[int, int, float, str]] = []
+        base = self.patterns[0].score
+        name = self.patterns[0].name
+        after = 0
+        for m in _IBAN_START.finditer(text):
+            start = m.start()
+            if start < after:
+                continue
+            ends = self._ends(text, start)[::-1]
+            for validate in (self._exact.validate_result, self.validate_result):
+                found = next(((end, v) for end in ends if (v := validate(text[start:end])) is not False), None)
+                if found is not None:
+                    end, valid = found
+                    out.append((start, end, 1.0 if valid else base, name))
+                    after = end
+                    break
+        return out
+
+    def analyze(self, text, entities, nlp_artifacts=None, regex_flags=None):  # noqa: D102
+        return _results(self, text, self.find_candidates(text))
+
+def _results(recognizer: PatternRecognizer, text: str, found: list[tuple[int, int, float, str]]) -> list:
+    """``find_candidates`` hits as Presidio results (with the explanation Presidio's
+    context enhancer writes into)."""
+    from presidio_analyzer import RecognizerResult
+
+    pattern = recognizer.patterns[0]
+    return [RecognizerResult(recognizer.supported_entities[0], s, e, sc,
+                             analysis_explanation=PatternRecognizer.build_regex_explanation(
+                                 recognizer.name, pattern.name, pattern.regex, pattern.score, sc == 1.0,
+                                 recognizer.global_regex_flags),
+                             recognition_metadata={RecognizerResult.RECOGNIZER_NAME_KEY: recognizer.name,
+                                                   RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: recognizer.id})
+            for s, e, sc, _ in found]
 
 
 # ---------------------------------------------------------------------------------------
@@ -482,7 +657,7 @@ from privatize.redaction.names import NameLineRecognizer, OccupationRecognizer, 
 
 def better_recognizers() -> list[PatternRecognizer]:
     """New instances of every recognizer in this module."""
-    return [InternationalPhoneRecognizer(), LuhnCreditCardRecognizer(), StreetAddressRecognizer(),
-            UsZipCodeRecognizer(), UkPostcodeRecognizer(), ReferenceNumberRecognizer(), AgeRecognizer(),
-            TitledNameRecognizer(), NameLineRecognizer(), OccupationRecognizer(), ValidatedDateRecognizer(),
+    return [InternationalPhoneRecognizer(), LuhnCreditCardRecognizer(), BlockIbanRecognizer(),
+            StreetAddressRecognizer(), UsZipCodeRecognizer(), UkPostcodeRecognizer(), ReferenceNumberRecognizer(),
+            AgeRecognizer(), TitledNameRecognizer(), NameLineRecognizer(), OccupationRecognizer(), ValidatedDateRecognizer(),
             OrganizationSuffixRecognizer(), PartyRecognizer()]

@@ -52,6 +52,96 @@ def test_cards_refused(text):
     assert found(rec.LuhnCreditCardRecognizer(), text) == []
 
 
+def spans(recognizer, text: str) -> list[tuple[int, int, str]]:
+    """(start, end, entity) of what ``recognizer`` finds through ``analyze``, sorted."""
+    return sorted((r.start, r.end, r.entity_type) for r in recognizer.analyze(text, recognizer.supported_entities))
+
+
+def at(text: str, piece: str, entity: str, nth: int = 0) -> tuple[int, int, str]:
+    start = -1
+    for _ in range(nth + 1):
+        start = text.index(piece, start + 1)
+    return start, start + len(piece), entity
+
+
+@pytest.mark.parametrize("text, cards", [
+    # issue 51: the greedy pattern ran on into the next card and the whole failed Luhn
+    ("4111 1111 1111 1111 5500 0000 0000 0004", ["4111 1111 1111 1111", "5500 0000 0000 0004"]),
+    ("cards 4111111111111111 5500000000000004 on file", ["4111111111111111", "5500000000000004"]),
+    ("4111-1111-1111-1111 5555-5555-5555-4444.", ["4111-1111-1111-1111", "5555-5555-5555-4444"]),
+    ("378282246310005 4111111111111111 5555555555554444", ["378282246310005", "4111111111111111",
+                                                           "5555555555554444"]),
+    ("amex 3782 822463 10005 visa 4111 1111 1111 1111", ["3782 822463 10005", "4111 1111 1111 1111"]),
+])
+def test_cards_in_a_row_each_with_its_span(text, cards):
+    r = rec.LuhnCreditCardRecognizer()
+    assert spans(r, text) == [at(text, c, "CREDIT_CARD") for c in cards]
+    # the batch detector runs the same finder
+    from privatize.redaction.compiled import CompiledRecognizer
+
+    assert sorted((s, e, t) for s, e, t, _sc, _n in CompiledRecognizer(r).run(text)) == spans(r, text)
+
+
+@pytest.mark.parametrize("text, card", [
+    ("card 4111 1111 1111 1111 on file", "4111 1111 1111 1111"),
+    ("paid with 4111-1111-1111-1111.", "4111-1111-1111-1111"),
+    ("ref 9111 4111 1111 1111 1111", "4111 1111 1111 1111"),  # a run not starting 1-6 is skipped, as before
+])
+def test_single_card_spans(text, card):
+    assert spans(rec.LuhnCreditCardRecognizer(), text) == [at(text, card, "CREDIT_CARD")]
+
+
+@pytest.mark.parametrize("text", [
+    "order 1234 5678 9012 3456 7890 1234",  # 24 digits: neither one card nor two
+    "order 12345678901234567890123456",
+    "4111 1111 1111 1111-5500 0000 0000 0004",  # a hyphen binds: one 32-digit number
+    "4111 1111 1111 1111 1234",  # a card and a remainder is no split
+    "call 0800 123 4567 or 0800 765 4321",
+    "phone +44 20 7946 0958, fax +44 20 7946 0959",
+    "account 12345678 sort code 12-34-56",
+])
+def test_digit_runs_that_are_not_cards(text):
+    assert spans(rec.LuhnCreditCardRecognizer(), text) == []
+
+
+# ---- IBANs ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, iban", [
+    # issue 51: a lower-case word after the blocks (Presidio's pattern, caseless, read it
+    # as one more block and the whole failed the checksum)
+    ("GB82 WEST 1234 5698 7654 32 please", "GB82 WEST 1234 5698 7654 32"),
+    ("to ES91 2100 0418 4502 0005 1332 please", "ES91 2100 0418 4502 0005 1332"),
+    ("to ES91 2100 0418 4502 0005 1332 ok", "ES91 2100 0418 4502 0005 1332"),
+    ("FR14 2004 1010 0505 0001 3M02 606 thanks", "FR14 2004 1010 0505 0001 3M02 606"),
+    ("Wire the refund to GB82WEST12345698765432.", "GB82WEST12345698765432"),
+    ("IBAN DE89370400440532013000", "DE89370400440532013000"),
+    ("It is DE89 3704 0044 0532 0130 00.", "DE89 3704 0044 0532 0130 00"),
+    ("pay DE89-3704-0044-0532-0130-00 today", "DE89-3704-0044-0532-0130-00"),
+    ("my iban is gb48awjv07221741105646", "gb48awjv07221741105646"),
+    ("PT50 0002 0123 1234 5678 9015 4 please", "PT50 0002 0123 1234 5678 9015 4"),  # Presidio's PT format is short
+])
+def test_iban_spans(text, iban):
+    assert spans(rec.BlockIbanRecognizer(), text) == [at(text, iban, "IBAN_CODE")]
+
+
+def test_two_ibans_in_a_row():
+    text = "GB82 WEST 1234 5698 7654 32 DE89 3704 0044 0532 0130 00"
+    assert spans(rec.BlockIbanRecognizer(), text) == [at(text, "GB82 WEST 1234 5698 7654 32", "IBAN_CODE"),
+                                                      at(text, "DE89 3704 0044 0532 0130 00", "IBAN_CODE")]
+
+
+@pytest.mark.parametrize("text", ["GB82 WEST 1234 5698 7654 33 please", "order AB12 3456 7890 1234 5678 ok",
+                                  "DE89370400440532013001"])
+def test_not_ibans(text):
+    assert spans(rec.BlockIbanRecognizer(), text) == []
+
+
+def test_iban_scores_as_presidio():
+    r = rec.BlockIbanRecognizer()
+    assert [x.score for x in r.analyze("GB82 WEST 1234 5698 7654 32", ["IBAN_CODE"])] == [1.0]
+    assert [x.score for x in r.analyze("gb82 west 1234 5698 7654 32", ["IBAN_CODE"])] == [0.5]  # only upper-cased
+
+
 # ---- UK postcodes and US ZIP codes -------------------------------------------------------
 
 @pytest.mark.parametrize("code", ["SW1A 1AA", "M1 1AE", "B33 8TH", "CR2 6XH", "DN55 1PT", "EC1A 1BB", "W1A 0AX"])

@@ -259,6 +259,23 @@ def test_lower_case_iban(detectors):
         ("gb48awjv07221741105646", "IBAN_CODE")]
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("Cards: 4111 1111 1111 1111 5500 0000 0000 0004 on file.",
+     [("4111 1111 1111 1111", "CREDIT_CARD"), ("5500 0000 0000 0004", "CREDIT_CARD")]),
+    ("Cards 4111111111111111 5500000000000004 on file",
+     [("4111111111111111", "CREDIT_CARD"), ("5500000000000004", "CREDIT_CARD")]),
+    ("Wire it to GB82 WEST 1234 5698 7654 32 please", [("GB82 WEST 1234 5698 7654 32", "IBAN_CODE")]),
+    ("Wire it to ES91 2100 0418 4502 0005 1332 please", [("ES91 2100 0418 4502 0005 1332", "IBAN_CODE")]),
+])
+def test_cards_in_a_row_and_spaced_ibans_keep_their_spans(detectors, text, expected):
+    """Issue 51: an NER date over the digits no longer joins two cards into one span,
+    and the IBAN's span ends at its last block, under both profiles."""
+    for det in detectors:
+        got = [(s["start"], s["end"], s["entity_type"]) for s in det.detect([text])[0].spans
+               if s["entity_type"] in ("CREDIT_CARD", "IBAN_CODE")]
+        assert got == [(text.index(p), text.index(p) + len(p), t) for p, t in expected]
+
+
 @pytest.mark.parametrize("text, age", [
     ("Tom Smith (42) is our emergency contact", "42"), ("he was therefore 68 when the offences", "68"),
     ("now aged 13, attends", "13"), ("Pt is a 67 yo male", "67"),
