@@ -1,9 +1,10 @@
 """Operator commands, run on the service's host against its database::
 
     privatize admin migrate
-    privatize admin tenant create NAME [--storage-limit BYTES] [--max-jobs N]
+    privatize admin tenant create NAME [--storage-limit BYTES] [--max-jobs N] [--max-epsilon-per-corpus X]
     privatize admin tenant list
-    privatize admin tenant limits NAME [--storage-limit BYTES] [--max-jobs N]
+    privatize admin tenant limits NAME [--storage-limit BYTES] [--max-jobs N] [--max-epsilon-per-corpus X |
+                                        --no-epsilon-limit]
     privatize admin token rotate NAME [--keep-old]
     privatize admin token revoke NAME [--token-id ID]
     privatize admin master-key new --out FILE
@@ -86,10 +87,13 @@ def _tenant_create(args) -> int:
         t, tok_id, tok = create_tenant(
             s, args.name,
             storage_limit_bytes=st.default_storage_limit_bytes if args.storage_limit is None else args.storage_limit,
-            max_concurrent_jobs=st.default_max_concurrent_jobs if args.max_jobs is None else args.max_jobs)
-        _audit(s, "tenant.create", t.id, resource_type="tenant", resource_id=t.id, token_id=tok_id)
+            max_concurrent_jobs=st.default_max_concurrent_jobs if args.max_jobs is None else args.max_jobs,
+            max_epsilon_per_corpus=args.max_epsilon_per_corpus)
+        _audit(s, "tenant.create", t.id, resource_type="tenant", resource_id=t.id, token_id=tok_id,
+               max_epsilon_per_corpus=t.max_epsilon_per_corpus)
         out = {"tenant_id": t.id, "name": t.name, "token_id": tok_id, "token": tok,
-               "storage_limit_bytes": t.storage_limit_bytes, "max_concurrent_jobs": t.max_concurrent_jobs}
+               "storage_limit_bytes": t.storage_limit_bytes, "max_concurrent_jobs": t.max_concurrent_jobs,
+               "max_epsilon_per_corpus": t.max_epsilon_per_corpus}
     _print(out)
     print("privatize: the token is shown once; store it now", file=sys.stderr)
     return 0
@@ -106,6 +110,7 @@ def _tenant_list(args) -> int:
         for t in s.scalars(select(Tenant).order_by(Tenant.name)):
             _print({"tenant_id": t.id, "name": t.name, "storage_used_bytes": storage_used(s, t.id),
                     "storage_limit_bytes": t.storage_limit_bytes, "max_concurrent_jobs": t.max_concurrent_jobs,
+                    "max_epsilon_per_corpus": t.max_epsilon_per_corpus,
                     "active_tokens": [k.id for k in active_tokens(s, t.id)]})
     return 0
 
@@ -115,11 +120,13 @@ def _tenant_limits(args) -> int:
     from services.tenants import set_limits
 
     with session_scope(_sessions()) as s:
-        t = set_limits(s, args.name, storage_limit_bytes=args.storage_limit, max_concurrent_jobs=args.max_jobs)
+        t = set_limits(s, args.name, storage_limit_bytes=args.storage_limit, max_concurrent_jobs=args.max_jobs,
+                       max_epsilon_per_corpus=args.max_epsilon_per_corpus, no_epsilon_limit=args.no_epsilon_limit)
         _audit(s, "tenant.limits", t.id, resource_type="tenant", resource_id=t.id,
-               storage_limit_bytes=t.storage_limit_bytes, max_concurrent_jobs=t.max_concurrent_jobs)
+               storage_limit_bytes=t.storage_limit_bytes, max_concurrent_jobs=t.max_concurrent_jobs,
+               max_epsilon_per_corpus=t.max_epsilon_per_corpus)
         _print({"tenant_id": t.id, "name": t.name, "storage_limit_bytes": t.storage_limit_bytes,
-                "max_concurrent_jobs": t.max_concurrent_jobs})
+                "max_concurrent_jobs": t.max_concurrent_jobs, "max_epsilon_per_corpus": t.max_epsilon_per_corpus})
     return 0
 
 
@@ -183,6 +190,19 @@ def _ray(args) -> int:
     return 0
 
 
+def _epsilon(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(v) and 0 < v <= 100):
+        raise argparse.ArgumentTypeError(f"{text}: an epsilon in (0, 100]")
+    return v
+
+
 def register_admin(sub) -> None:
     adm = sub.add_parser("admin", help="operator commands on the service's database and Ray head")
     asub = adm.add_subparsers(dest="admin_command", required=True)
@@ -197,6 +217,8 @@ def register_admin(sub) -> None:
     tc.add_argument("name")
     tc.add_argument("--storage-limit", type=int, default=None, help="bytes (default: the service setting)")
     tc.add_argument("--max-jobs", type=int, default=None, help="concurrent jobs (default: the service setting)")
+    tc.add_argument("--max-epsilon-per-corpus", type=_epsilon, default=None, metavar="X",
+                    help="the most epsilon the trainings on one uploaded corpus may spend together (default: none)")
     tc.set_defaults(func=_wrap(_tenant_create))
     tl = tsub.add_parser("list", help="one JSON line per tenant")
     tl.set_defaults(func=_wrap(_tenant_list))
@@ -204,6 +226,11 @@ def register_admin(sub) -> None:
     tli.add_argument("name")
     tli.add_argument("--storage-limit", type=int, default=None)
     tli.add_argument("--max-jobs", type=int, default=None)
+    eps = tli.add_mutually_exclusive_group()
+    eps.add_argument("--max-epsilon-per-corpus", type=_epsilon, default=None, metavar="X",
+                     help="the most epsilon the trainings on one uploaded corpus may spend together; what was "
+                          "spent stays spent")
+    eps.add_argument("--no-epsilon-limit", action="store_true", help="remove the limit (the ledger is still kept)")
     tli.set_defaults(func=_wrap(_tenant_limits))
 
     token = asub.add_parser("token", help="rotate or revoke API tokens")

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 STATUS: dict[type[E.ServiceError], int] = {
     E.Unauthorized: 401,
+    E.BudgetExceeded: 403,
     E.NotFound: 404,
     E.Conflict: 409,
     E.StorageLimitExceeded: 413,

@@ -68,6 +68,13 @@ class StorageLimitExceeded(ServiceError):
     code = "storage_limit"
 
 
+class BudgetExceeded(ServiceError):
+    """A training would take its data's privacy ledger past the tenant's limit (403); the
+    body has ``budget`` (limit, spent, asked, the composed figure) and ``path``."""
+
+    code = "privacy_budget_exceeded"
+
+
 class UnsupportedFormat(ServiceError, ValueError):
     code = "unsupported_format"
 

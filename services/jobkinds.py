@@ -133,6 +133,21 @@ class JobKind:
     def prepare(self, session, tenant_id: str, corpus, spec) -> tuple[Any, list[str]]:
         return spec, []
 
+    def plan(self, ctx, tenant_id: str, input_job_id: str | None, spec) -> Any:
+        """Work the kind does on a validated spec before the admission lock (a DP training
+        plans what it will spend); returns the spec to admit."""
+        return spec
+
+    def admit(self, session, tenant_id: str, corpus, job, spec) -> None:
+        """Checks and reservations against the job's row, in the admission transaction
+        (under the admission lock), after every limit of the tenant passed."""
+        return None
+
+    def settle(self, ctx, session, job) -> None:
+        """The job has ended (its row has its status and, when it succeeded, its counts):
+        release or keep what it reserved at admission."""
+        return None
+
     def read_results(self, storage, output_path: str) -> dict | None:
         raise NotImplementedError
 

@@ -91,6 +91,7 @@ def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str | None, spec_
         raise ValueError(f"a {kind} job reads {'a ' + jk.input_kind + ' job' if jk.input_kind else 'a corpus'}")
     spec = jk.validate(spec_data)
     jk.limits(ctx.settings, spec)
+    spec = jk.plan(ctx, tenant_id, input_job_id, spec)
     with ctx.admission, session_scope(ctx.sessions) as s:
         tenant = s.get(Tenant, tenant_id)
         if input_job_id is not None:
@@ -113,6 +114,7 @@ def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str | None, spec_
                   status="queued", spec=spec_dict, spec_sha256=spec.sha256(), key_ids=key_ids,
                   output_path=f"{job_dir(tenant_id, jid)}/output",
                   input_bytes=corpus.bytes if corpus is not None and input_job_id is None else 0)
+        jk.admit(s, tenant_id, corpus, job, spec)
         keys = [s.get(Key, k) for k in key_ids]
         ctx.storage.write_bytes(spec_rel(job), json.dumps(spec_dict, indent=2).encode("utf-8"))
         if keys:
@@ -327,6 +329,10 @@ def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
             ctx.storage.delete_tree(f"{job.output_path}/{rel}")
     job.output_bytes = ctx.storage.tree_bytes(job_dir(job.tenant_id, job.id))
     if s is not None:
+        try:
+            job_kind(job.kind).settle(ctx, s, job)
+        except LookupError:
+            pass
         audit.record(s, actor="system", action=f"job.{status}", tenant_id=job.tenant_id, resource_type="job",
                      resource_id=job.id, detail={"output_bytes": job.output_bytes})
     log.info("job %s: %s", job.id, status, extra={"job_id": job.id, "tenant_id": job.tenant_id})

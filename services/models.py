@@ -8,7 +8,7 @@ import datetime as dt
 import json
 import secrets
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, LargeBinary, String, Text, TypeDecorator
+from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text, TypeDecorator
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -50,6 +50,9 @@ class Tenant(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     storage_limit_bytes: Mapped[int] = mapped_column(BigInteger)
     max_concurrent_jobs: Mapped[int] = mapped_column(Integer)
+    max_epsilon_per_corpus: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """The most epsilon the trainings on one uploaded corpus may spend together (its
+    privacy ledger, ``services.ledger``); None: no limit, the ledger is still kept."""
     disabled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
@@ -152,6 +155,41 @@ class Job(Base):
     submitted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class PrivacySpend(Base):
+    """One training's entry in the privacy ledger of the corpus its data came from, keyed on
+    the upload's content (``corpus_sha256``): deleting the corpus or the training and
+    uploading the same file again keeps it (spent is spent). ``state``: ``reserved`` from
+    admission until the training ends (its planned steps), then ``spent`` (the DP steps it
+    took). A training without DP has no noise: the ledger has no guarantee."""
+
+    __tablename__ = "privacy_spends"
+
+    job_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    corpus_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    corpus_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    """The corpus it was admitted on (kept after that corpus is deleted: where it came from)."""
+    base_training_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    """The training whose checkpoint it continues (lineage of the model)."""
+    state: Mapped[str] = mapped_column(String(16), default="reserved")
+    noise_multiplier: Mapped[float | None] = mapped_column(Float, nullable=True)
+    sample_rate: Mapped[float] = mapped_column(Float, default=0.0)
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    """Planned DP steps while reserved; the steps taken once spent."""
+    planned_steps: Mapped[int] = mapped_column(Integer, default=0)
+    delta: Mapped[float] = mapped_column(Float, default=0.0)
+    unit_delta: Mapped[float | None] = mapped_column(Float, nullable=True)
+    unit: Mapped[str] = mapped_column(String(16), default="sequence")
+    group_size: Mapped[int] = mapped_column(Integer, default=1)
+    accountant: Mapped[str] = mapped_column(String(8), default="prv")
+    """The accountant its plan used; the ledger composes with RDP when any training did
+    (PRV's tighter figure beside RDP's own would read as less than a training spent)."""
+    epsilon: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """Its own epsilon (the unit's) at the steps in ``steps``."""
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    settled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 class AuditEvent(Base):

@@ -31,21 +31,23 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def get_tenant(s: Session, name_or_id: str) -> Tenant:
-    t = s.scalar(select(Tenant).where((Tenant.name == name_or_id) | (Tenant.id == name_or_id)))
+def get_tenant(s: Session, name_or_id: str, lock: bool = False) -> Tenant:
+    q = select(Tenant).where((Tenant.name == name_or_id) | (Tenant.id == name_or_id))
+    t = s.scalar(q.with_for_update() if lock else q)
     if t is None:
         raise NotFound(f"no tenant {name_or_id!r}")
     return t
 
 
-def create_tenant(s: Session, name: str, *, storage_limit_bytes: int, max_concurrent_jobs: int
-                  ) -> tuple[Tenant, str, str]:
+def create_tenant(s: Session, name: str, *, storage_limit_bytes: int, max_concurrent_jobs: int,
+                  max_epsilon_per_corpus: float | None = None) -> tuple[Tenant, str, str]:
     """Returns (tenant, token id, token). The token is not stored."""
     if not _NAME_RE.match(name):
         raise InvalidRequest("tenant name: 1-128 characters of letters, digits, '.', '_' or '-'")
     if s.scalar(select(Tenant).where(Tenant.name == name)) is not None:
         raise Conflict(f"tenant {name!r} exists")
-    t = Tenant(name=name, storage_limit_bytes=storage_limit_bytes, max_concurrent_jobs=max_concurrent_jobs)
+    t = Tenant(name=name, storage_limit_bytes=storage_limit_bytes, max_concurrent_jobs=max_concurrent_jobs,
+               max_epsilon_per_corpus=max_epsilon_per_corpus)
     s.add(t)
     s.flush()
     tok_id, tok = _issue(s, t.id)
@@ -81,8 +83,15 @@ def revoke_tokens(s: Session, name_or_id: str, token_id: str | None = None) -> i
 
 
 def set_limits(s: Session, name_or_id: str, *, storage_limit_bytes: int | None = None,
-               max_concurrent_jobs: int | None = None) -> Tenant:
-    t = get_tenant(s, name_or_id)
+               max_concurrent_jobs: int | None = None, max_epsilon_per_corpus: float | None = None,
+               no_epsilon_limit: bool = False) -> Tenant:
+    """Change what is given; the privacy limit bounds future admissions only (the ledger
+    keeps what was spent, whatever the limit becomes)."""
+    t = get_tenant(s, name_or_id, lock=True)
+    if max_epsilon_per_corpus is not None:
+        t.max_epsilon_per_corpus = max_epsilon_per_corpus
+    elif no_epsilon_limit:
+        t.max_epsilon_per_corpus = None
     if storage_limit_bytes is not None:
         t.storage_limit_bytes = storage_limit_bytes
     if max_concurrent_jobs is not None:

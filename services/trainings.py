@@ -69,14 +69,14 @@ class TrainSpec:
 def validate_config(data) -> TrainSpec:
     """A tenant's training config -> :class:`TrainSpec`; SpecInvalid with field paths."""
     from privatize.errors import SpecError
-    from privatize.policy import ServerPath, marked
+    from privatize.policy import ServerPath, ServiceSets, marked
     from train.config import TrainConfig, parse_config
 
     if not isinstance(data, dict):
         raise config_invalid([("", "config: must be a JSON object (a training config, as in train/configs/)")])
     # fields naming files on the server, as the config declares them (privatize.policy.ServerPath)
-    errors = [(".".join(path), m.why) for path, value, m in marked(data, TrainConfig, (ServerPath,))
-              if value not in (None, []) and not (m.model_ref and isinstance(value, str)
+    errors = [(".".join(path), m.why) for path, value, m in marked(data, TrainConfig, (ServerPath, ServiceSets))
+              if value not in (None, []) and not (getattr(m, "model_ref", False) and isinstance(value, str)
                                                   and TRAINING_REF.fullmatch(value))]
     if errors:
         raise config_invalid(errors)
@@ -156,7 +156,8 @@ def summary_counts(summary) -> dict | None:
     if not isinstance(summary, dict):
         return None
     keep = ("kind", "steps", "final_loss", "last_step_loss", "tokens", "seconds", "examples", "seq_len",
-            "epsilon", "delta", "dp_steps", "confidentiality", "audit", "unit", "guarantee", "base", "lora")
+            "epsilon", "delta", "dp_steps", "confidentiality", "audit", "unit", "guarantee", "base", "lora",
+            "unit_epsilon", "unit_delta")
     out = {k: summary[k] for k in keep if k in summary}
     tok = summary.get("tokenizer")
     if isinstance(tok, dict):
@@ -291,6 +292,32 @@ class TrainKind(JobKind):
     def prepare(self, session, tenant_id: str, corpus, spec: TrainSpec):
         check_base_training(session, tenant_id, spec)
         return spec, []
+
+    def plan(self, ctx, tenant_id: str, input_job_id: str | None, spec: TrainSpec) -> TrainSpec:
+        from services.db import session_scope
+        from services.ledger import plan_training
+
+        from services.jobs import input_job
+
+        if spec.config.dp is None:
+            return spec
+        with session_scope(ctx.sessions) as s:
+            inp = input_job(ctx, s, tenant_id, input_job_id, PRIVATIZE)
+            tid = base_training(spec.to_dict())
+            base = (succeeded_training(s, tenant_id, tid, "model.checkpoint",
+                                       "a training continues from one that has succeeded") if tid else None)
+            s.expunge_all()
+        return plan_training(ctx, inp, base, spec)
+
+    def admit(self, session, tenant_id: str, corpus, job, spec: TrainSpec) -> None:
+        from services.ledger import admit
+
+        admit(session, tenant_id, corpus, job, spec, base_training(spec.to_dict()))
+
+    def settle(self, ctx, session, job) -> None:
+        from services.ledger import settle
+
+        settle(ctx, session, job)
 
     def read_results(self, storage, output_path: str) -> dict | None:
         try:

@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import Field
 from starlette.requests import ClientDisconnect
 
 from services import audit as audit_mod
@@ -62,6 +63,43 @@ def get_corpus(corpus_id: str, tenant: TenantRef = Depends(current_tenant), ctx:
         jobs = jobs_mod.list_jobs(s, tenant.id, corpus_id)
         return {**CorpusOut.model_validate(c).model_dump(mode="json"),
                 "jobs": [{"id": j.id, "status": j.status} for j in jobs]}
+
+
+class LedgerTrainingOut(Out):
+    id: str
+    state: str = Field(description="reserved (admitted, running: its planned spend) or spent (ended: what it ran)")
+    dp: bool
+    epsilon: float | None = Field(description="its own epsilon, in the ledger's unit")
+    delta: float | None
+    unit: str
+    steps: int = Field(description="DP steps: planned while reserved, taken once spent")
+    planned_steps: int
+    corpus_id: str | None = Field(description="the upload it was admitted on (this content, maybe re-uploaded)")
+    base_training_id: str | None
+
+
+class PrivacyOut(Out):
+    corpus_id: str
+    sha256: str
+    epsilon: float | None = Field(description="every training on this content composed; none without a guarantee")
+    delta: float | None
+    unit: str | None
+    guarantee: str = Field(description="dp; none (a training without DP); mixed (trainings in different units)")
+    accountant: str | None
+    note: str | None
+    limit: float | None = Field(description="the tenant's max_epsilon_per_corpus (none: no limit)")
+    trainings: list[LedgerTrainingOut]
+
+
+@router.get("/v1/corpora/{corpus_id}/privacy", response_model=PrivacyOut)
+def corpus_privacy(corpus_id: str, tenant: TenantRef = Depends(current_tenant),
+                   ctx: ServiceContext = Depends(get_ctx)):
+    """The corpus's privacy ledger: what every training on its content (this upload, or the
+    same file uploaded before) has spent together, and each training's own spend."""
+    from services.ledger import corpus_privacy as ledger_of
+
+    with session_scope(ctx.sessions) as s:
+        return PrivacyOut.model_validate(ledger_of(s, tenant.id, corpus_id))
 
 
 @router.delete("/v1/corpora/{corpus_id}", status_code=204)
