@@ -161,9 +161,13 @@ def _submit_kind(args: argparse.Namespace, kind: str, path: str) -> int:
                 body["job_id"] = args.job
             j = c.submit(kind, **body)
             say(f"submitted {info['noun']} {j['id']}")
+            if (line := privacy_line(c, j)) is not None:
+                say(line)
             if args.wait:
                 j = c.wait(j["id"], timeout=args.timeout, poll=args.poll, get=lambda i: c.get(kind, i),
                            on_change=lambda x: say(f"{info['noun']} {x['id']}: {x['status']}"))
+                if j["status"] == "succeeded" and (line := privacy_line(c, j)) is not None:
+                    say(line)
             if args.download and j["status"] == "succeeded":
                 downloaded = c.download_outputs(kind, j["id"], args.download)
                 say(f"downloaded {len(downloaded)} file(s) to {args.download}")
@@ -177,6 +181,26 @@ def _submit_kind(args: argparse.Namespace, kind: str, path: str) -> int:
     if not args.wait:
         return 0
     return 0 if j["status"] == "succeeded" else 1
+
+
+def privacy_line(c, job: dict) -> str | None:
+    """A DP training's spend and its data's ledger, in one line: "this model" (its own
+    epsilon: planned until it succeeds) and "its data in total" (every training on its
+    corpus's content, composed); None for a job without DP."""
+    plan = (job.get("config") or {}).get("admitted_plan")
+    if not plan or not job.get("corpus_id"):
+        return None
+    s = job.get("summary") or {}
+    own = s.get("epsilon") if job.get("status") == "succeeded" else None
+    mine = (f"epsilon {own:.3f}" if own is not None else
+            f"epsilon {plan.get('unit_epsilon', plan['planned_epsilon']):.3f} planned")
+    led = c.corpus_privacy(job["corpus_id"])
+    if led.get("epsilon") is None:
+        total = f"no single figure ({led.get('note')})"
+    else:
+        total = f"epsilon {led['epsilon']:.3f} at delta {led['delta']:.3g} over {len(led['trainings'])} training(s)"
+    limit = f", limit {led['limit']:g}" if led.get("limit") is not None else ""
+    return f"privacy: this model {mine}; its data in total {total}{limit}"
 
 
 def _refused(exc, what: str) -> int:
@@ -222,6 +246,8 @@ def _submit_training(args: argparse.Namespace) -> int:
         try:
             t = c.create_training(args.job, config)
             say(f"submitted training {t['id']} on job {args.job}")
+            if (line := privacy_line(c, t)) is not None:
+                say(line)
             if args.wait:
                 def changed(t):
                     p = t.get("progress") or {}
@@ -229,6 +255,8 @@ def _submit_training(args: argparse.Namespace) -> int:
                     say(f"training {t['id']}: {t['status']}{step}")
 
                 t = c.wait(t["id"], timeout=args.timeout, poll=args.poll, on_change=changed, get=c.training)
+                if t["status"] == "succeeded" and (line := privacy_line(c, t)) is not None:
+                    say(line)
             if args.download and t["status"] == "succeeded":
                 downloaded = c.extract_model(t["id"], args.download)
                 say(f"model in {downloaded}")

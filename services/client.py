@@ -91,6 +91,10 @@ class ServiceClient:
     def corpora(self) -> list[dict]:
         return self.request("GET", "/v1/corpora").json()
 
+    def corpus_privacy(self, corpus_id: str) -> dict:
+        """The corpus's privacy ledger (``GET /v1/corpora/{id}/privacy``)."""
+        return self.request("GET", f"/v1/corpora/{corpus_id}/privacy").json()
+
     def delete_corpus(self, corpus_id: str) -> None:
         self.request("DELETE", f"/v1/corpora/{corpus_id}")
 

@@ -293,18 +293,21 @@ def reconcile(ctx: ServiceContext, job_id: str) -> None:
             if counts is None:
                 _finish(ctx, job, "failed", f"the job exited 0 but wrote no {jk.result_file}", _ms(info.end_time))
                 return
-            job.counts = counts
-            job.quarantined_records = int(job.counts.get("quarantined") or 0)
+            # set by the finisher that claims the job (_finish): a poll and the reconciler may
+            # both get here, and the one that loses must not write its copy over the winner's
+            _finish(ctx, job, status, message, _ms(info.end_time), counts=counts)
+            return
         _finish(ctx, job, status, message, _ms(info.end_time))
 
 
 def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
-            finished_at: dt.datetime | None = None) -> None:
+            finished_at: dt.datetime | None = None, counts: dict | None = None) -> None:
     """Terminal state: record it, count the output against the tenant's storage, and
     remove the job's key bundle (the job no longer needs it). Only one caller finishes a
     job: a client's poll and the background reconciler may both find it ended, and the
     one whose conditional update no longer matches an active row leaves it as the other
-    recorded it (under PostgreSQL both recorded it: two ``job.succeeded`` events)."""
+    recorded it (under PostgreSQL both recorded it: two ``job.succeeded`` events). The
+    job's ``counts`` (its summary) are written here, after the claim, for the same reason."""
     s = object_session(job)
     if s is not None:
         claimed = s.execute(update(Job).where(Job.id == job.id, Job.status.in_(ACTIVE_JOB_STATES))
@@ -315,6 +318,9 @@ def _finish(ctx: ServiceContext, job: Job, status: str, message: str | None,
     job.status = status
     job.message = message
     job.finished_at = finished_at or utcnow()
+    if counts is not None:
+        job.counts = counts
+        job.quarantined_records = int(counts.get("quarantined") or 0)
     ctx.storage.delete_file(bundle_rel(job))
     # what an interrupted output writer left (privatize.output writes into a temporary
     # sibling directory and renames it into place)

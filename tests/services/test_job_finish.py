@@ -32,15 +32,19 @@ def test_two_reconcilers_finishing_one_job_record_it_once(tmp_path, monkeypatch)
     try:
         a, b = first.get(Job, job_id), second.get(Job, job_id)
         assert a.status == b.status == "running"
-        # ... the poll finishes it first; the background pass then finds nothing to do
-        _finish(ctx, a, "succeeded", None)
+        # ... the poll finishes it first (its summary, then what settling adds to it); the
+        # background pass then finds nothing to do, and its own copy of the summary, read
+        # before, does not overwrite the first's (the ledger's figures were lost that way)
+        _finish(ctx, a, "succeeded", None, counts={"steps": 4})
+        a.counts = dict(a.counts, ledger={"epsilon": 2.5})
         first.commit()
-        _finish(ctx, b, "failed", "late")
+        _finish(ctx, b, "succeeded", "late", counts={"steps": 4})
         second.commit()
     finally:
         first.close()
         second.close()
     with session_scope(ctx.sessions) as s:
         assert s.get(Job, job_id).status == "succeeded"
+        assert s.get(Job, job_id).counts == {"steps": 4, "ledger": {"epsilon": 2.5}}
         events = s.scalars(select(AuditEvent.action).where(AuditEvent.resource_id == job_id)).all()
         assert events == ["job.succeeded"]
