@@ -76,7 +76,12 @@ def _training_rows(m: ModelResult) -> list[tuple[str, str]]:
     if t.base:
         rows.append(("Base model", esc(t.base) + (f' <span class="hint">{esc(t.lora)}</span>' if t.lora else "")))
     if t.epsilon is not None:
-        rows.append(("Differential privacy", f"accountant ε = {fmt_num(t.epsilon)}, δ = {fmt_num(t.delta)}"))
+        rows.append(("Differential privacy", f"this model: accountant ε = {fmt_num(t.epsilon)}, δ = {fmt_num(t.delta)}"))
+        if t.data_trainings is not None:
+            total = (f"ε = {fmt_num(t.data_epsilon)}, δ = {fmt_num(t.data_delta)}" if t.data_epsilon is not None
+                     else f'<span class="absent">no single figure: {esc(t.data_note or "")}</span>')
+            rows.append(("Its data in total", f"{total} <span class=\"hint\">({t.data_trainings} training(s) on "
+                                              "its corpus, composed: the service's privacy ledger)</span>"))
         rows.append(("Privacy unit", esc(t.unit) if t.unit else '<span class="absent">not recorded</span>'))
         if t.audit_epsilon is not None:
             rows.append(("Empirical audit", f"audited ε ≥ {fmt_num(t.audit_epsilon)} "

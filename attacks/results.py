@@ -147,6 +147,11 @@ class TrainingInfo:
     unit: str | None = None  # what one epsilon protects, in words
     base: str | None = None  # the model it was fine-tuned from and what that was trained on
     lora: str | None = None  # the adapters it was fine-tuned with (merged into the model)
+    # its data's privacy ledger when it finished (the service's ledger.json): every training on it, composed
+    data_epsilon: float | None = None
+    data_delta: float | None = None
+    data_trainings: int | None = None
+    data_note: str | None = None
     loss_curve: list[list[float]] = field(default_factory=list)  # [[step, loss], ...]
 
 
@@ -314,7 +319,15 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
             if b else None)
     lora = (f"LoRA r = {lo.get('r')}, alpha = {lo.get('alpha')} on {', '.join(lo.get('target_modules') or [])} "
             "(merged into the model)" if lo else None)
-    return TrainingInfo(kind=kind, protection=protection or default, epsilon=s.get("epsilon"), delta=s.get("delta"),
+    led = {}
+    if (run / "ledger.json").is_file():
+        try:
+            led = json.loads((run / "ledger.json").read_text())
+        except ValueError:
+            led = {}
+    return TrainingInfo(data_epsilon=led.get("epsilon"), data_delta=led.get("delta"),
+                        data_trainings=led.get("trainings"), data_note=led.get("note") if led else None,
+                        kind=kind, protection=protection or default, epsilon=s.get("epsilon"), delta=s.get("delta"),
                         confidentiality_epsilon=conf.get("epsilon"), confidentiality_delta=conf.get("delta"),
                         audit_epsilon=audit.get("epsilon_lower_bound"), audit_confidence=audit.get("confidence"),
                         audit_guesses=guesses, unit=unit, confidentiality_basis=basis, crt_split=crt_split, loss_curve=curve,

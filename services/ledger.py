@@ -21,6 +21,7 @@ count plus the steps until the next report (never fewer than it may have run).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -34,6 +35,9 @@ from services.errors import BudgetExceeded, NotFound, config_error
 from services.models import Corpus, Job, PrivacySpend, Tenant, utcnow
 
 log = logging.getLogger(__name__)
+
+LEDGER_FILE = "ledger.json"
+"""The ledger of its data when a DP training succeeded, written beside its summary."""
 
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
 """Files planning never needs from a base model (its config and tokenizer are enough)."""
@@ -182,8 +186,11 @@ def settle(ctx, s: Session, job: Job) -> None:
         eps = bounded_epsilon(row.noise_multiplier, row.sample_rate, taken, row.delta, row.accountant).value
         row.epsilon = group_bound(eps, row.delta, row.group_size)[0] if math.isfinite(eps) else eps
     if job.status == "succeeded" and job.counts is not None:
-        ledger = compose_rows(rows_of(s, row.tenant_id, row.corpus_sha256))
-        job.counts = dict(job.counts, ledger=_ledger_dict(ledger), lineage=lineage(s, job.id))
+        ledger = _ledger_dict(compose_rows(rows_of(s, row.tenant_id, row.corpus_sha256)))
+        job.counts = dict(job.counts, ledger=ledger, lineage=lineage(s, job.id))
+        # beside the run's summary, for what reads the run folder (an evaluation's report)
+        ctx.storage.write_bytes(f"{job.output_path}/{LEDGER_FILE}",
+                                json.dumps(dict(ledger, lineage=job.counts["lineage"]), indent=2).encode())
 
 
 def lineage(s: Session, job_id: str) -> dict:

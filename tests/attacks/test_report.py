@@ -351,3 +351,30 @@ def test_the_crt_card_gives_the_public_share_and_delta_2_with_its_source(tmp_pat
     assert "CRT split" in page and "75.0% of examples public" in page
     (tmp_path / "summary.json").write_text(json.dumps({"kind": "dp", "epsilon": 3.0, "delta": 1e-5}))
     assert training_info(str(tmp_path), "DP").crt_split is None
+
+
+def test_the_privacy_card_shows_this_model_and_its_data_in_total(tmp_path):
+    """Issue 52: a DP training through the service leaves its data's ledger beside its
+    summary (``ledger.json``); the card shows the model's own epsilon and the composed one
+    of every training on its corpus. Without a ledger (a CLI run) the total is not shown."""
+    import json
+
+    from attacks.results import training_info
+
+    (tmp_path / "summary.json").write_text(json.dumps({"kind": "dp", "epsilon": 2.0, "delta": 2.5e-4}))
+    assert training_info(str(tmp_path), "DP").data_trainings is None
+    page = render_report(Evaluation("e", "2026-11-29T00:00:00Z",
+                                    [ModelResult("m", "runs/m", training=training_info(str(tmp_path), "DP"))]))
+    assert "this model: accountant ε = 2" in page and "Its data in total" not in page
+    (tmp_path / "ledger.json").write_text(json.dumps({"epsilon": 2.557, "delta": 2.5e-4, "trainings": 2,
+                                                      "unit": "sequence", "guarantee": "dp", "note": None}))
+    info = training_info(str(tmp_path), "DP")
+    assert (info.data_epsilon, info.data_trainings) == (2.557, 2)
+    page = render_report(Evaluation("e", "2026-11-29T00:00:00Z", [ModelResult("m", "runs/m", training=info)]))
+    assert "Its data in total" in page and "ε = 2.56" in page and "2 training(s) on its corpus" in page
+    (tmp_path / "ledger.json").write_text(json.dumps({"epsilon": None, "delta": None, "trainings": 3,
+                                                      "guarantee": "none", "note": "1 training(s) used this data "
+                                                                                   "without DP: no guarantee remains"}))
+    page = render_report(Evaluation("e", "2026-11-29T00:00:00Z",
+                                    [ModelResult("m", "runs/m", training=training_info(str(tmp_path), "DP"))]))
+    assert "no single figure: 1 training(s) used this data without DP" in page
