@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services import raycluster
 from services.db import make_engine, migrate, session_factory
 from services.errors import ClusterUnavailable
+from services.jobrun import CLUSTER_ENV
 from services.rayhealth import RayHealth
 from services.settings import Settings, check_secrets
 from services.storage import Storage
@@ -33,6 +34,9 @@ class Cluster:
         self.settings = settings
         self._client = None
         self._lock = threading.Lock()
+        self.gcs_address: str | None = None
+        """The GCS address of the cluster the cached client talks to (the embedded head's,
+        read with its dashboard URL); None for an external cluster."""
 
     def _get(self, start: bool = False):
         with self._lock:
@@ -40,6 +44,7 @@ class Cluster:
                 from ray.job_submission import JobSubmissionClient
 
                 url = raycluster.dashboard_url(self.settings, start=start)
+                self.gcs_address = raycluster.gcs_address(self.settings)
                 try:
                     self._client = JobSubmissionClient(url, headers=raycluster.auth_headers(self.settings))
                 except (ConnectionError, RuntimeError, OSError) as exc:
@@ -69,11 +74,15 @@ class Cluster:
 
     def submit(self, *, submission_id: str, entrypoint: str, runtime_env: dict, metadata: dict) -> bool:
         """True when submitted now; False when Ray already has this submission id (a
-        re-submission after a crash: the job is not started twice)."""
+        re-submission after a crash: the job is not started twice). The job names the
+        cluster it is submitted to (:func:`cluster_env`): its driver and every worker it
+        starts join that one, never another head on the host."""
 
         def go(c):
+            env = cluster_env(self.gcs_address)
+            rt = {**runtime_env, "env_vars": {**runtime_env.get("env_vars", {}), **env}} if env else runtime_env
             try:
-                c.submit_job(entrypoint=entrypoint, submission_id=submission_id, runtime_env=runtime_env,
+                c.submit_job(entrypoint=entrypoint, submission_id=submission_id, runtime_env=rt,
                              metadata=metadata, entrypoint_num_cpus=0)
                 return True
             except RuntimeError as exc:
@@ -117,6 +126,13 @@ class Cluster:
                 raise ClusterUnavailable(f"Ray Jobs API error: {_first_line(exc)}") from None
 
         return self._call(go)
+
+
+def cluster_env(gcs_address: str | None) -> dict[str, str]:
+    """The environment that names a job's cluster: ``RAY_ADDRESS`` (what Ray reads in the
+    job's tasks and actors, and in anything they start) and :data:`CLUSTER_ENV` (what the
+    driver connects to; Ray's job supervisor rewrites the driver's ``RAY_ADDRESS``)."""
+    return {"RAY_ADDRESS": gcs_address, CLUSTER_ENV: gcs_address} if gcs_address else {}
 
 
 def _first_line(exc: BaseException) -> str:

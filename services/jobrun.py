@@ -7,13 +7,25 @@ the driver process (the job's workers get it from the ``worker_process_setup_hoo
 ``services.keystore``), then runs the kind's module (``privatize.job`` for ``privatize``)
 as ``python -m MODULE SPEC_URI INPUT_URI OUTPUT_URI``, with its exit code. No key
 material is an argument: only locations the service chose.
+
+Before the kind's module runs, the driver joins the cluster the service named
+(``PRIVATIZE_RAY_CLUSTER``, its head's GCS address, set in the job's ``runtime_env``):
+``ray.init(address=...)`` with that address, never ``auto`` or whatever Ray would
+discover on the host (another user's head, say). The job supervisor's own
+``RAY_ADDRESS`` must agree with it, else the job stops before it runs (exit 1). The
+line ``services.jobrun: on the Ray cluster at HOST:PORT`` in the job's log says where
+it ran (the GCS address this driver is connected to, as Ray reports it).
 """
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
+CLUSTER_ENV = "PRIVATIZE_RAY_CLUSTER"
+"""The GCS address of the service's cluster, in a job's environment (set by
+``services.context.cluster_env``): the driver connects there."""
 USAGE = "usage: python -m services.jobrun KIND SPEC_URI INPUT_URI OUTPUT_URI"
 
 
@@ -31,8 +43,37 @@ def main(argv: list[str] | None = None) -> None:
     from services.keystore import install_worker_keystore
 
     install_worker_keystore()
+    try:
+        join_cluster()
+    except RuntimeError as exc:
+        print(f"services.jobrun: error: {exc}", file=sys.stderr)
+        sys.exit(1)
     sys.argv = [kind.module, *args[1:]]
     runpy.run_module(kind.module, run_name="__main__", alter_sys=True)
+
+
+def join_cluster(env: dict | None = None) -> str | None:
+    """Connect this driver to the cluster the service named (``PRIVATIZE_RAY_CLUSTER``)
+    and return its GCS address as Ray reports it; None when the service named none (an
+    external cluster: its job supervisor's ``RAY_ADDRESS`` stands). RuntimeError when the
+    supervisor named another cluster, or Ray connected elsewhere."""
+    env = os.environ if env is None else env
+    want = env.get(CLUSTER_ENV)
+    if not want:
+        return None
+    given = env.get("RAY_ADDRESS")
+    if given and given != want:
+        raise RuntimeError(f"Ray's job supervisor named the cluster {given}, the service {want}: not run")
+    env["RAY_ADDRESS"] = want  # what privatize.ray.cluster.connect and Ray Train read
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=want)
+    got = ray.get_runtime_context().gcs_address
+    if got != want:
+        raise RuntimeError(f"connected to the Ray cluster at {got}, not the service's {want}: not run")
+    print(f"services.jobrun: on the Ray cluster at {got}", file=sys.stderr, flush=True)
+    return got
 
 
 if __name__ == "__main__":

@@ -470,13 +470,30 @@ def logs(ctx: ServiceContext, tenant_id: str, job_id: str) -> str:
 def storage_relative(ctx: ServiceContext, tenant_id: str, text: str) -> str:
     """``text`` (a job's log) with the server's locations as a tenant knows them: the
     tenant's folder becomes relative paths (``jobs/<id>/output/model``), the rest of the
-    storage ``<storage>`` and the service's data folder ``<data>``."""
+    storage ``<storage>``, the service's data folder ``<data>``, the embedded Ray head's
+    session folder ``<ray>``, the service's Python (its site-packages and standard
+    library) ``<python>`` and its source tree ``<service>``."""
     st = ctx.storage
-    names = {str(ctx.settings.data_path): "<data>"}
+    names = {str(ctx.settings.data_path): "<data>", **_server_locations(ctx.settings)}
     # every location with and without its scheme (Ray and Arrow print s3 paths without it)
     for root in (st.location("x")[:-2], st.root):
         names.update({f"{root}/tenants/{tenant_id}/": "", f"{root}/tenants/{tenant_id}": ".", root: "<storage>"})
     return redact_paths(text, names)
+
+
+def _server_locations(settings) -> dict[str, str]:
+    """The service's own folders a job's log may name (Ray's session folder, the venv, the
+    interpreter's standard library, the source tree), each with what a tenant sees."""
+    import sys
+
+    from services.raycluster import PROJECT_ROOT, read_state
+
+    names = {str(PROJECT_ROOT): "<service>", sys.prefix: "<python>",
+             f"{sys.base_prefix.rstrip('/')}/lib/": "<python>/lib/"}
+    head = read_state(settings.data_path) if not settings.ray_address else None
+    if head is not None:
+        names[head.temp_dir] = "<ray>"
+    return {k: v for k, v in names.items() if len(k) > 1}
 
 
 def delete_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> None:

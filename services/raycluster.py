@@ -408,6 +408,17 @@ def stop_head(settings: Settings) -> bool:
         return running
 
 
+def gcs_address(settings: Settings) -> str | None:
+    """The embedded head's GCS address (``127.0.0.1:PORT``): what every job the service
+    submits to it names as its cluster (``RAY_ADDRESS``), so that nothing a job runs can
+    join another Ray head on this host. None with ``PRIVATIZE_RAY_ADDRESS`` (that
+    cluster's job supervisor sets its own) or when no head is recorded."""
+    if settings.ray_address:
+        return None
+    st = read_state(settings.data_path)
+    return f"127.0.0.1:{st.gcs_port}" if st is not None else None
+
+
 def dashboard_url(settings: Settings, *, start: bool = True) -> str:
     if settings.ray_address:
         return settings.ray_address.rstrip("/")
