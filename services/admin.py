@@ -7,11 +7,18 @@
                                         --no-epsilon-limit]
     privatize admin token rotate NAME [--keep-old]
     privatize admin token revoke NAME [--token-id ID]
+    privatize admin model add NAME LOCATION
+    privatize admin model list
+    privatize admin model remove NAME
     privatize admin master-key new --out FILE
     privatize admin ray status|start|stop
 
 (or ``python -m services.admin ...``). ``tenant create`` and ``token rotate`` print the
-new API token once, in a one-line JSON object; only its SHA-256 is stored.
+new API token once, in a one-line JSON object; only its SHA-256 is stored. ``model add``
+checks a Hugging Face causal-LM folder (a local folder or an ``s3://`` URI; a ``privatize
+base`` output or a run folder: its ``model/``) and copies it into the service's storage as
+the catalog's ``NAME``, which every tenant's training may name as ``model.checkpoint:
+base:NAME`` (``services.catalog``).
 """
 
 from __future__ import annotations
@@ -35,6 +42,12 @@ def _sessions(run_migrations: bool = True):
     if run_migrations:
         migrate(engine)
     return session_factory(engine)
+
+
+def _storage():
+    from services.storage import Storage
+
+    return Storage(_settings().effective_storage_uri)
 
 
 def _wrap(fn):
@@ -64,7 +77,7 @@ def _migrate(args) -> int:
     return 0
 
 
-def _audit(s, action: str, tenant_id: str, *, resource_type: str, resource_id: str | None, **detail) -> None:
+def _audit(s, action: str, tenant_id: str | None, *, resource_type: str, resource_id: str | None, **detail) -> None:
     """An audit entry for an operator command (actor ``admin:<OS user>``)."""
     import getpass
 
@@ -152,6 +165,53 @@ def _token_revoke(args) -> int:
         _audit(s, "token.revoke", get_tenant(s, args.name).id, resource_type="token", resource_id=args.token_id,
                revoked=n)
     _print({"name": args.name, "revoked": n})
+    return 0
+
+
+def _model_add(args) -> int:
+    from services.catalog import add_catalog_model
+    from services.db import session_scope
+
+    storage = _storage()
+    with session_scope(_sessions()) as s:
+        m = add_catalog_model(s, storage, args.name, args.location)
+        _audit(s, "model.add", None, resource_type="model", resource_id=m.id, name=m.name, bytes=m.bytes,
+               files=m.files, source=m.source)
+        out = {"name": m.name, "ref": f"base:{m.name}", "id": m.id, "architecture": m.architecture,
+               "bytes": m.bytes, "files": m.files, "storage": storage.location(m.storage_path), "source": m.source}
+    _print(out)
+    return 0
+
+
+def _model_list(args) -> int:
+    from sqlalchemy import select
+
+    from services.db import session_scope
+    from services.models import CatalogModel, Tenant
+
+    storage = _storage()
+    with session_scope(_sessions()) as s:
+        q = select(CatalogModel).order_by(CatalogModel.tenant_id.is_not(None), CatalogModel.name)
+        if not args.uploads:
+            q = q.where(CatalogModel.tenant_id.is_(None))
+        for m in s.scalars(q):
+            t = s.get(Tenant, m.tenant_id) if m.tenant_id else None
+            _print({"name": m.name, "ref": f"base:{m.name}", "id": m.id,
+                    "owner": "catalog" if t is None else f"tenant:{t.name}", "architecture": m.architecture,
+                    "bytes": m.bytes, "files": m.files, "storage": storage.location(m.storage_path),
+                    "source": m.source, "created_at": m.created_at})
+    return 0
+
+
+def _model_remove(args) -> int:
+    from services.catalog import remove_catalog_model
+    from services.db import session_scope
+
+    storage = _storage()
+    with session_scope(_sessions()) as s:
+        m = remove_catalog_model(s, storage, args.name)
+        _audit(s, "model.remove", None, resource_type="model", resource_id=m.id, name=m.name)
+    _print({"name": args.name, "removed": True})
     return 0
 
 
@@ -244,9 +304,23 @@ def register_admin(sub) -> None:
     kv.add_argument("--token-id", default=None)
     kv.set_defaults(func=_wrap(_token_revoke))
 
+    model = asub.add_parser("model", help="the base-model catalog: models every tenant may fine-tune (base:NAME)")
+    msub = model.add_subparsers(dest="model_command", required=True)
+    ma = msub.add_parser("add", help="check a Hugging Face causal-LM folder and copy it into the catalog")
+    ma.add_argument("name", help="what trainings name it by: model.checkpoint: base:NAME")
+    ma.add_argument("location", help="a local folder or an s3:// URI (config.json, *.safetensors, tokenizer; a "
+                                     "`privatize base` output or a run folder: its model/)")
+    ma.set_defaults(func=_wrap(_model_add))
+    ml = msub.add_parser("list", help="one JSON line per catalogued model")
+    ml.add_argument("--uploads", action="store_true", help="the tenants' own uploads as well")
+    ml.set_defaults(func=_wrap(_model_list))
+    mr = msub.add_parser("remove", help="remove a model from the catalog (not while a training reads it)")
+    mr.add_argument("name")
+    mr.set_defaults(func=_wrap(_model_remove))
+
     mk = asub.add_parser("master-key", help="make a master key file")
-    msub = mk.add_subparsers(dest="mk_command", required=True)
-    mn = msub.add_parser("new", help="32 random bytes, Base64, mode 0600")
+    mksub = mk.add_subparsers(dest="mk_command", required=True)
+    mn = mksub.add_parser("new", help="32 random bytes, Base64, mode 0600")
     mn.add_argument("--out", required=True)
     mn.set_defaults(func=_wrap(_master_key_new))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from services.routes import corpora, health, jobs, keys
+from services.routes import corpora, health, jobs, keys, models
 from services.routes.kinds import kind_routes
 
 
@@ -29,7 +29,7 @@ def build_router() -> APIRouter:
     each route), then every registered job kind's (built when the app is: a kind registered
     before that has its routes)."""
     router = APIRouter()
-    for module in (health, corpora, keys, jobs):
+    for module in (health, corpora, keys, jobs, models):
         router.routes.extend(module.router.routes)
     router.routes.extend(kind_routes())
     return router

@@ -35,6 +35,8 @@ ACTIONS: dict[str, tuple[str, str | None]] = {
     "create_job": ("job.create", "job"),
     "cancel_job": ("job.cancel", "job"),
     "delete_job": ("job.delete", "job"),
+    "upload_model": ("model.upload", "model"),
+    "delete_model": ("model.delete", "model"),
 }
 """Route function name -> (action, resource type). A job kind's routes add theirs
 (:func:`register_action`): ``create_training`` -> ``training.create``..."""

@@ -30,7 +30,7 @@ from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import Conflict, CorpusInvalid, InvalidRequest, NotFound, StorageLimitExceeded
 from services.jobs import active_readers, delete_job_data
-from services.models import ACTIVE_JOB_STATES, Corpus, Job, Tenant, new_id
+from services.models import ACTIVE_JOB_STATES, CatalogModel, Corpus, Job, Tenant, new_id
 from services.storage import corpus_dir
 from services.tenants import storage_used
 from services.validation import EXTENSIONS, JsonlScreen, Utf8Checker, format_for, validate_corpus
@@ -222,7 +222,7 @@ def delete_corpus(ctx: ServiceContext, tenant_id: str, corpus_id: str) -> int:
 
 def sweep_orphans(ctx: ServiceContext) -> int:
     """Remove storage a crash left without a database row (run at startup, before any
-    request): corpus and job directories nothing refers to."""
+    request): corpus, job and uploaded-model directories nothing refers to."""
     import pyarrow.fs as pafs
 
     st = ctx.storage
@@ -231,11 +231,12 @@ def sweep_orphans(ctx: ServiceContext) -> int:
         corpora = set(s.scalars(select(Corpus.id)))
         jobs = set(s.scalars(select(Job.id)))
         tenants = set(s.scalars(select(Tenant.id)))
+        models = set(s.scalars(select(CatalogModel.id)))
     for tenant_info in st.fs.get_file_info(pafs.FileSelector(f"{st.root}/tenants", allow_not_found=True)):
         if tenant_info.type != pafs.FileType.Directory:
             continue
         tid = tenant_info.base_name
-        for kind, known in (("corpora", corpora), ("jobs", jobs)):
+        for kind, known in (("corpora", corpora), ("jobs", jobs), ("models", models)):
             sel = pafs.FileSelector(f"{tenant_info.path}/{kind}", allow_not_found=True)
             for info in st.fs.get_file_info(sel):
                 name = info.base_name

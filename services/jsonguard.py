@@ -33,7 +33,7 @@ from services.errors import InvalidRequest, ServiceError
 LONG_TEXT_FIELDS: dict[tuple[str, str], frozenset[str]] = {("/v1/decrypt", "POST"): frozenset({"text", "texts"})}
 
 #: routes whose body is not JSON (streamed elsewhere, with their own limits)
-RAW_BODIES = frozenset({("/v1/corpora", "POST")})
+RAW_BODIES = frozenset({("/v1/corpora", "POST"), ("/v1/models", "POST")})
 
 
 class BodyTooLarge(ServiceError):

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 LEDGER_FILE = "ledger.json"
 """The ledger of its data when a DP training succeeded, written beside its summary."""
 
-WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
+WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx")
 """Files planning never needs from a base model (its config and tokenizer are enough)."""
 
 
@@ -57,10 +57,13 @@ def _copy_tree(storage, rel_dir: str, dest: Path, skip: tuple[str, ...] = ()) ->
                 f.write(chunk)
 
 
-def plan_training(ctx, input_job: Job, base_job: Job | None, spec):
+def plan_training(ctx, input_job: Job, base_folder: str | None, spec):
     """``spec`` (a ``services.trainings.TrainSpec``) with the DP plan its run will take as
-    ``admitted_plan``; ``spec`` itself for a training without DP. A 422 with the field path
-    when it cannot be planned (a delta past 1/N, an unreachable target, an overspend)."""
+    ``admitted_plan``; ``spec`` itself for a training without DP. ``base_folder``: the
+    storage folder (relative to the root) of the model it fine-tunes (a training's
+    ``model/``, a catalogued model's folder), of which planning copies the config and the
+    tokenizer, not the weights. A 422 with the field path when it cannot be planned (a
+    delta past 1/N, an unreachable target, an overspend)."""
     from privatize.errors import PrivatizeError
     from train.admission import plan_offline
 
@@ -71,8 +74,8 @@ def plan_training(ctx, input_job: Job, base_job: Job | None, spec):
     try:
         _copy_tree(ctx.storage, input_job.output_path, work / "input")
         local = cfg.with_paths(data=str(work / "input"))
-        if base_job is not None:
-            _copy_tree(ctx.storage, f"{base_job.output_path}/model", work / "base", WEIGHTS)
+        if base_folder is not None:
+            _copy_tree(ctx.storage, base_folder, work / "base", WEIGHTS)
             local = local.model_copy(update={"model": local.model.model_copy(update={"checkpoint": str(work / "base")})})
         try:
             plan = plan_offline(local)

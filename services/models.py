@@ -192,6 +192,31 @@ class PrivacySpend(Base):
     settled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
+class CatalogModel(Base):
+    """A base model a training may name as ``model.checkpoint: base:<name>``
+    (``services.catalog``): the operator's catalog (``tenant_id`` None, added with ``privatize
+    admin model add``, stored under ``models/<id>/``), or a tenant's own upload (visible to it
+    alone, stored under ``tenants/<tenant>/models/<id>/``, counted in its storage). A Hugging
+    Face causal-LM folder with ``config.json`` and safetensors weights, never a pickle."""
+
+    __tablename__ = "catalog_models"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True,
+                                                  nullable=True)
+    """None: the operator's catalog, offered to every tenant."""
+    name: Mapped[str] = mapped_column(String(64), index=True)
+    storage_path: Mapped[str] = mapped_column(String(1024))
+    """The model folder, relative to the storage root."""
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    files: Mapped[int] = mapped_column(Integer, default=0)
+    architecture: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    """``config.json``'s first architecture (``LlamaForCausalLM``)."""
+    source: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    """Where the operator added it from (never shown to tenants); None for an upload."""
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class AuditEvent(Base):
     """Who did what to which resource, and how it ended: one row per state-changing API
     call (successful or refused), admin command and job outcome. Ids, action names and

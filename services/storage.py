@@ -13,6 +13,8 @@ Paths handed around the service are relative to the storage root
     tenants/<tenant>/jobs/<job>/output.quarantine.jsonl  (never served)
     tenants/<tenant>/jobs/<job>/output/{summary.json,metrics.jsonl,model/,...}  (a training)
     tenants/<tenant>/jobs/<job>/output/{report.html,evaluation.json}  (an evaluation)
+    tenants/<tenant>/models/<model>/...                 (a tenant's uploaded base model)
+    models/<model>/...                                  (the operator's catalog: services.catalog)
 """
 
 from __future__ import annotations
@@ -119,6 +121,21 @@ class Storage:
             raise
         finally:
             Path(local).unlink(missing_ok=True)
+
+    def write_stream(self, rel: str, chunks) -> None:
+        """Write ``chunks`` (an iterable of bytes) to ``rel`` under a temporary name, then
+        move it into place (a model's weights, copied in without being held whole)."""
+        dest = self._full(rel)
+        self.fs.create_dir(str(PurePosixPath(dest).parent), recursive=True)
+        tmp = f"{dest}.partial-{uuid.uuid4().hex[:8]}"
+        try:
+            with self.fs.open_output_stream(tmp) as out:
+                for chunk in chunks:
+                    out.write(chunk)
+            self.fs.move(tmp, dest)
+        except BaseException:
+            self._delete_quietly(tmp)
+            raise
 
     # ---- small files ------------------------------------------------------------------
     def write_bytes(self, rel: str, data: bytes, *, private: bool = False) -> None:

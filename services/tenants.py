@@ -17,7 +17,7 @@ from sqlalchemy import Connection, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from services.errors import Conflict, InvalidRequest, NotFound, Unauthorized
-from services.models import ApiToken, Corpus, Job, Tenant, utcnow
+from services.models import ApiToken, CatalogModel, Corpus, Job, Tenant, utcnow
 
 TOKEN_PREFIX = "pvt_"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -122,7 +122,9 @@ def authenticate(conn: Connection, token: str | None) -> tuple[str, str, str]:
 def storage_used(s: Session, tenant_id: str) -> int:
     corpora = s.scalar(select(func.coalesce(func.sum(Corpus.bytes), 0)).where(Corpus.tenant_id == tenant_id))
     outputs = s.scalar(select(func.coalesce(func.sum(Job.output_bytes), 0)).where(Job.tenant_id == tenant_id))
-    return int(corpora or 0) + int(outputs or 0)
+    models = s.scalar(select(func.coalesce(func.sum(CatalogModel.bytes), 0))
+                      .where(CatalogModel.tenant_id == tenant_id))
+    return int(corpora or 0) + int(outputs or 0) + int(models or 0)
 
 
 def active_tokens(s: Session, tenant_id: str) -> list[ApiToken]:

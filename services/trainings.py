@@ -7,7 +7,9 @@ folder), so a config naming a path (``data.path``, ``output``, ``storage``,
 ``model.checkpoint``, ``tokenizer.path``, ``tokenizer.also_on``) answers 422 with the
 field (a checkpoint is ``training:<id>``, one of the tenant's succeeded trainings:
 continual pre-training on a new privatization job, protected from deletion while it
-runs), and so does one asking for more than the service's ``train_*`` settings allow
+runs; or ``base:<name>``, a model of the operator's catalog or one the tenant uploaded,
+``services.catalog``: admission keeps what it resolved to as the config's ``base_model``),
+and so does one asking for more than the service's ``train_*`` settings allow
 (workers, CPUs and threads, GPUs, steps, epochs, batch sizes, sequence length, vocabulary, LoRA
 rank, audit canaries, presets: the quotas are declared on the fields of ``train.config``).
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import tarfile
 import time
 import zlib
@@ -35,6 +38,7 @@ from pydantic import Field
 from sqlalchemy.orm import Session
 
 from privatize.refs import MODEL_REF
+from services.catalog import BASE_REF, base_name
 from services.errors import Conflict, NotFound, config_error, config_invalid
 from services.jobkinds import PRIVATIZE, SUMMARY, TRAIN, JobKind, KindOut, job_kind, register_job_kind
 from services.jobs import job_of_kind
@@ -48,7 +52,14 @@ TAIL_BYTES = 64 << 10
 TRAINING_REF = MODEL_REF
 """``model.checkpoint`` through the service: ``training:<id>``, the model of one of the
 tenant's succeeded trainings (``kind: continue``, or an ``mlm`` fine-tune); the job gets
-its location as ``train.job --checkpoint``."""
+its location as ``train.job --checkpoint``. ``base:<name>`` (:data:`services.catalog.BASE_REF`)
+names a model of the catalog or one of the tenant's uploads."""
+
+CATALOG_MARK = "@catalog"
+"""An option location under the storage root rather than the tenant's folder (the
+catalog's ``models/<id>``): ``services.jobs.entrypoint_for`` makes every option location
+tenant-relative, so :meth:`TrainKind.options` marks this one and :meth:`TrainKind.entrypoint`
+takes the tenant's folder back out of it."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,7 @@ def validate_config(data) -> TrainSpec:
     # fields naming files on the server, as the config declares them (privatize.policy.ServerPath)
     errors = [(".".join(path), m.why) for path, value, m in marked(data, TrainConfig, (ServerPath, ServiceSets))
               if value not in (None, []) and not (getattr(m, "model_ref", False) and isinstance(value, str)
-                                                  and TRAINING_REF.fullmatch(value))]
+                                                  and (TRAINING_REF.fullmatch(value) or BASE_REF.fullmatch(value)))]
     if errors:
         raise config_invalid(errors)
     try:
@@ -99,12 +110,42 @@ def base_training(config: dict) -> str | None:
     return m.group(1) if m else None
 
 
-def check_base_training(s: Session, tenant_id: str, spec: TrainSpec) -> None:
+def check_base_training(s: Session, tenant_id: str, spec: TrainSpec) -> TrainSpec:
     """The training a config continues from is one of the tenant's, and has succeeded
-    (404 as for an id that does not exist, else 409; both at ``model.checkpoint``)."""
-    tid = base_training(spec.to_dict())
+    (404 as for an id that does not exist, else 409; both at ``model.checkpoint``); a
+    ``base:<name>`` is a model of the catalog or of the tenant's (404 at
+    ``model.checkpoint`` otherwise, another tenant's upload included). Returns the spec
+    with ``base_model`` (what the name resolved to); Conflict when planning resolved it to
+    another model (deleted and uploaded again meanwhile)."""
+    from services.catalog import ref_of, resolve
+
+    d = spec.to_dict()
+    tid = base_training(d)
     if tid is not None:
         succeeded_training(s, tenant_id, tid, "model.checkpoint", "a training continues from one that has succeeded")
+    name = base_name(d)
+    if name is None:
+        return spec
+    ref = ref_of(resolve(s, tenant_id, name, "model.checkpoint"))
+    planned = spec.config.base_model
+    if planned is not None and planned.get("id") != ref["id"]:
+        raise Conflict(f"model {name!r} changed while this training was planned; submit it again",
+                       path="model.checkpoint")
+    return TrainSpec(spec.config.model_copy(update={"base_model": ref}))
+
+
+def base_folder(spec: dict, tenant_id: str) -> str | None:
+    """The storage folder (relative to the root) of the model a stored config fine-tunes
+    from by reference: a training's ``model/`` or a catalogued model's folder."""
+    from services.catalog import folder_of
+
+    tid = base_training(spec)
+    if tid is not None:
+        from services.storage import job_dir
+
+        return f"{job_dir(tenant_id, tid)}/output/{MODEL_DIR}"
+    ref = spec.get("base_model")
+    return folder_of(ref, tenant_id) if isinstance(ref, dict) and base_name(spec) else None
 
 
 def succeeded_training(s: Session, tenant_id: str, tid: str, path: str, why: str) -> Job:
@@ -290,8 +331,7 @@ class TrainKind(JobKind):
         check_limits(settings, spec)
 
     def prepare(self, session, tenant_id: str, corpus, spec: TrainSpec):
-        check_base_training(session, tenant_id, spec)
-        return spec, []
+        return check_base_training(session, tenant_id, spec), []
 
     def plan(self, ctx, tenant_id: str, input_job_id: str | None, spec: TrainSpec) -> TrainSpec:
         from services.db import session_scope
@@ -303,9 +343,8 @@ class TrainKind(JobKind):
             return spec
         with session_scope(ctx.sessions) as s:
             inp = input_job(ctx, s, tenant_id, input_job_id, PRIVATIZE)
-            tid = base_training(spec.to_dict())
-            base = (succeeded_training(s, tenant_id, tid, "model.checkpoint",
-                                       "a training continues from one that has succeeded") if tid else None)
+            spec = check_base_training(s, tenant_id, spec)
+            base = base_folder(spec.to_dict(), tenant_id)
             s.expunge_all()
         return plan_training(ctx, inp, base, spec)
 
@@ -327,11 +366,24 @@ class TrainKind(JobKind):
 
     def also_reads(self, spec: dict) -> set[str]:
         t = base_training(spec)
-        return {t} if t else set()
+        ref = spec.get("base_model") if base_name(spec) else None
+        return {t} if t else {ref["id"]} if isinstance(ref, dict) and ref.get("id") else set()
 
     def options(self, spec: dict) -> list[tuple[str, str]]:
         t = base_training(spec)
-        return [("--checkpoint", f"jobs/{t}/output/model")] if t else []
+        if t:
+            return [("--checkpoint", f"jobs/{t}/output/model")]
+        ref = spec.get("base_model") if base_name(spec) else None
+        if not isinstance(ref, dict):
+            return []
+        if ref.get("owner") == "catalog":
+            return [("--checkpoint", f"{CATALOG_MARK}/models/{ref['id']}")]
+        return [("--checkpoint", f"models/{ref['id']}")]
+
+    def entrypoint(self, spec: str, input: str, output: str, extra: tuple[str, ...] = ()) -> str:
+        # a catalogued model's option came as <root>/tenants/<tenant>/@catalog/models/<id>
+        extra = tuple(re.sub(rf"/tenants/[^/]+/{CATALOG_MARK}/", "/", a, count=1) for a in extra)
+        return super().entrypoint(spec, input, output, extra)
 
     def out(self, ctx, job, live: bool = True) -> TrainingOut:
         progress = progress_of(ctx, job) if live or job.status == "succeeded" else None

@@ -96,7 +96,8 @@ class ModelConfig(_Strict):
     preset: Optional[Literal["tiny", "small", "paper-551m"]] = "tiny"
     checkpoint: Annotated[Optional[str], ServerPath(
         why="through the service a checkpoint is training:<id>, one of your succeeded trainings (the model it "
-            "ended with)", model_ref=True)] = None
+            "ended with), or base:<name>, a model of the service's catalog or one you uploaded (GET /v1/models)",
+        model_ref=True)] = None
     lora: Optional[LoraConfig] = None
 
 
@@ -259,6 +260,11 @@ class TrainConfig(_Strict):
         why="set by the service: the DP plan it admitted against the data's privacy ledger")] = Field(
         None, description="the DP plan admitted before the run (train.admission): the run takes its noise, "
                           "sample rate, delta, steps and audit seed, or fails before any step")
+
+    base_model: Annotated[Optional[dict], ServiceSets(
+        why="set by the service: the catalogued model model.checkpoint's base:<name> resolved to")] = Field(
+        None, description="the service's catalogued model (name, id, owner) that model.checkpoint base:<name> "
+                          "names; the run gets its folder as train.job --checkpoint")
 
     @model_validator(mode="after")
     def _consistent(self):

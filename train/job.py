@@ -134,7 +134,7 @@ def run_job(config_location: str, input_location: str, output_location: str, *, 
             ckpt = str(Path(localize_input(checkpoint_location, tmp / "checkpoint")).resolve())
             cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"checkpoint": ckpt})})
             redact[ckpt] = "<checkpoint>"
-        elif cfg.model.checkpoint and cfg.model.checkpoint.startswith("training:"):
+        elif cfg.model.checkpoint and cfg.model.checkpoint.startswith(("training:", "base:")):
             raise SpecError(f"model.checkpoint: {cfg.model.checkpoint} is the service's reference; give the "
                             "model folder with --checkpoint")
         mirror = None

@@ -38,7 +38,7 @@ def pg_engine():
 
 def test_migrations_match_the_models_on_postgresql(pg_engine):
     migrate(pg_engine)
-    assert current_revision(pg_engine) == "0005"
+    assert current_revision(pg_engine) == "0006"
     with pg_engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert [d for d in diff if d[0] not in ("modify_default", "modify_comment")] == []
@@ -48,7 +48,7 @@ def test_migrations_match_the_models_on_postgresql(pg_engine):
 def test_migrations_match_the_models(tmp_path):
     engine = make_engine(f"sqlite:///{tmp_path / 'm.db'}")
     migrate(engine)
-    assert current_revision(engine) == "0005"
+    assert current_revision(engine) == "0006"
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     # SQLite reports no server defaults or comments; anything else is a real drift
