@@ -362,8 +362,10 @@ def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_
         if eps is not None and budget.group > 1:
             from train.privacy import group_bound
 
-            summary["unit"].update(block_epsilon=eps, block_delta=delta)
-            eps, delta = group_bound(eps, delta, budget.group)
+            # the workers report the record's epsilon (k times the block's, group privacy)
+            block = eps / budget.group
+            summary["unit"].update(block_epsilon=block, block_delta=delta)
+            eps, delta = group_bound(block, delta, budget.group)
         summary.update(epsilon=eps, delta=delta, dp=budget.to_dict(),
                        dp_steps=metrics.get("dp_steps"))
     if gamma_delta is not None:

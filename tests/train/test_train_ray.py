@@ -291,6 +291,12 @@ def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray,
     k, e, d = max(blocks), u["block_epsilon"], u["block_delta"]
     assert base["epsilon"] == pytest.approx(k * e) and base["delta"] == pytest.approx(k * math.exp((k - 1) * e) * d)
     assert base["delta"] <= 1 / (10 * len(blocks)) * (1 + 1e-9)
+    # issue 52: the live epsilon the run reports is the record's too, not the block's (a k-th of it)
+    live = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines() if '"epsilon"' in x]
+    plan = json.loads((tmp_path / "b" / "privacy_plan.json").read_text())
+    assert live and live[-1]["epsilon"] == pytest.approx(base["epsilon"], rel=1e-6) and base["epsilon"] > e
+    assert e == pytest.approx(plan["planned_epsilon"], rel=1e-6) and base["epsilon"] == pytest.approx(
+        plan["unit_epsilon"], rel=1e-6)
 
     s = run_training(cfg("run", optim={"max_steps": 30, "batch_size": 8}, audit={"canaries": 64},
                          dp={"noise_multiplier": 1.2, "unit": "individual"}), progress=False)
