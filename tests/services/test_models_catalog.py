@@ -339,7 +339,8 @@ def test_a_training_from_a_catalogued_base_through_the_service(service, tiny_tra
     job = t.wait(r.json()["id"], timeout=420)
     logs = t.http.get(f"/v1/jobs/{job['id']}/logs").text
     assert job["status"] == "succeeded", (job["message"], logs[-4000:])
-    assert job["progress"]["step"] == 4
+    tr = t.http.get(f"/v1/trainings/{job['id']}").json()
+    assert tr["progress"]["step"] == 4 and tr["config"]["base_model"]["name"] == name
     assert str(service.data) not in logs
     # removed once nothing reads it
     service.cli("admin", "model", "remove", name)
