@@ -93,13 +93,20 @@ class Attack:
 
 _ATTACKS: dict[str, Attack] = {}
 _loaded = False
+BUILTIN = ("attacks.builtin",)
+"""The modules of the papers' attacks, imported by name on the first lookup (as the
+service's job kinds are): they import this module to register, so it names them and
+does not import them."""
 
 
 def _load_builtin() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        import attacks.builtin  # noqa: F401  (registers the papers' attacks)
+        import importlib
+
+        for name in BUILTIN:
+            importlib.import_module(name)
 
 
 def register_attack(cls: type[Attack]) -> type[Attack]:

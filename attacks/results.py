@@ -140,7 +140,7 @@ class TrainingInfo:
     confidentiality_delta: float | None = None
     confidentiality_basis: str | None = None  # where gamma and delta_2 came from: claimed or measured
     crt_split: str | None = None  # CRT: the public share of its examples and delta_2's bound, in words
-    # the one-run audit (train.audit): the audited lower bound, its confidence, the guesses
+    # the one-run audit (train.dp.audit): the audited lower bound, its confidence, the guesses
     audit_epsilon: float | None = None
     audit_confidence: float | None = None
     audit_guesses: str | None = None  # "v of r right on m canaries"

@@ -97,7 +97,7 @@ def step_time(repeats: int = 15) -> dict:
     import torch
 
     from train.batches import make_batch
-    from train.dp import make_private
+    from train.dp.engine import make_private
     from train.loop import train_step
     from train.models import build_model, preset_config
 

@@ -41,7 +41,7 @@ def measure(preset: str, mode: str, batch: int, seq: int, steps: int, warmup: in
     import torch
 
     from train.batches import make_batch
-    from train.dp import make_private
+    from train.dp.engine import make_private
     from train.loop import train_step
     from train.models import build_model, preset_config
 

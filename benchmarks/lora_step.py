@@ -37,7 +37,7 @@ def step_times(preset: str, mode: str, batch: int, seq: int, steps: int, r: int,
     import numpy as np
 
     from train.batches import make_batch
-    from train.dp import make_private
+    from train.dp.engine import make_private
     from train.loop import train_step
 
     lora = mode != "full"

@@ -1,5 +1,5 @@
 """DP-SGD step time and memory over plain training: Opacus hooks and ghost clipping, and
-book-keeping clipping (``bk``, train/bk.py).
+book-keeping clipping (``bk``, train/dp/bk.py).
 
 For the ``tiny`` and ``small`` presets, batch 16, sequence 128: the median time of a plain
 AdamW step and of a DP-SGD step (per-example clipping + noise, same loss, same batch) in
@@ -29,7 +29,7 @@ def _setup(preset: str, mode: str, batch: int, seq: int, threads: int):
     import torch
 
     from train.batches import make_batch
-    from train.dp import make_private
+    from train.dp.engine import make_private
     from train.models import build_model, preset_config
 
     torch.set_num_threads(threads)

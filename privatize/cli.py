@@ -52,6 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     return dispatch(args)
 
 
+def run_standalone(register_fn, argv: list[str] | None, prefix: list[str] | None = None) -> int:
+    """Run commands registered by ``register_fn`` (a subparsers' registration, as a
+    plugin's or the service's commands have) the way :func:`main` does: one-line errors,
+    exit 2 for bad input."""
+    p = argparse.ArgumentParser(prog="privatize")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+    register_fn(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return dispatch(p.parse_args([*(prefix or []), *argv]))
+
+
 def dispatch(args: argparse.Namespace) -> int:
     """Run a parsed command (``args.func``) the one way every ``privatize`` entry point
     does: logging by ``-v``, one-line errors, exit 2 for bad input, 130 on Ctrl-C."""

@@ -330,7 +330,7 @@ def register_admin(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from services.cli import run_standalone
+    from privatize.cli import run_standalone
 
     return run_standalone(register_admin, argv, prefix=["admin"])
 

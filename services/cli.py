@@ -360,21 +360,9 @@ def register(sub) -> None:
     register_admin(sub)
 
 
-def run_standalone(register_fn, argv: list[str] | None, prefix: list[str] | None = None) -> int:
-    """Run commands registered by ``register_fn`` the way ``privatize.cli.main`` does
-    (one-line errors, exit 2 for bad input)."""
-    p = argparse.ArgumentParser(prog="privatize")
-    p.add_argument("-v", "--verbose", action="store_true")
-    sub = p.add_subparsers(dest="command", required=True)
-    register_fn(sub)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = p.parse_args([*(prefix or []), *argv])
-    from privatize.cli import dispatch
-
-    return dispatch(args)
-
-
 def main(argv: list[str] | None = None) -> int:
+    from privatize.cli import run_standalone
+
     return run_standalone(register, argv)
 
 

@@ -419,6 +419,17 @@ def job_of_kind(s: Session, kind, tenant_id: str, job_id: str, path: str | None 
     return j
 
 
+def succeeded_job(s: Session, kind: str, tenant_id: str, job_id: str, path: str, why: str) -> Job:
+    """The tenant's job ``job_id`` of ``kind`` (NotFound at ``path`` for another tenant's, an
+    unknown id or a job of another kind), which has succeeded (Conflict at ``path``, with
+    ``why``): a job another one names by reference (``training:<id>``)."""
+    jk = job_kind(kind)
+    j = job_of_kind(s, jk, tenant_id, job_id, path)
+    if j.status != "succeeded":
+        raise Conflict(f"{jk.noun} {job_id} is {j.status}; {why}", path=path)
+    return j
+
+
 def fresh_job(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
     """The job, reconciled with Ray first when it is still active (at most once a second
     per job; the background reconciler covers the rest)."""

@@ -3,7 +3,7 @@
 Every training has a row in ``privacy_spends`` keyed on the content hash of the corpus its
 data came from (through its privatization job), so deleting a corpus or a training and
 uploading the same file again keeps what was spent. Its figure is the composition of every
-training's mechanism on that data (:func:`train.ledger.compose`: PRV over the joint history,
+training's mechanism on that data (:func:`train.dp.ledger.compose`: PRV over the joint history,
 RDP where PRV would pass its budget, the sum only where both fail; units in their own
 unit; a training without DP makes it "no guarantee").
 
@@ -89,7 +89,7 @@ def plan_training(ctx, input_job: Job, base_folder: str | None, spec):
 # ---- the ledger ---------------------------------------------------------------------------
 
 def _spend(row: PrivacySpend):
-    from train.ledger import Spend
+    from train.dp.ledger import Spend
 
     return Spend(row.noise_multiplier, row.sample_rate, row.steps, row.delta, row.unit, row.group_size,
                  row.unit_delta)
@@ -104,7 +104,7 @@ def rows_of(s: Session, tenant_id: str, sha256: str) -> list[PrivacySpend]:
 def compose_rows(rows: list[PrivacySpend]):
     """The ledger of ``rows``: PRV unless a training planned with RDP (then RDP, so no
     training's own figure exceeds the total it is part of)."""
-    from train.ledger import compose
+    from train.dp.ledger import compose
 
     accountant = "rdp" if any(r.accountant == "rdp" for r in rows if r.noise_multiplier is not None) else "prv"
     return compose([_spend(r) for r in rows], accountant)
@@ -160,11 +160,12 @@ def admit(s: Session, tenant_id: str, corpus: Corpus, job: Job, spec, base_train
     s.add(row)
 
 
-def settle(ctx, s: Session, job: Job) -> None:
-    """A training ended: its row keeps the DP steps it took (see the module's docstring);
-    a succeeded DP training's summary gets the ledger after it."""
-    from train.accounting import bounded_epsilon
-    from train.privacy import group_bound
+def settle(ctx, s: Session, job: Job, last: dict | None = None) -> None:
+    """A training ended: its row keeps the DP steps it took (see the module's docstring;
+    ``last``: the last metrics it reported, when it did not succeed); a succeeded DP
+    training's summary gets the ledger after it."""
+    from train.dp.accounting import bounded_epsilon
+    from train.dp.budget import group_bound
 
     row = s.get(PrivacySpend, job.id)
     if row is None or row.state != "reserved":
@@ -175,9 +176,6 @@ def settle(ctx, s: Session, job: Job) -> None:
     if job.status == "succeeded":
         taken = int((job.counts or {}).get("dp_steps") or row.planned_steps)
     else:
-        from services.trainings import latest_metrics
-
-        last = latest_metrics(ctx.storage, job.output_path)
         every = int((job.spec or {}).get("report_every") or 1)
         if last is not None:
             taken = int(last.get("dp_steps") or 0) + every - 1

@@ -142,11 +142,12 @@ def check_model_references(s: Session, tenant_id: str, spec: PipelineSpec) -> No
     """Each ``training:<id>`` a spec names is one of the tenant's trainings (404 as for an
     id that does not exist), has succeeded (409) and is of kind ``mlm`` (422), at its
     field."""
-    from services.trainings import succeeded_training
+    from services.jobkinds import TRAIN
+    from services.jobs import succeeded_job
     from train.kinds import train_kinds, train_kind
 
     for path, tid in model_references(spec.to_dict()).items():
-        j = succeeded_training(s, tenant_id, tid, path, "a filler is a training that has succeeded")
+        j = succeeded_job(s, TRAIN, tenant_id, tid, path, "a filler is a training that has succeeded")
         kind = (j.spec or {}).get("kind")
         if kind not in train_kinds() or not train_kind(kind).masked_lm:
             raise SpecInvalid(f"{path}: training {tid} is of kind {(j.spec or {}).get('kind')}; a filler is a "

@@ -41,7 +41,7 @@ from privatize.refs import MODEL_REF
 from services.catalog import BASE_REF, base_name
 from services.errors import Conflict, NotFound, config_error, config_invalid
 from services.jobkinds import PRIVATIZE, SUMMARY, TRAIN, JobKind, KindOut, job_kind, register_job_kind
-from services.jobs import job_of_kind
+from services.jobs import succeeded_job
 from services.models import Job
 
 METRICS = "metrics.jsonl"
@@ -149,12 +149,8 @@ def base_folder(spec: dict, tenant_id: str) -> str | None:
 
 
 def succeeded_training(s: Session, tenant_id: str, tid: str, path: str, why: str) -> Job:
-    """The tenant's training ``tid`` (NotFound at ``path`` for another tenant's, an unknown
-    id or a job of another kind), which has succeeded (Conflict at ``path``, with ``why``)."""
-    j = job_of_kind(s, job_kind(TRAIN), tenant_id, tid, path)
-    if j.status != "succeeded":
-        raise Conflict(f"training {tid} is {j.status}; {why}", path=path)
-    return j
+    """The tenant's training ``tid``, which has succeeded (:func:`services.jobs.succeeded_job`)."""
+    return succeeded_job(s, TRAIN, tenant_id, tid, path, why)
 
 
 def check_limits(settings, spec: TrainSpec) -> None:
@@ -356,7 +352,8 @@ class TrainKind(JobKind):
     def settle(self, ctx, session, job) -> None:
         from services.ledger import settle
 
-        settle(ctx, session, job)
+        last = latest_metrics(ctx.storage, job.output_path) if job.status != "succeeded" else None
+        settle(ctx, session, job, last)
 
     def read_results(self, storage, output_path: str) -> dict | None:
         try:

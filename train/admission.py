@@ -87,11 +87,11 @@ def _pack_split(cfg: TrainConfig, data: str, split: str, tok_dir: str) -> LocalS
 
 def plan_offline(cfg: TrainConfig) -> dict | None:
     """The plan a DP run of ``cfg`` (with its ``data.path``, a local folder) would make,
-    as its ``privacy_plan.json`` holds it (``train.privacy.Budget.to_dict()``, with the
+    as its ``privacy_plan.json`` holds it (``train.dp.budget.Budget.to_dict()``, with the
     audit's seed); None for a run without DP. A :class:`~privatize.errors.SpecError` (one
     line, with the field) when it cannot be planned: a delta past 1/N, a target that cannot
     be met, an overspend."""
-    from train.audit import SEED_FIELD, canaries
+    from train.dp.audit import SEED_FIELD, canaries
     from train.planning import plan_run
     from train.run import _tokenizer, prepare
 

@@ -1,5 +1,5 @@
 """The one-run audit inside a training run (``audit`` in the config; the theorem and the
-canaries themselves are :mod:`train.audit`): canaries drawn from the run's audit seed and
+canaries themselves are :mod:`train.dp.audit`): canaries drawn from the run's audit seed and
 inserted into the DP split before planning, scored with the final model after it."""
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from train.audit import SEED_FIELD
+from train.dp.audit import SEED_FIELD
 from train.planning import saved_plan
 
 if TYPE_CHECKING:
-    from train.run import Prepared
+    from train.plan import Prepared
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Canaries:
-    """The audit's canaries (``train.audit``): all ``ids``, which were ``inserted``, into
+    """The audit's canaries (``train.dp.audit``): all ``ids``, which were ``inserted``, into
     which dataset, and the object reference of the inserted blocks the workers read."""
 
     seed: int
@@ -43,7 +43,7 @@ def insert_canaries(p: "Prepared", tok, data: dict) -> Canaries | None:
     import numpy as np
     import ray
 
-    from train.audit import canaries as draw
+    from train.dp.audit import canaries as draw
     from train.batches import plan_phases
 
     phases = plan_phases(cfg.kind, {k: n for k, (_, n) in data.items()}, cfg.optim.batch_size,
@@ -65,7 +65,7 @@ def run_audit(p: "Prepared", canaries: Canaries, model_dir: Path, epsilon: float
     """Score every canary with the final model and bound epsilon from below."""
     from transformers import AutoModelForCausalLM
 
-    from train.audit import audit, canary_scores
+    from train.dp.audit import audit, canary_scores
 
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(model_dir)

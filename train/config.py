@@ -162,7 +162,7 @@ class DPConfig(_Strict):
     grad_sample_mode: Literal["hooks", "ghost", "bk"] = "hooks"
     """How per-example gradients are clipped: Opacus' ``hooks`` (materialised per-example
     gradients) or ``ghost`` (norms, then a second backward pass), or ``bk`` (book-keeping,
-    ``train.bk``: one backward pass; Linear, Embedding, LayerNorm and RMSNorm layers)."""
+    ``train.dp.bk``: one backward pass; Linear, Embedding, LayerNorm and RMSNorm layers)."""
 
     @model_validator(mode="after")
     def _budget(self):
@@ -180,7 +180,7 @@ class DPConfig(_Strict):
 
 
 class AuditConfig(_Strict):
-    """An empirical audit of the run's DP guarantee (``train.audit``, one-run auditing):
+    """An empirical audit of the run's DP guarantee (``train.dp.audit``, one-run auditing):
     ``canaries`` random blocks, each inserted into the DP split with probability 1/2,
     scored after training; the summary shows the audited epsilon beside the accountant's."""
 

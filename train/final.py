@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from train.config import TrainConfig
     from train.plan import RunPlan
-    from train.run import Prepared
+    from train.plan import Prepared
 
 
 def check_lora(cfg: "TrainConfig", state: dict) -> dict | None:

@@ -13,7 +13,7 @@ Kind ``mlm`` trains a masked LM: each step masks a seeded draw of the batch's ta
 tokens (BERT's 80/10/10 recipe, :func:`mlm_batch`) and the loss is over those positions,
 unshifted.
 
-DP-SGD's pieces (Opacus', or book-keeping clipping) are :mod:`train.dp`. CRT's public
+DP-SGD's pieces (Opacus', or book-keeping clipping) are :mod:`train.dp.engine`. CRT's public
 steps use the same parameters with the grad sample hooks off and the wrapped (non-DP)
 optimizer.
 """
@@ -31,10 +31,10 @@ import numpy as np
 
 from train.batches import (MaskedLMLoss, Owners, batch_indices, individual_batch, make_batch, mlm_batch,
                            position)
-from train.dp import DPSetup, make_private
+from train.dp.engine import DPSetup, make_private
 from train.models import is_lora, unwrap
 from train.plan import ModelInit, Phase, WorkerPlan
-from train.privacy import group_bound
+from train.dp.budget import group_bound
 
 ADAPTER = "adapter"
 
@@ -215,7 +215,7 @@ class _Run:
                "lr": self.last_lr, "tokens": self.tokens, "tokens_per_s": tok_rate}
         if self.dp is not None and self.dp_steps() and self.plan.dp.noise_multiplier > 0:
             eps = float(self.dp.accountant.get_epsilon(delta=self.plan.dp.delta))
-            # the unit's figure: a record of up to k blocks is a group of k (train.privacy.group_bound)
+            # the unit's figure: a record of up to k blocks is a group of k (train.dp.budget.group_bound)
             rec["epsilon"] = group_bound(eps, self.plan.dp.delta, self.plan.dp.group)[0] if math.isfinite(eps) else eps
             rec["dp_steps"] = self.dp_steps()
         return rec

@@ -7,7 +7,11 @@ other two arguments)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from train.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -125,3 +129,17 @@ class RunPlan:
     worker: WorkerPlan
     budget: Any
     sizes: dict
+
+
+@dataclass
+class Prepared:
+    """What the checks before any work decided."""
+
+    config: "TrainConfig"
+    output: Path
+    data: str
+    tokenizer_from: str | None  # an existing tokenizer folder, or None: train one
+    init: dict
+    splits: dict  # dataset name -> data.split value
+    manifest: dict | None
+    resume: dict | None  # position.json of the checkpoint this run resumes from

@@ -15,7 +15,7 @@ from train.kinds import train_kind
 from train.plan import DPPlan, LoraPlan, MLMPlan, ModelInit, OptimPlan, RunPlan, WorkerPlan
 
 if TYPE_CHECKING:
-    from train.run import Prepared
+    from train.plan import Prepared
 
 PLAN = "privacy_plan.json"
 
@@ -55,8 +55,8 @@ def check_admitted(saved: dict, units: int, group: int) -> None:
 def resumed_budget(cfg: TrainConfig, saved: dict, sample_rate: float, dp_steps: int, taken: int):
     """A resumed DP run keeps the noise, sample rate and delta it started with, and may not
     plan past its target epsilon: the accountant's spending is never reset."""
-    from train.accounting import bounded_epsilon
-    from train.privacy import Budget
+    from train.dp.accounting import bounded_epsilon
+    from train.dp.budget import Budget
 
     sigma, q, delta = saved["noise_multiplier"], saved["sample_rate"], saved["delta"]
     if cfg.dp.noise_multiplier is not None and cfg.dp.noise_multiplier != sigma:
@@ -98,7 +98,7 @@ def dp_units(cfg: TrainConfig, ds, blocks: int, extra_units: int = 0) -> tuple[i
 def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 0):
     """Phases, steps and the DP budget; a SpecError when the config cannot run as asked."""
     from train.batches import plan_phases, total_steps
-    from train.privacy import plan_budget
+    from train.dp.budget import plan_budget
     from train.tokenizer import special_ids
 
     cfg = p.config

@@ -32,37 +32,22 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from privatize.errors import OutputError, SpecError
 from train.config import TrainConfig
 from train.kinds import train_kind
-from train.audit import SEED_FIELD
+from train.dp.audit import SEED_FIELD
 from train.audit_run import Canaries, insert_canaries, run_audit
 from train.final import base_of, check_lora, save_final
 from train.planning import PLAN, plan_run
-from train.plan import RunPlan
+from train.plan import Prepared, RunPlan
 from train.progress import ProgressBar, sink_class
 
 log = logging.getLogger(__name__)
 
 SUMMARY = "summary.json"
 RAY_RUN_NAME = "train"
-
-
-@dataclass
-class Prepared:
-    """What the checks before any work decided."""
-
-    config: TrainConfig
-    output: Path
-    data: str
-    tokenizer_from: str | None  # an existing tokenizer folder, or None: train one
-    init: dict
-    splits: dict  # dataset name -> data.split value
-    manifest: dict | None
-    resume: dict | None  # position.json of the checkpoint this run resumes from
 
 
 def _manifest(data: str) -> dict | None:
@@ -332,7 +317,7 @@ def _trainer(p: Prepared, data: dict, plan: RunPlan, sink, torch_config, canarie
 
 
 def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_delta, timings: dict) -> dict:
-    from train.privacy import crt_confidentiality
+    from train.dp.budget import crt_confidentiality
     from train.tokenizer import fingerprint
 
     cfg, budget, sizes = p.config, plan.budget, plan.sizes
@@ -360,7 +345,7 @@ def _summary(p: Prepared, tok, plan: RunPlan, metrics: dict, state: dict, gamma_
             summary["unit"].update(blocks_per_unit_max=None,
                                    blocks_per_step_max=cfg.dp.max_blocks_per_individual)
         if eps is not None and budget.group > 1:
-            from train.privacy import group_bound
+            from train.dp.budget import group_bound
 
             # the workers report the record's epsilon (k times the block's, group privacy)
             block = eps / budget.group

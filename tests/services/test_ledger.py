@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from train.ledger import Spend, compose
+from train.dp.ledger import Spend, compose
 
 CORPUS = "".join(json.dumps({"text": f"Record {i}: the quick brown fox jumps over the lazy dog, "
                                      f"again and again, {i % 7} times."}) + "\n" for i in range(120)).encode()
@@ -114,7 +114,7 @@ def test_a_cancelled_training_keeps_what_it_ran_and_a_reupload_keeps_the_spend(l
     from services import jobs
     from services.db import session_scope
     from services.models import Job
-    from train.privacy import epsilon
+    from train.dp.accountant import epsilon
 
     c, job, ctx = ledger_api["client"], ledger_api["job"], ledger_api["ctx"]
     r = _post(c, job, dp_config(5.0))

@@ -18,7 +18,7 @@ torch.set_num_threads(1)
 dist.init_process_group("gloo", rank=rank, world_size=world)
 
 from train.batches import make_batch  # noqa: E402
-from train.dp import make_private  # noqa: E402
+from train.dp.engine import make_private  # noqa: E402
 from train.loop import train_step  # noqa: E402
 from train.models import build_model, preset_config  # noqa: E402
 

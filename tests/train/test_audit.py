@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from train.audit import audit, canaries, epsilon_lower_bound, guess_sizes, p_value
+from train.dp.audit import audit, canaries, epsilon_lower_bound, guess_sizes, p_value
 
 
 def _p_value_by_hand(m, r, v, eps, delta):

@@ -8,7 +8,7 @@ import pytest
 
 from train.data import OWNER_COLUMN, Pack, owner_id
 from train.batches import IGNORE, MaskedLMLoss, Owners, individual_batch, make_batch
-from train.dp import make_private
+from train.dp.engine import make_private
 from train.loop import train_step
 from train.models import build_model, preset_config
 from train.plan import Phase

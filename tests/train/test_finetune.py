@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from train.batches import make_batch
-from train.dp import make_private
+from train.dp.engine import make_private
 from train.loop import _init_model, train_step
 from train.models import add_token_rows, adapter_state, build_model, preset_config
 from train.plan import LoraPlan, ModelInit

@@ -1,4 +1,4 @@
-"""Issue 52: the privacy ledger's composition (``train.ledger``) against Opacus' own
+"""Issue 52: the privacy ledger's composition (``train.dp.ledger``) against Opacus' own
 accountants on the joint history, built by hand; and the plan made before admission
 (``train.admission``) against the run's own planning."""
 
@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from train.ledger import Spend, compose
-from train.privacy import composed_epsilon, epsilon, group_bound
+from train.dp.ledger import Spend, compose
+from train.dp.accountant import composed_epsilon, epsilon
+from train.dp.budget import group_bound
 
 TWO = [Spend(1.1, 0.02, 400, 1e-5), Spend(0.9, 0.05, 150, 2e-5)]
 
@@ -73,7 +74,7 @@ def test_no_guarantee_and_mixed_units_are_stated_never_a_number():
 def test_a_composition_past_prvs_budget_keeps_rdps_joint_bound():
     """PRV's grid for a tiny noise passes the memory budget: the figure is RDP's joint
     bound (an upper bound), said in the note, never the looser sum."""
-    from train.accounting import bounded_composition
+    from train.dp.accounting import bounded_composition
 
     got = bounded_composition([(0.6, 0.5, 2000), (0.7, 0.5, 2000)], 1e-5, memory_bytes=1 << 20, seconds=60)
     assert got.accountant == "rdp" and "RDP" in got.note

@@ -6,7 +6,8 @@ import pytest
 
 from privatize.errors import SpecError
 from train.config import DPConfig
-from train.privacy import crt_confidentiality, epsilon, miss_rate_upper_bound, plan_budget
+from train.dp.accountant import epsilon
+from train.dp.budget import crt_confidentiality, miss_rate_upper_bound, plan_budget
 
 
 @pytest.mark.parametrize("sigma", [0.7, 1.0, 2.5])
@@ -73,7 +74,7 @@ def test_plan_refuses_to_overspend_and_meets_a_target():
 
 @pytest.mark.parametrize("n,expected", [(6, 1 / 60), (1000, 1e-4), (10**12, 10**-13.2)])
 def test_the_default_delta_is_at_most_a_tenth_of_one_over_n(n, expected):
-    from train.privacy import default_delta
+    from train.dp.budget import default_delta
 
     assert default_delta(n) == pytest.approx(expected, rel=1e-9) and default_delta(n) <= 0.1 / n
     # the red-team's case: 6 blocks in the private split had delta 6^-1.1 = 0.139 > 1/6
@@ -90,7 +91,7 @@ def test_a_delta_above_one_over_n_is_refused():
 def test_an_epsilon_past_the_cap_is_refused_before_anything_runs():
     """sigma 0.3 with every example in each of 1,000 steps: RDP's epsilon is in the
     thousands (and PRV would have needed gigabytes): refused, naming the field."""
-    from train.privacy import MAX_EPSILON
+    from train.dp.budget import MAX_EPSILON
 
     with pytest.raises(SpecError, match=rf"^dp.noise_multiplier: 0.3 over 1000 steps .* > {MAX_EPSILON:g}, "
                                         "a guarantee that protects nothing"):
@@ -120,9 +121,9 @@ def test_prv_runs_within_its_budget_or_gives_way_to_rdp():
     bound, names it, and says why; the parent's memory never held PRV's grid."""
     import resource
 
-    from train.accounting import bounded_epsilon
+    from train.dp.accounting import bounded_epsilon
 
-    from train import accounting
+    from train.dp import accounting
 
     ok = bounded_epsilon(1.0, 0.1, 50, 1e-5, "prv")  # a small grid: in process
     assert ok.accountant == "prv" and ok.note is None
@@ -153,7 +154,7 @@ def test_no_guarantee_runs_without_noise_and_claims_nothing():
 
 
 def test_group_bound_by_hand_and_a_record_plan_meets_its_target():
-    from train.privacy import default_delta, group_bound
+    from train.dp.budget import default_delta, group_bound
 
     assert group_bound(0.5, 1e-6, 3) == pytest.approx((1.5, 3 * math.e * 1e-6))
     assert group_bound(0.7, 1e-5, 1) == (0.7, 1e-5)

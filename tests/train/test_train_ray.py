@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from train.config import parse_config
-from train.privacy import crt_confidentiality
+from train.dp.budget import crt_confidentiality
 from train.run import run_training
 from tests.listeners import Listeners, ray_worker_wildcard_listeners
 
@@ -274,7 +274,7 @@ def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray,
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    from train.audit import SEED_FIELD, canaries
+    from train.dp.audit import SEED_FIELD, canaries
     from train.data import read_texts
 
     def cfg(out, dp=None, **kw):  # the CRT recipe's shards: one record per sentence, in 8-token blocks: a few each

@@ -9,7 +9,7 @@ import pytest
 
 from train.data import pack
 from train.batches import IGNORE, MaskedLMLoss, batch_indices, make_batch, plan_phases, position
-from train.dp import make_private
+from train.dp.engine import make_private
 from train.loop import lr_lambda, train_step
 from train.plan import MLMPlan, Phase
 from train.models import PRESETS, build_model, parameter_count, preset_config
@@ -153,7 +153,7 @@ def test_book_keeping_clips_each_example_as_a_per_example_loop_does(clip):
     import torch
     from opacus.grad_sample.utils import wrap_model
 
-    from train.bk import BookKeeping
+    from train.dp.bk import BookKeeping
 
     model = _tiny()
     x, y = _batches(n=1, b=5)[0]
@@ -194,7 +194,7 @@ def test_book_keeping_under_bf16_autocast_agrees_with_fp32():
     sums still come out close to float32's."""
     import torch
 
-    from train.bk import BookKeeping
+    from train.dp.bk import BookKeeping
 
     x, y = _batches(n=1, b=4)[0]
     grads, norms = {}, {}
@@ -213,7 +213,7 @@ def test_book_keeping_under_bf16_autocast_agrees_with_fp32():
 def test_book_keeping_refuses_what_it_cannot_clip():
     import torch
 
-    from train.bk import BookKeeping
+    from train.dp.bk import BookKeeping
 
     conv = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Conv1d(4, 4, 1))
     with pytest.raises(ValueError, match="supports Linear, Embedding.*Conv1d"):
@@ -256,12 +256,12 @@ def test_dp_lr_scales_only_the_private_steps_of_the_schedule():
 
 @pytest.mark.parametrize("mode", ["hooks", "ghost"])
 def test_rms_norm_per_example_gradients_match_a_per_example_loop(mode):
-    """train.grad_samplers' RMSNorm sampler (registered for hooks and ghost clipping)
+    """train.dp.grad_samplers' RMSNorm sampler (registered for hooks and ghost clipping)
     against autograd on one example at a time."""
     import torch
     from opacus.grad_sample.utils import wrap_model
 
-    import train.grad_samplers  # noqa: F401
+    import train.dp.grad_samplers  # noqa: F401
 
     model = _tiny()
     x, y = _batches(n=1, b=3)[0]
@@ -277,7 +277,7 @@ def test_rms_norm_per_example_gradients_match_a_per_example_loop(mode):
     gnorm = gsm._module.model.layers[1].post_attention_layernorm
     from opacus.grad_sample import GradSampleModule
 
-    from train.grad_samplers import rms_norm_grad_sample
+    from train.dp.grad_samplers import rms_norm_grad_sample
 
     assert GradSampleModule.GRAD_SAMPLERS[type(gnorm)] is rms_norm_grad_sample  # not the functorch fallback
     loss = MaskedLMLoss()(gsm(input_ids=x, use_cache=False).logits[:, :-1], y)
@@ -436,7 +436,8 @@ def test_the_example_configs_load():
 def test_crt_takes_gamma_and_delta_2_from_its_config_or_else_the_manifest(tmp_path):
     from privatize.errors import SpecError
     from train.config import parse_config
-    from train.run import Prepared, _crt_inputs
+    from train.plan import Prepared
+    from train.run import _crt_inputs
 
     def prepared(crt: dict, manifest: dict | None) -> Prepared:
         cfg = parse_config({"kind": "crt", "dp": {"noise_multiplier": 1.0}, "crt": crt})

@@ -12,7 +12,7 @@ milliseconds and is an upper bound. So planning
    keeps RDP's figures and says so (``accountant`` in the plan is the one whose figure
    was used, and the workers account with it).
 
-The child is ``python -m train.accounting`` (JSON on stdin and stdout).
+The child is ``python -m train.dp.accounting`` (JSON on stdin and stdout).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _prv_in_child(request: dict, memory_bytes: int, seconds: float) -> tuple[flo
     request = dict(request, memory_bytes=memory_bytes)
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     try:
-        r = subprocess.run([sys.executable, "-m", "train.accounting"], input=json.dumps(request), text=True,
+        r = subprocess.run([sys.executable, "-m", "train.dp.accounting"], input=json.dumps(request), text=True,
                            capture_output=True, timeout=seconds, env=env)
     except subprocess.TimeoutExpired:
         return None, f"PRV took over {seconds:g} s"
@@ -119,7 +119,7 @@ def bounded_epsilon(noise_multiplier: float, sample_rate: float, steps: int, del
                     memory_bytes: int = PRV_MEMORY_BYTES, seconds: float = PRV_SECONDS) -> Accounted:
     """Epsilon of ``steps`` Poisson-sampled Gaussian steps; RDP's (an upper bound) where PRV
     would pass its budget. ``inf`` when RDP finds no finite bound (the caller refuses it)."""
-    from train.privacy import epsilon
+    from train.dp.accountant import epsilon
 
     rdp = epsilon(noise_multiplier, sample_rate, steps, delta, "rdp")
     if accountant == "rdp" or not math.isfinite(rdp) or steps <= 0:
@@ -136,7 +136,7 @@ def bounded_composition(history: History, delta: float, accountant: str = "prv",
     the joint history (bounded as :func:`bounded_epsilon`), RDP's joint bound where PRV
     would pass its budget, and the sum of each mechanism's own epsilon (basic composition,
     the loosest) only where both fail."""
-    from train.privacy import composed_epsilon
+    from train.dp.accountant import composed_epsilon
 
     history = [(float(s), float(q), int(t)) for s, q, t in history if t > 0]
     if not history:
@@ -158,7 +158,7 @@ def bounded_noise(target_epsilon: float, delta: float, sample_rate: float, steps
     """The smallest noise multiplier within ``target_epsilon``: RDP's (more noise than
     needed, never less) where PRV's search would pass its budget. A ValueError when no
     noise meets the target."""
-    from train.privacy import noise_for
+    from train.dp.accountant import noise_for
 
     rdp = noise_for(target_epsilon, delta, sample_rate, steps, "rdp")
     if accountant == "rdp":
@@ -177,7 +177,7 @@ def _child() -> None:
     # the child limits itself before it imports anything large: its data segment, numpy's
     # arrays included (preexec_fn is unsafe in a parent with threads, as Ray's driver is)
     resource.setrlimit(resource.RLIMIT_DATA, (req["memory_bytes"], req["memory_bytes"]))
-    from train.privacy import composed_epsilon, epsilon, noise_for
+    from train.dp.accountant import composed_epsilon, epsilon, noise_for
 
     if req["op"] == "compose":
         value = composed_epsilon([tuple(h) for h in req["history"]], req["delta"], "prv")

@@ -1,8 +1,7 @@
-"""Privacy accounting for DP-SGD and CRT (Opacus' accountants), and the CRT
+"""A DP run's budget (:func:`plan_budget`: noise for a target, or the epsilon of a given
+noise, bounded by :mod:`train.dp.accounting`), group privacy for records, and the CRT
 confidentiality bound of SEEDS.md section 6.
 
-* :func:`epsilon` / :func:`noise_for`: (noise multiplier, sample rate, steps) <-> epsilon
-  at a delta, with the ``prv`` or ``rdp`` accountant.
 * :func:`crt_confidentiality`: if DP-SGD is (eps, delta)-DP, policy pi misses a share
   gamma of secrets and pi_c misses delta_2, the model is
   (log(1 + gamma (e^eps - 1)), gamma delta + delta_2)-Bayesian confidential.
@@ -19,44 +18,6 @@ from dataclasses import asdict, dataclass
 from privatize.errors import SpecError
 
 log = logging.getLogger(__name__)
-
-
-def make_accountant(name: str):
-    from opacus.accountants import create_accountant
-
-    return create_accountant(mechanism=name)
-
-
-def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv") -> float:
-    """Epsilon after ``steps`` Poisson-sampled Gaussian steps (0 steps: 0; zero noise: inf)."""
-    if steps <= 0:
-        return 0.0
-    if noise_multiplier <= 0:
-        return math.inf
-    acc = make_accountant(accountant)
-    acc.history = [(noise_multiplier, sample_rate, steps)]
-    return float(acc.get_epsilon(delta=delta))
-
-
-def composed_epsilon(history: list[tuple[float, float, int]], delta: float, accountant: str = "prv") -> float:
-    """Epsilon at ``delta`` of the mechanisms of ``history`` ((noise multiplier, sample
-    rate, steps) each) composed: what the data they all ran on has spent."""
-    history = [(s, q, t) for s, q, t in history if t > 0]
-    if not history:
-        return 0.0
-    if any(s <= 0 for s, _, _ in history):
-        return math.inf
-    acc = make_accountant(accountant)
-    acc.history = list(history)
-    return float(acc.get_epsilon(delta=delta))
-
-
-def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "prv") -> float:
-    """The smallest noise multiplier that keeps ``steps`` steps within ``target_epsilon``."""
-    from opacus.accountants.utils import get_noise_multiplier
-
-    return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate,
-                                      steps=steps, accountant=accountant, epsilon_tolerance=0.005))
 
 
 MAX_EPSILON = 100.0
@@ -137,12 +98,12 @@ class Budget:
 
 def plan_budget(dp, n: int, sample_rate: float, steps: int, *, units: int | None = None, group: int = 1) -> Budget:
     """Noise for ``steps`` DP steps at ``sample_rate`` (``Phase.sample_rate``) over ``n``
-    blocks, with bounded accounting (:mod:`train.accounting`); a one-line
+    blocks, with bounded accounting (:mod:`train.dp.accounting`); a one-line
     :class:`SpecError` when the config would overspend its target, spend more than
     :data:`MAX_EPSILON`, or take a delta above 1/N. ``units`` is N, the number of privacy
     units (``n`` blocks unless ``dp.unit: record``), and ``group`` the most blocks one unit
     spans: the target epsilon and delta are the unit's, met through :func:`group_bound`."""
-    from train.accounting import bounded_epsilon, bounded_noise
+    from train.dp.accounting import bounded_epsilon, bounded_noise
 
     if n <= 0:
         raise SpecError("data.split: the DP split has no examples")

@@ -1,7 +1,7 @@
 """DP-SGD's pieces around a worker's model and optimizer: Opacus' own, as
 ``PrivacyEngine.make_private`` assembles them (a grad sample module, the DP optimizer
 class for the clipping and distribution, the accountant's step hook, ghost clipping's loss
-wrapper), or book-keeping clipping (:mod:`train.bk`) handing its clipped sum to Opacus'
+wrapper), or book-keeping clipping (:mod:`train.dp.bk`) handing its clipped sum to Opacus'
 optimizer."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def make_private(model, optimizer, *, noise_multiplier: float, max_grad_norm: fl
     ``PrivacyEngine.make_private``: every setting by keyword. ``expected_batch_size`` is this
     worker's expected share of a Poisson batch (the sum of clipped gradients is divided by it);
     ``grad_sample_mode`` is Opacus' ``hooks`` or ``ghost``, or ``bk`` (book-keeping,
-    ``train.bk``)."""
+    ``train.dp.bk``)."""
     return DPSetup(model, optimizer, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
                    sample_rate=sample_rate, expected_batch_size=expected_batch_size, accountant=accountant,
                    grad_sample_mode=grad_sample_mode, distributed=distributed, generator=generator)
@@ -29,7 +29,7 @@ class DPSetup:
 
     def __init__(self, model, optimizer, *, noise_multiplier: float, max_grad_norm: float, sample_rate: float,
                  expected_batch_size: float, accountant: str, grad_sample_mode: str, distributed: bool, generator):
-        import train.grad_samplers  # noqa: F401  (RMSNorm's per-example gradients, without functorch)
+        import train.dp.grad_samplers  # noqa: F401  (RMSNorm's per-example gradients, without functorch)
         from opacus.accountants import create_accountant
         from opacus.grad_sample.utils import wrap_model
         from opacus.optimizers import get_optimizer_class
@@ -38,7 +38,7 @@ class DPSetup:
         mode = grad_sample_mode
         self.bk = None
         if mode == "bk":  # book-keeping: our clipping, Opacus' optimizer for noise and accounting
-            from train.bk import BookKeeping
+            from train.dp.bk import BookKeeping
 
             self.module = model
             self.bk = BookKeeping(unwrap(model), max_grad_norm)

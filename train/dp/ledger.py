@@ -6,7 +6,7 @@ protect those records only by the composition of both mechanisms, never by eithe
 training's own epsilon. :func:`compose` gives that figure from each training's
 :class:`Spend`:
 
-* the joint history goes to :func:`train.accounting.bounded_composition` (PRV, RDP where
+* the joint history goes to :func:`train.dp.accounting.bounded_composition` (PRV, RDP where
   PRV would pass its budget, the sum of each training's epsilon only where both fail);
 * the ledger's delta is the smallest of the trainings' (a smaller delta only makes its
   epsilon larger);
@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from train.privacy import group_bound
+from train.dp.budget import group_bound
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Spend:
 
     @classmethod
     def from_plan(cls, plan: dict, steps: int | None = None) -> "Spend":
-        """From a run's privacy plan (``train.privacy.Budget.to_dict()``), at ``steps`` DP
+        """From a run's privacy plan (``train.dp.budget.Budget.to_dict()``), at ``steps`` DP
         steps (default: all it planned)."""
         group = int(plan.get("group") or 1)
         unit_delta = plan.get("unit_delta") if group > 1 else plan["delta"]
@@ -80,7 +80,7 @@ class Ledger:
 
 def compose(spends: list[Spend], accountant: str = "prv") -> Ledger:
     """The ledger of ``spends`` (see the module's docstring); an empty list spends nothing."""
-    from train.accounting import bounded_composition
+    from train.dp.accounting import bounded_composition
 
     n = len(spends)
     if not n:
@@ -100,7 +100,7 @@ def compose(spends: list[Spend], accountant: str = "prv") -> Ledger:
         acc = bounded_composition(history, unit_delta, accountant)
         return Ledger(acc.value, unit_delta, units[0], n, "dp", acc.accountant, acc.note, history)
     block_delta = unit_delta / k
-    for _ in range(8):  # the block delta whose group delta stays within the unit's (train.privacy.plan_budget)
+    for _ in range(8):  # the block delta whose group delta stays within the unit's (train.dp.budget.plan_budget)
         acc = bounded_composition(history, block_delta, accountant)
         if not math.isfinite(acc.value) or group_bound(acc.value, block_delta, k)[1] <= unit_delta * (1 + 1e-9):
             break
