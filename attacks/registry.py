@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from privatize.errors import SpecError
+from privatize.registry import Registry
 
 
 class AttackSettings(BaseModel):
@@ -91,45 +92,27 @@ class Attack:
         return ""
 
 
-_ATTACKS: dict[str, Attack] = {}
-_loaded = False
-BUILTIN = ("attacks.builtin",)
-"""The modules of the papers' attacks, imported by name on the first lookup (as the
-service's job kinds are): they import this module to register, so it names them and
-does not import them."""
-
-
-def _load_builtin() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import importlib
-
-        for name in BUILTIN:
-            importlib.import_module(name)
+ATTACKS: Registry[Attack] = Registry("attack", modules=("attacks.builtin",), group="privatize.attacks")
+"""Every attack: the papers' (:mod:`attacks.builtin`, imported by name on the first lookup:
+it imports this module to register, so this module does not import it) and a plugin's
+from the module its entry point names."""
 
 
 def register_attack(cls: type[Attack]) -> type[Attack]:
     name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not name.isidentifier() or not name.islower():
-        raise ValueError(f"attack name {name!r}: a lowercase identifier")
-    if name in _ATTACKS and type(_ATTACKS[name]).__qualname__ != cls.__qualname__:
-        raise ValueError(f"attack {name!r} is registered already")
-    _ATTACKS[name] = cls()
+    if isinstance(name, str) and not name.isidentifier():
+        raise ValueError(f"attack name {name!r}: an identifier (it names a section of the configuration)")
+    ATTACKS.add(name, cls(), cls)
     return cls
 
 
 def attack(name: str) -> Attack:
-    _load_builtin()
-    try:
-        return _ATTACKS[name]
-    except KeyError:
-        raise LookupError(f"unknown attack {name!r} (registered: {', '.join(sorted(_ATTACKS)) or 'none'})") from None
+    """The attack ``name`` (:class:`privatize.registry.UnknownName`, a LookupError, for none)."""
+    return ATTACKS.get(name)
 
 
 def attack_names() -> list[str]:
-    _load_builtin()
-    return sorted(_ATTACKS)
+    return ATTACKS.names()
 
 
 def parse_entry(entry: dict) -> tuple[Attack, BaseModel]:

@@ -51,6 +51,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from privatize.registry import Registry
+
 QUARANTINE = "_quarantine"
 DROP = "_drop"
 STAT_PREFIX = "_stat."
@@ -164,17 +166,18 @@ class StageContext:
         return self._key_resolver
 
 
-_REGISTRY: dict[str, tuple[type, type[Stage]]] = {}
+STAGES: Registry[tuple[type, type[Stage]]] = Registry("stage kind", packages=("privatize.stages",),
+                                                       group="privatize.stages")
+"""Every stage kind: (its settings class, its stage class). A built-in is a module of
+:mod:`privatize.stages`; a plugin registers from a module its entry point names."""
 
 
 def register_stage(kind: str, settings_cls: type, *, force: bool = False):
     """Class decorator: register a stage class and its pydantic settings under ``kind``."""
 
     def deco(cls: type[Stage]) -> type[Stage]:
-        if kind in _REGISTRY and not force and _REGISTRY[kind][1] is not cls:
-            raise ValueError(f"stage kind {kind!r} is already registered")
+        STAGES.add(kind, (settings_cls, cls), cls, force=force)
         cls.kind = kind
-        _REGISTRY[kind] = (settings_cls, cls)
         return cls
 
     return deco

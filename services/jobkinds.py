@@ -25,21 +25,23 @@ A kind says everything the service needs to know about one kind of job:
   ``privatize submit KIND CONFIG`` find it through ``GET /v1/kinds``.
 
 The optional hooks ``inputs``, ``also_reads``, ``options`` and ``models`` are None on a kind
-that has none. Adding a kind is one module with a ``@register_job_kind`` class, listed in
-:data:`BUILTIN` (or imported before the app is created, as a test's toy kind is). This
-module imports no web or database code: the job's driver (``services.jobrun``) imports it,
+that has none. Adding a kind is one module with a ``@register_job_kind`` class, named by an
+entry point of the group ``privatize.job_kinds`` (or imported before the app is created, as
+a test's toy kind is). This module imports no web or database code: the job's driver (``services.jobrun``) imports it,
 and the kind modules, which may, are imported on the first lookup.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import re
 import shlex
 from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from privatize.registry import NAME as _NAME
+from privatize.registry import Registry
 
 PRIVATIZE = "privatize"
 TRAIN = "train"
@@ -48,9 +50,6 @@ MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 EVALUATION = "evaluation.json"
 JOBRUN = "python -m services.jobrun"
-BUILTIN = ("services.specs", "services.trainings", "services.evaluations")
-"""The modules of the service's own kinds (privatize, train, evaluate)."""
-_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
 
 class KindOut(BaseModel):
@@ -180,39 +179,25 @@ class JobKind:
         return f"<job kind {self.name!r} ({self.module})>"
 
 
-_KINDS: dict[str, JobKind] = {}
-_loaded = False
+KINDS: Registry[JobKind] = Registry("job kind", group="privatize.job_kinds")
+"""Every kind of service job. The service's own (privatize, train, evaluate) are entry points
+of this package's metadata (``pyproject.toml``), as a plugin's are of its own; a kind
+registered before the app is created (a test's toy kind) is one too."""
 
 
 def register_job_kind(cls: type[JobKind]) -> type[JobKind]:
     """Class decorator: register one instance of the kind under its ``name``."""
     name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"job kind name {name!r}: lowercase letters, digits, '-' or '_' (at most 32)")
-    if name in _KINDS and type(_KINDS[name]).__qualname__ != cls.__qualname__:
-        raise ValueError(f"job kind {name!r} is registered already")
     if cls.resource is not None and not _NAME.fullmatch(cls.resource):
         raise ValueError(f"job kind {name!r}: resource {cls.resource!r} is not a path segment")
-    _KINDS[name] = cls()
+    KINDS.add(name, cls(), cls)
     return cls
 
 
-def _load_builtin() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for m in BUILTIN:
-            importlib.import_module(m)
-
-
 def job_kind(name: str) -> JobKind:
-    _load_builtin()
-    try:
-        return _KINDS[name]
-    except KeyError:
-        raise LookupError(f"unknown job kind {name!r} (known: {', '.join(sorted(_KINDS))})") from None
+    """The kind ``name`` (:class:`privatize.registry.UnknownName`, a LookupError, for none)."""
+    return KINDS.get(name)
 
 
 def job_kinds() -> list[str]:
-    _load_builtin()
-    return sorted(_KINDS)
+    return KINDS.names()

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar
 
-_REGISTRY: dict[str, "TrainKind"] = {}
+from privatize.registry import Registry
+
+KINDS: "Registry[TrainKind]" = Registry("training kind", group="privatize.train_kinds")
+"""Every training kind: the built-ins below, and a plugin's from the module its entry point
+names (or any module imported before its config is parsed)."""
 
 
 class TrainKind:
@@ -52,21 +56,17 @@ class TrainKind:
 
 def register_train_kind(cls: type[TrainKind]) -> type[TrainKind]:
     """Class decorator: make a training kind available by its ``name``."""
-    if cls.name in _REGISTRY and type(_REGISTRY[cls.name]) is not cls:
-        raise ValueError(f"training kind {cls.name!r} is already registered")
-    _REGISTRY[cls.name] = cls()
+    KINDS.add(cls.name, cls(), cls)
     return cls
 
 
 def train_kinds() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
+    return tuple(KINDS.names())
 
 
 def train_kind(name: str) -> TrainKind:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown kind {name!r}; choose from {', '.join(_REGISTRY)}") from None
+    """The kind ``name`` (:class:`privatize.registry.UnknownName`, a ValueError, for none)."""
+    return KINDS.get(name)
 
 
 # ---- the built-in kinds ----------------------------------------------------------------------

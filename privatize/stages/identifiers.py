@@ -20,7 +20,7 @@ terms, not rows.
 * ``keys``: a batch's (term, individual) pairs, each once, at most ``k`` individuals per
   term (a term ``k`` individuals use in one batch is common whatever the rest say):
   16-byte term digests (two polynomial hashes of each word's normalised code points,
-  combined word by word, in the compiled kernels of :mod:`privatize.stages.termscan`), a
+  combined word by word, in the compiled kernels of :mod:`privatize.text.termscan`), a
   64-bit digest of ``individual_id`` and the term's length. No row identity travels: the
   keyed rows are a fraction of the occurrences;
 * ``decide``: per hash partition, the distinct individuals per term (exact: the keys are
@@ -143,7 +143,7 @@ class IdentifiersSettings(StageSettings):
 
 class _Terms:
     """The words and terms of a batch of texts (None: no text), scanned at once by the
-    compiled kernels of :mod:`privatize.stages.termscan`.
+    compiled kernels of :mod:`privatize.text.termscan`.
 
     The batch is one array of code points (texts joined by line breaks). A word is a
     maximal run of word characters and of apostrophes and hyphens between two word
@@ -184,7 +184,7 @@ class _Terms:
                 cps[s:e] = 10
         self._cps, self._normal = cps, _normal_table(st.case, st.digits)
         self._norm: str | None = None
-        from privatize.stages import termscan  # numba: imported where the stage runs, not where it registers
+        from privatize.text import termscan  # numba: imported where the stage runs, not where it registers
 
         starts, ends, a1, a2, self.seg = termscan.scan_words(cps, _classes(), self._normal, WORD_CHAR, INNER, _END)
         long = np.flatnonzero(ends - starts > _LONG)
@@ -306,7 +306,7 @@ class Identifiers(GlobalStage):
         idx = pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False)
         who64 = per[idx] if len(per) else np.zeros(batch.num_rows, np.uint64)
         w = who64[terms.orow]
-        from privatize.stages import termscan
+        from privatize.text import termscan
 
         keep = termscan.capped_pairs(terms.oa, terms.ob, w, self.settings.k)
         return pa.table({"key": _key_array(terms.oa[keep], terms.ob[keep]), WHO: pa.array(w[keep], pa.uint64()),
@@ -325,7 +325,7 @@ class Identifiers(GlobalStage):
         w = partition[WHO].to_numpy()
         n = partition["n"].to_numpy()
         # per distinct term, its distinct individuals (counted to k)
-        from privatize.stages import termscan
+        from privatize.text import termscan
 
         starts, users = termscan.distinct_users(a, b, w, st.k)
         common = users >= st.k
@@ -446,16 +446,16 @@ def _lanes(keys) -> tuple[np.ndarray, np.ndarray]:
 
 class _TermSet:
     """A set of 16-byte term digests, for looking up many at once (a hash table keyed on
-    both lanes, in :mod:`privatize.stages.termscan`)."""
+    both lanes, in :mod:`privatize.text.termscan`)."""
 
     def __init__(self, keys):
-        from privatize.stages import termscan
+        from privatize.text import termscan
 
         a, b = _lanes(keys) if keys is not None and len(keys) else (np.zeros(0, np.uint64), np.zeros(0, np.uint64))
         self._table = termscan.set_build(a, b)
 
     def contains(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        from privatize.stages import termscan
+        from privatize.text import termscan
 
         return termscan.set_contains(*self._table, a, b)
 

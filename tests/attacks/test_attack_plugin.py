@@ -41,10 +41,11 @@ class TopWord(Attack):
 
 
 @pytest.fixture
-def registered(monkeypatch):
-    registry.attack_names()  # the papers' attacks, loaded
-    monkeypatch.setattr(registry, "_ATTACKS", dict(registry._ATTACKS))
+def registered():
+    restore = registry.ATTACKS.snapshot()  # the papers' attacks, loaded; TopWord gone afterwards
     register_attack(TopWord)
+    yield
+    restore()
 
 
 @pytest.fixture(scope="module")

@@ -255,7 +255,7 @@ def test_the_counting_kernels_against_python_sets(k):
 
     import numpy as np
 
-    from privatize.stages.termscan import BUCKET_ROWS, INLINE, capped_pairs, distinct_users
+    from privatize.text.termscan import BUCKET_ROWS, INLINE, capped_pairs, distinct_users
 
     rng = np.random.default_rng(k)
     m, n_terms = 12 * BUCKET_ROWS, 6000
@@ -326,7 +326,7 @@ def test_a_large_block_is_scanned_in_slices(monkeypatch):
 def test_compile_kernels_warms_every_kernel_for_every_width():
     """What the image runs at build time: afterwards every kernel has a compiled
     signature for each code-point width it meets (one byte, two, four)."""
-    from privatize.stages import termscan
+    from privatize.text import termscan
     from privatize.stages.identifiers import compile_kernels
 
     compile_kernels()

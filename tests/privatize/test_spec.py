@@ -79,7 +79,9 @@ def test_a_new_stage_declares_its_order_rules_in_its_own_module(monkeypatch):
         order_rules = (Once("probe appears twice"),
                        AfterOneOf("split", "probe needs a split stage before it", when={"strict": True}))
 
-    monkeypatch.setattr(stage_mod, "_REGISTRY", dict(stage_mod._REGISTRY))  # the registration is undone after
+    stage_mod.STAGES.load()
+    for attr in ("_entries", "_owners"):  # the registration is undone after
+        monkeypatch.setattr(stage_mod.STAGES, attr, dict(getattr(stage_mod.STAGES, attr)))
     stage_mod.register_stage("probe", ProbeSettings, force=True)(type("Probe", (stage_mod.Stage,), {}))
     check_stage_order([SplitSettings(), ProbeSettings()])
     check_stage_order([ProbeSettings(strict=False)])

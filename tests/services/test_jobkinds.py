@@ -46,10 +46,11 @@ class FakeCluster:
 
 
 @pytest.fixture
-def registry(monkeypatch):
-    """A private copy of the registry: kinds a test registers are gone afterwards."""
-    jobkinds.job_kinds()  # the service's own kinds, loaded
-    monkeypatch.setattr(jobkinds, "_KINDS", dict(jobkinds._KINDS))
+def registry():
+    """Kinds a test registers are gone afterwards."""
+    restore = jobkinds.KINDS.snapshot()
+    yield
+    restore()
 
 
 @pytest.fixture

@@ -138,8 +138,7 @@ def server(tmp_path_factory):
     from services.tenants import create_tenant
     from tests.services.conftest import free_port
 
-    jobkinds.job_kinds()
-    saved = dict(jobkinds._KINDS)
+    restore = jobkinds.KINDS.snapshot()
     register_job_kind(WordCount)
     tmp = tmp_path_factory.mktemp("kinds")
     settings = Settings(env="development", data_dir=tmp / "data", ray_address="http://127.0.0.1:9",
@@ -164,8 +163,7 @@ def server(tmp_path_factory):
     finally:
         srv.should_exit = True
         thread.join(30)
-        jobkinds._KINDS.clear()
-        jobkinds._KINDS.update(saved)
+        restore()
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from privatize.redaction.styles import chat, clinical, legal  # noqa: F401 - they register themselves
-from privatize.redaction.styles.base import (_REGISTRY, _WORDS, AUTO, GENERAL, SAMPLE_CHARS, DocumentStyle,
+from privatize.redaction.styles.base import (_WORDS, AUTO, GENERAL, SAMPLE_CHARS, STYLES, DocumentStyle,
                                             register_style, trim_article)
 
 __all__ = ["AUTO", "GENERAL", "DocumentStyle", "detect_style", "get_style", "register_style", "style_names",
@@ -34,8 +33,9 @@ __all__ = ["AUTO", "GENERAL", "DocumentStyle", "detect_style", "get_style", "reg
 
 @functools.lru_cache(maxsize=1)
 def styles() -> dict[str, DocumentStyle]:
-    """Every registered style by name (``general`` included)."""
-    return dict(_REGISTRY)
+    """Every registered style by name (``general`` included; the modules of this package
+    register themselves, imported on the first call)."""
+    return dict(STYLES.items())
 
 
 def style_names() -> tuple[str, ...]:
@@ -44,10 +44,8 @@ def style_names() -> tuple[str, ...]:
 
 
 def get_style(name: str) -> DocumentStyle:
-    try:
-        return styles()[name]
-    except KeyError:
-        raise ValueError(f"unknown style {name!r}; choose from {', '.join(style_names())}") from None
+    """The style ``name`` (:class:`privatize.registry.UnknownName`, a ValueError, for none)."""
+    return STYLES.get(name)
 
 
 def detect_style(text: str) -> str:

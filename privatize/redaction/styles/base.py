@@ -7,6 +7,7 @@ from __future__ import annotations
 import regex as re
 
 from privatize.redaction.spans import Span
+from privatize.registry import Registry
 
 AUTO = "auto"
 GENERAL = "general"
@@ -48,7 +49,11 @@ class DocumentStyle:
         return None
 
 
-_REGISTRY: dict[str, DocumentStyle] = {GENERAL: DocumentStyle()}
+STYLES: Registry[DocumentStyle] = Registry("style", packages=("privatize.redaction.styles",),
+                                           group="privatize.styles", reserved=(AUTO,))
+"""Every style by name: ``general`` (the detector with no rule added or removed) and one
+module of this package per other style (a plugin: its entry point's module)."""
+STYLES.add(GENERAL, DocumentStyle(), DocumentStyle)
 
 
 _ARTICLE = re.compile(r"(?i)(?:the|a|an)[ \t]+")
@@ -67,9 +72,7 @@ def trim_article(text: str, span: Span) -> Span:
 
 def register_style(cls: type[DocumentStyle]) -> type[DocumentStyle]:
     """Class decorator: make a style available by its ``name``."""
-    if cls.name in _REGISTRY or cls.name == AUTO:
-        raise ValueError(f"style {cls.name!r} is already registered")
-    _REGISTRY[cls.name] = cls()
+    STYLES.add(cls.name, cls(), cls)
     return cls
 
 
