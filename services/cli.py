@@ -20,6 +20,10 @@ entry point (``services = "services.cli:register"``):
   ``{"corpus_id": ...}``/``{"job_id": ...}`` and ``keystore:<id>`` where that takes
   locations): the same exit codes; the summary line carries the per-model summary, and
   ``--download DIR`` saves ``report.html`` and ``evaluation.json`` into ``DIR``;
+* ``privatize models list|upload NAME PATH|delete NAME``: the base models the tenant
+  may fine-tune (``model.checkpoint: base:NAME``), the service's catalog and its own uploads
+  (a Hugging Face folder, packed and streamed, or a ``.tar.gz`` of one); one JSON object a
+  line;
 * ``privatize admin ...`` (see ``services.admin``).
 
 ``python -m services.cli ...`` runs the same commands without the entry point.
@@ -300,6 +304,29 @@ def _submit_evaluation(args: argparse.Namespace) -> int:
     return 0 if ev["status"] == "succeeded" else 1
 
 
+def _models(args: argparse.Namespace) -> int:
+    """``privatize models list|upload|delete``: the base models a tenant may fine-tune. One
+    JSON object a line (list: one per model; upload and delete: what was done)."""
+    from services.client import ApiError
+
+    with _client(args) as c:
+        try:
+            if args.models_command == "list":
+                for m in c.models():
+                    print(json.dumps(m))
+            elif args.models_command == "upload":
+                m = c.upload_model(args.path, args.name)
+                if not args.quiet:
+                    print(f"privatize: uploaded {args.path} as {m['ref']}", file=sys.stderr)
+                print(json.dumps(m))
+            else:
+                c.delete_model(args.name)
+                print(json.dumps({"name": args.name, "deleted": True}))
+        except ApiError as exc:
+            return _refused(exc, "model")
+    return 0
+
+
 def register(sub) -> None:
     s = sub.add_parser("serve", help="run the control-plane API (uvicorn)")
     s.add_argument("--host", default=None, help="default PRIVATIZE_HOST or 127.0.0.1")
@@ -354,6 +381,22 @@ def register(sub) -> None:
     e.add_argument("--download", metavar="DIR", help="with --wait: save report.html and evaluation.json in DIR")
     e.add_argument("-q", "--quiet", action="store_true")
     e.set_defaults(func=_submit_evaluation)
+
+    m = sub.add_parser("models", help="the base models you may fine-tune on the service (model.checkpoint: "
+                                      "base:NAME): list, upload one of yours, delete it")
+    msub = m.add_subparsers(dest="models_command", required=True)
+    ml = msub.add_parser("list", help="the service's catalog and your uploads, one JSON object a line")
+    mu = msub.add_parser("upload", help="upload a Hugging Face causal-LM folder (config.json, *.safetensors, "
+                                        "tokenizer) or a .tar.gz of one, visible to you alone")
+    mu.add_argument("name", help="what trainings name it by: model.checkpoint: base:NAME")
+    mu.add_argument("path", help="the model folder, or a .tar.gz of it")
+    mu.add_argument("-q", "--quiet", action="store_true")
+    md = msub.add_parser("delete", help="delete one of your uploads (not while a training reads it)")
+    md.add_argument("name")
+    for p in (ml, mu, md):
+        p.add_argument("--url", help="service URL (default PRIVATIZE_URL)")
+        p.add_argument("--token", help="API token (default PRIVATIZE_TOKEN; prefer the variable)")
+        p.set_defaults(func=_models)
 
     from services.admin import register_admin
 

@@ -36,6 +36,16 @@ def _file_chunks(path: Path, chunk: int = UPLOAD_CHUNK) -> Iterator[bytes]:
             yield b
 
 
+def pack_model(folder: Path, archive: Path) -> Path:
+    """``folder``'s files as a ``.tar.gz`` at ``archive``, under one top folder ``model/``
+    (links stay links: the service refuses them, naming the file)."""
+    import tarfile
+
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(folder, arcname="model", recursive=True)
+    return archive
+
+
 class ServiceClient:
     def __init__(self, url: str, token: str, *, timeout: float = 600.0):
         if not url:
@@ -97,6 +107,41 @@ class ServiceClient:
 
     def delete_corpus(self, corpus_id: str) -> None:
         self.request("DELETE", f"/v1/corpora/{corpus_id}")
+
+    # ---- base models --------------------------------------------------------------------
+    def models(self) -> list[dict]:
+        """The base models you may fine-tune (``GET /v1/models``): the service's catalog and
+        your uploads, each with the ``ref`` a training config names it by
+        (``model.checkpoint: base:NAME``)."""
+        return self.request("GET", "/v1/models").json()
+
+    def upload_model(self, path: str | os.PathLike, name: str) -> dict:
+        """Upload a model as ``name`` (``POST /v1/models``): a Hugging Face causal-LM folder
+        (``config.json``, ``*.safetensors``, its tokenizer), packed here into a ``.tar.gz``
+        in a temporary file, or such a ``.tar.gz`` itself; streamed. The service checks it
+        (no pickle files, no links) and counts it in your storage."""
+        p = Path(path)
+        if not p.exists():
+            raise PrivatizeError(f"{p}: no such file or folder")
+        if not p.is_dir():
+            return self._upload_archive(p, name)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="privatize-model-") as tmp:
+            archive = Path(tmp) / "model.tar.gz"
+            pack_model(p, archive)
+            return self._upload_archive(archive, name)
+
+    def _upload_archive(self, archive: Path, name: str) -> dict:
+        headers = {"Content-Type": "application/gzip", "Content-Length": str(archive.stat().st_size)}
+        return self.request("POST", "/v1/models", params={"name": name}, headers=headers,
+                            content=_file_chunks(archive)).json()
+
+    def delete_model(self, name: str) -> None:
+        """Delete one of your uploads (``DELETE /v1/models/{name}``; 409 while a training reads it)."""
+        from urllib.parse import quote
+
+        self.request("DELETE", f"/v1/models/{quote(name, safe='')}")
 
     # ---- keys -------------------------------------------------------------------------
     def create_key(self, kind: str, **kw) -> dict:

@@ -117,11 +117,13 @@ class JobKind:
     """Ids of other jobs whose output a job also reads, named in its stored spec (a
     continued training's base training): not deleted while it is active."""
     options: Callable[[dict], list[tuple[str, str]]] | None = None
-    """Extra entrypoint options from the stored spec: (flag, location relative to the
-    tenant's folder), turned into the storage's locations by the service."""
+    """Extra entrypoint options from the stored spec: (flag, location), a location relative
+    to the tenant's folder (a ``str``) or to the storage root (a :class:`RootPath`: the
+    operator's model catalog), turned into the storage's locations by the service."""
     models: Callable[[dict], dict[str, str]] | None = None
-    """Models the stored spec names by reference: ``{reference: location relative to the
-    tenant's folder}``, handed to every worker (``privatize.refs.MODELS_ENV``)."""
+    """Models the stored spec names by reference: ``{reference: location}``, relative to the
+    tenant's folder (or a :class:`RootPath`), handed to every worker
+    (``privatize.refs.MODELS_ENV``)."""
 
     def validate(self, data) -> Any:
         raise NotImplementedError
@@ -177,6 +179,18 @@ class JobKind:
 
     def __repr__(self) -> str:
         return f"<job kind {self.name!r} ({self.module})>"
+
+
+class RootPath(str):
+    """A location a kind's :attr:`JobKind.options` or :attr:`JobKind.models` gives relative to
+    the storage root, not to the tenant's folder (which a plain ``str`` is): what the
+    service itself keeps there for every tenant, such as the model catalog's
+    ``models/<id>``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"RootPath({str(self)!r})"
 
 
 KINDS: Registry[JobKind] = Registry("job kind", group="privatize.job_kinds")

@@ -32,7 +32,7 @@ from services.context import ServiceContext
 from services.db import session_scope
 from services.errors import ClusterUnavailable, Conflict, LimitExceeded, NotFound, StorageLimitExceeded
 from privatize.jobio import redact_paths
-from services.jobkinds import PRIVATIZE, job_kind
+from services.jobkinds import PRIVATIZE, RootPath, job_kind
 from services.keystore import bundle_json
 from services.keys import sealed_of
 from services.models import ACTIVE_JOB_STATES, TERMINAL_JOB_STATES, Corpus, Job, Key, Tenant, new_id, utcnow
@@ -100,11 +100,14 @@ def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str | None, spec_
         if jk.inputs is None and (corpus is None or corpus.tenant_id != tenant_id):
             raise NotFound(f"no corpus {corpus_id!r}")
         spec, key_ids = jk.prepare(s, tenant_id, corpus, spec)
-        active = s.scalar(select(func.count()).select_from(Job).where(
-            Job.tenant_id == tenant_id, Job.status.in_(ACTIVE_JOB_STATES)))
-        if active >= tenant.max_concurrent_jobs:
-            raise LimitExceeded(f"tenant has {active} active job(s), its limit is {tenant.max_concurrent_jobs}; "
+        held, queued = slots_held(s, tenant_id)
+        if held >= tenant.max_concurrent_jobs:
+            raise LimitExceeded(f"tenant has {held} running job(s), its limit is {tenant.max_concurrent_jobs}; "
                                 "wait for one to finish or cancel one", retry_after=30)
+        if queued >= ctx.settings.max_queued_jobs:
+            raise LimitExceeded(f"tenant has {queued} queued job(s) waiting for the Ray cluster or a free slot, "
+                                f"at most {ctx.settings.max_queued_jobs} may wait; wait for them to start or "
+                                "cancel one", retry_after=30)
         used = storage_used(s, tenant_id) + ctx.reserved.get(tenant_id, 0)
         if used >= tenant.storage_limit_bytes:
             raise StorageLimitExceeded(f"storage limit reached ({used} of {tenant.storage_limit_bytes} bytes "
@@ -127,6 +130,35 @@ def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str | None, spec_
     submit(ctx, job.id)
     with session_scope(ctx.sessions) as s:
         return s.get(Job, job.id)
+
+
+RUNNING_JOB_STATES = ("pending", "running")
+"""The states of a job given to Ray: each holds one of its tenant's ``max_concurrent_jobs``
+slots. A ``queued`` job (not yet given to Ray: the cluster cannot be reached, or the
+tenant's slots are taken) holds none; ``max_queued_jobs`` bounds how many wait."""
+
+
+def slots_held(s: Session, tenant_id: str) -> tuple[int, int]:
+    """The tenant's jobs given to Ray (each holding a slot) and its queued ones."""
+    counts = dict(s.execute(select(Job.status, func.count()).where(
+        Job.tenant_id == tenant_id, Job.status.in_(ACTIVE_JOB_STATES)).group_by(Job.status)).all())
+    return sum(counts.get(k, 0) for k in RUNNING_JOB_STATES), counts.get("queued", 0)
+
+
+def _no_slot(s: Session, job: Job) -> str | None:
+    """Why the queued ``job`` may not be given to Ray yet, or None: its tenant's slots are
+    taken by its jobs given to Ray and its queued jobs admitted before it (first come,
+    first served: a job admitted later never takes a slot an earlier one waits for)."""
+    tenant = s.get(Tenant, job.tenant_id)
+    held = s.scalar(select(func.count()).select_from(Job).where(
+        Job.tenant_id == job.tenant_id, Job.status.in_(RUNNING_JOB_STATES)))
+    ahead = s.scalar(select(func.count()).select_from(Job).where(
+        Job.tenant_id == job.tenant_id, Job.status == "queued", Job.id != job.id,
+        (Job.created_at < job.created_at) | ((Job.created_at == job.created_at) & (Job.id < job.id))))
+    if tenant is None or held + ahead < tenant.max_concurrent_jobs:
+        return None
+    return (f"waiting for a free slot: {held} job(s) running, {ahead} queued before it, "
+            f"the limit is {tenant.max_concurrent_jobs}")
 
 
 def input_job(ctx: ServiceContext, s: Session, tenant_id: str, job_id: str, kind: str) -> Job:
@@ -166,9 +198,15 @@ def entrypoint_for(ctx: ServiceContext, job: Job, corpus: Corpus | None) -> str:
     for a kind this service does not know)."""
     st, jk = ctx.storage, job_kind(job.kind)
     extra = [a for flag, rel in (jk.options(job.spec) if jk.options else [])
-             for a in (flag, st.location(f"{tenant_prefix(job.tenant_id)}/{rel}"))]
+             for a in (flag, st.location(storage_rel(job.tenant_id, rel)))]
     return jk.entrypoint(st.location(spec_rel(job)), st.location(input_rel(job, corpus)),
                          st.location(job.output_path), tuple(extra))
+
+
+def storage_rel(tenant_id: str, rel: str) -> str:
+    """A kind's location relative to the storage root: a :class:`services.jobkinds.RootPath`
+    as it is, any other relative to the tenant's folder."""
+    return str(rel) if isinstance(rel, RootPath) else f"{tenant_prefix(tenant_id)}/{rel}"
 
 
 def runtime_env_for(ctx: ServiceContext, job: Job) -> dict:
@@ -182,7 +220,7 @@ def runtime_env_for(ctx: ServiceContext, job: Job) -> dict:
     if models:  # the models the spec names by reference, where every worker finds them
         from privatize.refs import MODELS_ENV
 
-        env[MODELS_ENV] = json.dumps({ref: ctx.storage.location(f"{tenant_prefix(job.tenant_id)}/{rel}")
+        env[MODELS_ENV] = json.dumps({ref: ctx.storage.location(storage_rel(job.tenant_id, rel))
                                       for ref, rel in sorted(models.items())})
     return {"env_vars": env, "worker_process_setup_hook": SETUP_HOOK}
 
@@ -220,6 +258,9 @@ def _submit(ctx: ServiceContext, job_id: str) -> None:
             if src is None or src.status != "succeeded":
                 _finish(ctx, job, "failed", f"job {job.input_job_id} (its input) was deleted before the job started")
                 return
+        if (why := _no_slot(s, job)) is not None:
+            job.message = why
+            return
         try:
             entrypoint = entrypoint_for(ctx, job, corpus)
         except LookupError as exc:
@@ -364,7 +405,17 @@ def fail_lost(ctx: ServiceContext, message: str = LOST) -> list[str]:
     ``message``: called when the embedded head's process is gone, which takes every job
     it ran with it, so none of them holds its tenant's slot while nothing runs. Queued jobs
     stay queued (they were never submitted) and are submitted once a head is back.
-    Returns the ids it failed."""
+    Returns the ids it failed.
+
+    First the head's orphans go (:func:`services.raycluster.reap_lost_head`): the job drivers
+    it started survive it (adopted by init, each holding its memory); every process on this
+    host that names the dead head's address as its cluster is terminated (SIGTERM, SIGKILL
+    after a grace period), so none writes into a job's folder after it is marked failed.
+    Only for the embedded head, never an external cluster's."""
+    from services.raycluster import reap_lost_head
+
+    if not ctx.settings.ray_address:
+        reap_lost_head(ctx.settings)
     with session_scope(ctx.sessions) as s:
         ids = list(s.scalars(select(Job.id).where(Job.status.in_(("pending", "running")))
                              .order_by(Job.created_at)))

@@ -47,6 +47,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -389,6 +390,79 @@ def _terminate(pid: int, timeout: float = 45.0) -> None:
         log.warning("Ray head %d ignored SIGTERM; killing its process group", pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)  # its own session: the group is the head's alone
+
+
+DRIVER_GRACE_S = 10.0
+"""How long a lost head's job driver has to exit after SIGTERM before it is SIGKILLed."""
+
+
+def processes_with_env(name: str, value: str) -> list[int]:
+    """Pids of the processes on this host whose environment has ``name=value`` (read from
+    ``/proc/<pid>/environ``: only this user's processes are readable, others are skipped;
+    never this process). Empty where there is no ``/proc``."""
+    want, me = f"{name}={value}".encode(), os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    return sorted(int(d) for d in entries if d.isdigit() and int(d) != me and _has_env(int(d), want))
+
+
+def _has_env(pid: int, want: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return want in fh.read().split(b"\0")
+    except OSError:  # gone, or not ours
+        return False
+
+
+def terminate_processes(pids: list[int], grace_s: float = DRIVER_GRACE_S, *,
+                        still: Callable[[int], bool] = lambda pid: True) -> list[int]:
+    """SIGTERM each of ``pids``; those still alive after ``grace_s`` (and for which
+    ``still(pid)`` holds: the pid was not reused meanwhile) are SIGKILLed. Returns the
+    pids that were signalled."""
+    sent = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+            sent.append(pid)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(p) for p in sent):
+        time.sleep(0.1)
+    for pid in sent:
+        if _alive(pid) and still(pid):
+            log.warning("process %d ignored SIGTERM for %.0f s: killing it", pid, grace_s)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    return sent
+
+
+def reap_lost_head(settings: Settings, grace_s: float = DRIVER_GRACE_S) -> list[int]:
+    """Terminate what the embedded head that is gone left running on this host: its jobs'
+    drivers (``python -m services.jobrun ...``, started by Ray's job supervisor in their
+    own session, so the head's process group took them not with it; init adopts them and
+    each holds its memory) and anything else whose environment names that head's GCS
+    address as its cluster (``services.jobrun.CLUSTER_ENV``, set in every job's
+    ``runtime_env``). SIGTERM, then SIGKILL after ``grace_s``. Nothing when the service
+    uses an external cluster (``PRIVATIZE_RAY_ADDRESS``: its processes are not this
+    host's to end), no head is recorded, or the recorded head still runs. Returns the pids
+    it signalled."""
+    from services.jobrun import CLUSTER_ENV
+
+    if settings.ray_address:
+        return []
+    st = read_state(settings.data_path)
+    if st is None or _is_our_head(st):
+        return []
+    address = f"127.0.0.1:{st.gcs_port}"
+    pids = processes_with_env(CLUSTER_ENV, address)
+    if not pids:
+        return []
+    want = f"{CLUSTER_ENV}={address}".encode()
+    sent = terminate_processes(pids, grace_s, still=lambda pid: _has_env(pid, want))
+    log.warning("the embedded Ray head (pid %d) is gone: terminated %d process(es) of its jobs (%s)", st.pid,
+                len(sent), ", ".join(map(str, sent)))
+    return sent
 
 
 def stop_head(settings: Settings) -> bool:

@@ -84,6 +84,10 @@ class Settings(BaseSettings):
 
     default_storage_limit_bytes: int = Field(10 * GiB, ge=0)
     default_max_concurrent_jobs: int = Field(2, ge=0)
+    max_queued_jobs: int = Field(8, ge=0)
+    """Jobs a tenant may have waiting (``queued``: admitted, not yet given to Ray, while the
+    cluster cannot be reached or the tenant's slots are taken), beyond the
+    ``max_concurrent_jobs`` Ray runs for it; a waiting job holds no slot."""
     max_upload_bytes: int = Field(100 * GiB, ge=1)
     upload_chunk_bytes: int = Field(4 << 20, ge=1 << 16)
     max_decrypt_bytes: int = Field(16 << 20, ge=1)

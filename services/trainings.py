@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import tarfile
 import time
 import zlib
@@ -40,7 +39,7 @@ from sqlalchemy.orm import Session
 from privatize.refs import MODEL_REF
 from services.catalog import BASE_REF, base_name
 from services.errors import Conflict, NotFound, config_error, config_invalid
-from services.jobkinds import PRIVATIZE, SUMMARY, TRAIN, JobKind, KindOut, job_kind, register_job_kind
+from services.jobkinds import PRIVATIZE, SUMMARY, TRAIN, JobKind, KindOut, RootPath, job_kind, register_job_kind
 from services.jobs import succeeded_job
 from services.models import Job
 
@@ -54,13 +53,6 @@ TRAINING_REF = MODEL_REF
 tenant's succeeded trainings (``kind: continue``, or an ``mlm`` fine-tune); the job gets
 its location as ``train.job --checkpoint``. ``base:<name>`` (:data:`services.catalog.BASE_REF`)
 names a model of the catalog or one of the tenant's uploads."""
-
-CATALOG_MARK = "@catalog"
-"""An option location under the storage root rather than the tenant's folder (the
-catalog's ``models/<id>``): ``services.jobs.entrypoint_for`` makes every option location
-tenant-relative, so :meth:`TrainKind.options` marks this one and :meth:`TrainKind.entrypoint`
-takes the tenant's folder back out of it."""
-
 
 @dataclass(frozen=True)
 class TrainSpec:
@@ -373,14 +365,9 @@ class TrainKind(JobKind):
         ref = spec.get("base_model") if base_name(spec) else None
         if not isinstance(ref, dict):
             return []
-        if ref.get("owner") == "catalog":
-            return [("--checkpoint", f"{CATALOG_MARK}/models/{ref['id']}")]
+        if ref.get("owner") == "catalog":  # the operator's catalog: under the storage root
+            return [("--checkpoint", RootPath(f"models/{ref['id']}"))]
         return [("--checkpoint", f"models/{ref['id']}")]
-
-    def entrypoint(self, spec: str, input: str, output: str, extra: tuple[str, ...] = ()) -> str:
-        # a catalogued model's option came as <root>/tenants/<tenant>/@catalog/models/<id>
-        extra = tuple(re.sub(rf"/tenants/[^/]+/{CATALOG_MARK}/", "/", a, count=1) for a in extra)
-        return super().entrypoint(spec, input, output, extra)
 
     def out(self, ctx, job, live: bool = True) -> TrainingOut:
         progress = progress_of(ctx, job) if live or job.status == "succeeded" else None

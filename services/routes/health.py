@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from services import audit as audit_mod
 from services.context import ServiceContext
 from services.db import session_scope
+from services.jobs import slots_held
 from services.metrics import CONTENT_TYPE
 from services.models import ACTIVE_JOB_STATES, Job
 from services.tenants import storage_used
@@ -89,9 +90,11 @@ def tenant_info(tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext
         t = s.get(Tenant, tenant.id)
         active = s.scalar(select(func.count()).select_from(Job).where(Job.tenant_id == t.id,
                                                                       Job.status.in_(ACTIVE_JOB_STATES)))
+        running, queued = slots_held(s, t.id)
         return {"id": t.id, "name": t.name, "storage_used_bytes": storage_used(s, t.id),
                 "storage_limit_bytes": t.storage_limit_bytes, "active_jobs": active,
-                "max_concurrent_jobs": t.max_concurrent_jobs}
+                "running_jobs": running, "queued_jobs": queued,
+                "max_concurrent_jobs": t.max_concurrent_jobs, "max_queued_jobs": ctx.settings.max_queued_jobs}
 
 
 

@@ -10,7 +10,8 @@ At chosen points of privatization jobs and trainings (tiny corpus, ``TINY`` trai
    the service's 30 s busy timeout (every write fails: the reconciler cannot record what
    Ray finished meanwhile), PostgreSQL the service's connections terminated, while a
    privatization job finishes on Ray.
-3. **Ray head** (its whole process group) SIGKILLed while a training runs.
+3. **Ray head** (its whole process group) SIGKILLed while a training runs: no process of
+   its jobs (the training's driver) outlives it.
 
 After each, :func:`check` asserts: every job id the service accepted (a 201) is in
 ``GET /v1/jobs`` exactly once, and no other; Ray ran each at most once (its submission
@@ -36,6 +37,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from services.jobrun import CLUSTER_ENV
+from services.raycluster import processes_with_env
 from tests.services.conftest import TINY, running_service
 
 pytestmark = [pytest.mark.server, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -245,10 +248,16 @@ class Faults:
         tid = self.training(source_job)
         self.running(tid)
         head = json.loads((self.svc.data / "ray-head.json").read_text())
+        cluster = f"127.0.0.1:{head['gcs_port']}"
+        drivers = processes_with_env(CLUSTER_ENV, cluster)
+        assert drivers, f"no process names {CLUSTER_ENV}={cluster} while the training runs"
         t0 = time.monotonic()
         os.killpg(head["pid"], signal.SIGKILL)
         lost = self.wait(tid, timeout=60)
         assert lost["status"] == "failed" and LOST in (lost["message"] or ""), lost
+        # no driver of the dead head's jobs is left (the service ends them before marking them)
+        left = processes_with_env(CLUSTER_ENV, cluster)
+        assert not left, f"process(es) {left} of the dead head's jobs still run (were {drivers})"
 
         def back():
             st = json.loads((self.svc.data / "ray-head.json").read_text())

@@ -250,6 +250,77 @@ def test_an_upload_is_its_tenants_alone_counted_and_not_deleted_while_read(ledge
         assert storage_used(s, tenant) == before
 
 
+def _client_of(test_client):
+    """A :class:`services.client.ServiceClient` whose HTTP goes to the app in process (the
+    TestClient, with the tenant's token); closing it leaves the TestClient open."""
+    from services.client import ServiceClient
+
+    c = ServiceClient("http://testserver", "unused")
+    c._http.close()
+    c._http = test_client
+    c.close = lambda: None
+    return c
+
+
+def test_the_client_and_privatize_models_list_upload_and_delete(ledger_api, hf_model, tmp_path, capsys,
+                                                                 monkeypatch):  # noqa: F811
+    """``ServiceClient.models/upload_model/delete_model`` and ``privatize models
+    list|upload|delete`` against the app in process: a folder is packed and uploaded, a
+    ``.tar.gz`` as it is; a refusal is exit 2 naming the file; a deleted name is gone."""
+    import services.cli as scli
+    from services.client import ApiError
+
+    c = _client_of(ledger_api["client"])
+    assert c.models() == []
+    up = c.upload_model(hf_model, "folder")  # a folder: packed here
+    assert (up["name"], up["ref"], up["owner"]) == ("folder", "base:folder", "tenant"), up
+    assert up["files"] == len(list(hf_model.iterdir()))
+    archive = tmp_path / "m.tar.gz"
+    archive.write_bytes(tar_gz(hf_model))
+    assert c.upload_model(archive, "archive")["bytes"] == up["bytes"]  # a .tar.gz: as it is
+    assert [m["name"] for m in c.models()] == ["archive", "folder"]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in hf_model.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    (bad / "pytorch_model.bin").write_bytes(b"pickle")
+    with pytest.raises(ApiError) as e:
+        c.upload_model(bad, "bad")
+    assert e.value.status == 422 and "pytorch_model.bin" in e.value.detail
+    c.delete_model("archive")
+    assert [m["name"] for m in c.models()] == ["folder"]
+    with pytest.raises(ApiError) as e:
+        c.delete_model("archive")
+    assert e.value.status == 404
+
+    # the same through the CLI (its client is this one)
+    monkeypatch.setattr(scli, "_client", lambda args: c)
+
+    err = []
+
+    def cli(*argv: str) -> tuple[int, list[dict]]:
+        capsys.readouterr()
+        try:
+            rc = scli.main(["models", *argv])
+        except SystemExit as exc:  # argparse
+            rc = exc.code
+        got = capsys.readouterr()
+        err[:] = [got.err]
+        return rc, [json.loads(line) for line in got.out.splitlines() if line.startswith("{")]
+
+    rc, out = cli("upload", "mine", str(hf_model), "-q")
+    assert rc == 0 and out[0]["ref"] == "base:mine", out
+    rc, out = cli("list")
+    assert rc == 0 and [m["name"] for m in out] == ["folder", "mine"], out
+    rc, _ = cli("upload", "bad", str(bad))
+    assert rc == 2 and "pytorch_model.bin" in err[0], err
+    rc, out = cli("delete", "mine")
+    assert rc == 0 and out == [{"name": "mine", "deleted": True}]
+    rc, out = cli("delete", "mine")
+    assert rc == 2
+    assert [m["name"] for m in c.models()] == ["folder"]
+
+
 def test_a_pickle_a_link_or_a_path_leaving_the_folder_is_refused_naming_the_file(
         ledger_api, hf_model, monkeypatch, capsys, tmp_path):  # noqa: F811
     c, ctx, tenant = ledger_api["client"], ledger_api["ctx"], ledger_api["tenant"]

@@ -2,7 +2,7 @@
 not the shared ``service`` fixture, whose head the other tests need) is killed while a
 job runs. ``/readyz`` turns 503 naming Ray, the job is marked failed (the cluster was
 lost) and frees its tenant's slot, the reconciler starts a new head by itself, and a new
-job then succeeds. Every wait has a deadline and says what it saw when it runs out."""
+job then succeeds. No process of the dead head's jobs (its driver) outlives it. Every wait has a deadline and says what it saw when it runs out."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import time
 import httpx
 import pytest
 
+from services.jobrun import CLUSTER_ENV
+from services.raycluster import processes_with_env
 from tests.services.conftest import running_service
 
 pytestmark = [pytest.mark.server, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -78,6 +80,9 @@ def test_a_killed_embedded_head_is_reported_failed_over_and_restarted(own_servic
     assert t.http.post("/v1/jobs", json={"corpus_id": corpus_id, "spec": SPEC}).status_code == 429
 
     head = json.loads((svc.data / "ray-head.json").read_text())
+    cluster = f"127.0.0.1:{head['gcs_port']}"
+    drivers = processes_with_env(CLUSTER_ENV, cluster)  # the job's driver (and its shell)
+    assert drivers, f"no process names {CLUSTER_ENV}={cluster} while the job runs"
     os.killpg(head["pid"], signal.SIGKILL)  # the head runs in its own session: all of it
     killed_at = time.monotonic()
 
@@ -93,6 +98,9 @@ def test_a_killed_embedded_head_is_reported_failed_over_and_restarted(own_servic
     lost, _ = _until("the running job marked failed", 30,
                      lambda: (j := t.http.get(f"/v1/jobs/{doomed}").json())["status"] != "running" and j)
     assert lost["status"] == "failed" and "Ray cluster was lost" in (lost["message"] or ""), lost
+    # its driver did not outlive the head (the service ended it before marking the job)
+    left = processes_with_env(CLUSTER_ENV, cluster)
+    assert not left, f"process(es) {left} of the dead head's jobs still run (were {drivers})"
 
     # a head is back, started by the service itself
     def back():
