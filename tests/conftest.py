@@ -55,6 +55,7 @@ SLOW_FIXTURES = {
     "tiny_filler": "a Ray Train run (the refill filler)",
     # the API service as a subprocess (uvicorn, its embedded Ray head; PostgreSQL + S3 back end)
     "service": "starts the service (uvicorn subprocess and its Ray head)",
+    "other_service": "starts the service on the other back end",
     # an external PostgreSQL (skips without PRIVATIZE_TEST_DATABASE_URL)
     "pg_engine": "needs a PostgreSQL server",
     # `transformers serve`, a real LLM server process

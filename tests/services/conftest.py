@@ -2,14 +2,21 @@
 as a subprocess (``python -m services.cli serve``), and the embedded Ray head it starts
 itself. ``Service.kill()`` / ``start()`` restart the service alone.
 
-The ``service`` fixture runs every test that uses it on two back ends, one service and
-one Ray head each, one after the other:
+Two back ends:
 
 * ``sqlite-local``: SQLite and local files in a temp directory;
 * ``postgres-s3``: the PostgreSQL named by ``PRIVATIZE_TEST_DATABASE_URL`` and the
   S3-protocol server at ``PRIVATIZE_TEST_S3_ENDPOINT`` (a fresh bucket per session).
-  ``.ci/run`` starts both on loopback; without them this back end skips on a user's
-  machine and fails under ``CI=true``.
+  ``.ci/run`` starts both on loopback.
+
+The ``service`` fixture runs the end-to-end tests on one of them (:func:`service_backend`:
+PostgreSQL + S3 where configured, as in CI, else SQLite + local files), one service and one
+Ray head for the session. The other back end keeps what differs between them: one
+upload-to-download flow on ``other_service`` (tests/services/test_backends.py, with the
+storage contract, the same calls on local files and S3), and the migrations on both
+databases (test_db). API semantics (tokens, 404s, 422 paths, limits) are tested in process on
+SQLite. Without PostgreSQL + S3, their tests skip on a user's machine and fail under
+``CI=true``.
 """
 
 from __future__ import annotations
@@ -43,6 +50,21 @@ def free_port() -> int:
 
 
 BACKENDS = ("sqlite-local", "postgres-s3")
+
+
+def pg_s3_configured() -> bool:
+    return bool(os.environ.get("PRIVATIZE_TEST_DATABASE_URL") and os.environ.get("PRIVATIZE_TEST_S3_ENDPOINT"))
+
+
+def service_backend() -> str:
+    """The back end the end-to-end tests run on: PostgreSQL + S3 where configured (CI),
+    else SQLite + local files."""
+    return "postgres-s3" if pg_s3_configured() else "sqlite-local"
+
+
+def need_pg_s3() -> None:
+    need(pg_s3_configured(), "PostgreSQL + S3 back end: set PRIVATIZE_TEST_DATABASE_URL and "
+                             "PRIVATIZE_TEST_S3_ENDPOINT (.ci/run starts both)")
 
 
 class Files:
@@ -246,13 +268,21 @@ def llm_double():
         yield llm
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
-def service(request, llm_double):
-    if request.param == "postgres-s3":
-        need(bool(os.environ.get("PRIVATIZE_TEST_DATABASE_URL") and os.environ.get("PRIVATIZE_TEST_S3_ENDPOINT")),
-             "PostgreSQL + S3 back end: set PRIVATIZE_TEST_DATABASE_URL and PRIVATIZE_TEST_S3_ENDPOINT "
-             "(.ci/run starts both)")
-    with running_service(request.param, llm_double.url, "pvs-") as svc:
+@pytest.fixture(scope="session")
+def service(llm_double):
+    """The real service of the end-to-end tests, on :func:`service_backend`."""
+    with running_service(service_backend(), llm_double.url, "pvs-") as svc:
+        yield svc
+
+
+@pytest.fixture(scope="session")
+def other_service(llm_double):
+    """A real service on the other back end (PostgreSQL + S3 on a user's machine: skipped
+    there without them; SQLite + local files in CI)."""
+    other = "sqlite-local" if service_backend() == "postgres-s3" else "postgres-s3"
+    if other == "postgres-s3":
+        need_pg_s3()
+    with running_service(other, llm_double.url, "pvo-") as svc:
         yield svc
 
 

@@ -181,13 +181,9 @@ def test_a_tenant_limit_of_3_5_admits_two_trainings_of_2_and_refuses_a_third_of_
     one corpus (the second fine-tunes the first's model) compose to less than 3.5 (PRV on
     the joint history), a third of epsilon 3 would take the ledger past it and answers 403
     naming the budget. ``privatize submit train`` prints both figures."""
-    import os
-
     import yaml
     from opacus.accountants import PRVAccountant
 
-    if service.backend == "sqlite-local" and os.environ.get("PRIVATIZE_TEST_DATABASE_URL"):
-        pytest.skip("runs once, on the PostgreSQL + S3 back end (the row lock and the S3 copy of the input)")
     t = service.new_tenant("budget", "--max-epsilon-per-corpus", "3.5")
     corpus = t.upload(corpus_file).json()
     r = t.http.post("/v1/jobs", json={"corpus_id": corpus["id"], "spec": {"version": 1, "stages": [{"kind": "dedup", "unit": "document"}],
