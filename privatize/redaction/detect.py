@@ -55,7 +55,7 @@ import regex as re
 from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.compiled import (CompiledRecognizer, default_pattern_recognizers, has_context, line_parts,
                                           split_caseless)
-from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD
+from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD, detector_file
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping
 from privatize.redaction.evidence import iter_candidates
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
@@ -176,20 +176,27 @@ class Detector:
     """Detects PII spans in batches of texts; build once per process (loads spaCy)."""
 
     def __init__(self, model: str = DEFAULT_MODEL, *, entities: Iterable[str] | None = None,
-                 score_threshold: float = DEFAULT_SCORE_THRESHOLD, propagate: str = "document",
+                 score_threshold: float | None = None, propagate: str = "document",
                  pi_c: PiCOptions | None = None, batch_size: int = 32, upper_case_names: bool = True,
                  profile: str = "balanced", style: str = AUTO):
         if propagate not in ("document", "none"):
             raise ValueError("propagate must be 'document' or 'none'")
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {', '.join(PROFILES)} (got {profile!r})")
+        # an adapted detector folder (privatize train-ner --annotated): its threshold is the
+        # default, and the entity types of the NER labels it added are always detected
+        folder = detector_file(model) or {}
+        self.adapted_labels = {str(k): str(v) for k, v in (folder.get("labels") or {}).items()}
+        custom = frozenset(self.adapted_labels.values())
+        if score_threshold is None:
+            score_threshold = folder.get("score_threshold", DEFAULT_SCORE_THRESHOLD)
         if not 0.0 <= float(score_threshold) <= 1.0:
             raise ValueError(f"score_threshold must be between 0 and 1 (got {score_threshold})")
-        unknown = set(entities or ()) - KNOWN_ENTITIES
+        unknown = set(entities or ()) - KNOWN_ENTITIES - custom
         if unknown:
             raise ValueError(f"unknown entity type(s) {sorted(unknown)}")
         self.model = model
-        self.entities = frozenset(entities if entities is not None else DEFAULT_ENTITIES)
+        self.entities = frozenset(entities if entities is not None else DEFAULT_ENTITIES) | custom
         self.score_threshold = float(score_threshold)
         self.propagate = propagate
         self.profile = profile
@@ -211,7 +218,8 @@ class Detector:
         self.nlp = load_spacy(model, ("ner",))
         mapping, ignored = ner_mapping(model)
         self.ner_map = {k: v for k, v in mapping.items()}
-        self.ner_ignored = frozenset(ignored) - {"ORGANIZATION"}
+        self.ner_map.update(self.adapted_labels)
+        self.ner_ignored = frozenset(ignored) - {"ORGANIZATION"} - custom
         self.recognizers = [CompiledRecognizer(r) for r in default_pattern_recognizers()]
         warm_word_lists()  # wordfreq and the census names load here, not inside the first batch
 
@@ -543,7 +551,10 @@ def detector_for(settings) -> Detector:
     pic = settings.pi_c
     if hasattr(pic, "model_dump"):
         pic = PiCOptions(**pic.model_dump())
-    key = (settings.model, tuple(settings.entities), float(settings.score_threshold), settings.propagate, pic,
+    # an unset threshold is the model's: an adapted detector folder's own, else the default
+    explicit = "score_threshold" in getattr(settings, "model_fields_set", {"score_threshold"})
+    threshold = float(settings.score_threshold) if explicit else None
+    key = (settings.model, tuple(settings.entities), threshold, settings.propagate, pic,
            int(getattr(settings, "batch_size", 32)), getattr(settings, "profile", "balanced"),
            getattr(settings, "style", AUTO))
     with _default_lock:

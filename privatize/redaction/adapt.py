@@ -1,0 +1,546 @@
+"""Adapt the detector to a tenant's domain: fine-tune the NER on an annotated sample,
+with rehearsal, and evaluate it on a slice of the sample it never trained on (issue 51,
+item 1). ``privatize train-ner --annotated FILE --output DIR``.
+
+**Input** (``--format``):
+
+* ``jsonl`` (default): one record per line, ``{"text": ..., "spans": [{"start", "end",
+  "type"}, ...]}`` (Python string offsets, end exclusive; other keys ignored, the layout
+  of the project's development data). Every record needs a ``spans`` list (``[]``: a text
+  with nothing to redact, which counts for precision).
+* ``tab``: the Text Anonymization Benchmark's JSON lines (``text``, ``entities`` with
+  ``start_offset``, ``end_offset``, ``entity_type``, ``identifier_type``): DIRECT and QUASI
+  mentions are the spans (typed by ``entity_type``); NO_MASK mentions are not.
+* ``multiwoz``: one dialogue per line (``turns``: ``speaker``, ``text``, ``spans`` with
+  ``start``, ``end``, ``slot``), turns joined by newlines into one record; the PII-like
+  slots (:data:`MULTIWOZ_SLOTS`) are the spans.
+
+A bad record (not JSON, no text, no spans list, a span out of range or with no type)
+is an :class:`InputError` naming the file and line: nothing is trained.
+
+**Labels.** A type names the spaCy label it trains: the OntoNotes labels the model has and
+Presidio's names for them are aliases (:data:`ALIASES`: PERSON, NAME, LOCATION/GPE, LOC,
+FAC, ORGANIZATION/ORG, DATE_TIME/DATE/DATETIME, TIME, NRP/NORP); ``--map TYPE=LABEL``
+adds others (``PTName=PERSON``); any other type becomes a new label of its own name
+(upper case, ``[A-Z0-9_]``), which the detector reports as an entity type of that name,
+always redacted (the folder's ``detector.json`` lists them under ``labels``).
+
+**Hold-out.** A record is held out when the first 8 bytes of the SHA-256 of its text,
+as a fraction of 2^64, fall below ``holdout`` (default 0.2): the same record is held out
+whatever the file's order or the other records. Training never sees those.
+
+**Rehearsal** (so that types the sample does not annotate do not regress). The sample is
+complete for the labels its types map to: the base model's predictions with those labels
+that no annotated span supports are taught as *outside*. Its predictions with every
+other label (a sample that annotates only record numbers still holds names and dates)
+that overlap no annotated span are kept as the training target: the model rehearses
+its own behaviour on the tenant's text. Long records are cut into pieces of at most
+:data:`MAX_PIECE` characters at line or sentence ends outside spans.
+
+**Training.** As :mod:`privatize.redaction.ner_training`: ``nlp.resume_training()``
+and ``nlp.update`` with only ``ner`` enabled, new labels added first, a seeded shuffle,
+``epochs`` fixed epochs (nothing is selected on the held-out slice).
+
+**Evaluation and pi's threshold**, on the held-out slice with the whole detector (NER,
+patterns, styles, propagation). Spans are untyped for redaction: a gold span is
+*detected* when every letter and digit of it lies inside pi's spans (of any type), a
+*miss* otherwise; recall = detected / gold spans; character recall and precision over
+the union of gold and of pi's spans; span precision = pi's spans that overlap a gold
+span / pi's spans; the same per gold type; ``miss_rate_upper_95`` is the one-sided 95%
+Clopper-Pearson upper bound of the miss rate
+(:func:`privatize.redaction.calibration.clopper_pearson_upper`). pi's threshold: among
+the distinct scores of pi's spans at threshold 0 (and the default 0.3), the largest
+whose character recall is within :data:`RECALL_TOLERANCE` of the best, i.e. the most
+precision at no recall cost; the figures are then measured again at that threshold, and
+for the base model at its default threshold on the same slice. pi_c is not calibrated
+here (the shipped calibration applies).
+
+**Output**, written to a temporary sibling and renamed: the spaCy pipeline (only ``ner``
+changed) and ``detector.json`` (:data:`privatize.redaction.defaults.DETECTOR_FORMAT`):
+``score_threshold``, ``labels``, ``evaluation`` (adapted and base), ``threshold_grid``
+and ``provenance`` (the source file's SHA-256, format, record counts, base model, seed,
+epochs, date, seconds).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import regex as re
+
+from privatize.errors import InputError
+from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD, DETECTOR_FILE, DETECTOR_FORMAT
+from privatize.redaction.engine import DEFAULT_MODEL, ner_mapping, resolve_model
+from privatize.redaction.presidio import import_presidio
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("jsonl", "tab", "multiwoz")
+ALIASES: dict[str, str] = {
+    "PERSON": "PERSON", "PER": "PERSON", "NAME": "PERSON",
+    "LOCATION": "GPE", "GPE": "GPE", "LOC": "LOC", "FAC": "FAC",
+    "ORGANIZATION": "ORG", "ORG": "ORG",
+    "DATE_TIME": "DATE", "DATE": "DATE", "DATETIME": "DATE", "TIME": "TIME",
+    "NRP": "NORP", "NORP": "NORP",
+}
+"""Annotated type (upper-cased) -> the spaCy label it trains, for the labels the model has."""
+MULTIWOZ_SLOTS = {"Phone": "PHONE_NUMBER", "Post": "POSTCODE", "Ref": "REFERENCE_NUMBER", "Id": "ID",
+                  "Addr": "STREET_ADDRESS", "Name": "VENUE"}
+TAB_MASKED = ("DIRECT", "QUASI")
+DEFAULT_EPOCHS_ADAPT = 10
+DEFAULT_HOLDOUT = 0.2
+MAX_PIECE = 2000
+RECALL_TOLERANCE = 0.005
+_LABEL_OK = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
+_CUT = re.compile(r"\n|(?<=[.!?])\s+(?=\p{Lu})")
+_STRIP = " \t\r\n"
+
+Progress = Callable[[str], None]
+
+
+# ---------------------------------------------------------------------------------------
+# reading
+
+def _bad(where: str, msg: str) -> InputError:
+    return InputError(f"{where}: {msg}")
+
+
+def _check_spans(where: str, text: str, spans: Iterable[tuple]) -> list[tuple[int, int, str]]:
+    out = []
+    for k, (s, e, t) in enumerate(spans):
+        if not isinstance(s, int) or not isinstance(e, int) or isinstance(s, bool) or isinstance(e, bool):
+            raise _bad(where, f"span {k}: start and end must be integers (got {s!r}, {e!r})")
+        if not 0 <= s < e <= len(text):
+            raise _bad(where, f"span {k} ({s}..{e}) out of range for a text of {len(text)} characters")
+        if not isinstance(t, str) or not t.strip():
+            raise _bad(where, f"span {k}: 'type' must be a non-empty string")
+        out.append((s, e, t.strip()))
+    return out
+
+
+def _jsonl(obj: dict, where: str) -> dict:
+    text = obj.get("text")
+    if not isinstance(text, str):
+        raise _bad(where, "expected a string 'text'")
+    spans = obj.get("spans")
+    if not isinstance(spans, list):
+        raise _bad(where, "expected a 'spans' list ([] when the text holds nothing to redact)")
+    raw = []
+    for k, sp in enumerate(spans):
+        if not isinstance(sp, dict) or not {"start", "end", "type"} <= sp.keys():
+            raise _bad(where, f"span {k}: expected an object with 'start', 'end' and 'type'")
+        raw.append((sp["start"], sp["end"], sp["type"]))
+    return {"text": text, "spans": _check_spans(where, text, raw)}
+
+
+def _tab(obj: dict, where: str) -> dict:
+    text = obj.get("text")
+    if not isinstance(text, str):
+        raise _bad(where, "expected a string 'text' (TAB format)")
+    ents = obj.get("entities", obj.get("annotations"))
+    if not isinstance(ents, list):
+        raise _bad(where, "expected an 'entities' list (TAB format)")
+    raw = []
+    for k, en in enumerate(ents):
+        if not isinstance(en, dict) or not {"start_offset", "end_offset", "entity_type"} <= en.keys():
+            raise _bad(where, f"entity {k}: expected 'start_offset', 'end_offset' and 'entity_type'")
+        if en.get("identifier_type") in TAB_MASKED:
+            raw.append((en["start_offset"], en["end_offset"], en["entity_type"]))
+    return {"text": text, "spans": _check_spans(where, text, raw)}
+
+
+def _multiwoz(obj: dict, where: str) -> dict:
+    turns = obj.get("turns")
+    if not isinstance(turns, list):
+        raise _bad(where, "expected a 'turns' list (MultiWOZ format)")
+    parts, raw, pos = [], [], 0
+    for k, turn in enumerate(turns):
+        t = turn.get("text") if isinstance(turn, dict) else None
+        if not isinstance(t, str):
+            raise _bad(where, f"turn {k}: expected a string 'text'")
+        for sp in turn.get("spans") or []:
+            typ = MULTIWOZ_SLOTS.get(sp.get("slot"))
+            if typ is None:
+                continue
+            s, e = sp.get("start"), sp.get("end")
+            if not isinstance(s, int) or not isinstance(e, int) or not 0 <= s < e <= len(t):
+                raise _bad(where, f"turn {k}: span ({s}..{e}) out of range for a turn of {len(t)} characters")
+            raw.append((pos + s, pos + e, typ))
+        parts.append(t)
+        pos += len(t) + 1
+    text = "\n".join(parts)
+    return {"text": text, "spans": _check_spans(where, text, raw)}
+
+
+_READERS = {"jsonl": _jsonl, "tab": _tab, "multiwoz": _multiwoz}
+
+
+def read_annotated(path: str | Path, fmt: str = "jsonl") -> tuple[list[dict], str]:
+    """The records (``text``, ``spans`` as ``(start, end, type)``, ``line``) and the file's
+    SHA-256; :class:`InputError` with one line naming the line of the first bad record."""
+    if fmt not in _READERS:
+        raise InputError(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"--annotated {path}: no such file")
+    data = p.read_bytes()
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8") from None
+    out = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{no}"
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise _bad(where, "not JSON") from None
+        if not isinstance(obj, dict):
+            raise _bad(where, "expected a JSON object")
+        rec = _READERS[fmt](obj, where)
+        rec["line"] = no
+        out.append(rec)
+    if not out:
+        raise InputError(f"{path}: no records")
+    return out, hashlib.sha256(data).hexdigest()
+
+
+def held_out(text: str, fraction: float) -> bool:
+    """Whether a record is in the held-out slice (a hash of its text; see the module doc)."""
+    h = hashlib.sha256(text.encode("utf-8")).digest()
+    return int.from_bytes(h[:8], "big") / 2 ** 64 < fraction
+
+
+def label_for(typ: str, label_map: dict[str, str] | None = None) -> str:
+    """The spaCy label an annotated type trains (see the module docstring)."""
+    if label_map and typ in label_map:
+        return label_map[typ]
+    up = typ.upper()
+    if up in ALIASES:
+        return ALIASES[up]
+    lab = re.sub(r"[^A-Z0-9_]+", "_", up).strip("_") or "PII"
+    if not lab[0].isalpha():
+        lab = "T_" + lab
+    return lab[:32]
+
+
+def parse_map(items: Iterable[str]) -> dict[str, str]:
+    out = {}
+    for it in items or ():
+        typ, sep, lab = it.partition("=")
+        if not sep or not typ.strip() or not _LABEL_OK.fullmatch(lab.strip()):
+            raise InputError(f"--map {it}: expected TYPE=LABEL with LABEL in upper case (letters, digits, _)")
+        out[typ.strip()] = lab.strip()
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# training data
+
+def _pieces(text: str, spans: list[tuple[int, int, str]], limit: int = MAX_PIECE):
+    """``(offset, piece, spans shifted)`` cuts of a record at line or sentence ends
+    outside spans, each at most ``limit`` characters where such cuts allow."""
+    if len(text) <= limit:
+        return [(0, text, spans)]
+    inside = sorted((s, e) for s, e, _ in spans)
+
+    def free(pos: int) -> bool:
+        return not any(s < pos < e for s, e in inside)
+
+    cuts = [m.end() for m in _CUT.finditer(text) if free(m.end())]
+    out, start, last = [], 0, 0
+    for c in cuts + [len(text)]:
+        if c - start > limit and last > start:
+            out.append((start, last))
+            start = last
+        last = c
+    out.append((start, len(text)))
+    res = []
+    for a, b in out:
+        if not text[a:b].strip():
+            continue
+        res.append((a, text[a:b], [(s - a, e - a, t) for s, e, t in spans if a <= s and e <= b]))
+    return res
+
+
+def _trim(text: str, s: int, e: int) -> tuple[int, int]:
+    while s < e and text[s] in _STRIP:
+        s += 1
+    while e > s and text[e - 1] in _STRIP:
+        e -= 1
+    return s, e
+
+
+def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None):
+    """The training target of one piece: annotated spans with their labels, the base
+    model's predictions (``predicted``) kept where their label is not ``covered`` and they
+    overlap no annotated span, outside elsewhere (see the module docstring)."""
+    from spacy.tokens import Span
+    from spacy.util import filter_spans
+
+    ref = nlp.make_doc(text)
+    ents, missing = [], []
+    for s, e, typ in spans:
+        s, e = _trim(text, s, e)
+        if s >= e:
+            continue
+        sp = ref.char_span(s, e) or ref.char_span(s, e, alignment_mode="contract")
+        if sp is not None and len(sp):
+            ents.append(Span(ref, sp.start, sp.end, label=label_for(typ, label_map)))
+        else:  # inside one token: no signal either way
+            x = ref.char_span(s, e, alignment_mode="expand")
+            if x is not None:
+                missing.append(x)
+    ents = filter_spans(ents)
+    taken = {i for sp in ents + missing for i in range(sp.start, sp.end)}
+    for p in predicted.ents:
+        if p.label_ not in covered and not taken.intersection(range(p.start, p.end)):
+            ents.append(Span(ref, p.start, p.end, label=p.label_))
+    missing = [m for m in filter_spans(missing) if not any(m.start < x.end and x.start < m.end for x in ents)]
+    ref.set_ents(ents, missing=missing, default="outside")
+    return ref
+
+
+# ---------------------------------------------------------------------------------------
+# evaluation
+
+def _union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(iv):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(a, b) for a, b in out]
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    n, j = 0, 0
+    for s, e in a:
+        for s2, e2 in b:
+            if s2 < e and s < e2:
+                n += min(e, e2) - max(s, s2)
+    return n
+
+
+def _covered(text: str, s: int, e: int, pred: list[tuple[int, int]]) -> bool:
+    need = [i for i in range(s, e) if text[i].isalnum()] or list(range(s, e))
+    return all(any(a <= i < b for a, b in pred) for i in need)
+
+
+def evaluate(records: list[dict], predictions: list[list[dict]], threshold: float = 0.0) -> dict:
+    """Recall, precision (span and character), by type, and the miss rate's 95% upper
+    bound of pi's spans (scored at least ``threshold``) against the records' gold spans."""
+    from privatize.redaction.calibration import clopper_pearson_upper
+
+    n_gold = n_det = gold_chars = hit_chars = pred_chars = n_pred = pred_hit = 0
+    by_type: dict[str, dict] = {}
+    for rec, spans in zip(records, predictions):
+        text = rec["text"]
+        pred = _union([(d["start"], d["end"]) for d in spans if d["score"] >= threshold])
+        gold = _union([(s, e) for s, e, _ in rec["spans"]])
+        gold_chars += sum(e - s for s, e in gold)
+        pred_chars += sum(e - s for s, e in pred)
+        hit_chars += _overlap(gold, pred)
+        n_pred += len(pred)
+        pred_hit += sum(1 for s, e in pred if any(a < e and s < b for a, b in gold))
+        for s, e, typ in rec["spans"]:
+            row = by_type.setdefault(typ, {"gold": 0, "detected": 0, "chars": 0, "chars_covered": 0})
+            ok = _covered(text, s, e, pred)
+            n_gold += 1
+            n_det += ok
+            row["gold"] += 1
+            row["detected"] += ok
+            row["chars"] += e - s
+            row["chars_covered"] += _overlap([(s, e)], pred)
+    for row in by_type.values():
+        row["recall"] = round(row["detected"] / row["gold"], 4)
+        row["char_recall"] = round(row["chars_covered"] / row["chars"], 4) if row["chars"] else None
+    return {
+        "records": len(records), "gold_spans": n_gold, "detected": n_det, "misses": n_gold - n_det,
+        "recall": round(n_det / n_gold, 4) if n_gold else None,
+        "miss_rate_upper_95": round(clopper_pearson_upper(n_gold - n_det, n_gold), 4) if n_gold else None,
+        "char_recall": round(hit_chars / gold_chars, 4) if gold_chars else None,
+        "char_precision": round(hit_chars / pred_chars, 4) if pred_chars else None,
+        "span_precision": round(pred_hit / n_pred, 4) if n_pred else None,
+        "pred_spans": n_pred,
+        "by_type": dict(sorted(by_type.items())),
+    }
+
+
+def choose_threshold(records: list[dict], predictions: list[list[dict]]) -> tuple[float, list[dict]]:
+    """pi's threshold (see the module docstring) and the grid it was chosen on."""
+    scores = sorted({round(float(d["score"]), 4) for p in predictions for d in p} | {DEFAULT_SCORE_THRESHOLD})
+    grid = []
+    for t in scores:
+        ev = evaluate(records, predictions, t)
+        grid.append({"threshold": t, "char_recall": ev["char_recall"], "char_precision": ev["char_precision"],
+                     "recall": ev["recall"]})
+    best = max((g["char_recall"] or 0.0) for g in grid)
+    ok = [g for g in grid if (g["char_recall"] or 0.0) >= best - RECALL_TOLERANCE]
+    return (max(g["threshold"] for g in ok) if ok else DEFAULT_SCORE_THRESHOLD), grid
+
+
+# ---------------------------------------------------------------------------------------
+# the command
+
+def check_arguments(annotated: str | Path, output: str | Path, *, fmt: str, epochs: int, seed: int,
+                    holdout: float, force: bool = False) -> Path:
+    out = Path(output)
+    if not out.name or out.name in (".", ".."):
+        raise InputError(f"--output {output}: name a new directory")
+    if not out.parent.is_dir():
+        raise InputError(f"--output {output}: parent directory {out.parent} does not exist")
+    if out.exists() and not force:
+        raise InputError(f"--output {output}: already exists (choose a new directory, or --force to replace it)")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--output {output}: exists and is not a directory")
+    if fmt not in FORMATS:
+        raise InputError(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
+    if not 1 <= epochs <= 50:
+        raise InputError(f"--epochs must be between 1 and 50 (got {epochs})")
+    if seed < 0:
+        raise InputError(f"--seed must be >= 0 (got {seed})")
+    if not 0.0 < holdout < 1.0:
+        raise InputError(f"--holdout must be between 0 and 1, exclusive (got {holdout})")
+    if not Path(annotated).is_file():
+        raise InputError(f"--annotated {annotated}: no such file")
+    return out
+
+
+def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base: str = DEFAULT_MODEL,
+          epochs: int = DEFAULT_EPOCHS_ADAPT, seed: int = 0, holdout: float = DEFAULT_HOLDOUT,
+          label_map: dict[str, str] | None = None, rehearsal: bool = True, batch_size: int = 16,
+          dropout: float = 0.2, learn_rate: float = 0.001, force: bool = False,
+          progress: Progress | None = None) -> dict:
+    """Train, evaluate, and write the detector folder ``output``; returns its ``detector.json``."""
+    out = check_arguments(annotated, output, fmt=fmt, epochs=epochs, seed=seed, holdout=holdout, force=force)
+    say = progress or log.info
+    t_start = time.perf_counter()
+    records, digest = read_annotated(annotated, fmt)
+    dev = [r for r in records if held_out(r["text"], holdout)]
+    train = [r for r in records if not held_out(r["text"], holdout)]
+    if not train or not dev:
+        raise InputError(f"--annotated {annotated}: {len(records)} record(s) give {len(train)} to train and "
+                         f"{len(dev)} held out at --holdout {holdout}; give more records")
+    types = sorted({t for r in records for _, _, t in r["spans"]})
+    if not types:
+        raise InputError(f"--annotated {annotated}: no span in any record")
+
+    import_presidio()
+    import spacy
+    from spacy.training import Example
+    from spacy.util import fix_random_seed, minibatch
+
+    nlp = spacy.load(resolve_model(base))
+    if "ner" not in nlp.pipe_names:
+        raise InputError(f"base model {base!r} has no ner component")
+    ner = nlp.get_pipe("ner")
+    presidio_map, _ = ner_mapping(base)
+    labels = {t: label_for(t, label_map) for t in types}
+    covered = frozenset(labels.values())
+    new_labels = sorted(covered - set(ner.labels))
+    custom = {lab: lab for lab in sorted(covered) if lab not in presidio_map}
+    say(f"data: {len(records)} records ({len(train)} train, {len(dev)} held out), "
+        f"{sum(len(r['spans']) for r in train)} train spans; types -> labels {labels}; new labels {new_labels}")
+
+    pieces = [(p, s) for r in train for _, p, s in _pieces(r["text"], r["spans"])]
+    other = [p for p in nlp.pipe_names if p != "ner"]
+    with nlp.select_pipes(disable=other):
+        preds = list(nlp.pipe([p for p, _ in pieces], batch_size=32))
+    examples = [Example(nlp.make_doc(p), reference(nlp, p, s, pred if rehearsal else nlp.make_doc(p),
+                                                   covered, label_map))
+                for (p, s), pred in zip(pieces, preds)]
+    kept = sum(1 for (p, s), pred in zip(pieces, preds) for e in pred.ents if e.label_ not in covered)
+    say(f"rehearsal: {'on' if rehearsal else 'off'}; the base model's entities of uncovered labels in the "
+        f"training text: {kept}; {len(examples)} pieces ({time.perf_counter() - t_start:.1f}s)")
+
+    for lab in new_labels:
+        ner.add_label(lab)
+    fix_random_seed(seed)
+    rng = random.Random(seed)
+    with nlp.select_pipes(disable=other):
+        optimizer = nlp.resume_training()
+    optimizer.learn_rate = learn_rate
+    history = []
+    for epoch in range(1, epochs + 1):
+        t0 = time.perf_counter()
+        rng.shuffle(examples)
+        losses: dict[str, float] = {}
+        with nlp.select_pipes(disable=other):
+            for batch in minibatch(examples, size=batch_size):
+                nlp.update(batch, drop=dropout, sgd=optimizer, losses=losses)
+        history.append({"epoch": epoch, "loss": round(float(losses.get("ner", 0.0)), 2),
+                        "seconds": round(time.perf_counter() - t0, 1)})
+        say(f"epoch {epoch}/{epochs}: loss {history[-1]['loss']:.1f} ({history[-1]['seconds']:.1f}s)")
+    train_seconds = round(time.perf_counter() - t_start, 1)
+
+    stamp = f"{os.getpid()}-{time.time_ns()}"  # a fresh path: spaCy models are cached by path
+    tmp = out.parent / f".{out.name}.tmp-{stamp}"
+    old = out.parent / f".{out.name}.old-{stamp}"
+    try:
+        nlp.meta["name"] = f"{nlp.meta.get('name', 'model')}_adapted"
+        nlp.meta["description"] = f"{base} with ner adapted by privatize train-ner --annotated"
+        nlp.to_disk(tmp)
+        doc = {"format": DETECTOR_FORMAT, "score_threshold": DEFAULT_SCORE_THRESHOLD, "labels": custom,
+               "types": labels}
+        (tmp / DETECTOR_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        doc.update(_evaluate(str(tmp), base, dev, say))
+        doc["provenance"] = {
+            "source": str(annotated), "source_sha256": digest, "format": fmt,
+            "records": len(records), "train_records": len(train), "held_out_records": len(dev),
+            "train_pieces": len(examples), "train_spans": sum(len(r["spans"]) for r in train),
+            "held_out_spans": sum(len(r["spans"]) for r in dev), "holdout": holdout,
+            "holdout_rule": "sha256(text)[:8] / 2**64 < holdout",
+            "base_model": base, "seed": seed, "epochs": epochs, "batch_size": batch_size, "dropout": dropout,
+            "learn_rate": learn_rate, "rehearsal": rehearsal, "label_map": label_map or {},
+            "history": history, "train_seconds": train_seconds,
+            "seconds": round(time.perf_counter() - t_start, 1),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "pi_c": "not calibrated on this sample (the shipped pi_c calibration applies)",
+        }
+        (tmp / DETECTOR_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(
+            f"# {out.name}\n\nA detector folder: `{base}` with its `ner` adapted by `privatize train-ner "
+            f"--annotated` on {len(train)} records of `{annotated}` (sha256 {digest[:12]}...), evaluated on "
+            f"{len(dev)} held-out records (see `{DETECTOR_FILE}`). Use it as a model: `privatize detect --model "
+            f"DIR`, the redact stage's `model: DIR`.\n", encoding="utf-8")
+        if out.exists():
+            out.rename(old)
+        tmp.rename(out)
+    finally:
+        for p in (tmp, old):
+            if p.exists():
+                shutil.rmtree(p)
+    ev = doc["evaluation"]
+    say(f"wrote {out}: threshold {doc['score_threshold']}, held-out recall {ev['recall']}, char precision "
+        f"{ev['char_precision']} (base {doc['base_evaluation']['recall']} / "
+        f"{doc['base_evaluation']['char_precision']})")
+    return doc
+
+
+def _evaluate(folder: str, base: str, dev: list[dict], say: Progress) -> dict:
+    from privatize.redaction.detect import Detector
+
+    texts = [r["text"] for r in dev]
+    t0 = time.perf_counter()
+    at0 = [d.spans for d in Detector(folder, score_threshold=0.0).detect(texts)]
+    threshold, grid = choose_threshold(dev, at0)
+    adapted = evaluate(dev, [d.spans for d in Detector(folder, score_threshold=threshold).detect(texts)])
+    base_ev = evaluate(dev, [d.spans for d in Detector(base).detect(texts)])
+    say(f"held-out evaluation ({len(dev)} records, {time.perf_counter() - t0:.1f}s): threshold {threshold}")
+    return {"score_threshold": threshold, "evaluation": adapted, "base_evaluation": base_ev,
+            "threshold_grid": grid,
+            "evaluation_rule": "held-out slice; a gold span is detected when every letter and digit of it is "
+                               "inside pi's spans (any type); miss_rate_upper_95: one-sided Clopper-Pearson"}
