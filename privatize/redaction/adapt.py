@@ -52,12 +52,22 @@ Clopper-Pearson upper bound of the miss rate
 the distinct scores of pi's spans at threshold 0 (and the default 0.3), the largest
 whose character recall is within :data:`RECALL_TOLERANCE` of the best, i.e. the most
 precision at no recall cost; the figures are then measured again at that threshold, and
-for the base model at its default threshold on the same slice. pi_c is not calibrated
-here (the shipped calibration applies).
+for the base model at its default threshold on the same slice.
+
+**pi_c** (the conservative policy's calibrated threshold; CRT's delta_2): the shipped
+model's weights (:mod:`privatize.redaction.calibration`) are kept and its threshold is
+calibrated on the held-out records that hold a span, each record one unit (a record pi
+flags is routed private; else its strongest candidate's score): the largest threshold
+whose one-sided 95% Clopper-Pearson bound of the miss rate is at most
+:data:`PI_C_TARGET`, or, on a slice too small to show that target, the largest with no
+avoidable miss (the bound is then what the slice shows). Written as ``pi_c.json`` in
+the folder; the detector uses it for ``pi_c.policy: calibrated`` when no other
+calibration file is named. The units are the records as given: calibrate on
+sentence-sized records for what CRT routes per sentence.
 
 **Output**, written to a temporary sibling and renamed: the spaCy pipeline (only ``ner``
 changed) and ``detector.json`` (:data:`privatize.redaction.defaults.DETECTOR_FORMAT`):
-``score_threshold``, ``labels``, ``evaluation`` (adapted and base), ``threshold_grid``
+``score_threshold``, ``labels``, ``evaluation`` (adapted and base), ``pi_c``, ``threshold_grid``
 and ``provenance`` (the source file's SHA-256, format, record counts, base model, seed,
 epochs, date, seconds).
 """
@@ -100,6 +110,8 @@ DEFAULT_EPOCHS_ADAPT = 10
 DEFAULT_HOLDOUT = 0.2
 MAX_PIECE = 2000
 RECALL_TOLERANCE = 0.005
+PI_C_FILE = "pi_c.json"
+PI_C_TARGET = 0.05
 _LABEL_OK = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
 _CUT = re.compile(r"\n|(?<=[.!?])\s+(?=\p{Lu})")
 _STRIP = " \t\r\n"
@@ -508,7 +520,6 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
             "history": history, "train_seconds": train_seconds,
             "seconds": round(time.perf_counter() - t_start, 1),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "pi_c": "not calibrated on this sample (the shipped pi_c calibration applies)",
         }
         (tmp / DETECTOR_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(
@@ -530,6 +541,46 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
     return doc
 
 
+def calibrate_pi_c(folder: str, dev: list[dict], detections, target: float = PI_C_TARGET) -> dict:
+    """pi_c's threshold calibrated on the held-out records (see the module docstring):
+    writes ``pi_c.json`` into ``folder`` and returns its summary."""
+    import math
+
+    from privatize.redaction.calibration import PiCModel, calibrate, clopper_pearson_upper, load_model
+
+    shipped = load_model(None)
+    scores = []
+    for rec, det in zip(dev, detections):
+        if not rec["spans"]:
+            continue
+        if det.spans:
+            scores.append(math.inf)
+        else:
+            cands = [shipped.score(f) for _, _, _, f in det.evidence]
+            scores.append(max(cands) if cands else None)
+    if not scores:
+        return {"calibrated": False, "why": "no held-out record holds a span"}
+    note = None
+    try:
+        cal = calibrate(scores, target=target)
+    except ValueError:  # too few secret records to show the target: allow no avoidable miss
+        unavoidable = sum(x is None for x in scores)
+        cal = calibrate(scores, target=clopper_pearson_upper(unavoidable, len(scores)) + 1e-9)
+        note = (f"{len(scores)} secret records cannot show the target {target}: no avoidable miss allowed, "
+                f"the bound is what the slice shows")
+    block = {"threshold": cal.threshold, "misses": cal.misses, "n_secret": cal.n_secret, "bound": round(cal.bound, 4),
+             "target": target if note is None else round(cal.target, 4), "confidence": cal.confidence,
+             "data": [f"held-out records of the annotated sample ({len(dev)}; {len(scores)} hold spans)"],
+             "unit": "record"}
+    meta = {**shipped.meta, "calibration": block, "domains": {}, "fit": shipped.meta.get("fit", {}),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "adapted_from": "the shipped pi_c model's weights, threshold recalibrated by train-ner --annotated"}
+    PiCModel(weights=dict(shipped.weights), bias=shipped.bias, threshold=cal.threshold, meta=meta).save(
+        Path(folder) / PI_C_FILE)
+    return {"calibrated": True, "file": PI_C_FILE, "threshold": cal.threshold, "delta_2": round(cal.bound, 4),
+            "misses": cal.misses, "secret_records": cal.n_secret, "target": block["target"], "note": note}
+
+
 def _evaluate(folder: str, base: str, dev: list[dict], say: Progress) -> dict:
     from privatize.redaction.detect import Detector
 
@@ -537,10 +588,13 @@ def _evaluate(folder: str, base: str, dev: list[dict], say: Progress) -> dict:
     t0 = time.perf_counter()
     at0 = [d.spans for d in Detector(folder, score_threshold=0.0).detect(texts)]
     threshold, grid = choose_threshold(dev, at0)
-    adapted = evaluate(dev, [d.spans for d in Detector(folder, score_threshold=threshold).detect(texts)])
+    dets = Detector(folder, score_threshold=threshold).detect(texts, want_evidence=True)
+    adapted = evaluate(dev, [d.spans for d in dets])
+    pi_c = calibrate_pi_c(folder, dev, dets)
     base_ev = evaluate(dev, [d.spans for d in Detector(base).detect(texts)])
-    say(f"held-out evaluation ({len(dev)} records, {time.perf_counter() - t0:.1f}s): threshold {threshold}")
-    return {"score_threshold": threshold, "evaluation": adapted, "base_evaluation": base_ev,
+    say(f"held-out evaluation ({len(dev)} records, {time.perf_counter() - t0:.1f}s): threshold {threshold}; "
+        f"pi_c threshold {pi_c.get('threshold')}, delta_2 bound {pi_c.get('delta_2')}")
+    return {"score_threshold": threshold, "evaluation": adapted, "base_evaluation": base_ev, "pi_c": pi_c,
             "threshold_grid": grid,
             "evaluation_rule": "held-out slice; a gold span is detected when every letter and digit of it is "
                                "inside pi's spans (any type); miss_rate_upper_95: one-sided Clopper-Pearson"}

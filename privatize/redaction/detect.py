@@ -48,6 +48,7 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable
 
 import regex as re
@@ -208,7 +209,10 @@ class Detector:
         if self.pi_c.policy == "calibrated":
             from privatize.redaction.calibration import load_model
 
-            self.pic_model = load_model(self.pi_c.calibration)
+            calibration = self.pi_c.calibration
+            if calibration is None and (folder.get("pi_c") or {}).get("calibrated"):
+                calibration = str(Path(model) / folder["pi_c"]["file"])  # the adapted folder's own
+            self.pic_model = load_model(calibration)
             self.pic_threshold = self.pic_model.threshold_for(self.pi_c.domain)
         self.style = style
         self._pick_style = style_picker(style)

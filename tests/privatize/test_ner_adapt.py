@@ -137,6 +137,14 @@ def test_detector_folder_holds_its_evaluation(adapted, tmp_path, capsys):
     assert prov["records"] == 80 and prov["train_records"] + prov["held_out_records"] == 80
     assert prov["base_model"] and prov["seed"] == 1 and prov["date"] and len(prov["source_sha256"]) == 64
     assert 0 <= doc["score_threshold"] <= 1 and summary["score_threshold"] == doc["score_threshold"]
+    # pi_c's threshold calibrated on the slice, used by the calibrated policy
+    from privatize.redaction.detect import Detector, PiCOptions
+
+    pic = doc["pi_c"]
+    assert pic["calibrated"] and (out / pic["file"]).is_file() and 0 < pic["delta_2"] <= 1
+    assert 0 <= pic["misses"] <= pic["secret_records"] <= ev["records"]
+    det = Detector(str(out), pi_c=PiCOptions(policy="calibrated"))
+    assert det.pic_threshold == pic["threshold"] and det.pic_model.path.startswith(str(out))
     # the held-out slice is the records whose text hashes below the share: never trained on
     from privatize.redaction.adapt import held_out
 
