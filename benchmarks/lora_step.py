@@ -24,7 +24,7 @@ def _model(preset: str, lora: bool, r: int, device: str):
     import torch
 
     from train.models import build_model, preset_config, with_lora
-    from train.plan import LoraPlan
+    from train.setup import LoraPlan
 
     model = build_model(preset_config(preset, bos_token_id=0, eos_token_id=0, pad_token_id=1), 0)
     if lora:

@@ -57,7 +57,7 @@ CYCLE = "no import cycles among the modules"
     ("attacks/registry.py", "import attacks.builtin", (CYCLE,)),
     ("services/ledger.py", "def _f():\n    from services.trainings import latest_metrics", (CYCLE,)),
     # the bottom of train reaching up to its config; DP's budget reaching up to the clipping
-    ("train/tokenizer.py", "from train.config import TrainConfig", ("train: entry points above the run",)),
+    ("train/wikitext.py", "from train.config import TrainConfig", ("train: entry points above the run",)),
     ("train/dp/budget.py", "from train.dp.bk import BookKeeping", ("train.dp: the engine above the ledger",)),
 ])
 def test_a_wrong_import_breaks_a_layer(copy, module, line, contracts):

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from train.kinds import train_kind
-from train.plan import MLMPlan, Phase
+from train.plan import Phase
+from train.setup import MLMPlan
 
 IGNORE = -100
 

@@ -6,8 +6,12 @@ config is parsed.
 
 A kind says which splits of the data it reads, its phases (plain steps over a split, DP-SGD
 steps over a split), whether it trains with DP (then the config needs a ``dp`` section) or a
-masked LM, what a checkpoint gives it (weights, or only an architecture), and any rule of its
-own on the config (:meth:`TrainKind.check`).
+masked LM, what a checkpoint gives it (weights, or only an architecture), any rule of its
+own on the config (:meth:`TrainKind.check`), and its model set-up: the presets it builds
+from (:meth:`TrainKind.presets`), what each worker builds once the tokenizer is known
+(:meth:`TrainKind.model_init`, from the run's :class:`~train.setup.ModelSource`) and a
+masked LM's masking (:meth:`TrainKind.mlm_plan`). The run resolves its kind once
+(``Prepared.kind``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,36 @@ class TrainKind:
     def check_data(self, fmt: str) -> None:
         """Rules of this kind on the data's format (``parquet``, ``jsonl``, ``text``): a ValueError."""
 
+
+    def presets(self) -> dict:
+        """The model presets this kind builds from (``train.models``: causal ones)."""
+        from train.models import PRESETS
+
+        return PRESETS
+
+    def model_init(self, cfg: Any, source: Any, tok: Any) -> Any:
+        """The workers' :class:`~train.plan.ModelInit` from the run's
+        :class:`~train.plan.ModelSource` and its tokenizer: a preset's vocabulary, a
+        checkpoint resized (new weights or another tokenizer) or grown by the data's entity
+        tokens, LoRA adapters."""
+        from train.setup import LoraPlan, ModelInit
+        from train.tokenizer import special_ids
+
+        resize = grow = None
+        if source.checkpoint and (self.fresh_weights or cfg.tokenizer.mode == "separate"):
+            resize = len(tok)
+        elif source.checkpoint and source.base_vocab and len(tok) > source.base_vocab:
+            grow = len(tok)  # entity tokens the base's tokenizer lacked (run._tokenizer)
+        lo = cfg.model.lora
+        return ModelInit(seed=source.seed, special=special_ids(tok), preset=source.preset,
+                         vocab_size=len(tok) if source.preset else None, checkpoint=source.checkpoint,
+                         fresh_weights=source.fresh_weights, resize_to=resize, grow_to=grow, mlm=self.masked_lm,
+                         lora=None if lo is None else LoraPlan(r=lo.r, alpha=lo.alpha, dropout=lo.dropout,
+                                                               target_modules=tuple(lo.target_modules)))
+
+    def mlm_plan(self, cfg: Any, tok: Any, source: Any) -> Any:
+        """The masking plan of a masked-LM kind; None for a causal one."""
+        return None
 
 def register_train_kind(cls: type[TrainKind]) -> type[TrainKind]:
     """Class decorator: make a training kind available by its ``name``."""
@@ -129,6 +163,22 @@ class MLM(TrainKind):
 
     name = "mlm"
     masked_lm = True
+
+    def presets(self) -> dict:
+        from train.models import MLM_PRESETS
+
+        return MLM_PRESETS
+
+    def mlm_plan(self, cfg: Any, tok: Any, source: Any) -> Any:
+        from privatize.errors import SpecError
+        from train.setup import MLMPlan
+        from train.tokenizer import special_ids
+
+        if tok.mask_token_id is None:
+            raise SpecError(f"tokenizer: {source.checkpoint or 'the trained tokenizer'} has no mask token: a masked "
+                            "LM needs one")
+        return MLMPlan(probability=cfg.data.mlm_probability, mask_id=tok.mask_token_id, vocab_size=len(tok),
+                       pad_id=special_ids(tok)["pad_token_id"])
 
     def check(self, cfg: Any) -> None:
         if cfg.model.checkpoint and cfg.tokenizer.mode == "separate":

@@ -33,7 +33,8 @@ from train.batches import (MaskedLMLoss, Owners, batch_indices, individual_batch
                            position)
 from train.dp.engine import DPSetup, make_private
 from train.models import is_lora, unwrap
-from train.plan import ModelInit, Phase, WorkerPlan
+from train.plan import Phase, WorkerPlan
+from train.setup import ModelInit
 from train.dp.budget import group_bound
 
 ADAPTER = "adapter"

@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from train.setup import MLMPlan, ModelInit, ModelSource
+
 if TYPE_CHECKING:
     from train.config import TrainConfig
+    from train.kinds import TrainKind
 
 
 @dataclass(frozen=True)
@@ -28,35 +31,6 @@ class Phase:
         """Poisson sampling rate of a DP phase (one step is one draw; the DP optimizer, the
         sampler, the accountant and the budget plan all read it here)."""
         return 1.0 / self.steps
-
-
-@dataclass(frozen=True)
-class ModelInit:
-    """Where the weights come from: a preset (new weights of ``vocab_size``), or a checkpoint
-    (its weights; only its architecture with ``fresh_weights``; resized to ``resize_to``)."""
-
-    seed: int
-    special: dict = field(default_factory=dict)
-    preset: Optional[str] = None
-    vocab_size: Optional[int] = None
-    checkpoint: Optional[str] = None
-    fresh_weights: bool = False
-    resize_to: Optional[int] = None
-    grow_to: Optional[int] = None
-    """Entity tokens the checkpoint's tokenizer lacked were added: its embedding and output
-    rows grow to this size, the new rows the mean of the old ones (``train.models.add_token_rows``)."""
-    mlm: bool = False
-    lora: Optional["LoraPlan"] = None
-
-
-@dataclass(frozen=True)
-class LoraPlan:
-    """Low-rank adapters on ``target_modules`` (``peft``); only they train."""
-
-    r: int
-    alpha: float
-    dropout: float
-    target_modules: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -92,17 +66,6 @@ class DPPlan:
 
 
 @dataclass(frozen=True)
-class MLMPlan:
-    """A masked LM's masking: the chance a target token is chosen, the mask token, the
-    vocabulary random tokens are drawn from, the padding left out of attention."""
-
-    probability: float
-    mask_id: int
-    vocab_size: int
-    pad_id: int
-
-
-@dataclass(frozen=True)
 class WorkerPlan:
     phases: tuple[Phase, ...]
     total_steps: int
@@ -133,13 +96,15 @@ class RunPlan:
 
 @dataclass
 class Prepared:
-    """What the checks before any work decided."""
+    """What the checks before any work decided; ``kind`` is the config's training kind,
+    resolved once."""
 
     config: "TrainConfig"
+    kind: "TrainKind"
     output: Path
     data: str
     tokenizer_from: str | None  # an existing tokenizer folder, or None: train one
-    init: dict
+    source: ModelSource
     splits: dict  # dataset name -> data.split value
     manifest: dict | None
     resume: dict | None  # position.json of the checkpoint this run resumes from

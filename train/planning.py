@@ -5,14 +5,13 @@ is never reset), and the :class:`~train.plan.WorkerPlan` the workers get."""
 from __future__ import annotations
 
 import json
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from privatize.errors import SpecError
 from train.config import TrainConfig
-from train.kinds import train_kind
-from train.plan import DPPlan, LoraPlan, MLMPlan, ModelInit, OptimPlan, RunPlan, WorkerPlan
+from train.plan import DPPlan, OptimPlan, RunPlan, WorkerPlan
 
 if TYPE_CHECKING:
     from train.plan import Prepared
@@ -99,24 +98,10 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 
     """Phases, steps and the DP budget; a SpecError when the config cannot run as asked."""
     from train.batches import plan_phases, total_steps
     from train.dp.budget import plan_budget
-    from train.tokenizer import special_ids
 
-    cfg = p.config
-    kind = train_kind(cfg.kind)
-    init = dict(p.init, special=special_ids(tok))
-    if kind.masked_lm:
-        if tok.mask_token_id is None:
-            raise SpecError(f"tokenizer: {p.tokenizer_from} has no mask token: a masked LM needs one")
-        init.update(mask_id=tok.mask_token_id, vocab_len=len(tok))
-    if "preset" in init:
-        init["vocab_size"] = len(tok)
-    elif p.init.get("checkpoint") and (kind.fresh_weights or cfg.tokenizer.mode == "separate"):
-        init["resize_to"] = len(tok)
-    elif p.init.get("base_vocab") and len(tok) > p.init["base_vocab"]:
-        init["grow_to"] = len(tok)  # entity tokens the base's tokenizer lacked (run._tokenizer)
-    if cfg.model.lora is not None:
-        lo = cfg.model.lora
-        init["lora"] = LoraPlan(r=lo.r, alpha=lo.alpha, dropout=lo.dropout, target_modules=tuple(lo.target_modules))
+    cfg, kind = p.config, p.kind
+    mlm = kind.mlm_plan(cfg, tok, p.source)
+    model_init = kind.model_init(cfg, p.source, tok)
     sizes = {k: n for k, (_, n) in data.items()}
     phases = plan_phases(cfg.kind, sizes, cfg.optim.batch_size, cfg.dp.batch_size if cfg.dp else None)
     total = total_steps(phases, cfg.optim.epochs, cfg.optim.max_steps)
@@ -150,11 +135,6 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 
             print(f"DP-SGD: noise multiplier {budget.noise_multiplier:.4f}, sample rate {budget.sample_rate:.4g}, "
                   f"{budget.steps} steps, planned epsilon {budget.planned_epsilon:.3f} at delta {budget.delta:.3g} "
                   f"({budget.accountant})" + (f"; {budget.note}" if budget.note else ""))
-    mlm = None
-    if kind.masked_lm:
-        mlm = MLMPlan(probability=cfg.data.mlm_probability, mask_id=init["mask_id"], vocab_size=init["vocab_len"],
-                      pad_id=init["special"]["pad_token_id"])
-    model_init = ModelInit(**{f.name: init[f.name] for f in fields(ModelInit) if f.name in init})
     worker = WorkerPlan(
         phases=tuple(phases), total_steps=total, batch_size=cfg.optim.batch_size, seed=cfg.optim.seed,
         init=model_init, optim=OptimPlan(optimizer=cfg.optim.optimizer, lr=cfg.optim.lr,

@@ -42,6 +42,7 @@ from train.audit_run import Canaries, insert_canaries, run_audit
 from train.final import base_of, check_lora, save_final
 from train.planning import PLAN, plan_run
 from train.plan import Prepared, RunPlan
+from train.setup import ModelSource
 from train.progress import ProgressBar, sink_class
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
     except ValueError as exc:
         raise SpecError(str(exc)) from None
 
-    tok_from, init = None, {"seed": cfg.optim.seed}
+    tok_from, checkpoint, base_vocab = None, None, None
     if cfg.tokenizer.path:
         load_tokenizer(cfg.tokenizer.path)
         tok_from = cfg.tokenizer.path
@@ -136,7 +137,7 @@ def prepare(cfg: TrainConfig) -> Prepared:
         if kind.masked_lm and cfg.data.seq_len > getattr(mconf, "max_position_embeddings", cfg.data.seq_len):
             raise SpecError(f"data.seq_len: {cfg.data.seq_len} is longer than {ck}'s "
                             f"{mconf.max_position_embeddings} positions")
-        init.update(checkpoint=str(ck.resolve()), fresh_weights=kind.fresh_weights)
+        checkpoint = str(ck.resolve())
         if not kind.fresh_weights and cfg.tokenizer.mode == "shared":
             ck_tok = load_tokenizer(str(ck), "model.checkpoint") if (ck / "tokenizer.json").is_file() else None
             if tok_from is None:
@@ -151,36 +152,31 @@ def prepare(cfg: TrainConfig) -> Prepared:
                 raise SpecError(f"model.checkpoint: {ck} has a vocabulary of {mconf.vocab_size}, the tokenizer "
                                 f"{len(load_tokenizer(tok_from))}: it was trained with another tokenizer")
             if not kind.masked_lm:
-                init["base_vocab"] = mconf.vocab_size  # entity tokens it lacks are added (_tokenizer)
-    else:
-        init["preset"] = cfg.model.preset
-        if kind.masked_lm:
-            from train.models import MLM_PRESETS
-
-            most = MLM_PRESETS[cfg.model.preset]["max_position_embeddings"]
-            if cfg.data.seq_len > most:
-                raise SpecError(f"data.seq_len: {cfg.data.seq_len} is longer than the {cfg.model.preset} masked "
-                                f"LM's {most} positions")
-    if kind.masked_lm:
-        init["mlm"] = True
+                base_vocab = mconf.vocab_size  # entity tokens it lacks are added (_tokenizer)
+    elif kind.masked_lm:
+        most = kind.presets()[cfg.model.preset]["max_position_embeddings"]
+        if cfg.data.seq_len > most:
+            raise SpecError(f"data.seq_len: {cfg.data.seq_len} is longer than the {cfg.model.preset} masked "
+                            f"LM's {most} positions")
+    source = ModelSource(seed=cfg.optim.seed, preset=None if checkpoint else cfg.model.preset, checkpoint=checkpoint,
+                         fresh_weights=bool(checkpoint) and kind.fresh_weights, base_vocab=base_vocab)
     resume = None
     latest = _latest_checkpoint(storage_of(cfg, out))
     if latest is not None:
         resume = dict(latest[1], path=latest[0], filesystem=latest[2])
         if (out / "tokenizer").is_dir():
             tok_from = str(out / "tokenizer")
-    return Prepared(cfg, out, cfg.data.path, tok_from, init, splits, _manifest(cfg.data.path), resume)
+    return Prepared(cfg, kind, out, cfg.data.path, tok_from, source, splits, _manifest(cfg.data.path), resume)
 
 
 def _tokenizer(p: Prepared, progress: bool, dest: Path):
     """Load or train the run's tokenizer, saved to ``dest``."""
     from train.data import read_texts
-    from train.models import MLM_PRESETS, PRESETS
     from train.tokenizer import load_tokenizer, train_tokenizer
 
     if p.tokenizer_from:
         tok = load_tokenizer(p.tokenizer_from)
-        if p.init.get("base_vocab") and p.resume is None:
+        if p.source.base_vocab and p.resume is None:
             _add_entity_tokens(p, tok, progress)
     else:
         cfg = p.config
@@ -189,7 +185,7 @@ def _tokenizer(p: Prepared, progress: bool, dest: Path):
             texts += read_texts(extra, cfg.data.text_column, "all", cfg.data.max_records)
         vocab = cfg.tokenizer.vocab_size
         if cfg.model.preset and "vocab_size" not in cfg.tokenizer.model_fields_set:
-            vocab = (MLM_PRESETS if train_kind(cfg.kind).masked_lm else PRESETS)[cfg.model.preset]["vocab_size"]
+            vocab = p.kind.presets()[cfg.model.preset]["vocab_size"]
         t0 = time.perf_counter()
         tok = train_tokenizer(texts, vocab, cfg.tokenizer.min_frequency, cfg.tokenizer.max_entity_tokens)
         if progress:
@@ -213,7 +209,7 @@ def _add_entity_tokens(p: Prepared, tok, progress: bool) -> None:
     if new:
         tok.add_special_tokens({"additional_special_tokens": new}, replace_extra_special_tokens=False)
         if progress:
-            print(f"tokenizer: the base's {p.init['base_vocab']} tokens and {len(new)} entity tokens of this data")
+            print(f"tokenizer: the base's {p.source.base_vocab} tokens and {len(new)} entity tokens of this data")
 
 
 def _datasets(p: Prepared, tok_dir: str) -> dict:
@@ -227,7 +223,7 @@ def _datasets(p: Prepared, tok_dir: str) -> dict:
                          per_record=cfg.dp is not None and cfg.dp.unit == "record",
                          owners=cfg.dp is not None and cfg.dp.unit == "individual").materialize()
         n = ds.count()
-        if n == 0 and not train_kind(cfg.kind).may_be_empty(split):
+        if n == 0 and not p.kind.may_be_empty(split):
             raise SpecError(f"data.split: the {split} split of {p.data} is empty")
         if n == 0:
             log.warning("the public split is empty: CRT trains with DP-SGD on everything")
@@ -406,7 +402,7 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
     from privatize.ray.cluster import connect
 
     p = prepare(cfg)
-    gamma_delta = _crt_inputs(p) if train_kind(cfg.kind).confidentiality else None
+    gamma_delta = _crt_inputs(p) if p.kind.confidentiality else None
     connect(address)
     timings: dict[str, float] = {}
     tok, data, plan, canaries = _stage(p, progress, timings)

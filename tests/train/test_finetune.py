@@ -13,7 +13,7 @@ from train.batches import make_batch
 from train.dp.engine import make_private
 from train.loop import _init_model, train_step
 from train.models import add_token_rows, adapter_state, build_model, preset_config
-from train.plan import LoraPlan, ModelInit
+from train.setup import LoraPlan, ModelInit
 
 V = 300
 LORA = LoraPlan(r=4, alpha=8.0, dropout=0.0, target_modules=("q_proj", "v_proj", "down_proj"))

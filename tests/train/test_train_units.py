@@ -11,7 +11,8 @@ from train.data import pack
 from train.batches import IGNORE, MaskedLMLoss, batch_indices, make_batch, plan_phases, position
 from train.dp.engine import make_private
 from train.loop import lr_lambda, train_step
-from train.plan import MLMPlan, Phase
+from train.plan import Phase
+from train.setup import MLMPlan
 from train.models import PRESETS, build_model, parameter_count, preset_config
 from train.tokenizer import EOS, PAD, fingerprint, load_tokenizer, train_tokenizer
 
@@ -436,12 +437,15 @@ def test_the_example_configs_load():
 def test_crt_takes_gamma_and_delta_2_from_its_config_or_else_the_manifest(tmp_path):
     from privatize.errors import SpecError
     from train.config import parse_config
+    from train.kinds import train_kind
     from train.plan import Prepared
     from train.run import _crt_inputs
+    from train.setup import ModelSource
 
     def prepared(crt: dict, manifest: dict | None) -> Prepared:
         cfg = parse_config({"kind": "crt", "dp": {"noise_multiplier": 1.0}, "crt": crt})
-        return Prepared(cfg, tmp_path, str(tmp_path), None, {}, {}, manifest, None)
+        return Prepared(cfg, train_kind(cfg.kind), tmp_path, str(tmp_path), None, ModelSource(seed=0), {}, manifest,
+                        None)
 
     measured = {"quality": {"gamma": 0.03, "delta_2": 0.002}}
     assert _crt_inputs(prepared({}, measured))[:2] == (0.03, 0.002)
@@ -497,7 +501,7 @@ def test_the_oracle_holds_from_a_checkpoint(tmp_path, mode):
     import torch
 
     from train.loop import _init_model
-    from train.plan import ModelInit
+    from train.setup import ModelInit
 
     _tiny(3).save_pretrained(tmp_path / "base")
     plain, private = (_init_model(ModelInit(seed=0, checkpoint=str(tmp_path / "base"))) for _ in range(2))
