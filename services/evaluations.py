@@ -50,7 +50,7 @@ REPORT = "report.html"
 CANARY_KEY_KINDS = ("hmac",)
 _SOURCE_HINT = ('name one of your corpora ({"corpus_id": ...}) or succeeded privatization jobs '
                 '({"job_id": ...})')
-LOCAL_ONLY = ("reconstruction", "true_prefix", "cipher_outputs", "corpus_stats", "identifiers", "attacks")
+LOCAL_ONLY = ("reconstruction", "true_prefix", "cipher_outputs", "corpus_stats", "identifiers")
 """Attack config sections whose inputs (gold-span files, name lists, entity keys) the
 service has no references for yet: refused (422) rather than passed through as paths."""
 _REF = {"training_id": "training", "corpus_id": "corpus", "job_id": "job"}
@@ -124,6 +124,7 @@ def validate_config(data) -> EvaluationSpec:
         if data.get(section) not in (None, []):
             errors.append((section, "not offered by the service yet (it reads files by path): run it with "
                                     "`privatize attack` on your own copy of the model"))
+    errors += registered_attack_errors(data.get("attacks"))
     mia = data.get("mia")
     if isinstance(mia, dict) and mia.get("reference") is not None:
         ref = _reference(mia["reference"], ("training_id",))
@@ -153,6 +154,30 @@ def validate_config(data) -> EvaluationSpec:
     return EvaluationSpec(cfg)
 
 
+def registered_attack_errors(entries) -> list[tuple[str, str]]:
+    """What the service refuses in a config's ``attacks`` list (registered attacks, plugins
+    included), from the markers on each attack's settings (``privatize.policy``): a field
+    marked ``ServerPath`` (a file on the server) that the entry sets, at
+    ``attacks.<i>.<field>``; and a built-in attack the service does not offer. An unknown
+    kind is the config's own error."""
+    from attacks.registry import ATTACKS
+    from privatize.policy import ServerPath, marked
+
+    errors: list[tuple[str, str]] = []
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        if not isinstance(entry, dict) or entry.get("kind") not in ATTACKS:
+            continue
+        a = ATTACKS.get(entry["kind"])
+        if a.name in LOCAL_ONLY:
+            errors.append((f"attacks.{i}.kind", f"{a.name} is not offered by the service yet (it reads files by "
+                                                "path): run it with `privatize attack`"))
+            continue
+        for path, value, m in marked(entry, a.Settings, (ServerPath,)):
+            if value not in (None, []):
+                errors.append((f"attacks.{i}." + ".".join(path), m.why))
+    return errors
+
+
 def check_limits(settings, spec: EvaluationSpec) -> None:
     """SpecInvalid naming every field that asks for more than the service allows tenants:
     every field ``attacks.config`` marks with a ``privatize.policy.Quota``
@@ -160,7 +185,12 @@ def check_limits(settings, spec: EvaluationSpec) -> None:
     canaries and their digits)."""
     from services.limits import field_quotas
 
+    from attacks.registry import parse_entry
+
     errors = field_quotas(settings, spec.config)
+    for i, entry in enumerate(spec.config.attacks):  # each registered attack's own settings, marked alike
+        _, own = parse_entry(entry.model_dump())
+        errors += field_quotas(settings, own, prefix=f"attacks.{i}.")
     if errors:
         raise config_invalid(errors)
 

@@ -21,7 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
+from typing import Annotated, Optional
 
+from pydantic import Field
+
+from attacks.registry import Attack, AttackSettings
+from privatize.policy import Quota, ServerPath
 from services.errors import SpecInvalid
 from tests.secrets_scan import leaks
 from tests.services.conftest import CANARIES
@@ -63,6 +68,45 @@ def _refusal(config, settings=None) -> list[str]:
     with pytest.raises(SpecInvalid) as exc:
         check_limits(settings or Settings(), validate_config(config))
     return [e["path"] for e in exc.value.extra["errors"]]
+
+
+class _MarkedProbe(Attack):
+    """A plugin attack whose settings carry the service's markers (never run here)."""
+
+    name = "probe_marked"
+    title = "Probe (toy attack)"
+
+    class Settings(AttackSettings):
+        prompts: list[str] = Field(min_length=1, max_length=10)
+        examples: Annotated[int, Quota("eval_max_examples")] = Field(10, ge=1, le=10_000_000)
+        wordlist: Annotated[Optional[str], ServerPath(why="a file on the server: give prompts instead")] = None
+
+
+def test_a_plugin_attack_runs_through_the_service_within_its_markers():
+    """Issue 49, part 3: the service runs registered attacks, plugins included, reading what
+    it refuses from the markers on each attack's settings (``privatize.policy``): a field
+    naming a file on the server (``ServerPath``) is refused when set, a size beyond a
+    service quota (``Quota``) is refused at its field, and an unmarked one passes."""
+    from attacks import registry
+    from attacks.registry import register_attack
+    from services.evaluations import check_limits, validate_config
+    from services.settings import Settings
+
+    restore = registry.ATTACKS.snapshot()
+    register_attack(_MarkedProbe)
+    try:
+        ok = dict(CONFIG, attacks=[{"kind": "probe_marked", "prompts": ["Hello"], "examples": 50}])
+        spec = validate_config(ok)
+        check_limits(Settings(), spec)  # admitted: nothing marked is asked beyond the service's bounds
+        assert spec.to_dict()["attacks"][0]["kind"] == "probe_marked"
+        assert _refusal(dict(ok, attacks=[{"kind": "probe_marked", "prompts": ["x"], "wordlist": "/etc/passwd"}])) \
+            == ["attacks.0.wordlist"]
+        assert _refusal(dict(ok, attacks=[{"kind": "probe_marked", "prompts": ["x"], "examples": 10**6}])) \
+            == ["attacks.0.examples"]
+        # a built-in attack the service does not offer is refused in the list form too
+        assert _refusal(dict(ok, attacks=[{"kind": "reconstruction"}])) == ["attacks.0.kind"]
+    finally:
+        restore()
 
 
 @pytest.mark.parametrize("path,value", LOCATIONS)
