@@ -109,3 +109,21 @@ def test_the_admission_plan_is_the_runs_own(tmp_path, train_ray):
         assert {k: admitted[k] for k in mechanism} == {k: ran[k] for k in mechanism}, unit
         assert abs(admitted["units"] - ran["units"]) <= max(1, ran["units"] // 100)
         assert admitted["unit"] == unit and (admitted["group"] > 1) == (unit == "record")
+    # CRT: the private split's DP phase, after plain steps on the public split
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shards = tmp_path / "crt" / "shards"
+    shards.mkdir(parents=True)
+    texts = [json.loads(x)["text"] for x in docs.read_text().splitlines()]
+    pq.write_table(pa.table({"text": texts, "private": [i % 3 == 0 for i in range(len(texts))]}),
+                   shards / "part-0.parquet")
+    cfg = parse_config({"version": 1, "kind": "crt", "data": {"path": str(tmp_path / "crt"), "seq_len": 32},
+                        "model": {"preset": "tiny"}, "optim": {"batch_size": 8, "epochs": 2},
+                        "dp": {"target_epsilon": 3.0, "accountant": "rdp"},
+                        "crt": {"gamma": 0.05, "delta_2": 0.01, "source": "a test"}})
+    admitted = plan_offline(cfg)
+    _, data, plan, _ = _stage(prepare(cfg.with_paths(output=str(tmp_path / "run-crt"))), False, {})
+    ran = plan.budget.to_dict()
+    assert {k: admitted[k] for k in mechanism} == {k: ran[k] for k in mechanism}
+    assert abs(admitted["units"] - data["private"][1]) <= 1 and admitted["units"] < data["public"][1]
