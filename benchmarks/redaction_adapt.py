@@ -1,0 +1,92 @@
+"""A learning curve for detector adaptation (issue 51, item 3): how many annotated
+documents a tenant needs. Per domain, on the development halves of the real corpora
+(``../shared/data/real_dev``): the detector adapted on 25, 50, 100, 200 and all of the
+training pool (``privatize train-ner --annotated``, rehearsal on), each scored on the same
+held-out slice (the records ``privatize.redaction.adapt.held_out`` puts aside, by a hash of
+their text, never trained on), beside the default detector on that slice in the same run.
+Recall (gold spans fully covered), character precision, the one-sided 95% bound on the
+miss rate, and training seconds. Development figures: the held-out halves of the corpora
+are the judge.
+
+    .venv/bin/python benchmarks/redaction_adapt.py [--domains clinical,multiwoz,tab]
+        [--sizes 25,50,100,200,all] [--epochs N] [--data ../shared/data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import ROOT, machine, save_result  # noqa: E402  (puts the project on sys.path)
+
+DOMAINS = {  # file under real_dev, its --format, label maps (the clinical set's own types)
+    "clinical": ("clinical_physionet_dev.jsonl", "jsonl",
+                 {"HCPName": "PERSON", "PTName": "PERSON", "RelativeProxyName": "PERSON", "Date": "DATE",
+                  "DateYear": "DATE", "Location": "GPE"}),
+    "multiwoz": ("dialogue_multiwoz_val.jsonl", "multiwoz", {}),
+    "tab": ("legal_tab_train.jsonl", "tab", {"LOC": "GPE"}),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--domains", default="clinical,multiwoz,tab")
+    ap.add_argument("--sizes", default="25,50,100,200,all")
+    ap.add_argument("--epochs", type=int, default=None, help="default: the CLI's")
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    args = ap.parse_args(argv)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from privatize.redaction.adapt import DEFAULT_HOLDOUT, adapt, held_out
+
+    real = Path(args.data) / "real_dev"
+    if not real.is_dir():
+        print(f"redaction_adapt: {real} not found (the shared data folder: --data)", file=sys.stderr)
+        return 2
+    out: dict = {"domains": {}, "holdout": DEFAULT_HOLDOUT}
+    for domain in args.domains.split(","):
+        name, fmt, label_map = DOMAINS[domain]
+        lines = (real / name).read_text(encoding="utf-8").splitlines()
+        text_of = _text_reader(fmt)
+        dev = [x for x in lines if held_out(text_of(x), DEFAULT_HOLDOUT)]
+        pool = [x for x in lines if not held_out(text_of(x), DEFAULT_HOLDOUT)]
+        random.Random(0).shuffle(pool)
+        rows = []
+        for size in args.sizes.split(","):
+            k = len(pool) if size == "all" else min(int(size), len(pool))
+            with tempfile.TemporaryDirectory(prefix="adapt-curve-") as work:
+                f = Path(work) / f"{domain}.jsonl"
+                f.write_text("\n".join(pool[:k] + dev) + "\n", encoding="utf-8")
+                t0 = time.perf_counter()
+                kw = {"epochs": args.epochs} if args.epochs else {}
+                det = adapt(f, Path(work) / "detector", fmt=fmt, label_map=label_map or None, **kw,
+                            progress=lambda m: print(f"  {domain} {k}: {m}", file=sys.stderr, flush=True))
+                seconds = time.perf_counter() - t0
+            ev, base = det["evaluation"], det["base_evaluation"]
+            row = {"docs": k, "recall": ev["recall"], "char_precision": ev["char_precision"],
+                   "miss_rate_upper_95": ev.get("miss_rate_upper_95"), "seconds": seconds,
+                   "train_seconds": det.get("provenance", {}).get("train_seconds")}
+            rows.append(row)
+            print(f"{domain}: {k:>4} annotated docs: recall {row['recall']:.3f}, character precision "
+                  f"{row['char_precision']:.3f} (default detector {base['recall']:.3f} / {base['char_precision']:.3f}), "
+                  f"{seconds:.0f} s", flush=True)
+        out["domains"][domain] = {"held_out_docs": len(dev), "pool_docs": len(pool), "curve": rows,
+                                  "default": {"recall": base["recall"], "char_precision": base["char_precision"]}}
+    out["machine_note"] = machine()
+    save_result("redaction_adapt", out)
+    return 0
+
+
+def _text_reader(fmt: str):
+    if fmt == "multiwoz":
+        return lambda line: "\n".join(t["text"] for t in json.loads(line)["turns"])
+    return lambda line: json.loads(line)["text"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
