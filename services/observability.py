@@ -88,6 +88,9 @@ def configure_logging(level: str, fmt: str) -> None:
         lg.propagate = True
     logging.getLogger("uvicorn.access").disabled = True
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # a library's warnings.warn (Opacus' accountants during a DP training's admission plan)
+    # is a log record too, not a bare line on stderr among the JSON ones
+    logging.captureWarnings(True)
 
 
 def _request_id(scope: dict) -> str:
