@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = [x for x in lines if not held_out(text_of(x), DEFAULT_HOLDOUT)]
         random.Random(0).shuffle(pool)
         rows = []
-        for size in args.sizes.split(","):
-            k = len(pool) if size == "all" else min(int(size), len(pool))
+        sizes = sorted({len(pool) if x == "all" else min(int(x), len(pool)) for x in args.sizes.split(",")})
+        for k in sizes:  # a size past the pool is the pool: measured once
             with tempfile.TemporaryDirectory(prefix="adapt-curve-") as work:
                 f = Path(work) / f"{domain}.jsonl"
                 f.write_text("\n".join(pool[:k] + dev) + "\n", encoding="utf-8")
