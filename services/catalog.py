@@ -413,7 +413,7 @@ async def receive_model(ctx, tenant_id: str, request, name: str) -> CatalogModel
     import anyio
     from starlette.requests import ClientDisconnect
 
-    from services.corpora import _admit, _release
+    from services.corpora import _release, admit_upload
     from services.db import session_scope
     from services.models import Tenant
     from services.tenants import storage_used
@@ -429,12 +429,7 @@ async def receive_model(ctx, tenant_id: str, request, name: str) -> CatalogModel
                 raise Conflict(f"you have a model {name!r} already; delete it first")
 
     await anyio.to_thread.run_sync(taken)
-    declared = request.headers.get("content-length")
-    try:
-        declared_n = int(declared) if declared is not None else None
-    except ValueError:
-        raise InvalidRequest("Content-Length is not a number") from None
-    allowed = await anyio.to_thread.run_sync(_admit, ctx, tenant_id, declared_n)
+    allowed, declared_n = await admit_upload(ctx, tenant_id, request)
     mid = new_id()
     work = ctx.spool / f".model-{mid}"
     archive = ctx.spool / f".model-{mid}.tar.gz"

@@ -119,18 +119,25 @@ def _release(ctx: ServiceContext, tenant_id: str, declared: int | None) -> None:
             ctx.reserved.pop(tenant_id, None)
 
 
+async def admit_upload(ctx: ServiceContext, tenant_id: str, request: Request) -> tuple[int, int | None]:
+    """Admit an upload of the request's declared ``Content-Length`` (422 when it is not a
+    number) against the tenant's storage: (the bytes it may send, :func:`_admit`; the
+    declared length, which :func:`_release` gives back when it ends)."""
+    declared = request.headers.get("content-length")
+    try:
+        declared_n = int(declared) if declared is not None else None
+    except ValueError:
+        raise InvalidRequest("Content-Length is not a number") from None
+    return await anyio.to_thread.run_sync(_admit, ctx, tenant_id, declared_n), declared_n
+
+
 async def receive_upload(ctx: ServiceContext, tenant_id: str, request: Request, *, name: str | None,
                          fmt: str | None, filename: str | None) -> Corpus:
     fmt = format_for(fmt, filename or name)
     name = (name or filename or f"corpus{EXTENSIONS[fmt]}").strip()
     if not name or len(name) > 256:
         raise InvalidRequest("name: 1 to 256 characters")
-    declared = request.headers.get("content-length")
-    try:
-        declared_n = int(declared) if declared is not None else None
-    except ValueError:
-        raise InvalidRequest("Content-Length is not a number") from None
-    allowed = await anyio.to_thread.run_sync(_admit, ctx, tenant_id, declared_n)
+    allowed, declared_n = await admit_upload(ctx, tenant_id, request)
     cid = new_id()
     spool_path = ctx.spool / f".upload-{cid}{EXTENSIONS[fmt]}"  # the temporary name
     stored_rel = f"{corpus_dir(tenant_id, cid)}/data{EXTENSIONS[fmt]}"

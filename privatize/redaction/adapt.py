@@ -409,15 +409,9 @@ def choose_threshold(records: list[dict], predictions: list[list[dict]]) -> tupl
 
 def check_arguments(annotated: str | Path, output: str | Path, *, fmt: str, epochs: int, seed: int,
                     holdout: float, force: bool = False) -> Path:
-    out = Path(output)
-    if not out.name or out.name in (".", ".."):
-        raise InputError(f"--output {output}: name a new directory")
-    if not out.parent.is_dir():
-        raise InputError(f"--output {output}: parent directory {out.parent} does not exist")
-    if out.exists() and not force:
-        raise InputError(f"--output {output}: already exists (choose a new directory, or --force to replace it)")
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--output {output}: exists and is not a directory")
+    from privatize.redaction.ner_training import check_output
+
+    out = check_output(output, force)
     if fmt not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
     if not 1 <= epochs <= 50:

@@ -309,10 +309,9 @@ def token_f1(nlp, examples: list, types: dict[str, str] | None) -> float:
 # ---------------------------------------------------------------------------------------
 # training
 
-def check_arguments(output: str | Path, *, examples: int, epochs: int, seed: int, data_dir: str | Path | None = None,
-                    force: bool = False) -> tuple[Path, Path]:
-    """``(output, data_dir)`` as paths, or :class:`InputError` with one line: everything is
-    checked before any model is loaded."""
+def check_output(output: str | Path, force: bool = False) -> Path:
+    """``--output`` as a path: a new directory in an existing one (an existing directory
+    only with ``force``), or :class:`InputError` with one line."""
     out = Path(output)
     if not out.name or out.name in (".", ".."):
         raise InputError(f"--output {output}: name a new directory")
@@ -322,6 +321,14 @@ def check_arguments(output: str | Path, *, examples: int, epochs: int, seed: int
         raise InputError(f"--output {output}: already exists (choose a new directory, or --force to replace it)")
     if out.exists() and not out.is_dir():
         raise InputError(f"--output {output}: exists and is not a directory")
+    return out
+
+
+def check_arguments(output: str | Path, *, examples: int, epochs: int, seed: int, data_dir: str | Path | None = None,
+                    force: bool = False) -> tuple[Path, Path]:
+    """``(output, data_dir)`` as paths, or :class:`InputError` with one line: everything is
+    checked before any model is loaded."""
+    out = check_output(output, force)
     if not MIN_EXAMPLES <= examples <= MAX_EXAMPLES:
         raise InputError(f"--examples must be between {MIN_EXAMPLES} and {MAX_EXAMPLES} (got {examples})")
     if not 1 <= epochs <= MAX_EPOCHS:
