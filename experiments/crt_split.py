@@ -22,7 +22,7 @@ Clopper-Pearson upper bound (delta_2's estimate), and, for secret-free sentences
 private, what sent them there (dedup, pi, or pi_c's signal kind). These are development
 figures: the held-out halves are where the issue's targets are judged.
 
-    python benchmarks/crt_split.py [--corpora clinical,multiwoz,customersim] [--all-dev]
+    python -m experiments.crt_split [--corpora clinical,multiwoz,customersim] [--all-dev]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from _common import machine, need_data, save_result
+from experiments.common import machine, need_data, save_result
 
 import privatize.stages.redact  # noqa: F401,E402 - registers the stage before specs are parsed
 import pyarrow as pa  # noqa: E402
