@@ -40,7 +40,7 @@ passed the stage's checks) is skipped and said so, never filled with anything el
     from experiments.quality_eval import QualityPlan, evaluate
     result = evaluate(QualityPlan(data=..., base_corpus=..., work=...))
 
-``benchmarks/quality_harness.py`` is the command; it prints and draws the result.
+``experiments/quality_harness.py`` is the command; it prints and draws the result.
 """
 
 from __future__ import annotations

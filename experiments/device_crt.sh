@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# CRT's own experiment (benchmarks/crt_paper.py) with the `small` preset on the full
+# CRT's own experiment (experiments/crt_paper.py) with the `small` preset on the full
 # CustomerSim training split, on one GPU (issue 37), in ONE device call.
 #
-#   bash benchmarks/device_crt.sh prepare   # here: Presidio privatizes the full set (CPU, long)
-#   bash benchmarks/device_crt.sh bundle    # here: builds .devcrt/ (what the device lacks; `site`: the wheels alone)
-#   bash benchmarks/device_crt.sh remote    # there: the device call's command
+#   bash experiments/device_crt.sh prepare   # here: Presidio privatizes the full set (CPU, long)
+#   bash experiments/device_crt.sh bundle    # here: builds .devcrt/ (what the device lacks; `site`: the wheels alone)
+#   bash experiments/device_crt.sh remote    # there: the device call's command
 #
 # The device machine has PyTorch and CUDA but neither Ray nor pydantic, no Presidio/spaCy,
 # and no ../shared. So the privatization runs here (`crt_paper.py --prepare`: canaries,
@@ -26,7 +26,7 @@
 #   scoring_devices.json        GPU scoring against the CPU
 #   runs.tgz                    each run's summary.json and metrics.jsonl, evaluation.json
 #   ray_logs.tgz                Ray's session logs, only when the benchmark failed
-# Device call: command `bash benchmarks/device_crt.sh remote`, carry [".devcrt"], timeout_s 600.
+# Device call: command `bash experiments/device_crt.sh remote`, carry [".devcrt"], timeout_s 600.
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 BUNDLE=.devcrt
@@ -34,7 +34,7 @@ WORK=${WORK:-benchmarks/work/crt_gpu}
 DIALOGUES=${DIALOGUES:-10000}
 
 prepare() {
-  .venv/bin/python benchmarks/crt_paper.py --dataset customersim --dialogues "$DIALOGUES" --work "$WORK" --prepare
+  .venv/bin/python -m experiments.crt_paper --dataset customersim --dialogues "$DIALOGUES" --work "$WORK" --prepare
 }
 
 site() {
@@ -118,7 +118,7 @@ EOF
   local score=cuda
   timeout 120 python3 -W ignore benchmarks/scoring_devices.py 2>&1 | grep -v "Loading weights\|Writing model" | tee -a "$log" \
     || score=cpu
-  timeout "${LIMIT:-500}" python3 -W ignore benchmarks/crt_paper.py --score-device "$score" --dataset customersim --dialogues "$DIALOGUES" \
+  timeout "${LIMIT:-500}" python3 -W ignore -m experiments.crt_paper --score-device "$score" --dataset customersim --dialogues "$DIALOGUES" \
     --preset small --gpu --batch-size "${BATCH:-256}" --epochs "${EPOCHS:-10}" --work "$WORK" \
     --models "${MODELS:-plain,crt-e3-g0.1,redacted-g0.1,crt-e8-g0.1,crt-e1-g0.1,dp-e3,crt-e3-g0,crt-e3-g0.3,redacted-g0,redacted-g0.3,dp-e8,dp-e1}" \
     ${DP_BATCH:+--dp-batch-size "$DP_BATCH"} --budget "${BUDGET:-270}" --name crt_paper_gpu 2>&1 | tee -a "$log"

@@ -10,10 +10,10 @@ key 100 0.412; the ordering plain ~ key 1 < key 10 < key 100 should hold.
 Figure 5: ``tiny`` preset, one shared tokenizer trained on cipher (key 10) and plain text;
 stage 1 pre-trains on ciphertext, stage 2 continues on plaintext; the baseline pre-trains
 on plaintext from scratch for the same steps. Loss curves plotted to
-benchmarks/crypto_llm_fig5.png.
+benchmarks/results/crypto_llm_fig5.png.
 
-    .venv/bin/python benchmarks/crypto_llm.py table2 [--vocab 8192]
-    .venv/bin/python benchmarks/crypto_llm.py fig5 [--steps 300]
+    .venv/bin/python -m experiments.crypto_llm table2 [--vocab 8192]
+    .venv/bin/python -m experiments.crypto_llm fig5 [--steps 300]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result
+from experiments.common import ROOT, machine, need_data, save_result
 
 
 def _texts(split: str) -> list[str]:
@@ -118,7 +118,7 @@ def fig5(steps: int, docs: int) -> None:
     ax.set_title("Crypto-LLM Fig. 5 at small scale (tiny preset, shared tokenizer)")
     ax.legend()
     fig.tight_layout()
-    png = ROOT / "benchmarks" / "crypto_llm_fig5.png"
+    png = ROOT / "benchmarks" / "results" / "crypto_llm_fig5.png"
     fig.savefig(png, dpi=120)
     print(f"# {machine()}; tiny preset, {docs} squality stories, {steps} steps per stage, 2 Ray Train workers")
     print(f"stage 1 (ciphertext) final loss {curves['stage1'][-1]['loss']:.3f} ({s1['tokenizer']['vocab_size']} tokens)")

@@ -20,8 +20,8 @@ Expected: the sequence unit's epsilon is per 64-token block, so an individual wi
 records is protected at up to R times it and its canaries leak above the floor; under
 the individual unit the 10 canaries sit at the never-inserted canaries' level.
 
-    .venv/bin/python benchmarks/dp_units.py [--dialogues 1500 --records 40 --canaries 1 --epsilons 1 8]
-    .venv/bin/python benchmarks/dp_units.py --step-time     # the DP step of each unit, same blocks
+    .venv/bin/python -m experiments.dp_units [--dialogues 1500 --records 40 --canaries 1 --epsilons 1 8]
+    .venv/bin/python -m experiments.dp_units --step-time     # the DP step of each unit, same blocks
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import random
 import time
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result
+from experiments.common import ROOT, machine, need_data, save_result
 
 FORMAT = "My ID is: {secret}"
 

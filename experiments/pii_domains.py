@@ -105,7 +105,7 @@ Construction
 
 The data folder is ``<project>/../shared/data`` (``SHARED_DATA`` overrides it).
 
-    .venv/bin/python benchmarks/pii_domains.py      # per domain and split: docs, words, spans
+    .venv/bin/python -m experiments.pii_domains      # per domain and split: docs, words, spans
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def data_dir() -> Path:
     missing = [str(p) for p in need if not p.is_file()]
     if missing:
         raise FileNotFoundError(
-            "benchmarks/pii_domains.py needs the shared data folder (census name lists in names/ "
+            "experiments/pii_domains.py needs the shared data folder (census name lists in names/ "
             "and presidio_research/ fake identities); missing: " + ", ".join(missing)
             + ". Put it at <project>/../shared/data or set SHARED_DATA to its path.")
     return d

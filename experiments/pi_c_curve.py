@@ -43,8 +43,8 @@ Gold spans are offsets into the dialogue; the split records carry ``parent_id`` 
 sentence's ``start``/``end`` in it, and redact's ``spans`` are offsets into the sentence.
 A gold span may cross a sentence cut ("... Apt. 079 East Kim"): each piece is checked.
 
-    python benchmarks/pi_c_curve.py [--train 300] [--heldout 300] [--demo-docs 300] [--no-presidio]
-                                    [--write-quality benchmarks/crt_quality.json]
+    python -m experiments.pi_c_curve [--train 300] [--heldout 300] [--demo-docs 300] [--no-presidio]
+                                    [--write-quality benchmarks/results/crt_quality.json]
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from collections import defaultdict
 from datetime import date
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result
+from experiments.common import ROOT, machine, need_data, save_result
 
 import privatize.stages.redact  # noqa: F401,E402 - registers the stage before specs are parsed
 import pyarrow as pa  # noqa: E402
@@ -279,7 +279,7 @@ def main() -> None:
     ap.add_argument("--no-presidio", action="store_true",
                     help="skip presidio-research (generated_large as a second tuning constraint, synth_dataset_v2 "
                          "as a report set)")
-    ap.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "pi_c_curve.png")
+    ap.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "pi_c_curve.png")
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "pi_c_curve.json")
     ap.add_argument("--write-quality", type=Path, default=None,
                     help="write gamma and delta_2 of the chosen setting (held-out sample) to this JSON file")
@@ -375,7 +375,7 @@ def main() -> None:
     if args.write_quality:
         h = chosen["heldout"]
         args.write_quality.write_text(json.dumps({
-            "source": "benchmarks/pi_c_curve.py (issue 17)",
+            "source": "experiments/pi_c_curve.py (issue 17)",
             "data": f"CustomerSim test.jsonl, {args.heldout} dialogues sampled with seed {args.seed} "
                     f"({h['n']} gold spans, {h['sentences']} sentences); the pi_c setting was chosen on other data "
                     "(a train.jsonl sample and presidio-research generated_large)",

@@ -37,7 +37,7 @@ here both tenths are held out; the paper used MultiWOZ 2.2). The protocol:
 Every step writes its own folder under ``--work`` and is skipped when it is there, so an
 interrupted run resumes where it stopped::
 
-    .venv/bin/python benchmarks/crt_paper.py [--dataset customersim|multiwoz|both]
+    .venv/bin/python -m experiments.crt_paper [--dataset customersim|multiwoz|both]
         [--dialogues 3000] [--preset tiny] [--epochs 10] [--lr 0.002]
         [--digits 6] [--work DIR] [--gpu]
 """
@@ -51,13 +51,13 @@ import random
 import time
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result
+from experiments.common import ROOT, machine, need_data, save_result
 
 EPSILONS = (1.0, 3.0, 8.0)
 GAMMAS = (0.0, 0.1, 0.3)
 # the CRT inputs the paper's report needs: customersim's measured figures (benchmarks/RESULTS.md)
 CRT_INPUTS = {"gamma": 0.0382, "delta_2": 0.0033,
-              "source": "customersim held-out gold spans, one-sided 95% upper bounds (benchmarks/pi_c_curve.py)"}
+              "source": "customersim held-out gold spans, one-sided 95% upper bounds (experiments/pi_c_curve.py)"}
 MIA_CONTEXT = {"customersim": "USR: Ok, it is {text}.", "multiwoz": "Booking was successful . Reference number is : {text} ."}
 
 

@@ -21,7 +21,7 @@ protection): the baseline that protected runs are compared with.
 3. Write ``benchmarks/results/customersim_attacks.json`` (and a report in the work
    folder) and print a summary.
 
-    .venv/bin/python benchmarks/customersim_attacks.py [--epochs 1] [--steps N] [--trials 1000]
+    .venv/bin/python -m experiments.customersim_attacks [--epochs 1] [--steps N] [--trials 1000]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result
+from experiments.common import ROOT, machine, need_data, save_result
 
 MIA_CONTEXT = "USR: My name's {text}."
 

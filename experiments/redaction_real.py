@@ -30,7 +30,7 @@ left out), strict (the predicted type matches the gold category) and lenient (go
 widened to whole words, only letters and digits count) character precision, the share
 of text flagged.
 
-Usage: ``python benchmarks/redaction_real.py [--domains clinical,legal,dialogue]
+Usage: ``python -m experiments.redaction_real [--domains clinical,legal,dialogue]
 [--limit N] [--errors K] [--presidio-cache]``. ``--errors K`` prints the K most frequent
 false-positive strings and misses per domain (error analysis for tuning on dev).
 ``--presidio-cache`` reuses Presidio's predictions from an earlier run of the same
@@ -50,7 +50,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result
+from experiments.common import ROOT, machine, need_data, save_result
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -11,7 +11,7 @@ text against one trained on the raw text, both prompted with held-out text.
    under the key: hallucinated ciphertexts), and how many of the training set's gold PII
    values appear verbatim in the generations.
 
-    .venv/bin/python benchmarks/cipher_outputs.py [--docs 300] [--epochs 10] [--prompts 200]
+    .venv/bin/python -m experiments.cipher_outputs [--docs 300] [--epochs 10] [--prompts 200]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import ROOT, machine, save_result
+from experiments.common import ROOT, machine, save_result
 
 
 def main() -> None:

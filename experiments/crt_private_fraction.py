@@ -8,7 +8,7 @@ Besides the private fraction, each row says how many of the corpus' gold secrets
 ``spans`` of the JSONL) are still readable in a turn routed *public*: the ones that
 would be trained on without DP.
 
-    python benchmarks/crt_private_fraction.py [--limit N] [--no-redact]
+    python -m experiments.crt_private_fraction [--limit N] [--no-redact]
 """
 
 import argparse
@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import machine, need_data, save_result
+from experiments.common import machine, need_data, save_result
 
 try:  # the redact stage registers itself on import; the spec must see it first
     import privatize.stages.redact  # noqa: F401

@@ -24,7 +24,7 @@ Measures, per gold entity type and overall, with counts and 95% Wilson intervals
   level (the record holding the gold span is flagged at all; with whole documents as
   data points nearly everything is flagged, so this level says little).
 
-Usage: ``python benchmarks/redaction_quality.py [--model NAME] [--limit N] [--sets a,b]``.
+Usage: ``python -m experiments.redaction_quality [--model NAME] [--limit N] [--sets a,b]``.
 Writes ``benchmarks/results/redaction_quality[-<model>].json`` and ``.md``; with
 ``--append`` adds the markdown to ``benchmarks/results/DIARY.md``.
 """
@@ -42,7 +42,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result
+from experiments.common import ROOT, machine, need_data, save_result
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -62,7 +62,7 @@ TYPE_MAP: dict[str, set[str]] = {
     "DOMAIN_NAME": {"URL"}, "IBAN_CODE": {"IBAN_CODE"}, "US_SSN": {"US_SSN"}, "IP_ADDRESS": {"IP_ADDRESS"},
     "US_DRIVER_LICENSE": {"US_DRIVER_LICENSE"}, "ORDER_NUMBER": {"REFERENCE_NUMBER"},
     "TRACKING_NUMBER": {"REFERENCE_NUMBER"}, "CANARY_SECRET": {"REFERENCE_NUMBER"},
-    # benchmarks/pii_domains.py
+    # experiments/pii_domains.py
     "ID": {"REFERENCE_NUMBER", "US_DRIVER_LICENSE", "US_PASSPORT", "US_BANK_NUMBER", "MEDICAL_LICENSE", "UK_NHS",
            "US_ITIN"},
     "URL": {"URL"}, "POSTCODE": {"POSTCODE", "ZIP_CODE"},
@@ -124,7 +124,7 @@ DOMAIN_DOCS = 200  # generated documents per domain
 
 
 def load_domain(domain: str, split: str, limit: int | None) -> list[dict]:
-    import pii_domains
+    from experiments import pii_domains
 
     return pii_domains.generate(domain, limit or DOMAIN_DOCS, seed=0, split=split)
 

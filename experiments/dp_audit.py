@@ -10,20 +10,17 @@ Prints, per run, the audited epsilon, the accountant's, the training's seconds a
 audit's seconds; the audit's cost is given as a ratio to its own training (the baseline
 measured in the same run). Results: ``benchmarks/results/dp_audit.json``.
 
-    python benchmarks/dp_audit.py [--canaries 1000] [--epochs 12] [--seq-len 32]
+    python -m experiments.dp_audit [--canaries 1000] [--epochs 12] [--seq-len 32]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import need_data, save_result  # noqa: E402
+from experiments.common import need_data, save_result
 
 
 def _config(data: Path, out: Path, args, dp: dict) -> dict:

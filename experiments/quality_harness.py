@@ -4,14 +4,14 @@ OpenAI-compatible LLM, the synthetic entity tokens decrypted with the key (SoE's
 and the growth factor measured; then continual pre-training (Ray Train) of one base model
 on the raw articles and on the decrypted synthetic text, and closed-book multiple-choice
 accuracy (acc, acc_norm) of the base and each adapted model on the articles' questions.
-Writes benchmarks/results/quality_harness.json and benchmarks/quality_harness.png.
+Writes benchmarks/results/quality_harness.json and benchmarks/results/quality_harness.png.
 
 By default the base model is the tiny preset pre-trained here on WikiText-2, and the LLM
 is that same model served by ``transformers serve`` on loopback: accuracies are then near
 chance (25%) and the run checks the mechanics. To measure the effect, give a real model:
 
-    .venv/bin/python benchmarks/quality_harness.py [--articles 3] [--adapt-steps 100]
-    .venv/bin/python benchmarks/quality_harness.py --base-model DIR --device cuda \\
+    .venv/bin/python -m experiments.quality_harness [--articles 3] [--adapt-steps 100]
+    .venv/bin/python -m experiments.quality_harness --base-model DIR --device cuda \\
         --llm-url http://127.0.0.1:8000/v1 --llm-model NAME [--llm-api-key env:NAME] \\
         --max-entities 20 --max-k 10 --max-tokens 512 --articles 34
 
@@ -30,7 +30,7 @@ import os
 from datetime import date
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result, wikitext_corpus
+from experiments.common import ROOT, machine, need_data, save_result, wikitext_corpus
 
 
 def main() -> None:
@@ -116,7 +116,7 @@ def main() -> None:
     print(f"phases (s): {result['phases']}; took {result['seconds']:.0f} s")
     name = "quality_harness_scripted" if args.scripted else "quality_harness"
     save_result(name, result)
-    png = plot(result, ROOT / "benchmarks" / f"{name}.png")
+    png = plot(result, ROOT / "benchmarks" / "results" / f"{name}.png")
     print(f"plot: {png}")
 
 

@@ -8,7 +8,7 @@ Recall (gold spans fully covered), character precision, the one-sided 95% bound 
 miss rate, and training seconds. Development figures: the held-out halves of the corpora
 are the judge.
 
-    .venv/bin/python benchmarks/redaction_adapt.py [--domains clinical,multiwoz,tab]
+    .venv/bin/python -m experiments.redaction_adapt [--domains clinical,multiwoz,tab]
         [--sizes 25,50,100,200,all] [--epochs N] [--data ../shared/data]
 """
 
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, machine, save_result  # noqa: E402  (puts the project on sys.path)
+from experiments.common import ROOT, machine, save_result  # noqa: E402  (puts the project on sys.path)
 
 DOMAINS = {  # file under real_dev, its --format, label maps (the clinical set's own types)
     "clinical": ("clinical_physionet_dev.jsonl", "jsonl",

@@ -7,7 +7,7 @@ would see it (the paper counts its tokenizer's tokens). Baseline in the same run
 plaintext row. The paper's ordering to compare: key 1 equals plaintext; keys 10 and 100
 raise the unigram entropy and lower the 3- and 4-gram conditional entropies.
 
-    .venv/bin/python benchmarks/corpus_entropy.py [--docs 60] [--vocab 8192]
+    .venv/bin/python -m experiments.corpus_entropy [--docs 60] [--vocab 8192]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import json
 from datetime import UTC, datetime
 
-from _common import gutenberg_texts, machine, save_result
+from experiments.common import gutenberg_texts, machine, save_result
 
 PAPER = {"plaintext": (10.760, 7.373, 4.608, 2.106), "key 1": (10.756, 7.372, 4.614, 2.109),
          "key 10": (12.276, 7.233, 4.116, 1.839), "key 100": (12.446, 8.049, 3.741, 1.624)}
