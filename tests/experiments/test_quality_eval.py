@@ -3,7 +3,7 @@ the multiple-choice scorer against log-likelihoods computed by hand, one plain f
 pass per (question, option), with and without lm-eval's length normalisation; SoE's
 Table 5 over hand-made entity tokens; the growth factor's arithmetic; the chat-template
 copy of a served model. The whole pipeline (training, a served LLM) is
-benchmarks/quality_harness.py."""
+``python -m experiments.quality_harness``."""
 
 from __future__ import annotations
 

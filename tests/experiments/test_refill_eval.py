@@ -3,7 +3,7 @@ base model, continual pre-training on CustomerSim dialogues raw (the oracle) and
 then refilled Top-K by the session's tiny filler after fine-tuning it on the masked
 corpus, perplexity on held-back dialogues. Few steps and two rows: the full table (both
 baselines, Top-1, Top-K), and whether the paper's order holds, is
-benchmarks/refill_eval.py."""
+``python -m experiments.refill_eval``."""
 
 import json
 import math
