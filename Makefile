@@ -35,10 +35,14 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ./deploy/demo.sh
 
-# The quick CPU set, listed in benchmarks/README.md's ```quick block; long and GPU ones are run by name.
+# The quick CPU set, listed in the ```quick blocks of benchmarks/README.md (scripts run by path) and
+# experiments/README.md (modules, python -m experiments.NAME); long and GPU ones are run by name.
+QUICK = sed -n '/^```quick$$/,/^```$$/{/^```/d;p}'
 bench: $(STAMP)
-	@for b in $$(sed -n '/^```quick$$/,/^```$$/{/^```/d;p}' benchmarks/README.md); do \
+	@for b in $$($(QUICK) benchmarks/README.md); do \
 		echo "== benchmarks/$$b"; $(PY) benchmarks/$$b || exit 1; done
+	@for e in $$($(QUICK) experiments/README.md); do \
+		echo "== experiments/$$e"; $(PY) -m experiments.$${e%.py} || exit 1; done
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

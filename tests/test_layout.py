@@ -38,21 +38,27 @@ def test_compose_file_parses_and_builds_the_dockerfile():
 
 
 def test_every_benchmark_is_indexed_writes_json_through_the_harness_and_has_a_headline():
-    """Issue 34: benchmarks/README.md lists every script, every benchmark writes its JSON
-    through ``_common.save_result``, and RESULTS.md is what ``results_table.py`` makes of
-    ``benchmarks/results/`` (so a result that is not in the table cannot be committed)."""
+    """Issue 34: benchmarks/README.md lists every script of benchmarks/ and experiments/README.md
+    every module of experiments/ (issue 49), every benchmark and experiment writes its JSON
+    through ``save_result`` (``experiments/common.py``), and RESULTS.md is what
+    ``results_table.py`` makes of ``benchmarks/results/`` (so a result that is not in the table
+    cannot be committed). A row whose description begins "not a" is a helper."""
     import subprocess
     import sys
 
+    heads = yaml.safe_load((ROOT / "benchmarks" / "results" / "headlines.yaml").read_text())
+    for folder in ("benchmarks", "experiments"):
+        here = ROOT / folder
+        rows = dict(re.findall(r"^\| `([^`]+)` \| ([^|]*)\|", (here / "README.md").read_text(), flags=re.M))
+        scripts = {p.name for p in here.iterdir() if p.suffix in (".py", ".sh")}
+        assert scripts <= set(rows), f"not in {folder}/README.md's index: {sorted(scripts - set(rows))}"
+        assert set(rows) <= scripts, f"indexed in {folder}/README.md, no such file: {sorted(set(rows) - scripts)}"
+        helpers = {name for name, what in rows.items() if what.startswith("not a")}
+        for name in sorted(s for s in scripts if s.endswith(".py") and s not in helpers):
+            assert "save_result(" in (here / name).read_text(), f"{folder}/{name}: no JSON through the harness"
+        missing = {s.rsplit(".", 1)[0] for s in set(rows) - helpers} - set(heads)
+        assert not missing, f"no headline in benchmarks/results/headlines.yaml: {sorted(missing)}"
     bench = ROOT / "benchmarks"
-    indexed = set(re.findall(r"^\| `([^`]+)` \|", (bench / "README.md").read_text(), flags=re.M))
-    scripts = {p.name for p in bench.iterdir() if p.suffix in (".py", ".sh")}
-    assert scripts <= indexed, f"not in benchmarks/README.md's index: {sorted(scripts - indexed)}"
-    helpers = {"_common.py", "results_table.py", "pii_domains.py"}
-    for name in sorted(s for s in scripts if s.endswith(".py") and s not in helpers):
-        assert "save_result(" in (bench / name).read_text(), f"{name} does not write its JSON through the harness"
-    heads = yaml.safe_load((bench / "results" / "headlines.yaml").read_text())
-    missing = {s.rsplit(".", 1)[0] for s in indexed - helpers} - set(heads)
-    assert not missing, f"no headline in benchmarks/results/headlines.yaml: {sorted(missing)}"
+    assert not list(bench.glob("*.png")), "images go under benchmarks/results/"
     r = subprocess.run([sys.executable, str(bench / "results_table.py"), "--check"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
