@@ -43,6 +43,17 @@ trap cleanup EXIT
 echo "== master key (a deployment secret: the service and the Ray workers read it from a file)"
 "${SVC[@]}" admin master-key new --out "$PRIVATIZE_MASTER_KEY_FILE" >/dev/null
 
+# The operator's part: a public base model every tenant may fine-tune, pre-trained on public text
+# only (the 75 Project Gutenberg stories shipped in privatize/data) before the service starts
+# (its own local Ray), then added to the service's model catalog (`base:demo-tiny`). A real
+# deployment adds a downloaded Hugging Face folder the same way (README: a real base model).
+BASE_NAME=demo-tiny
+echo "== operator: a public base model (privatize base tiny, Ray Train, about 2 minutes; log: $OUT/base.log)"
+"${CORE[@]}" base tiny --output "$OUT/base-tiny" >"$OUT/base.json" 2>"$OUT/base.log" \
+    || { tail -20 "$OUT/base.log"; echo "error: the public base did not train (see $OUT/base.log)"; exit 1; }
+"$PY" -c 'import json, sys; b = json.load(open(sys.argv[1]))
+print(f"   {b[\"steps\"]} steps in {b[\"seconds\"]:.0f} s, loss {b[\"final_loss\"]:.2f}, {b[\"trained_on\"]}")' "$OUT/base.json"
+
 echo "== starting the service on $PRIVATIZE_URL (log: $OUT/service.log)"
 "${SVC[@]}" serve --port "$PORT" >"$OUT/service.log" 2>&1 &
 SERVICE_PID=$!
@@ -65,6 +76,11 @@ while time.time() < deadline:
     time.sleep(0.5)
 sys.exit("the service did not come up in 180 s")
 PY
+
+echo "== operator: add the base to the model catalog as '$BASE_NAME' (checked: config.json and safetensors only)"
+"${SVC[@]}" admin model add "$BASE_NAME" "$OUT/base-tiny/model" >"$OUT/base-catalog.json"
+"$PY" -c 'import json, sys; m = json.load(open(sys.argv[1]))
+print(f"   base:{m[\"name\"]}  ({m[\"architecture\"]}, {m[\"bytes\"] / 1e6:.1f} MB, {m[\"files\"]} files)")' "$OUT/base-catalog.json"
 
 echo "== tenant 'demo' (its API token is printed once; only a hash is stored)"
 # three jobs at once: the main job trains three models side by side
@@ -133,5 +149,5 @@ for st in m["stages"]:
 PY
 echo
 echo "== the main job: upload with canaries -> privatize -> train three models -> attack -> report"
-"$PY" deploy/main_job.py "$OUT/main"
+"$PY" deploy/main_job.py "$OUT/main" --base "$BASE_NAME"
 echo "== stopping the service and its Ray head"

@@ -12,17 +12,20 @@ or ``PRIVATIZE_PUBLIC_DATA``), the job trains as users do, fine-tuning a public 
 
 1. uploads: CustomerSim dialogues (the CRT paper's data: fake customer-support chats, PII
    in some turns, so a real share of sentences is public) to train on and a held-out
-   set, and the public text the base is pre-trained on;
+   set, and (without ``--base``) the public text the base is pre-trained on;
 2. privatization jobs: ``raw`` and ``crt`` both first insert 10 secret canaries
    ``My ID is: <4 digits>`` 20 times each (the ``canaries`` stage; the secrets derive from
    an hmac key the service made, and appear nowhere); ``crt`` then splits sentences,
    redacts with Presidio to ``<MASK>``, dedups every flagged sentence (``skip_clean``) and
    splits public from private; ``public``
    dedups the public text;
-3. a public base (``tiny``, ``train/configs/base-tiny.yaml``), then three fine-tunings of
-   it (Ray Train): plain on the raw text, plain on the redacted text, and CRT (plain steps
-   on the public split, DP-SGD on the private one);
-4. one evaluation of the three: exact canary exposure over all 10^4 candidates,
+3. a public base: with ``--base NAME`` the model catalog's ``base:NAME`` (what ``make demo``
+   does: its operator step pre-trains ``tiny`` on the shipped stories with ``privatize base``
+   and adds it with ``privatize admin model add``), else ``tiny``
+   (``train/configs/base-tiny.yaml``) pre-trained through the service as a training; then
+   three fine-tunings of it (Ray Train): plain on the raw text, plain on the redacted text,
+   and CRT (plain steps on the public split, DP-SGD on the private one);
+4. one evaluation of the three and the base: exact canary exposure over all 10^4 candidates,
    membership inference (the uploaded records vs held-out ones), perplexity on the
    held-out dialogues' sentences (cut by the recipe's own split rules), overall and on the
    text outside their gold PII spans, and each protection's cost against plain; the report
@@ -46,13 +49,15 @@ CANARIES = {"digits": 4, "count": 10, "repeats": 20, "held_out": 10}
 
 
 def _train_config(kind: str, epochs: int, base: str | None) -> dict:
+    """A fine-tuning config: from scratch (``base`` None), else from ``base``, a model
+    reference (``training:<id>`` or the catalog's ``base:<name>``)."""
     cfg = {"version": 1, "kind": kind, "data": {"seq_len": 64}, "model": {"preset": "tiny"},
            "tokenizer": {"vocab_size": 1024}, "optim": {"batch_size": 16, "epochs": epochs, "lr": 0.005,
                                                        "warmup_steps": 10},
            "workers": {"num_workers": 1}, "checkpoint_every": 100000, "report_every": 20}
     if base is not None:  # fine-tune the public base with its tokenizer (entity tokens added)
         cfg.update(kind="continue" if kind == "pretrain" else kind,
-                   model={"preset": None, "checkpoint": f"training:{base}"}, tokenizer={"mode": "shared"})
+                   model={"preset": None, "checkpoint": base}, tokenizer={"mode": "shared"})
         cfg["optim"]["lr"] = 0.002
     if kind == "crt":
         # gamma and delta_2 are not claimed here: the privatization manifest's quality carries
@@ -130,6 +135,18 @@ def _sentences_with_spans(src: Path, dst: Path) -> int:
     return n
 
 
+def _catalog_base(c, name: str) -> tuple[str, str]:
+    """The model reference of the catalog's (or the tenant's own) ``name`` and a line saying
+    what it is; exits with the names there are when the tenant may not use it."""
+    models = {m["name"]: m for m in c.models()}
+    m = models.get(name)
+    if m is None:
+        sys.exit(f"main job: --base {name}: no such model for this tenant (GET /v1/models lists "
+                 f"{', '.join(sorted(models)) or 'none'}; an operator adds one with `privatize admin model add`)")
+    owner = "the operator's catalog" if m["owner"] == "catalog" else "your own upload"
+    return m["ref"], f"{m['ref']} from {owner} ({m['architecture']}, {m['bytes'] / 1e6:.1f} MB)"
+
+
 def _wait_all(c, ids: dict[str, str], what: str) -> dict[str, dict]:
     done: dict[str, dict] = {}
     t0 = time.time()
@@ -161,7 +178,12 @@ def main() -> int:
                            "PRIVATIZE_PUBLIC_DATA, else the data shipped in privatize/data)")
     data.add_argument("--generated", action="store_true",
                       help="train the three from scratch on a generated corpus (no public data, no base)")
+    ap.add_argument("--base", metavar="NAME", default=None,
+                    help="fine-tune the model catalog's NAME (base:NAME, GET /v1/models; `privatize admin model add` "
+                         "puts one there) instead of pre-training a public base through the service first")
     args = ap.parse_args()
+    if args.base and args.generated:
+        ap.error("--base fine-tunes a base on the public dialogues; --generated trains from scratch")
 
     from privatize.corpus import DEMO_DATA
     from privatize.recipes import crt_split, crt_stages, packaged_spec
@@ -183,7 +205,7 @@ def main() -> int:
     _sentences_with_spans(out / "heldout.jsonl", out / "heldout_sentences.jsonl")
     with ServiceClient(os.environ["PRIVATIZE_URL"], os.environ["PRIVATIZE_TOKEN"]) as c:
         print(f"== main job 1/4: upload ({what} to train on, 200 held out"
-              + (", public text for the base)" if public else ")"), flush=True)
+              + (", public text for the base)" if public and not args.base else ")"), flush=True)
         train_c = c.upload_corpus(out / "train.jsonl", name="main-train")
         held_c = c.upload_corpus(out / "heldout.jsonl", name="main-heldout")
         held_s = c.upload_corpus(out / "heldout_sentences.jsonl", name="main-heldout-sentences")
@@ -198,8 +220,13 @@ def main() -> int:
                  "crt": {"version": 1, "stages": [canaries, *crt_stages(operator="mask")]}}
         jobs = {name: c.create_job(train_c["id"], spec)["id"] for name, spec in specs.items()}
         pending = dict(jobs)
-        base = None
-        if public:
+        base = base_eval = None
+        if public and args.base:
+            base, base_line = _catalog_base(c, args.base)
+            base_eval = {"ref": base}
+            print(f"== main job 3/4: three fine-tunings of the catalog's base ({epochs} epochs each, Ray Train)\n"
+                  f"   base: {base_line}", flush=True)
+        elif public:
             # a tenant runs at most 3 jobs at once, trainings included: raw, crt and public,
             # then the base's training while raw and crt finish
             pub_text = public_corpus(out / "public-text", None if public == DEMO_DATA else public)
@@ -207,14 +234,15 @@ def main() -> int:
             pub_c = c.upload_corpus(pub_text, name="public-text")
             pub_job = c.create_job(pub_c["id"], packaged_spec("public"))["id"]
             _wait_all(c, {"public": pub_job}, "job")
-            base = c.create_training(pub_job, _base_config(trained_on))["id"]
-            base_line = f"tiny (train/configs/base-tiny.yaml) pre-trained here on {trained_on}: training:{base}"
+            base_id = c.create_training(pub_job, _base_config(trained_on))["id"]
+            base, base_eval = f"training:{base_id}", {"training_id": base_id}
+            base_line = f"tiny (train/configs/base-tiny.yaml) pre-trained here on {trained_on}: {base}"
             print(f"== main job 3/4: a public base, then three fine-tunings of it ({epochs} epochs each, Ray Train)\n"
                   f"   base: {base_line}", flush=True)
         _wait_all(c, pending, "job")
-        if base:
-            _wait_all(c, {"base": base}, "training")
-        else:
+        if base_eval and "training_id" in base_eval:
+            _wait_all(c, {"base": base_eval["training_id"]}, "training")
+        elif base is None:
             print(f"== main job 3/4: train three tiny models from scratch ({epochs} epochs each, Ray Train)",
                   flush=True)
         plan = {"plain": (jobs["raw"], "pretrain"), "redacted": (jobs["crt"], "pretrain"),
@@ -224,15 +252,15 @@ def main() -> int:
         _wait_all(c, trainings, "training")
 
         print("== main job 4/4: attack the three models, one report", flush=True)
-        if base:  # the base itself: what fine-tuning on the data bought, and its own leakage (none)
-            trainings = {**trainings, "base": base}
         protection = {"base": "none: public text only, never saw this data",
                       "plain": "none: raw text with canaries",
                       "redacted": "split, Presidio redaction to <MASK>, dedup (all text trained plainly)",
                       "crt": "CRT: split, redaction, dedup; public split plain, private split DP-SGD"}
         ev_cfg = {"version": 1,
+                  # the base itself too: what fine-tuning on the data bought, and its own leakage (none)
                   "models": [{"name": n, "training_id": t, "protection": protection[n], "reference": n == "plain"}
-                             for n, t in trainings.items()],
+                             for n, t in trainings.items()]
+                            + ([{"name": "base", **base_eval, "protection": protection["base"]}] if base_eval else []),
                   "canaries": {"key": key["ref"], **CANARIES},
                   "mia": {"members": {"corpus_id": train_c["id"]}, "non_members": {"corpus_id": held_c["id"]},
                           "limit": 200, "group_size": 10},

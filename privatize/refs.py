@@ -1,5 +1,6 @@
 """References that a spec or config may hold instead of a value, resolved where the work runs:
-models by the service's ``training:<id>`` and ``detector:<id>`` (located through :data:`MODELS_ENV`). Key references
+models by the service's ``training:<id>``, ``detector:<id>`` and ``catalog:<id>`` (located through
+:data:`MODELS_ENV`). Key references
 are :class:`privatize.settings.KeyRef` (resolved by :mod:`privatize.keys`). The service imports
 this module, never a stage, to recognise and resolve them."""
 
@@ -15,6 +16,9 @@ from privatize.io.locations import localize_input
 
 MODEL_REF = re.compile(r"training:([0-9a-f]{16})")
 """A model by reference (the service's ``training:<id>``, the id its group), not by folder."""
+CATALOG_REF = re.compile(r"catalog:([0-9a-f]{16})")
+"""A model of the operator's catalog by reference (what the service makes of a tenant's
+``base:<name>`` where a job reads the model outside the tenant's folder: an evaluation)."""
 DETECTOR_REF = re.compile(r"detector:([0-9a-f]{16})")
 """An adapted detector by reference (the service's ``detector:<id>``: the folder one of the
 tenant's succeeded detector jobs wrote), not by folder."""
@@ -28,8 +32,9 @@ _FETCHED: dict[str, str] = {}
 
 
 def is_reference(value: str) -> bool:
-    """Whether ``value`` is a model reference of the service's (``training:``, ``detector:``)."""
-    return value.startswith(("training:", "detector:"))
+    """Whether ``value`` is a model reference of the service's (``training:``, ``detector:``,
+    ``catalog:``)."""
+    return value.startswith(("training:", "detector:", "catalog:"))
 
 
 def model_folder(checkpoint: str, field: str = "refill.checkpoint") -> str:

@@ -53,10 +53,11 @@ _SOURCE_HINT = ('name one of your corpora ({"corpus_id": ...}) or succeeded priv
 LOCAL_ONLY = ("reconstruction", "true_prefix", "cipher_outputs", "corpus_stats", "identifiers")
 """Attack config sections whose inputs (gold-span files, name lists, entity keys) the
 service has no references for yet: refused (422) rather than passed through as paths."""
-_REF = {"training_id": "training", "corpus_id": "corpus", "job_id": "job"}
-"""Reference field -> the scheme of its placeholder (``training:<id>``) until admission."""
+_REF = {"training_id": "training", "corpus_id": "corpus", "job_id": "job", "model": "base"}
+"""Reference field -> the scheme of its placeholder (``training:<id>``, ``base:<name>``) until
+admission."""
 _REF_FIELD = {scheme: field for field, scheme in _REF.items()}
-_LOCATION = re.compile(r"(?:jobs|corpora)/([^/]+)(?:/|$)")
+_LOCATION = re.compile(r"(?:jobs|corpora|models)/([^/]+)(?:/|$)|catalog:([0-9a-f]{16})$")
 
 
 def _sources():
@@ -115,9 +116,20 @@ def validate_config(data) -> EvaluationSpec:
             errors.append((f"models.{i}.path", "a location on the server: name one of your succeeded trainings "
                                                "as training_id"))
             continue
+        if "model" in m:  # a base model the tenant may use (GET /v1/models), as trainings name one
+            from services.catalog import BASE_REF
+
+            ref, both = m.pop("model"), "training_id" in m
+            if both or not (isinstance(ref, str) and BASE_REF.fullmatch(ref)):
+                errors.append((f"models.{i}.model", "give either training_id or model" if both else
+                               "a base model's reference, base:<name> (GET /v1/models lists yours)"))
+                continue
+            m["path"] = ref
+            continue
         rid = _ref_id(m.pop("training_id", None))
         if rid is None:
-            errors.append((f"models.{i}.training_id", "required: the id of one of your succeeded trainings"))
+            errors.append((f"models.{i}.training_id", "required: the id of one of your succeeded trainings "
+                                                      "(or model: base:<name>, a base model you may use)"))
             continue
         m["path"] = f"training:{rid}"
     for section in LOCAL_ONLY:
@@ -223,6 +235,8 @@ def _location(s: Session, tenant_id: str, field: str, placeholder: str) -> str:
     scheme, _, rid = placeholder.partition(":")
     field = f"{field.removesuffix('.path')}.{_REF_FIELD[scheme]}"
     try:
+        if scheme == "base":
+            return _base_location(s, tenant_id, rid, field)
         if scheme == "corpus":
             return get_corpus(s, tenant_id, rid).storage_path.removeprefix(f"{tenant_prefix(tenant_id)}/")
         if scheme == "training":
@@ -240,6 +254,28 @@ def _location(s: Session, tenant_id: str, field: str, placeholder: str) -> str:
     if job.status != "succeeded":
         raise Conflict(f"{what} {rid} is {job.status}; give a {what} that has succeeded", path=field)
     return job.output_path.removeprefix(f"{tenant_prefix(tenant_id)}/")
+
+
+def _base_location(s: Session, tenant_id: str, name: str, field: str) -> str:
+    """Where the base model ``base:<name>`` is for this tenant's job: one of its uploads is in
+    its folder (``models/<id>``); the operator's catalog's is outside it, so the job finds it
+    by the reference ``catalog:<id>`` (:data:`privatize.refs.MODELS_ENV`, set from
+    :func:`models_of`). NotFound at ``field`` as for a training of another tenant's."""
+    from services.catalog import CATALOG_PREFIX, resolve
+
+    m = resolve(s, tenant_id, name, field)
+    return f"catalog:{m.id}" if m.tenant_id is None else f"{CATALOG_PREFIX}/{m.id}"
+
+
+def models_of(spec: dict) -> dict[str, str]:
+    """The operator's catalogued models a stored config names (``catalog:<id>``) -> their
+    folders under the storage root, handed to the job's workers."""
+    from services.catalog import CATALOG_PREFIX
+    from services.jobkinds import RootPath
+
+    return {m["path"]: RootPath(f"{CATALOG_PREFIX}/{m['path'].removeprefix('catalog:')}")
+            for m in spec.get("models") or [] if _LOCATION.fullmatch(m.get("path") or "")
+            and m["path"].startswith("catalog:")}
 
 
 def prepare(s: Session, tenant_id: str, spec: EvaluationSpec) -> tuple[EvaluationSpec, list[str]]:
@@ -265,7 +301,7 @@ def inputs_of(spec: dict) -> set[str]:
     """Ids of the trainings, privatization jobs and corpora a stored config reads."""
     from attacks.job import locations
 
-    return {m.group(1) for _, loc in locations(spec) if (m := _LOCATION.match(loc))}
+    return {m.group(1) or m.group(2) for _, loc in locations(spec) if (m := _LOCATION.match(loc))}
 
 
 def training_ids(spec: dict) -> list[str]:
@@ -273,7 +309,7 @@ def training_ids(spec: dict) -> list[str]:
     out = []
     for m in spec.get("models") or []:
         hit = _LOCATION.match(m.get("path", ""))
-        out.append(hit.group(1) if hit else None)
+        out.append(hit.group(1) if hit and m["path"].startswith("jobs/") else None)
     return out
 
 
@@ -376,6 +412,9 @@ class EvaluateKind(JobKind):
 
     def inputs(self, spec: dict) -> set[str]:
         return inputs_of(spec)
+
+    def models(self, spec: dict) -> dict[str, str]:
+        return models_of(spec)
 
     def audit_detail(self, job) -> dict:
         return {"training_ids": training_ids(job.spec)}

@@ -12,6 +12,7 @@ a tiny training from ``base:NAME``."""
 from __future__ import annotations
 
 import io
+import math
 import json
 import tarfile
 from pathlib import Path
@@ -132,7 +133,7 @@ def _other_tenant(ledger_api, name: str = "other"):  # noqa: F811
 def test_the_operator_adds_lists_and_removes_a_model_a_training_names_it_base_name(
         ledger_api, hf_model, monkeypatch, capsys, tmp_path):  # noqa: F811
     from services.db import session_scope
-    from services.jobs import entrypoint_for
+    from services.jobs import entrypoint_for, runtime_env_for
     from services.models import Job
 
     c, job, ctx = ledger_api["client"], ledger_api["job"], ledger_api["ctx"]
@@ -177,6 +178,27 @@ def test_the_operator_adds_lists_and_removes_a_model_a_training_names_it_base_na
         row = s.get(Job, cont["id"])
         entry = entrypoint_for(ctx, row, None)
     assert f"--checkpoint {ctx.storage.location('models/' + added['id'])}" in entry, entry
+    # an evaluation attacks it as it attacks a training (models: [{model: base:NAME}]): its
+    # config names it by reference, which every worker resolves (PRIVATIZE_MODELS) to the
+    # catalog's folder; no location reaches the tenant
+    ev_cfg = {"version": 1, "models": [{"name": "base", "model": "base:tiny-llama"}],
+              "perplexity": {"data": {"job_id": job}, "limit": 10}}
+    r = c.post("/v1/evaluations", json={"config": ev_cfg})
+    assert r.status_code == 201, r.text
+    ev = r.json()
+    assert ev["training_ids"] == [None] and str(settings.data_path) not in r.text
+    with session_scope(ledger_api["sessions"]) as s:
+        row = s.get(Job, ev["id"])
+        assert row.spec["models"][0]["path"] == f"catalog:{added['id']}"
+        env = runtime_env_for(ctx, row)["env_vars"]
+    assert json.loads(env["PRIVATIZE_MODELS"]) == {f"catalog:{added['id']}":
+                                                   ctx.storage.location(f"models/{added['id']}")}
+    for model, path, status in (({"model": "base:nope"}, "models.0.model", 404),
+                                ({"model": "training:0123456789abcdef"}, "models.0.model", 422),
+                                ({"model": "base:tiny-llama", "training_id": "0" * 16}, "models.0.model", 422)):
+        r = c.post("/v1/evaluations", json={"config": {**ev_cfg, "models": [{"name": "m", **model}]}})
+        body = r.json()
+        assert r.status_code == status and (body.get("path") or body["errors"][0]["path"]) == path, r.text
     # a tenant may not say where the catalog's model is
     r = _post(c, job, {**_continue("base:tiny-llama"), "base_model": {"name": "x", "id": "0" * 16,
                                                                      "owner": "catalog"}})
@@ -191,9 +213,10 @@ def test_the_operator_adds_lists_and_removes_a_model_a_training_names_it_base_na
 
     # not removed while a training reads it
     rc, _, err = _admin(monkeypatch, settings, "model", "remove", "tiny-llama", capsys=capsys)
-    assert rc == 2 and cont["id"] in err and dp["id"] in err
+    assert rc == 2 and cont["id"] in err and dp["id"] in err and ev["id"] in err
     _end(ledger_api["sessions"], cont["id"])
     _end(ledger_api["sessions"], dp["id"], "cancelled")
+    _end(ledger_api["sessions"], ev["id"], "cancelled")
     rc, _, _ = _admin(monkeypatch, settings, "model", "remove", "tiny-llama", capsys=capsys)
     assert rc == 0
     assert ctx.storage.list_files(f"models/{added['id']}") == []
@@ -234,6 +257,23 @@ def test_an_upload_is_its_tenants_alone_counted_and_not_deleted_while_read(ledge
     r = _post(other, "q" * 16, _continue("base:mine"))
     assert r.status_code == 404 and r.json()["path"] == "model.checkpoint", r.text
     assert other.delete("/v1/models/mine").status_code == 404
+    ev_cfg = {"version": 1, "models": [{"name": "base", "model": "base:mine"}],
+              "perplexity": {"data": {"job_id": "q" * 16}, "limit": 10}}
+    r = other.post("/v1/evaluations", json={"config": ev_cfg})
+    assert r.status_code == 404 and r.json()["path"] == "models.0.model", r.text
+
+    # its owner evaluates it: a job reads it in the tenant's own folder, and it is not deleted meanwhile
+    r = c.post("/v1/evaluations", json={"config": {**ev_cfg, "perplexity": {"data": {"job_id": job}, "limit": 10}}})
+    assert r.status_code == 201, r.text
+    ev = r.json()
+    with session_scope(ledger_api["sessions"]) as s:
+        from services.models import Job
+
+        path = s.get(Job, ev["id"]).spec["models"][0]["path"]
+    assert path.startswith("models/") and ctx.storage.list_files(f"tenants/{tenant}/{path}"), path
+    r = c.delete("/v1/models/mine")
+    assert r.status_code == 409 and ev["id"] in r.json()["detail"]
+    _end(ledger_api["sessions"], ev["id"], "cancelled")
 
     # its owner trains from it (DP-LoRA too); while that training is active it stays
     r = _post(c, job, _dp_lora("base:mine"))
@@ -413,6 +453,21 @@ def test_a_training_from_a_catalogued_base_through_the_service(service, tiny_tra
     tr = t.http.get(f"/v1/trainings/{job['id']}").json()
     assert tr["progress"]["step"] == 4 and tr["config"]["base_model"]["name"] == name
     assert str(service.data) not in logs
+    # an evaluation of the catalogued base beside the training: its job finds the model by
+    # reference (the catalog is outside the tenant's folder)
+    ev_cfg = {"version": 1, "models": [{"name": "base", "model": f"base:{name}"},
+                                       {"name": "tuned", "training_id": job["id"]}],
+              "perplexity": {"data": {"job_id": tiny_training["job"]["id"]}, "limit": 20}}
+    r = t.http.post("/v1/evaluations", json={"config": ev_cfg})
+    assert r.status_code == 201, r.text
+    ev = t.wait(r.json()["id"], timeout=420)
+    assert ev["status"] == "succeeded", (ev["message"], t.http.get(f"/v1/jobs/{ev['id']}/logs").text[-4000:])
+    got = t.http.get(f"/v1/evaluations/{ev['id']}/report.json").json()
+    ppl = {m["name"]: m["perplexity"] for m in got["models"]}
+    # the base never saw this text; the continued training did (4 steps from the same weights)
+    assert set(ppl) == {"base", "tuned"} and all(math.isfinite(v) and v > 1 for v in ppl.values()), ppl
+    assert "catalog:" in json.dumps(got["models"][0]) and str(service.data) not in json.dumps(got)
+    assert t.http.delete(f"/v1/jobs/{ev['id']}").status_code == 204
     # removed once nothing reads it
     service.cli("admin", "model", "remove", name)
     assert name not in [m["name"] for m in t.http.get("/v1/models").json()]
