@@ -2,7 +2,7 @@
 process (torch threads) and on Ray (the stage's actor pool, an embedded cluster of 1 or
 2 CPUs), with the ``mask`` stage alone on the same sentences as the baseline of the same
 run. Sentences are WikiText-2 test sentences masked with ``allow_list`` (about a fifth of
-the words), filled Top-K by a filler from ``benchmarks/refill_eval.py``'s work folder (or
+the words), filled Top-K by a filler from ``experiments/refill_eval.py``'s work folder (or
 ``--filler``).
 
     .venv/bin/python benchmarks/refill_throughput.py [--sentences 2000] [--filler DIR]
@@ -110,7 +110,7 @@ def main() -> None:
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: "ray:<cpus>" in a fresh process
     args = ap.parse_args()
     if not (Path(args.filler) / "config.json").is_file():
-        sys.exit(f"no filler at {args.filler}: run benchmarks/refill_eval.py first, or give --filler")
+        sys.exit(f"no filler at {args.filler}: run experiments/refill_eval.py first, or give --filler")
     texts = sentences(args.sentences)
     if args.one:
         print(json.dumps(on_ray(texts, args.filler, int(args.one.split(":")[1]))))

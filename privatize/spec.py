@@ -66,7 +66,7 @@ StageSpec = _stage_union()
 
 class QualitySettings(BaseModel):
     """How well this pipeline's policies did on gold data, as the data owner measured it
-    (``benchmarks/pi_c_curve.py --write-quality`` writes both figures): copied into the
+    (``experiments/pi_c_curve.py --write-quality`` writes both figures): copied into the
     manifest, where a CRT training takes them for its confidentiality report unless its
     own config gives them (``crt.gamma``, ``crt.delta_2``)."""
 

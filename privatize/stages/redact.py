@@ -74,7 +74,7 @@ class PiCSettings(BaseModel):
     ``policy: strict`` (or ``pi_c: strict``): every signal the switches leave on flags its
     record, the paper's policy and this project's default before issue 50. Giving any
     switch without a policy means ``strict``, as it did before. The switches trade pi_c's
-    recall for a larger public split; ``benchmarks/pi_c_curve.py`` measures the trade on
+    recall for a larger public split; ``experiments/pi_c_curve.py`` measures the trade on
     gold data. Their defaults (issue 17): every signal, except that dialogue speaker
     labels and NER dates that name no date do not count."""
 
