@@ -6,7 +6,10 @@ Each location is a local path or a URI that ``pyarrow.fs`` opens (``s3://bucket/
 ``file:///...``). Remote inputs are copied to a local temporary folder first and the
 output is written locally, then uploaded: shards, then the quarantine (beside the
 output, ``<OUTPUT_URI>.quarantine.jsonl``), then ``manifest.json`` last, so a reader that
-finds a manifest finds every shard it lists.
+finds a manifest finds every shard it lists. While it runs, its progress figures
+(:mod:`privatize.progress`: records through every stage, each stage's records in and out,
+about once a second) are kept beside the output, ``<OUTPUT_URI>.progress.json``: the
+service shows them as the job's ``progress``.
 
 The run goes through :func:`privatize.api.run` with the Ray runner and no address: inside
 a Ray job (``RAY_ADDRESS`` is set by the job supervisor) the runner joins that cluster;
@@ -25,9 +28,10 @@ import tempfile
 from pathlib import Path
 
 from privatize.entrypoint import JobParser, run_entrypoint
-from privatize.errors import SpecError
+from privatize.errors import PrivatizeError, SpecError
 from privatize.jobio import (check_output, is_remote, local_path, localize_input, open_location, output_dir,
                              upload_files)
+from privatize.progress import progress_writer
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,27 @@ def upload_output(local: Path, location: str, *, overwrite: bool) -> str | None:
     return q_uri
 
 
+PROGRESS_SUFFIX = ".progress.json"
+
+
+def progress_location(output_location: str) -> str:
+    """Where a job keeps its progress figures while it runs (:mod:`privatize.progress`):
+    beside its output, ``OUTPUT.progress.json`` (what the service shows as the job's
+    ``progress``). Removed when the job succeeds; kept when it fails (how far it got)."""
+    return output_location.rstrip("/") + PROGRESS_SUFFIX
+
+
+def _remove(location: str) -> None:
+    try:
+        if is_remote(location):
+            fs, path = open_location(location)
+            fs.delete_file(path)
+        else:
+            Path(local_path(location)).unlink(missing_ok=True)
+    except (OSError, PrivatizeError):
+        pass
+
+
 def run_job(spec_location: str, input_location: str, output_location: str, *, batch_size: int = 1024,
             strict: bool = False, overwrite: bool = False) -> dict:
     """Run the job; returns the summary that ``main`` prints."""
@@ -83,7 +108,8 @@ def run_job(spec_location: str, input_location: str, output_location: str, *, ba
             check_output(output_location, overwrite)
         input_path = localize_input(input_location, tmp)
         out = output_dir(output_location, tmp)
-        options = RunOptions(batch_size=batch_size, strict=strict, overwrite=overwrite, progress=sys.stderr.isatty())
+        options = RunOptions(batch_size=batch_size, strict=strict, overwrite=overwrite, progress=sys.stderr.isatty(),
+                             on_progress=progress_writer(progress_location(output_location)))
         manifest = run(spec, input_path, out, runner="ray", spec_dir=spec_dir, options=options)
         if remote_out:
             quarantine = upload_output(out, output_location, overwrite=overwrite)
@@ -91,6 +117,7 @@ def run_job(spec_location: str, input_location: str, output_location: str, *, ba
         else:
             quarantine = manifest["quarantine"]["path"]
             where, manifest_at = str(out.resolve()), str((out / "manifest.json").resolve())
+    _remove(progress_location(output_location))
     return {"status": "ok", "runner": "ray", "output": where, "manifest": manifest_at, **manifest["counts"],
             "quarantine": quarantine, "seconds": manifest.get("seconds")}
 

@@ -4,6 +4,7 @@ the façade (:mod:`privatize.api`) and both runners, so the runners need not imp
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Callable
 
 from privatize.errors import SpecError
 
@@ -12,7 +13,7 @@ DEFAULT_RANGE_BYTES = 64 << 20
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How to run (never what to compute: that is the spec). Fields after ``progress``
+    """How to run (never what to compute: that is the spec). Fields after ``on_progress``
     concern the Ray runner only; the local runner ignores them."""
 
     batch_size: int = 1024
@@ -26,6 +27,10 @@ class RunOptions:
     records/s, ETA; the Ray runner shows Ray Data's own); ``"lines"``: for a stderr that is
     no terminal, a line per stage every ``progress_every`` seconds and when it ends (the
     in-process runner; the Ray runner shows nothing of its own then)."""
+    on_progress: Callable[[dict], None] | None = None
+    """Called with the run's progress figures (:mod:`privatize.progress`: records read, per
+    stage records in and out, percent and ETA when known) at most once a second and at the
+    end of the stages, by either runner: how a service job's ``progress`` is fed."""
     read_range_bytes: int = DEFAULT_RANGE_BYTES
     """JSONL and line-per-record text files larger than this are read in byte ranges (the
     Ray runner also cuts smaller files so that every CPU gets a piece)."""

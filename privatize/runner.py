@@ -22,6 +22,7 @@ from privatize.execution import (READ_STAGE, UniqueIds, concat, finish_stage_out
 from privatize.keys import KeyResolver
 from privatize.output import (OutputWriter, Tally, build_manifest, check_strict, prepare_output, quarantine_path,
                               write_quarantine)
+from privatize.progress import RunProgress
 from privatize.records import InputFile, read_inputs
 from privatize.settings import declared_key_kinds
 from privatize.spec import PipelineSpec
@@ -117,8 +118,10 @@ def _live(batches: list[pa.Table]) -> int:
     return sum(split_marked(b)[0].num_rows for b in batches)
 
 
-def _run_stages(stages: list[Stage], batches: list[pa.Table], tally: Tally, options: RunOptions) -> list[pa.Table]:
+def _run_stages(stages: list[Stage], batches: list[pa.Table], tally: Tally, options: RunOptions,
+                figures: RunProgress) -> list[pa.Table]:
     mode = _progress_mode(options.progress)
+    n = len(stages)
     for i, stage in enumerate(stages):
         ts = time.perf_counter()
         live_in = _live(batches)
@@ -127,12 +130,16 @@ def _run_stages(stages: list[Stage], batches: list[pa.Table], tally: Tally, opti
                 batches = run_global_stage(stage, i, batches, tally.stages[i].stats)
                 bar.update(live_in)
             else:
-                out = []
+                out, done, given = [], 0, 0
                 for b in batches:
                     out.append(run_stage_batch(stage, i, b))
-                    bar.update(split_marked(b)[0].num_rows)
+                    k = split_marked(b)[0].num_rows
+                    bar.update(k)
+                    done, given = done + k, given + split_marked(out[-1])[0].num_rows
+                    figures.set_stage(i, done, given, (i + done / max(1, live_in)) / n)
                 batches = out
         live_out = _live(batches)
+        figures.set_stage(i, live_in, live_out, (i + 1) / n)
         tally.add_timing(i, live_in, live_out, time.perf_counter() - ts)
         log.info("stage %d %s: %d -> %d records in %.2fs", i, stage.kind, live_in, live_out,
                  tally.stages[i].seconds)
@@ -156,7 +163,9 @@ def run_local(spec: PipelineSpec, files: list[InputFile], output_dir: Path, *, s
                    for b in read_inputs(files, options.batch_size, text_per_line=spec.input.text_unit == "line")]
         batches = run_global_stage(UniqueIds(), READ_STAGE, batches)
         tally = Tally(len(stages), input_records=sum(b.num_rows for b in batches))
-        batches = _run_stages(stages, batches, tally, options)
+        figures = RunProgress([s.kind for s in stages], options.on_progress, total=tally.input_records)
+        batches = _run_stages(stages, batches, tally, options, figures)
+        figures.close()
         for i, s in enumerate(stages):
             tally.key_ids.update({f"stages.{i}.{name}": kid for name, kid in s.key_ids().items()})
         if pseudonym_key_id:

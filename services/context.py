@@ -164,8 +164,26 @@ class ServiceContext:
         """When a status request last asked Ray about an active job (monotonic seconds)."""
         self.training_progress: dict[str, tuple[float, dict | None]] = {}
         """A training's last metrics as last read from storage, and when (monotonic seconds)."""
+        self.job_progress: dict[str, tuple[float, dict | None]] = {}
+        """A running job's progress figures as last read from storage, and when."""
         self.inline_reads = engine.url.get_backend_name() == "sqlite"
         """Short reads run on the event loop (see :meth:`read`)."""
+
+    def cached_progress(self, job_id: str, read) -> dict | None:
+        """``read()`` (a job's progress from storage), at most once a second per job."""
+        import time
+
+        now = time.monotonic()
+        hit = self.job_progress.get(job_id)
+        if hit is not None and now - hit[0] < 1.0:
+            return hit[1]
+        got = read()
+        with self.admission:
+            self.job_progress[job_id] = (now, got)
+            if len(self.job_progress) > 10000:
+                for k in [k for k, (t, _) in self.job_progress.items() if now - t > 1.0]:
+                    self.job_progress.pop(k, None)
+        return got
 
     async def read(self, fn, *args):
         """``fn(*args)``, a short database read, from async code. On SQLite (the embedded

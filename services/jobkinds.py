@@ -158,6 +158,11 @@ class JobKind:
         also what it reports while it runs (False in a list of them)."""
         return self.Out(**self.Out.fields_of(job))
 
+    def live_progress(self, ctx, job) -> dict | None:
+        """What a running job reports of its progress beyond its row (``/v1/jobs``'s
+        ``progress``), read at most once a second per job; None: nothing."""
+        return None
+
     def audit_detail(self, job) -> dict:
         """Small non-secret facts for the audit entry of its creation (beyond its input and
         config hash)."""

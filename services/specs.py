@@ -291,7 +291,22 @@ class PrivatizeKind(JobKind):
     def also_reads(self, spec: dict) -> set[str]:
         return set(model_references(spec).values()) | set(detector_references(spec).values())
 
+    def live_progress(self, ctx, job) -> dict | None:
+        """The figures ``privatize.job`` keeps beside its output while it runs
+        (:mod:`privatize.progress`: records through every stage, per stage records in and out)."""
+        from privatize.job import progress_location
+
+        return ctx.cached_progress(job.id, lambda: _read_json(ctx.storage, progress_location(job.output_path)))
+
     def models(self, spec: dict) -> dict[str, str]:
         out = {f"training:{t}": f"jobs/{t}/output/model" for t in model_references(spec).values()}
         out.update({f"detector:{d}": f"jobs/{d}/output/detector" for d in detector_references(spec).values()})
         return out
+
+
+def _read_json(storage, rel: str) -> dict | None:
+    try:
+        got = json.loads(storage.read_bytes(rel))
+    except (OSError, ValueError):  # not written yet, or gone
+        return None
+    return got if isinstance(got, dict) else None

@@ -369,6 +369,9 @@ class TrainKind(JobKind):
             return [("--checkpoint", RootPath(f"models/{ref['id']}"))]
         return [("--checkpoint", f"models/{ref['id']}")]
 
+    def live_progress(self, ctx, job) -> dict | None:
+        return progress_of(ctx, job)
+
     def out(self, ctx, job, live: bool = True) -> TrainingOut:
         progress = progress_of(ctx, job) if live or job.status == "succeeded" else None
         return TrainingOut(**TrainingOut.fields_of(job), job_id=job.input_job_id, progress=progress)

@@ -139,9 +139,10 @@ def map_batches(ds, fn, **kwargs):
     return ds.map_batches(fn, **kwargs)
 
 
-def block_pieces(ds, fn, n: int, task_cpus: float, *args, guard=None) -> list:
+def block_pieces(ds, fn, n: int, task_cpus: float, *args, guard=None, on_piece=None) -> list:
     """``fn(block, *args, bounds)`` -> ``n`` objects, for every block of ``ds`` as it is
-    produced: the map side of a one-pass shuffle in Ray core tasks."""
+    produced: the map side of a one-pass shuffle in Ray core tasks. ``on_piece``, if given,
+    is called with each block's ``n`` references as they are made."""
     t = task(fn, num_returns=n, num_cpus=task_cpus)
     pieces = []
     for bundle in ds.iter_internal_ref_bundles():
@@ -150,6 +151,8 @@ def block_pieces(ds, fn, n: int, task_cpus: float, *args, guard=None) -> list:
         slices = bundle.slices or [None] * len(bundle.block_refs)
         for ref, sl in zip(bundle.block_refs, slices):
             pieces.append(t.remote(ref, *args, None if sl is None else (sl.start_offset, sl.end_offset)))
+            if on_piece is not None:
+                on_piece(pieces[-1])
     return pieces
 
 

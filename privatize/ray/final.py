@@ -144,15 +144,53 @@ def write_shard_task(writer: ShardWriter, shard: int, *pieces: pa.Table) -> Writ
     return writer.write(shard, concat(rows)) if rows else None
 
 
-def write_shards(ds, final: FinalPass, writer: ShardWriter, task_cpus: float, guard=None):
+class LiveSummaries:
+    """The final pass's block summaries as they finish, counted into the run's progress
+    figures (:class:`privatize.progress.RunProgress`): records read and each stage's records
+    in and out, for every block through all of the stages so far."""
+
+    def __init__(self, figures, guard=None):
+        self.figures, self.guard = figures, guard
+        self.pending: list = []
+
+    def add(self, refs) -> None:
+        self.pending.append(refs[0])
+        self.poll(0)
+
+    def poll(self, timeout: float) -> None:
+        import ray
+
+        if not self.pending:
+            return
+        ready, self.pending = ray.wait(self.pending, num_returns=len(self.pending), timeout=timeout)
+        if not ready:
+            return
+        if self.guard is not None:
+            self.guard.tick()
+        for s in cluster.get(ready, self.guard):
+            t = s.tally
+            self.figures.add_block(t.input_records,
+                                   {i: st.records_in for i, st in t.stages.items() if i != READ_STAGE},
+                                   {i: st.records_out for i, st in t.stages.items() if i != READ_STAGE})
+
+    def drain(self) -> None:
+        while self.pending:
+            self.poll(1.0)
+
+
+def write_shards(ds, final: FinalPass, writer: ShardWriter, task_cpus: float, guard=None, figures=None):
     """Start the final pass and the shard writes; yields the block summaries, then the
-    written shards."""
+    written shards. ``figures`` (a ``RunProgress``) counts the blocks as they finish."""
     n = final.num_shards
     write = cluster.task(write_shard_task, num_cpus=task_cpus)
-    pieces = cluster.block_pieces(ds, final_split, n + 1, task_cpus, final, guard=guard)
+    live = LiveSummaries(figures, guard) if figures is not None else None
+    pieces = cluster.block_pieces(ds, final_split, n + 1, task_cpus, final, guard=guard,
+                                  on_piece=None if live is None else live.add)
     summaries = [p[0] for p in pieces]
     shard_refs = [write.remote(writer, s, *[p[s + 1] for p in pieces]) for s in range(n)]
     del pieces
+    if live is not None:
+        live.drain()
     yield from cluster.get(summaries, guard)
     for ref in shard_refs:
         written = cluster.get(ref, guard)

@@ -25,6 +25,7 @@ import pyarrow as pa
 from privatize.options import RunOptions
 from privatize.execution import READ_STAGE
 from privatize.output import OutputWriter, Tally, build_manifest, check_strict, quarantine_path, write_quarantine
+from privatize.progress import RunProgress
 from privatize.ray import cluster
 from privatize.ray.cluster import Budget, StallGuard
 from privatize.ray.final import FinalPass, ShardWriter, finish, write_shards
@@ -156,8 +157,11 @@ def _execute(spec: PipelineSpec, files: list[InputFile], writer: OutputWriter, s
     ds, decided = _plan(ds, refs, protos, plan, spec_dir, run)
     shard_writer = ShardWriter(spec.output, spec_dir, run, driver_node=driver_node,
                                paths=[str(writer.shard_path(i)) for i in range(spec.output.num_shards)])
+    figures = RunProgress([p.kind for p in protos], opts.on_progress) if opts.on_progress else None
     tally, qrows, shards = finish(write_shards(ds, FinalPass(len(protos), spec.output.num_shards), shard_writer,
-                                               budget.task_cpus, guard), writer, spec.output, len(protos))
+                                               budget.task_cpus, guard, figures), writer, spec.output, len(protos))
+    if figures is not None:
+        figures.close()
     stage_names = {READ_STAGE: "read", **{i: p.kind for i, p in enumerate(protos)}}
     if opts.strict and qrows is not None:
         check_strict(qrows, stage_names, [f.name for f in files])

@@ -17,6 +17,7 @@ from services import jobs as jobs_mod
 from services import specs as specs_mod
 from services.context import ServiceContext
 from services.db import session_scope
+from services.jobkinds import job_kind
 from services.models import ACTIVE_JOB_STATES, Corpus, Job
 from services.routes.common import Out, TenantRef, bearer, clean_request, current_tenant, get_ctx, polled_row
 
@@ -52,8 +53,17 @@ class JobOut(Out):
     finished_at: dt.datetime | None
 
     @classmethod
-    def of(cls, j: Job, corpus_records: int | None) -> "JobOut":
+    def of(cls, j: Job, corpus_records: int | None, live: dict | None = None) -> "JobOut":
+        """``live``: what the running job reports (``JobKind.live_progress``); its share of the
+        corpus is told here when the job could not (the Ray runner streams its input)."""
         progress: dict = {"corpus_records": corpus_records}
+        if live:
+            progress.update(live)
+            if progress.get("records_total") is None and corpus_records and live.get("records_read") is not None:
+                share = min(1.0, live["records_read"] / corpus_records)
+                el = live.get("elapsed_s")
+                progress.update(records_total=corpus_records, percent=round(100 * share, 1),
+                                eta_s=round(el * (1 - share) / share, 1) if share and el is not None else None)
         if j.counts:
             progress.update(j.counts)
         return cls(id=j.id, kind=j.kind, corpus_id=j.corpus_id, input_job_id=j.input_job_id, status=j.status,
@@ -101,10 +111,21 @@ async def get_job(job_id: str, request: Request, credentials: HTTPAuthorizationC
     ref, row = await polled_row(ctx, request, credentials, job_id)
     if row.status not in ACTIVE_JOB_STATES:
         out = JobOut.of(row, row.corpus_records)
-    else:  # reconciled with Ray first (at most once a second per job)
-        out = JobOut.of(*await anyio.to_thread.run_sync(jobs_mod.job_status, ctx, ref.id, job_id))
+    else:  # reconciled with Ray first (at most once a second per job), with what it reports
+        out = JobOut.of(*await anyio.to_thread.run_sync(_status_and_progress, ctx, ref.id, job_id))
     # already a validated JobOut: serialised once here, not validated again by FastAPI
     return Response(out.model_dump_json(), media_type="application/json")
+
+
+def _status_and_progress(ctx: ServiceContext, tenant_id: str, job_id: str) -> tuple[Job, int | None, dict | None]:
+    job, records = jobs_mod.job_status(ctx, tenant_id, job_id)
+    live = None
+    if job.status == "running":
+        try:
+            live = job_kind(job.kind).live_progress(ctx, job)
+        except LookupError:  # a kind this service does not know
+            live = None
+    return job, records, live
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=JobOut)

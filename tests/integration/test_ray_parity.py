@@ -215,11 +215,22 @@ def test_batch_size_one_and_tiny_blocks(ray_session, tmp_path, workdir):
     lines = (workdir / "corpus" / "part0.jsonl").read_text().splitlines()[:4]
     (small / "a.jsonl").write_text("\n".join(lines) + "\n")
     spec = parse_spec(CRT)
-    bm = run(spec, small, tmp_path / "inproc", spec_dir=str(workdir))
+    local_figures, ray_figures = [], []
+    bm = run(spec, small, tmp_path / "inproc", spec_dir=str(workdir), batch_size=1, on_progress=local_figures.append)
     rm = run(spec, small, tmp_path / "ray", runner="ray", spec_dir=str(workdir), batch_size=1,
-                                     read_range_bytes=200, progress=False)
+                                     read_range_bytes=200, progress=False, on_progress=ray_figures.append)
     assert shard_hashes(tmp_path / "ray") == shard_hashes(tmp_path / "inproc")
     assert comparable(rm) == comparable(bm)
+    # progress (issue 54, item 4): both runners' last figures are the manifest's counts, per
+    # stage; the Ray runner's grow block by block as the final pass counts them
+    for figures, m in ((local_figures, bm), (ray_figures, rm)):
+        last = figures[-1]
+        assert last["records_read"] == m["counts"]["input_records"] > 0
+        assert [(s["kind"], s["records_in"], s["records_out"]) for s in last["stages"]] == \
+            [(s["kind"], s["records_in"], s["records_out"]) for s in m["stages"]]
+    assert local_figures[-1]["percent"] == 100.0 and local_figures[-1]["records_total"] == bm["counts"]["input_records"]
+    reads = [f["records_read"] for f in ray_figures]
+    assert reads == sorted(reads) and ray_figures[-1]["records_total"] is None
 
 
 def test_bloom_document_dedup_with_drop(ray_session, workdir):

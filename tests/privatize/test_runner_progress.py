@@ -5,6 +5,7 @@ records/s, ETA) on one, nothing when off."""
 from __future__ import annotations
 
 import io
+import json
 import time
 
 import pytest
@@ -57,3 +58,60 @@ def test_options_check_the_progress_mode():
         RunOptions(progress="loud")
     with pytest.raises(SpecError, match="options.progress_every"):
         RunOptions(progress_every=0)
+
+
+# ---- the figures both runners report (RunOptions.on_progress) -----------------------------
+
+def test_figures_by_hand(monkeypatch):
+    from privatize import progress as mod
+
+    now = [100.0]
+    monkeypatch.setattr(mod.time, "monotonic", lambda: now[0])
+    got = []
+    p = mod.RunProgress(["split", "redact"], got.append, total=200, every=5.0)
+    now[0] = 110.0
+    p.add_block(50, {0: 50, 1: 180}, {0: 180, 1: 170})
+    # 50 of 200 records through every stage in 10 s: 25%, 5 records/s, 30 s to go
+    assert got == [{"elapsed_s": 10.0, "records_read": 50, "records_total": 200, "percent": 25.0,
+                    "records_per_s": 5.0, "eta_s": 30.0,
+                    "stages": [{"index": 0, "kind": "split", "records_in": 50, "records_out": 180},
+                               {"index": 1, "kind": "redact", "records_in": 180, "records_out": 170}]}]
+    now[0] = 112.0
+    p.add_block(50, {0: 50}, {0: 150})  # within `every` of the last report: not reported
+    assert len(got) == 1
+    p.close()  # always at the end
+    assert got[-1]["records_read"] == 100 and got[-1]["stages"][0]["records_out"] == 330
+    # the Ray runner without a total: no share, no ETA
+    q = mod.RunProgress(["split"], got.append)
+    q.add_block(7, {0: 7}, {0: 9})
+    assert (got[-1]["records_total"], got[-1]["percent"], got[-1]["eta_s"]) == (None, None, None)
+
+
+def test_the_in_process_runner_reports_stage_by_stage_to_the_manifest_counts(tmp_path):
+    from privatize.api import run
+    from privatize.spec import parse_spec
+
+    docs = [{"doc_id": f"d{i}", "text": f"Sentence {i} here. The same second sentence." * (1 + i % 3)}
+            for i in range(40)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    spec = parse_spec({"stages": [{"kind": "split"}, {"kind": "dedup", "min_length": 10}]})
+    got = []
+    m = run(spec, tmp_path / "in.jsonl", tmp_path / "out", batch_size=8, on_progress=got.append)
+    last = got[-1]
+    assert [(s["kind"], s["records_in"], s["records_out"]) for s in last["stages"]] == \
+        [(s["kind"], s["records_in"], s["records_out"]) for s in m["stages"]]
+    assert (last["records_read"], last["records_total"], last["percent"]) == (40, 40, 100.0)
+    shares = [f["percent"] for f in got]
+    assert shares == sorted(shares)
+
+
+def test_a_progress_file_is_replaced_whole_and_never_fails_the_run(tmp_path, caplog):
+    from privatize.progress import progress_writer
+
+    write = progress_writer(str(tmp_path / "out.progress.json"))
+    write({"records_read": 1})
+    write({"records_read": 2})
+    assert json.loads((tmp_path / "out.progress.json").read_text()) == {"records_read": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.progress.json"]  # no temporary left
+    progress_writer(str(tmp_path / "missing" / "x.json"))({"records_read": 3})  # logged, not raised
+    assert "could not write" in caplog.text
