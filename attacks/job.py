@@ -81,10 +81,15 @@ def localize(cfg, root: str, tmp: Path) -> tuple[object, dict[str, str]]:
     """The config with every location made a local path under ROOT (copied first when ROOT
     is remote), and {local path: the config's location} to name them in results."""
 
+    from privatize.refs import is_reference, model_folder
+
     data = cfg.to_dict()
     local: dict[str, str] = {}
+    for f, loc in locations(data):  # a model the service names by reference (the operator's catalog)
+        if f.startswith("models.") and is_reference(loc):
+            local[loc] = str(Path(model_folder(loc, f)).resolve())
     remote = is_remote(root)
-    for n, rel in enumerate(sorted({_relative(f, loc) for f, loc in locations(data)})):
+    for n, rel in enumerate(sorted({_relative(f, loc) for f, loc in locations(data) if loc not in local})):
         if remote:
             path = localize_input(f"{root.rstrip('/')}/{rel}", tmp / f"in-{n}")
         else:
@@ -92,7 +97,7 @@ def localize(cfg, root: str, tmp: Path) -> tuple[object, dict[str, str]]:
         local[rel] = str(Path(path).resolve())
 
     def swap(loc: str) -> str:
-        return local[_relative("", loc)]
+        return local[loc] if loc in local else local[_relative("", loc)]
 
     for m in data["models"]:
         m["path"] = swap(m["path"])
@@ -108,8 +113,9 @@ def _named(ev, names: dict[str, str]):
     """``ev`` with the local paths of models and data replaced by the config's locations."""
     for m in ev.models:
         m.path = names.get(m.path, redact_paths(m.path, names))
-        if m.perplexity_data:
-            m.perplexity_data = redact_paths(m.perplexity_data, names)
+        ppl = m.attacks.get("perplexity")
+        if ppl is not None and ppl.data:
+            ppl.data = redact_paths(ppl.data, names)
     return ev
 
 

@@ -1,7 +1,8 @@
 """Attacks that register themselves: one module each, in the manner of ``privatize.stages``.
 
 An attack is a class with a ``name`` (its ``kind`` in the evaluation config's ``attacks``
-list), a pydantic ``Settings`` model (its config, strict), and three steps:
+list, and its key in each model's results), a pydantic ``Settings`` model (its config,
+strict), and three steps:
 
 * ``prepare(settings, ctx) -> inputs``: every check that can fail and every input it
   reads, once per evaluation and before anything is written (``ctx`` is a
@@ -9,9 +10,11 @@ list), a pydantic ``Settings`` model (its config, strict), and three steps:
   ``attacks.data.read_texts``);
 * ``run(settings, model, inputs) -> result``: one model (a :class:`Target`: its
   ``adapter``, an ``attacks.model.ModelAdapter``, is the only place torch is), a JSON-able
-  result (a dict, or a dataclass);
+  result (a dict, or a dataclass named as ``Result``, which ``attacks.results.from_dict``
+  rebuilds from ``evaluation.json``);
 * ``render(results) -> html``: its section of the report, from ``{model name: result}``
-  as ``evaluation.json`` holds them (escape what you show: ``attacks.report_format.esc``).
+  (escape what you show: ``attacks.report_format.esc``); ``card(result, model, reference)``
+  adds rows to each model's privacy card (``None``: the model has no result).
 
 A config runs it with ``attacks: [{kind: NAME, ...its settings}]``; the results are each
 model's ``attacks[NAME]`` in ``evaluation.json`` and a section of the report::
@@ -26,10 +29,12 @@ model's ``attacks[NAME]`` in ``evaluation.json`` and a section of the report::
         def render(self, results):
             return "".join(f"<p>{esc(m)}: {esc(r['text'])}</p>" for m, r in results.items())
 
-The papers' attacks (``attacks.builtin``: perplexity, canaries, mia, extraction,
-reconstruction, true_prefix, cipher_outputs, identifiers) are registered the same way; a
-config names them as sections of their own (``mia: {...}``) as well as in ``attacks``, and
-their typed results (``result_fields``) are what the report's cards and plots show.
+Every module of :mod:`attacks.kinds` is an attack, imported on the first lookup (the
+papers': perplexity, canaries, mia, extraction, reconstruction, true_prefix,
+cipher_outputs, identifiers, each with its settings, its typed ``Result`` and its card
+rows); a plugin's module is named by an entry point of the group ``privatize.attacks``.
+The papers' attacks are ``section`` attacks: a config may also name them as sections of
+their own (``mia: {...}``, the older form), and their errors name that section's fields.
 """
 
 from __future__ import annotations
@@ -77,10 +82,15 @@ class Attack:
     name: ClassVar[str]
     title: ClassVar[str]
     Settings: ClassVar[type[BaseModel]] = AttackSettings
-    result_fields: ClassVar[tuple[str, ...]] = ()
-    """The papers' attacks: ``run`` returns these ``ModelResult`` fields (typed results the
-    report's cards, comparison and plots show; their ``render`` adds nothing). Empty: the
-    result is the model's ``attacks[name]`` and ``render`` is the report's section."""
+    Result: ClassVar[type | None] = None
+    """The dataclass ``run`` returns, rebuilt from ``evaluation.json`` (None: the
+    result is stored and read back as the JSON it is)."""
+    order: ClassVar[int] = 100
+    """Where it runs, and its rows and section stand in the report, among the configured
+    attacks (the papers' 10 to 80; then by name)."""
+    section: ClassVar[bool] = False
+    """The config may also name it as a section of its own (``mia: {...}``, the papers'
+    attacks, for older configs); its errors then name the section's fields themselves."""
 
     def prepare(self, settings, ctx: Context) -> Any:
         return None
@@ -91,11 +101,17 @@ class Attack:
     def render(self, results: dict[str, Any]) -> str:
         return ""
 
+    def card(self, result: Any, model: Any, reference: Any) -> list[tuple[str, str]]:
+        """Rows (label, html) of a model's privacy card; ``result`` is None when the attack
+        did not run on that model; ``model`` and ``reference`` are ``ModelResult``s (the
+        reference is the unprotected model the cost of protection is measured against)."""
+        return []
 
-ATTACKS: Registry[Attack] = Registry("attack", modules=("attacks.builtin",), group="privatize.attacks")
-"""Every attack: the papers' (:mod:`attacks.builtin`, imported by name on the first lookup:
-it imports this module to register, so this module does not import it) and a plugin's
-from the module its entry point names."""
+
+ATTACKS: Registry[Attack] = Registry("attack", packages=("attacks.kinds",), group="privatize.attacks")
+"""Every attack: the papers' (each module of :mod:`attacks.kinds`, imported by name on the
+first lookup: they import this module to register, so this module does not import them)
+and a plugin's from the module its entry point names."""
 
 
 def register_attack(cls: type[Attack]) -> type[Attack]:
@@ -129,6 +145,14 @@ def parse_entry(entry: dict) -> tuple[Attack, BaseModel]:
         raise ValueError(f"{'.'.join(map(str, e['loc'])) or '(settings)'}: {e['msg']}") from None
 
 
+def in_order(names) -> list[str]:
+    """Attack names in the order they run and show: by ``order``, then by name (a name not
+    registered here last)."""
+    def key(n):
+        return (ATTACKS.get(n).order if n in ATTACKS else 1 << 30, n)
+    return sorted(names, key=key)
+
+
 def jsonable(result: Any) -> Any:
     """An attack's result as ``evaluation.json`` holds it."""
     return dataclasses.asdict(result) if dataclasses.is_dataclass(result) else result
@@ -138,14 +162,14 @@ def prepare_all(entries: list[tuple[str, Attack, BaseModel]], base_dir: str | No
                 ) -> list[tuple[Attack, BaseModel, Any]]:
     """Every configured attack prepared, in order: ``entries`` are (where it is in the
     config, the attack, its settings); a SpecError from the papers' attacks names its own
-    field, any other is prefixed with where the attack is (``attacks.<i>``)."""
+    field (``section`` attacks), any other is prefixed with where the attack is (``attacks.<i>``)."""
     out = []
     ctx = Context(base_dir)
     for where, a, settings in entries:
         try:
             out.append((a, settings, a.prepare(settings, ctx)))
         except SpecError as exc:
-            if a.result_fields:
+            if a.section:
                 raise
             raise SpecError(f"{where}: {exc}") from None
     return out

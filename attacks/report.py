@@ -12,25 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 
-from attacks.results import (
-    Evaluation,
-    ExposureResult,
-    MiaResult,
-    ModelResult,
-    RocResult,
-    TprAtFpr,
-    from_dict,
-    to_json,
-)
-from attacks.report_format import (DASH, TARGET_FPR, best_auc, best_tpr, cost_of_protection, esc, fmt_num, fmt_pct,
-                                   is_resolvable, log2_candidates, reference_model, tpr_at)
+from attacks.results import Evaluation, ModelResult, from_dict, to_json
+from attacks.report_format import (DASH, TARGET_FPR, ModelResults, best_auc, best_tpr, esc, fmt_num, fmt_pct,
+                                   log2_candidates, reference_model, tpr_at)
 from attacks.report_plots import plots_html
 
 _CSS = """
@@ -101,117 +91,14 @@ def _training_rows(m: ModelResult) -> list[tuple[str, str]]:
     return rows
 
 
-def _perplexity_html(m: ModelResult) -> str:
-    if m.perplexity is None:
-        return '<span class="absent">not measured</span>'
-    where = esc(m.perplexity_data) if m.perplexity_data else "data not recorded"
-    text = f"{m.perplexity:.2f} <span class=\"hint\">on {where}</span>"
-    sp = m.perplexity_spans
-    if sp is not None:
-        on = "no token" if sp.inside is None else f"{sp.inside:.2f}"
-        text += (f"<br>outside the secrets' spans <b>{sp.outside:.2f}</b>; on them {on} "
-                 f"<span class=\"hint\">({sp.inside_tokens:,} of {sp.tokens:,} tokens)</span>")
-    return text
-
-
-def _exposure_rows(x: ExposureResult | None) -> list[tuple[str, str]]:
-    if x is None:
-        return [("Canary exposure", '<span class="absent">not run</span>')]
-    inserted = sum(1 for c in x.canaries if c.repeats > 0)
-    reference = len(x.canaries) - inserted
-    log2r = log2_candidates(x)
-    ceiling = f" of log₂|R| = {log2r:.2f}" if log2r is not None else ""
-    rows = [
-        ("Max exposure", f"<b>{x.max_exposure:.2f}</b> bits{ceiling} "
-                         f"<span class=\"hint\">({esc(x.method)}, |R| = {x.candidates:,})</span>"),
-        ("Mean exposure", f"{x.mean_exposure:.2f} bits over {inserted} inserted canaries"),
-    ]
-    if x.max_reference_exposure is not None:
-        rows.append(("Reference canaries",
-                     f"max {x.max_reference_exposure:.2f} bits over {reference} never inserted "
-                     "<span class=\"hint\">(the level chance reaches)</span>"))
-    rows.append(("Canary format", f"<code>{esc(x.format)}</code>, {x.digits} digits; scored: {esc(x.scored)}"))
-    return rows
-
-
-def _tpr_cell(t: TprAtFpr | None, per_cell_negatives: bool) -> str:
-    if t is None:
-        return f"<td>{DASH}</td>"
-    support = f' <span class="hint">({t.negatives:,} neg.)</span>' if per_cell_negatives else ""
-    if not is_resolvable(t):
-        return f'<td class="warn" title="{t.negatives:,} negatives">not resolvable{support}</td>'
-    return f'<td class="num" title="FPR reached: {fmt_pct(t.fpr)}">{fmt_pct(t.tpr)}{support}</td>'
-
-
-def _support_note(fprs: Sequence[float], negatives: int) -> str:
-    """What the TPR figures stand on, said once when every figure shares its negatives."""
-    note = f"Each TPR figure is backed by {negatives:,} negatives (non-members)."
-    short = [f for f in fprs if f * negatives < 1]
-    if short:
-        note += " Not resolvable: " + ", ".join(f"{fmt_pct(f)} FPR needs ≥ {math.ceil(1 / f):,}" for f in short) + "."
-    return f'<p class="hint">{esc(note)}</p>'
-
-
-def _mia_rows(mia: MiaResult | None) -> list[tuple[str, str]]:
-    if mia is None:
-        return [("Membership inference", '<span class="absent">not run</span>')]
-    rocs = list(mia.scores) + ([mia.group] if mia.group else [])
-    fprs = sorted({t.max_fpr for r in rocs for t in r.tpr_at}, reverse=True)
-    negatives = {t.negatives for r in rocs for t in r.tpr_at}
-    per_cell = len(negatives) > 1
-    head = "".join(f"<th>TPR@{fmt_pct(f)} FPR</th>" for f in fprs)
-
-    def line(name: str, r: RocResult) -> str:
-        cells = "".join(_tpr_cell(tpr_at(r, f), per_cell) for f in fprs)
-        return f"<tr><td>{name}</td><td class=\"num\">{r.auc:.3f}</td>{cells}</tr>"
-
-    body = "".join(line(esc(r.score), r) for r in mia.scores)
-    if mia.group:
-        size = f" of {mia.group_size}" if mia.group_size else ""
-        body += line(f"group{esc(size)} ({esc(mia.group.score)})", mia.group)
-    table = f'<table class="scores"><tr><th>Score</th><th>AUC</th>{head}</tr>{body}</table>'
-    note = _support_note(fprs, negatives.pop()) if len(negatives) == 1 else ""
-    return [("Membership inference",
-             f"{mia.members:,} members vs {mia.non_members:,} non-members; scored on: <code>{esc(mia.context)}</code>"),
-            ("", table + note)]
-
-
-def _attack_rows(m: ModelResult) -> list[tuple[str, str]]:
-    absent = '<span class="absent">not run</span>'
-    rows = []
-    r = m.reconstruction
-    chance = f", chance {fmt_pct(1 / r.candidates)}" if r and r.candidates > 0 else ""
-    rows.append(("Name reconstruction", absent if r is None else
-                 f"<b>{fmt_pct(r.rate)}</b> ({r.successes:,}/{r.trials:,}) "
-                 f"<span class=\"hint\">over {r.candidates:,} candidates{chance}</span>"))
-    p = m.true_prefix
-    rows.append(("True-prefix distance", absent if p is None else
-                 f"{p.mean_best_distance:.3f} mean best normalised Levenshtein "
-                 f"<span class=\"hint\">(higher = more private; {p.trials:,} trials × {p.samples:,} samples)</span>"))
-    x = m.extraction
-    if x is None:
-        rows.append(("Extraction", absent))
-    else:
-        text = (f"<b>{x.extracted:,}</b> of {x.prompts:,} generations share ≥ {x.min_words} words with the "
-                f"training data <span class=\"hint\">({x.unique_extracted:,} unique; {x.dropped_low_zlib:,} "
-                f"dropped under zlib threshold {fmt_num(x.zlib_threshold)})</span>")
-        if x.examples:
-            items = "".join(f"<li><code>{esc(s)}</code></li>" for s in x.examples)
-            n = len(x.examples)
-            text += f"<details><summary>{n} example{'s' if n != 1 else ''}</summary><ul>{items}</ul></details>"
-        rows.append(("Extraction", text))
-    c = m.cipher_outputs
-    rows.append(("Cipher outputs", absent if c is None else
-                 f"{c.total_tokens:,} entity tokens ({c.unique_tokens:,} unique); {c.invalid_tokens:,} invalid "
-                 f"({c.unique_invalid:,} unique), failure ratio {fmt_pct(c.failure_ratio)}; "
-                 f"<b>{c.resurfaced_plaintext:,}</b> training PII values resurfaced in plain text"))
-    return rows
-
-
 def _card(i: int, m: ModelResult, ref: ModelResult | None) -> str:
-    rows = [*_training_rows(m), ("Perplexity", _perplexity_html(m)),
-            ("Cost of protection", esc(cost_of_protection(m, ref))), *_exposure_rows(m.exposure),
-            *_mia_rows(m.mia), *_attack_rows(m)]
+    """A model's privacy card: its training, then each registered attack's rows (its
+    ``card``, in the attacks' order; the papers' say "not run" where they did not)."""
+    from attacks.registry import ATTACKS, in_order
+
+    rows = _training_rows(m)
+    for name in in_order(ATTACKS.names()):
+        rows += ATTACKS.get(name).card(m.attacks.get(name), m, ref)
     took = f" · attacks took {m.seconds:.0f} s" if m.seconds else ""
     return (f'<section class="card" id="model-{i}"><h3>{esc(m.name)}</h3>'
             f'<p class="meta"><code>{esc(m.path)}</code>{took}</p>{_kv_table(rows)}</section>')
@@ -253,53 +140,6 @@ def _comparison(models: Sequence[ModelResult]) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def _privacy_cell(p: dict | None) -> str:
-    """One kind's Privacy with the counts behind it (never the terms)."""
-    if not p or not p.get("identifiers"):
-        return f'<td>{DASH} <span class="hint">(none found)</span></td>'
-    how = (f' title="predicted {p["predicted"]:,}, regurgitated {p["regurgitated"]:,}"'
-           if "predicted" in p and "regurgitated" in p else "")
-    return (f'<td class="num"{how}>{p["privacy"]:.3f} '
-            f'<span class="hint">({p["leaked"]:,} of {p["identifiers"]:,} leaked)</span></td>')
-
-
-def _identifiers(models: Sequence[ModelResult]) -> str:
-    """Paper 003's table, or "" when no model has identifier results."""
-    rows = [(i, m, m.identifiers) for i, m in enumerate(models) if m.identifiers is not None]
-    if not rows:
-        return ""
-    head = ("<tr><th>Model</th><th>Privacy</th><th>direct</th><th>indirect</th>"
-            "<th>Low-cost MIA precision / recall / F1</th><th>Loss MIA AUC</th>"
-            f"<th>TPR@{fmt_pct(TARGET_FPR)} FPR</th></tr>")
-    body = []
-    for i, m, x in rows:
-        low = x.low_cost_mia
-        low_cell = (f"<td>{DASH}</td>" if low is None else
-                    f'<td class="num" title="{low["guessed_members"]:,} of {low["individuals"]:,} individuals '
-                    f'called members">{low["precision"]:.2f} / {low["recall"]:.2f} / {low["f1"]:.2f}</td>')
-        roc = x.loss_mia
-        auc = f"<td>{DASH}</td>" if roc is None else f'<td class="num">{roc.auc:.3f}</td>'
-        tpr = _tpr_cell(tpr_at(roc, TARGET_FPR) if roc else None, per_cell_negatives=True)
-        body.append(f'<tr><td><a href="#model-{i}">{esc(m.name)}</a></td>'
-                    + "".join(_privacy_cell(x.privacy.get(k)) for k in ("all", "direct", "indirect"))
-                    + low_cell + auc + tpr + "</tr>")
-    x = rows[0][2]
-    gens = f"{x.samples} generation{'s' if x.samples != 1 else ''} each" if x.samples else "predictions only"
-    support = f"Privacy over {x.records:,} member records of {x.individuals:,} individuals ({gens})."
-    if x.non_member_individuals:
-        support += (f" Membership inference per individual: {x.individuals:,} members vs "
-                    f"{x.non_member_individuals:,} held-out individuals ({x.non_member_records:,} records).")
-    else:
-        support += " No held-out individuals given: no membership inference."
-    reading = ("Privacy is 1 − the share of the distinct identifiers in the members' records that the model "
-               "predicts (each of its tokens the model's top choice after the real text before it) or "
-               "regurgitates (in its generations); 1 = none given away. The low-cost attack calls an individual "
-               "a member when any of their indirect identifiers is predicted; the loss attack scores an "
-               "individual by their records' mean token loss.")
-    return (f"<table>{head}{''.join(body)}</table>"
-            f'<p class="hint">{esc(support)}</p><p class="hint">{esc(reading)}</p>')
-
-
 def _corpus_stats(stats: dict) -> str:
     keys = list(dict.fromkeys(k for v in stats.values() if isinstance(v, dict) for k in v))
     head = "<tr><th>Corpus</th>" + "".join(f"<th>{esc(k)}</th>" for k in keys) + "</tr>"
@@ -330,22 +170,24 @@ not resolvable.</li>
 """
 
 
-def _registered_attacks(models: Sequence[ModelResult]) -> str:
-    """A section per registered attack (``attacks.registry``) that has results, its own
-    rendering; an attack not registered in this process is named, its figures left in
-    ``evaluation.json``."""
-    from attacks.registry import attack
+def _attack_sections(models: Sequence[ModelResult]) -> str:
+    """A section per attack with results whose ``render`` has one (``attacks.registry``), in
+    the attacks' order; an attack not registered in this process is named, its figures
+    left in ``evaluation.json``."""
+    from attacks.registry import attack, in_order
 
+    anchors = {m.name: f"model-{i}" for i, m in enumerate(models)}
     parts = []
-    for name in sorted({n for m in models for n in m.attacks}):
-        results = {m.name: m.attacks[name] for m in models if name in m.attacks}
+    for name in in_order({n for m in models for n in m.attacks}):
+        results = ModelResults({m.name: m.attacks[name] for m in models if name in m.attacks}, anchors)
         try:
             a = attack(name)
             title, body = a.title, a.render(results)
         except LookupError:
             title = name
             body = '<p class="absent">This attack is not installed here: its results are in evaluation.json.</p>'
-        parts.append(f'<h2 id="attack-{esc(name)}">{esc(title)}</h2>{body}')
+        if body:
+            parts.append(f'<h2 id="attack-{esc(name)}">{esc(title)}</h2>{body}')
     return "".join(parts)
 
 
@@ -356,11 +198,9 @@ def render_report(evaluation: Evaluation) -> str:
     notes = ("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(s)}</li>" for s in ev.notes) + "</ul>") if ev.notes else ""
     stats = f"<h2>Corpus statistics</h2>{_corpus_stats(ev.corpus_stats)}" if ev.corpus_stats else ""
     if ev.models:
-        ids = _identifiers(ev.models)
         ref = reference_model(ev.models)
         body = (f"<h2>Comparison</h2>{_comparison(ev.models)}"
-                + (f'<h2 id="identifiers">Identifiers (paper 003)</h2>{ids}' if ids else "")
-                + _registered_attacks(ev.models)
+                + _attack_sections(ev.models)
                 + '<h2>Privacy cards</h2><div class="cards">'
                 + "".join(_card(i, m, ref) for i, m in enumerate(ev.models))
                 + f"</div><h2>Plots</h2>{plots_html(ev.models)}")

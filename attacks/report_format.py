@@ -1,11 +1,12 @@
-"""Formatting shared by the report's page and its plots: escaping, numbers, labels, and the
-figures picked from a result (best AUC, TPR at a false-positive rate)."""
+"""Formatting shared by the report's page, its plots and the attacks' own rows and sections
+(``attacks.kinds``): escaping, numbers, labels, the figures picked from a result (best
+AUC, TPR at a false-positive rate) and the cells that show them."""
 
 from __future__ import annotations
 
 import html
 import math
-
+from collections.abc import Sequence
 
 from attacks.results import ExposureResult, MiaResult, RocResult, TprAtFpr
 
@@ -14,8 +15,41 @@ DPI = 100
 DASH = "—"
 
 
+
 def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
+
+
+class ModelResults(dict):
+    """What an attack's ``render`` gets: {model name: its result}, in the evaluation's order;
+    ``link(name)`` is the model's name linked to its privacy card."""
+
+    def __init__(self, results: dict, anchors: dict[str, str] | None = None):
+        super().__init__(results)
+        self.anchors = anchors or {}
+
+    def link(self, name: str) -> str:
+        anchor = self.anchors.get(name)
+        return f'<a href="#{anchor}">{esc(name)}</a>' if anchor else esc(name)
+
+
+def tpr_cell(t: TprAtFpr | None, per_cell_negatives: bool) -> str:
+    """A TPR at one FPR as a table cell (not resolvable when too few negatives back it)."""
+    if t is None:
+        return f"<td>{DASH}</td>"
+    support = f' <span class="hint">({t.negatives:,} neg.)</span>' if per_cell_negatives else ""
+    if not is_resolvable(t):
+        return f'<td class="warn" title="{t.negatives:,} negatives">not resolvable{support}</td>'
+    return f'<td class="num" title="FPR reached: {fmt_pct(t.fpr)}">{fmt_pct(t.tpr)}{support}</td>'
+
+
+def support_note(fprs: Sequence[float], negatives: int) -> str:
+    """What the TPR figures stand on, said once when every figure shares its negatives."""
+    note = f"Each TPR figure is backed by {negatives:,} negatives (non-members)."
+    short = [f for f in fprs if f * negatives < 1]
+    if short:
+        note += " Not resolvable: " + ", ".join(f"{fmt_pct(f)} FPR needs ≥ {math.ceil(1 / f):,}" for f in short) + "."
+    return f'<p class="hint">{esc(note)}</p>'
 
 
 def fmt_num(value: float | None, spec: str = ".3g") -> str:

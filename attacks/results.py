@@ -1,9 +1,12 @@
 """Result types of the attacks: plain dataclasses, JSON-serialisable with :func:`to_json`.
 
 One evaluation (``evaluation.json``, beside ``report.html``) is an :class:`Evaluation`:
-a list of :class:`ModelResult`, one per attacked model. Every attack's part of a model
-result is optional (``None`` when the attack was not run); the report renders what is
-there. Secrets (canary digits, member names, identifier terms) are never part of a result:
+a list of :class:`ModelResult`, one per attacked model, whose ``attacks`` hold each
+attack's result by the attack's name (``attacks.registry``; the papers' typed results are
+the dataclasses here, named by their attack's ``Result``); the report renders what is
+there. An ``evaluation.json`` written before results were keyed (the papers' results as
+fields of the model: ``perplexity``, ``exposure``, ``mia``, ...) reads into the same form.
+Secrets (canary digits, member names, identifier terms) are never part of a result:
 canaries are named by their index.
 """
 
@@ -11,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 
 @dataclass
@@ -169,23 +174,68 @@ class SpanPerplexity:
 
 
 @dataclass
+class PerplexityResult:
+    """Perplexity on held-out text (the ``perplexity`` attack): ``data`` says what it was
+    measured on; ``spans`` splits it by the secrets' spans when the config gives them."""
+
+    perplexity: float
+    data: str | None = None
+    spans: SpanPerplexity | None = None
+
+
+@dataclass
 class ModelResult:
     name: str
     path: str
     training: TrainingInfo | None = None
-    perplexity: float | None = None
-    perplexity_data: str | None = None  # what perplexity was measured on
-    perplexity_spans: SpanPerplexity | None = None
-    exposure: ExposureResult | None = None
-    mia: MiaResult | None = None
-    reconstruction: SuccessRate | None = None
-    true_prefix: TruePrefixResult | None = None
-    extraction: ExtractionResult | None = None
-    cipher_outputs: CipherOutputs | None = None
-    identifiers: IdentifierLeakage | None = None
-    attacks: dict[str, Any] = field(default_factory=dict)  # registered attacks' results (attacks.registry)
+    attacks: dict[str, Any] = field(default_factory=dict)  # attack name -> its result (attacks.registry)
     seconds: float = 0.0
     reference: bool = False  # the model the others' cost of protection is measured against
+
+    # the papers' results by their attacks' names, read-only: what the comparison, the plots
+    # and scripts read (None when the attack did not run on this model)
+    @property
+    def perplexity(self) -> float | None:
+        p = self.attacks.get("perplexity")
+        return None if p is None else p.perplexity
+
+    @property
+    def perplexity_data(self) -> str | None:
+        p = self.attacks.get("perplexity")
+        return None if p is None else p.data
+
+    @property
+    def perplexity_spans(self) -> SpanPerplexity | None:
+        p = self.attacks.get("perplexity")
+        return None if p is None else p.spans
+
+    @property
+    def exposure(self) -> ExposureResult | None:
+        return self.attacks.get("canaries")
+
+    @property
+    def mia(self) -> MiaResult | None:
+        return self.attacks.get("mia")
+
+    @property
+    def reconstruction(self) -> SuccessRate | None:
+        return self.attacks.get("reconstruction")
+
+    @property
+    def true_prefix(self) -> TruePrefixResult | None:
+        return self.attacks.get("true_prefix")
+
+    @property
+    def extraction(self) -> ExtractionResult | None:
+        return self.attacks.get("extraction")
+
+    @property
+    def cipher_outputs(self) -> CipherOutputs | None:
+        return self.attacks.get("cipher_outputs")
+
+    @property
+    def identifiers(self) -> IdentifierLeakage | None:
+        return self.attacks.get("identifiers")
 
 
 @dataclass
@@ -205,47 +255,70 @@ def to_json(obj: Any) -> str:
     return json.dumps(to_dict(obj), indent=2, sort_keys=False)
 
 
-def _build(cls, data):
+def build(cls, data):
+    """A dataclass from its ``asdict`` form: nested dataclasses (``X``, ``X | None``,
+    ``list[X]``) rebuilt from their type hints; keys it has no field for ignored."""
     if data is None:
         return None
-    kwargs = {}
-    hints = {f.name: f for f in dataclasses.fields(cls)}
-    for name, value in data.items():
-        if name not in hints:
-            continue
-        kwargs[name] = _NESTED.get((cls, name), lambda v: v)(value)
-    return cls(**kwargs)
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _value(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)
+                  if f.init and f.name in data})
 
 
-def _list_of(cls):
-    return lambda v: [_build(cls, x) for x in v] if v is not None else None
+def _value(tp, v):
+    if v is None:
+        return None
+    if dataclasses.is_dataclass(tp):
+        return build(tp, v) if isinstance(v, dict) else v
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _value(inner[0], v) if len(inner) == 1 else v
+    if origin is list and isinstance(v, list):
+        (arg,) = typing.get_args(tp) or (Any,)
+        return [_value(arg, x) for x in v]
+    return v
 
 
-_NESTED = {}
+_OLD_FIELDS = {"exposure": "canaries", "mia": "mia", "reconstruction": "reconstruction",
+               "true_prefix": "true_prefix", "extraction": "extraction", "cipher_outputs": "cipher_outputs",
+               "identifiers": "identifiers"}
+"""An older ``evaluation.json``'s typed model field -> the attack whose result it is (the
+perplexity's three fields are one result)."""
+
+
+def keyed_results(model: dict) -> dict:
+    """A model's results keyed by attack (as JSON), from either form of ``evaluation.json``: what a
+    script reading the file as JSON indexes (``keyed_results(m)["canaries"]["max_exposure"]``)."""
+    keyed = dict(model.get("attacks") or {})
+    if model.get("perplexity") is not None:
+        keyed.setdefault("perplexity", {"perplexity": model["perplexity"], "data": model.get("perplexity_data"),
+                                        "spans": model.get("perplexity_spans")})
+    for old, name in _OLD_FIELDS.items():
+        if model.get(old) is not None:
+            keyed.setdefault(name, model[old])
+    return keyed
+
+
+def _results(keyed: dict) -> dict[str, Any]:
+    """Each result rebuilt as its attack's ``Result`` (an attack not registered here: as stored)."""
+    from attacks.registry import ATTACKS
+
+    out = {}
+    for name, value in keyed.items():
+        cls = ATTACKS.get(name).Result if name in ATTACKS else None
+        out[name] = build(cls, value) if cls is not None and isinstance(value, dict) else value
+    return out
 
 
 def from_dict(data: dict) -> Evaluation:
-    """An :class:`Evaluation` from ``evaluation.json``'s content."""
-    return _build(Evaluation, data)
-
-
-_NESTED.update({
-    (RocResult, "tpr_at"): _list_of(TprAtFpr),
-    (MiaResult, "scores"): _list_of(RocResult),
-    (MiaResult, "group"): lambda v: _build(RocResult, v),
-    (ExposureResult, "canaries"): _list_of(CanaryExposure),
-    (ModelResult, "training"): lambda v: _build(TrainingInfo, v),
-    (ModelResult, "perplexity_spans"): lambda v: _build(SpanPerplexity, v),
-    (ModelResult, "exposure"): lambda v: _build(ExposureResult, v),
-    (ModelResult, "mia"): lambda v: _build(MiaResult, v),
-    (ModelResult, "reconstruction"): lambda v: _build(SuccessRate, v),
-    (ModelResult, "true_prefix"): lambda v: _build(TruePrefixResult, v),
-    (ModelResult, "extraction"): lambda v: _build(ExtractionResult, v),
-    (ModelResult, "cipher_outputs"): lambda v: _build(CipherOutputs, v),
-    (ModelResult, "identifiers"): lambda v: _build(IdentifierLeakage, v),
-    (IdentifierLeakage, "loss_mia"): lambda v: _build(RocResult, v),
-    (Evaluation, "models"): _list_of(ModelResult),
-})
+    """An :class:`Evaluation` from ``evaluation.json``'s content (either form)."""
+    ev = build(Evaluation, {**data, "models": []})
+    for m in data.get("models") or []:
+        model = build(ModelResult, {**m, "attacks": {}})
+        model.attacks = _results(keyed_results(m))
+        ev.models.append(model)
+    return ev
 
 
 # ---- what a training run says about itself ------------------------------------------------

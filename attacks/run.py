@@ -1,11 +1,13 @@
 """Run an evaluation: every configured attack against every model, one report.
 
 ``run_evaluation(cfg)`` checks everything it can before it writes (model folders, data
-sources, the canary and entity keys), then the corpus statistics, then per model:
-perplexity on held-out text, canary exposure, membership inference (scoring spread over
-Ray workers when ``scoring.workers`` > 0), data extraction, name reconstruction,
-true-prefix, entity tokens in generations, paper 003's identifier metrics; and writes
-``OUTPUT/evaluation.json`` and ``OUTPUT/report.html``.
+sources, the canary and entity keys: each attack's ``prepare``), then the corpus
+statistics, then per model every configured attack (``attacks.registry``; the papers' in
+``attacks.kinds``: perplexity, canary exposure, membership inference with scoring spread
+over Ray workers when ``scoring.workers`` > 0, name reconstruction, true-prefix, data
+extraction, entity tokens in generations, paper 003's identifier metrics), each result
+the model's ``attacks[NAME]``; and writes ``OUTPUT/evaluation.json`` and
+``OUTPUT/report.html``.
 """
 
 from __future__ import annotations
@@ -60,14 +62,14 @@ def corpus_stats(cfg: AttackConfig, corpora: dict[str, list]) -> dict:
 
 
 def entries(cfg: AttackConfig) -> list[tuple[str, Attack, object]]:
-    """The configured attacks in the order they run: the papers' (their sections of the
-    config), then the ``attacks`` list; each as (where it is in the config, the attack,
-    its settings)."""
+    """The configured attacks in the order they run (each attack's ``order``; the
+    ``attacks`` list's order among equals): the ``attacks`` list and the older named
+    sections alike, each as (where it is in the config, the attack, its settings)."""
     out = [(name, attack(name), getattr(cfg, name)) for name in SECTIONS if getattr(cfg, name) is not None]
     for i, entry in enumerate(cfg.attacks):
         a, settings = parse_entry(entry.model_dump())
         out.append((f"attacks.{i}", a, settings))
-    return out
+    return sorted(out, key=lambda e: e[1].order)
 
 
 def prepare(cfg: AttackConfig, base_dir: str | None = None) -> dict:
@@ -119,11 +121,7 @@ def run_evaluation(cfg: AttackConfig, *, base_dir: str | None = None, progress: 
                           training=training_info(spec.path, spec.protection), reference=spec.reference)
         for attack_, settings, prepared in inputs["attacks"]:
             result = attack_.run(settings, model, prepared)
-            if attack_.result_fields:
-                for name in attack_.result_fields:
-                    setattr(res, name, result[name])
-            else:
-                res.attacks[attack_.name] = jsonable(result)
+            res.attacks[attack_.name] = result if attack_.Result is not None else jsonable(result)
         pids |= model.pids
         res.seconds = round(time.perf_counter() - t0, 2)
         ev.models.append(res)

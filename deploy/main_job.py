@@ -270,7 +270,13 @@ def main() -> int:
         paths = c.download_report(ev["id"], out / "report")
         summary = c.evaluation(ev["id"])
 
+    from attacks.results import keyed_results
+
     ev_json = json.loads(paths[1].read_text())
+    for m in ev_json["models"]:  # each model's results by attack (attacks[NAME]), as the rows below read them
+        r = keyed_results(m)
+        m.update(perplexity=r["perplexity"]["perplexity"], perplexity_spans=r["perplexity"]["spans"],
+                 exposure=r["canaries"], mia=r["mia"])
     print()
     print(f"Main job finished in {time.time() - t_start:.0f} s: privacy against utility of the three models")
     print(f"  ({'fine-tuned from a public base, ' if base else 'from scratch, '}{what}, {epochs} epochs)")

@@ -239,12 +239,13 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
 
 def evaluate(d: Path, name: str, runs: dict[str, Path], ds: str, digits: int, device: str = "cpu") -> dict:
     from attacks.config import parse_config
+    from attacks.results import keyed_results
     from attacks.run import run_evaluation
 
     out = d / "eval"
     done = out / "evaluation.json"
     saved = json.loads(done.read_text())["models"] if done.is_file() else None
-    if saved is None or [m["name"] for m in saved] != list(runs) or any(not m.get("perplexity_spans") for m in saved):
+    if saved is None or [m["name"] for m in saved] != list(runs) or any(not (keyed_results(m).get("perplexity") or {}).get("spans") for m in saved):
         cfg = {"version": 1, "models": [{"name": n, "path": str(p), "reference": n == "plain"} for n, p in runs.items()],
                "canaries": {"key": f"file:{d.parent / 'canary.key'}", "digits": digits, "count": 10, "held_out": 10,
                             "repeats": 20},
@@ -259,19 +260,22 @@ def evaluate(d: Path, name: str, runs: dict[str, Path], ds: str, digits: int, de
 
 
 def _rows(ev: dict, runs: dict[str, Path]) -> list[dict]:
+    from attacks.results import keyed_results
+
     out = []
     for m in ev["models"]:
         s = json.loads((runs[m["name"]] / "summary.json").read_text())
-        aucs = {r["score"]: r["auc"] for r in m["mia"]["scores"]}
+        res = keyed_results(m)  # the results by attack (either form of evaluation.json)
+        aucs = {r["score"]: r["auc"] for r in res["mia"]["scores"]}
         conf = s.get("confidentiality") or {}
-        sp = m.get("perplexity_spans") or {}
-        out.append({"model": m["name"], "kind": s["kind"], "perplexity": m["perplexity"],
+        sp = res["perplexity"].get("spans") or {}
+        out.append({"model": m["name"], "kind": s["kind"], "perplexity": res["perplexity"]["perplexity"],
                     "perplexity_outside_secrets": sp.get("outside"), "perplexity_on_secrets": sp.get("inside"),
                     "secret_token_share": sp["inside_tokens"] / sp["tokens"] if sp else None,
-                    "max_exposure": m["exposure"]["max_exposure"],
-                    "reference_exposure": m["exposure"]["max_reference_exposure"],
+                    "max_exposure": res["canaries"]["max_exposure"],
+                    "reference_exposure": res["canaries"]["max_reference_exposure"],
                     "mia_auc": aucs.get("loss"), "mia_best_auc": max(aucs.values()),
-                    "group_auc": (m["mia"].get("group") or {}).get("auc"),
+                    "group_auc": (res["mia"].get("group") or {}).get("auc"),
                     "epsilon": s.get("epsilon"), "confidentiality_epsilon": conf.get("epsilon"),
                     "public_share": (s["examples"]["public"] / (s["examples"]["public"] + s["examples"]["private"])
                                      if "public" in s["examples"] else None),

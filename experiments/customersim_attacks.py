@@ -126,9 +126,7 @@ def main() -> None:
         if merged is None:
             merged = ev
         else:
-            setattr(merged.models[0], name, getattr(ev.models[0], name))
-            if name == "perplexity":
-                merged.models[0].perplexity_data = ev.models[0].perplexity_data
+            merged.models[0].attacks[name] = ev.models[0].attacks[name]
     assert merged is not None
     merged.models[0].seconds = round(sum(seconds.values()), 1)
     merged.notes.append(f"one section at a time; seconds per attack: {seconds}")

@@ -177,19 +177,21 @@ def main() -> None:
                             "repeats": args.records, "format": FORMAT},
                "perplexity": {"data": str(d / "heldout.jsonl"), "limit": 500}, "output": str(ev_dir)}
         run_evaluation(parse_config(cfg), progress=False)
+    from attacks.results import keyed_results
+
     ev = json.loads((ev_dir / "evaluation.json").read_text())
     rows = []
-    prior = next(m for m in ev["models"] if m["name"] == "base")["exposure"]["canaries"]
+    prior = keyed_results(next(m for m in ev["models"] if m["name"] == "base"))["canaries"]["canaries"]
     for m in ev["models"]:
         if m["name"] == "base":
             continue
         s = summaries[m["name"]]
-        ex = m["exposure"]
+        ex = keyed_results(m)["canaries"]
         inserted = [c for c in ex["canaries"] if c["repeats"] > 0]
         rows.append({"model": m["name"], "unit": (s.get("unit") or {}).get("name"),
                      "units": (s.get("unit") or {}).get("units"), "epsilon": s.get("epsilon"),
                      "noise_multiplier": (s.get("dp") or {}).get("noise_multiplier"),
-                     "perplexity": m["perplexity"], "max_exposure": ex["max_exposure"],
+                     "perplexity": keyed_results(m)["perplexity"]["perplexity"], "max_exposure": ex["max_exposure"],
                      "mean_exposure": ex.get("mean_exposure"), "floor": ex["max_reference_exposure"],
                      "inserted": [round(c["exposure"], 2) for c in inserted],
                      "prior": [round(p["exposure"], 2) for p in prior if p["repeats"] > 0],

@@ -94,7 +94,8 @@ def test_a_bad_entry_is_refused_with_its_path_before_anything_runs(registered, t
 
 def test_the_papers_attacks_are_registered_and_run_from_the_list_too(model_dir, tmp_path):
     """A paper's attack is an entry of the registry like the toy: ``attacks: [{kind:
-    perplexity, ...}]`` runs it as its section does, into the same typed field."""
+    perplexity, ...}]`` runs it as its older section does, into the same result keyed by
+    the attack (typed: its ``Result``)."""
     from attacks.config import parse_config
     from attacks.run import run_evaluation
 
@@ -109,7 +110,10 @@ def test_the_papers_attacks_are_registered_and_run_from_the_list_too(model_dir, 
                                               "output": str(tmp_path / "b")}), progress=False)
     assert by_list.models[0].perplexity == pytest.approx(by_section.models[0].perplexity) and \
         by_list.models[0].perplexity > 1
-    assert by_list.models[0].attacks == {} and by_list.models[0].perplexity_data == "2 texts of " + str(data)
+    assert list(by_list.models[0].attacks) == ["perplexity"] and by_list.models[0].attacks == by_section.models[0].attacks
+    assert by_list.models[0].perplexity_data == "2 texts of " + str(data)
+    saved = json.loads((tmp_path / "a" / "evaluation.json").read_text())["models"][0]
+    assert saved["attacks"]["perplexity"]["perplexity"] == pytest.approx(by_list.models[0].perplexity)
     with pytest.raises(SpecError, match="each kind at most once"):
         parse_config({**base, "perplexity": {"data": str(data)}, "attacks": [{"kind": "perplexity", "data": "x"}]})
 
@@ -136,7 +140,7 @@ def test_perplexity_split_by_the_secrets_spans_through_an_evaluation(model_dir, 
     assert m.perplexity_spans.inside == pytest.approx(adapter.perplexity(texts[:1]), rel=1e-5)
     assert m.perplexity == pytest.approx(adapter.perplexity(texts), rel=1e-5)
     assert m.perplexity_spans.tokens == sum(len(x) for x in adapter.encode(texts)) - 2
-    saved = json.loads((tmp_path / "ev" / "evaluation.json").read_text())["models"][0]["perplexity_spans"]
+    saved = json.loads((tmp_path / "ev" / "evaluation.json").read_text())["models"][0]["attacks"]["perplexity"]["spans"]
     assert saved["inside_tokens"] == m.perplexity_spans.inside_tokens > 0
     assert "outside the secrets" in (tmp_path / "ev" / "report.html").read_text()
     from attacks.cli import summary
@@ -147,6 +151,27 @@ def test_perplexity_split_by_the_secrets_spans_through_an_evaluation(model_dir, 
         run_evaluation(parse_config({**base, "perplexity": {"data": str(data), "spans_column": "spans"},
                                      "output": str(tmp_path / "bad")}), progress=False)
     assert not (tmp_path / "bad" / "evaluation.json").exists()
+
+
+def test_each_papers_attack_is_found_in_its_own_module():
+    """Issue 49: every module of ``attacks.kinds`` (but its shared ``_`` parts) is one of the
+    papers' attacks, registered under the module's name with its settings, its typed result
+    and its part of the report (card rows or a section); nothing lists them."""
+    import pkgutil
+
+    import attacks.kinds
+
+    modules = {m.name for m in pkgutil.iter_modules(attacks.kinds.__path__) if not m.name.startswith("_")}
+    assert modules == {"perplexity", "canaries", "mia", "extraction", "reconstruction", "true_prefix",
+                       "cipher_outputs", "identifiers"}
+    assert registry.ATTACKS.packages == ("attacks.kinds",) and not registry.ATTACKS.modules
+    for name in modules:
+        a = registry.attack(name)
+        assert type(a).__module__ == f"attacks.kinds.{name}" and a.Settings.__module__ == f"attacks.kinds.{name}"
+        assert a.section and a.Result is not None
+        assert type(a).card is not Attack.card or type(a).render is not Attack.render  # its own report part
+    assert registry.in_order(modules) == ["perplexity", "canaries", "mia", "reconstruction", "true_prefix",
+                                          "extraction", "cipher_outputs", "identifiers"]
 
 
 def test_without_the_registration_the_kind_is_unknown(tmp_path):

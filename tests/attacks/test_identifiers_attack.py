@@ -18,7 +18,7 @@ import pytest
 from attacks.config import parse_config
 from attacks.data import read_identifier_records
 from attacks.report import render_report
-from attacks.results import Evaluation, IdentifierLeakage, ModelResult, from_dict, to_json
+from attacks.results import Evaluation, IdentifierLeakage, ModelResult, PerplexityResult, from_dict, to_json
 from privatize.errors import SpecError
 from privatize.stages.identifiers import SPANS_TYPE, IdentifiersSettings
 
@@ -199,12 +199,12 @@ def _leakage() -> IdentifierLeakage:
 
 
 def test_report_section_shows_rates_never_terms():
-    plain = ModelResult("plain", "runs/plain", identifiers=_leakage())
-    bare = ModelResult("no-ids", "runs/bare", perplexity=12.0)
+    plain = ModelResult("plain", "runs/plain", attacks={"identifiers": _leakage()})
+    bare = ModelResult("no-ids", "runs/bare", attacks={"perplexity": PerplexityResult(12.0)})
     ev = Evaluation("ev-ids", "2024-06-01T00:00:00Z", [plain, bare], notes=[])
     page = render_report(ev)
     assert page.count("Identifiers (paper 003)") == 1
-    table = page.split('id="identifiers"', 1)[1].split("<h2>", 1)[0]
+    table = page.split('id="attack-identifiers"', 1)[1].split("<h2>", 1)[0]
     assert ">plain</a>" in table and "no-ids" not in table  # only models with results
     assert "0.883" in table and "(41 of 350 leaked)" in table  # Privacy overall
     assert "0.900" in table and "(5 of 50 leaked)" in table and 'title="predicted 4, regurgitated 2"' in table
@@ -215,7 +215,7 @@ def test_report_section_shows_rates_never_terms():
     assert "40 members vs 200 held-out individuals (110 records)" in table
     assert from_dict(json.loads(to_json(ev))) == ev
     alone = render_report(Evaluation("ev-x", "2024-06-01T00:00:00Z", [bare]))
-    assert "Identifiers (paper 003)" not in alone and 'id="identifiers"' not in alone
+    assert "Identifiers (paper 003)" not in alone and 'id="attack-identifiers"' not in alone
 
 
 def test_report_without_membership_inference_and_kinds_not_found():
@@ -225,7 +225,7 @@ def test_report_without_membership_inference_and_kinds_not_found():
                                    "indirect": {"identifiers": 4, "predicted": 1, "regurgitated": 0, "leaked": 1,
                                                 "privacy": 0.75},
                                    "all": {"identifiers": 4, "leaked": 1, "privacy": 0.75}})
-    table = render_report(Evaluation("e", "t", [ModelResult("m", "p", identifiers=x)])).split('id="identifiers"')[1]
+    table = render_report(Evaluation("e", "t", [ModelResult("m", "p", attacks={"identifiers": x})])).split('id="attack-identifiers"')[1]
     table = table.split("<h2>", 1)[0]
     assert "(none found)" in table and "(1 of 4 leaked)" in table and "predictions only" in table
     assert "No held-out individuals given: no membership inference." in table

@@ -30,6 +30,8 @@ from attacks.results import (
     ExtractionResult,
     MiaResult,
     ModelResult,
+    PerplexityResult,
+    SpanPerplexity,
     RocResult,
     SuccessRate,
     TprAtFpr,
@@ -67,6 +69,10 @@ def _exposure(digits: int, method: str, ranks: list[tuple[int, int]]) -> Exposur
                           max(inserted), sum(inserted) / len(inserted), max(refs) if refs else None, 12.5)
 
 
+def _ppl(perplexity: float) -> dict:
+    return {"perplexity": PerplexityResult(perplexity)}
+
+
 def _loss(start: float, end: float) -> list[list[float]]:
     return [[float(s), end + (start - end) * math.exp(-s / 300)] for s in range(0, 2001, 50)]
 
@@ -75,26 +81,28 @@ def _evaluation() -> Evaluation:
     plain = ModelResult(
         name="gpt2-small plain", path="runs/plain/final",
         training=TrainingInfo("continue", "none", loss_curve=_loss(3.9, 2.6)),
-        perplexity=18.7, perplexity_data="held-out test split (2,000 records)",
-        exposure=_exposure(6, "exact", [(16, 1), (16, 1), (8, 3), (8, 40), (4, 900), (4, 2100), (2, 31000),
-                                        (1, 120000), (0, 410000), (0, 77000), (0, 655000)]),
-        mia=MiaResult(1000, 1000, "whole record",
-                      [_roc("loss", 0.71, 1000), _roc("zlib", 0.68, 1000), _roc("min_k", 0.74, 1000)],
-                      group=_roc("loss", 0.93, 1000), group_size=10),
-        reconstruction=SuccessRate(200, 100, 46, 0.23),
-        true_prefix=TruePrefixResult(50, 20, 0.41, [0.3, 0.45, 0.48]),
-        extraction=ExtractionResult(500, 50, 0.5, 14, 31, 9, ["USR: my account number is … (truncated)"]),
+        attacks={
+            "perplexity": PerplexityResult(18.7, "held-out test split (2,000 records)"),
+            "canaries": _exposure(6, "exact", [(16, 1), (16, 1), (8, 3), (8, 40), (4, 900), (4, 2100), (2, 31000),
+                                               (1, 120000), (0, 410000), (0, 77000), (0, 655000)]),
+            "mia": MiaResult(1000, 1000, "whole record",
+                             [_roc("loss", 0.71, 1000), _roc("zlib", 0.68, 1000), _roc("min_k", 0.74, 1000)],
+                             group=_roc("loss", 0.93, 1000), group_size=10),
+            "reconstruction": SuccessRate(200, 100, 46, 0.23),
+            "true_prefix": TruePrefixResult(50, 20, 0.41, [0.3, 0.45, 0.48]),
+            "extraction": ExtractionResult(500, 50, 0.5, 14, 31, 9, ["USR: my account number is … (truncated)"])},
         seconds=412.0)
     redacted = ModelResult(
         name=r"redacted ($\frac$ v2)", path="runs/redacted/final",
         training=TrainingInfo("continue", "redacted (Presidio, policy pi)", loss_curve=_loss(4.0, 2.75)),
-        perplexity=19.4, perplexity_data="held-out test split (2,000 records)",
-        exposure=_exposure(6, "exact", [(16, 2200), (16, 5400), (8, 88000), (4, 301000), (1, 520000),
-                                        (0, 380000), (0, 700000)]),
-        mia=MiaResult(1000, 1000, "whole record", [_roc("loss", 0.58, 1000), _roc("zlib", 0.56, 1000)]),
-        reconstruction=SuccessRate(200, 100, 3, 0.015),
-        true_prefix=TruePrefixResult(50, 20, 0.77, [0.7, 0.8]),
-        extraction=ExtractionResult(500, 50, 0.5, 2, 40, 2))
+        attacks={
+            "perplexity": PerplexityResult(19.4, "held-out test split (2,000 records)"),
+            "canaries": _exposure(6, "exact", [(16, 2200), (16, 5400), (8, 88000), (4, 301000), (1, 520000),
+                                               (0, 380000), (0, 700000)]),
+            "mia": MiaResult(1000, 1000, "whole record", [_roc("loss", 0.58, 1000), _roc("zlib", 0.56, 1000)]),
+            "reconstruction": SuccessRate(200, 100, 3, 0.015),
+            "true_prefix": TruePrefixResult(50, 20, 0.77, [0.7, 0.8]),
+            "extraction": ExtractionResult(500, 50, 0.5, 2, 40, 2)})
     crt = ModelResult(
         name=HOSTILE, path="runs/crt/final",
         training=TrainingInfo("crt", "CRT (dedup+redact+DP on private)", epsilon=3.0, delta=1e-5,
@@ -102,12 +110,14 @@ def _evaluation() -> Evaluation:
                               audit_confidence=0.95, audit_guesses="61 of 100 guesses right on 1000 canaries",
                               unit="one record (12 in the DP split, up to 3 blocks of 32 tokens each; group privacy)",
                               confidentiality_basis="gamma claimed in the training config (a vendor's sheet)"),
-        perplexity=22.9, perplexity_data="held-out test split, entity tokens encrypted",
-        exposure=_exposure(9, "extrapolated", [(16, 10 ** 7), (8, 4 * 10 ** 8), (0, 2 * 10 ** 8)]),
-        mia=MiaResult(50, 50, "USR: My name is {name}.", [_roc("loss", 0.52, 50), _roc("reference", 0.55, 50)]),
-        reconstruction=SuccessRate(200, 100, 1, 0.005),
-        extraction=ExtractionResult(500, 50, 0.5, 0, 12, 0),
-        cipher_outputs=CipherOutputs(3120, 418, 57, 22, 0.0183, 0))
+        attacks={
+            "perplexity": PerplexityResult(22.9, "held-out test split, entity tokens encrypted"),
+            "canaries": _exposure(9, "extrapolated", [(16, 10 ** 7), (8, 4 * 10 ** 8), (0, 2 * 10 ** 8)]),
+            "mia": MiaResult(50, 50, "USR: My name is {name}.", [_roc("loss", 0.52, 50),
+                                                                 _roc("reference", 0.55, 50)]),
+            "reconstruction": SuccessRate(200, 100, 1, 0.005),
+            "extraction": ExtractionResult(500, 50, 0.5, 0, 12, 0),
+            "cipher_outputs": CipherOutputs(3120, 418, 57, 22, 0.0183, 0)})
     return Evaluation("ev-2024-06-01-a1b2", "2024-06-01T12:00:00Z", [plain, redacted, crt],
                       corpus_stats={"train": {"unigram": 9.81, "2": 6.02}, "test": {"unigram": 9.77, "2": 6.1}},
                       notes=["Canary digits and member names are not part of this file."])
@@ -169,7 +179,7 @@ def test_privacy_cards_state_the_figures_and_their_support(page):
 
 def test_absent_data_is_said_not_plotted():
     bare = Evaluation("ev-bare", "2024-06-01T00:00:00Z",
-                      [ModelResult("only-ppl", "runs/x", perplexity=30.0, perplexity_data="test")])
+                      [ModelResult("only-ppl", "runs/x", attacks={"perplexity": PerplexityResult(30.0, "test")})])
     page = render_report(bare)
     assert "<img" not in page
     assert all(f'data-plot-absent="{k}"' in page for k in PLOTS)
@@ -263,7 +273,7 @@ def test_a_fine_tuned_model_names_its_base_and_without_a_reference_says_so(tmp_p
     assert info.base == "base-tiny (pretrain of preset tiny), trained on public text: WikiText-2"
     assert info.lora == "LoRA r = 8, alpha = 16.0 on q_proj, v_proj (merged into the model)"
     page = render_report(Evaluation("e", "2026-11-27T00:00:00Z", [ModelResult("m", "runs/m", training=info,
-                                                                                perplexity=40.0)]))
+                                                                                attacks=_ppl(40.0))]))
     assert "Base model" in page and "trained on public text: WikiText-2" in page and "LoRA r = 8," in page
     assert "no unprotected model with a perplexity in this evaluation to compare against" in page
     assert training_info("/nonexistent/run", None) is None
@@ -272,19 +282,23 @@ def test_a_fine_tuned_model_names_its_base_and_without_a_reference_says_so(tmp_p
 def test_the_marked_reference_wins_over_the_first_unprotected_model():
     from attacks.report_format import cost_of_protection, reference_model
 
-    base = ModelResult("base", "runs/base", training=TrainingInfo("pretrain", "none: public text only"), perplexity=90.0)
-    plain = ModelResult("plain", "runs/plain", training=TrainingInfo("continue", "none"), perplexity=3.0, reference=True)
-    crt = ModelResult("crt", "runs/crt", training=TrainingInfo("crt", "CRT", epsilon=1.0, delta=1e-5), perplexity=4.5)
+    base = ModelResult("base", "runs/base", training=TrainingInfo("pretrain", "none: public text only"),
+                       attacks=_ppl(90.0))
+    plain = ModelResult("plain", "runs/plain", training=TrainingInfo("continue", "none"), attacks=_ppl(3.0),
+                        reference=True)
+    crt = ModelResult("crt", "runs/crt", training=TrainingInfo("crt", "CRT", epsilon=1.0, delta=1e-5),
+                      attacks=_ppl(4.5))
     assert reference_model([base, plain, crt]) is plain
-    assert reference_model([base, ModelResult("p", "x", training=TrainingInfo("continue", "none"), perplexity=3.0)]) is base
+    assert reference_model([base, ModelResult("p", "x", training=TrainingInfo("continue", "none"),
+                                                  attacks=_ppl(3.0))]) is base
     assert cost_of_protection(crt, plain) == "+50.0% perplexity against plain"
     assert cost_of_protection(base, plain) == "30.0x the perplexity of plain (+2900%)"
-    assert cost_of_protection(ModelResult("r", "x", perplexity=2.7), plain) == "-10.0% perplexity against plain"
+    assert cost_of_protection(ModelResult("r", "x", attacks=_ppl(2.7)), plain) == "-10.0% perplexity against plain"
     # with the secrets' spans, the cost outside them too (2.2 / 2.0 by hand)
     from attacks.results import SpanPerplexity
 
-    plain.perplexity_spans = SpanPerplexity(outside=2.0, inside=20.0, inside_tokens=10, tokens=50)
-    crt.perplexity_spans = SpanPerplexity(outside=2.2, inside=300.0, inside_tokens=10, tokens=50)
+    plain.attacks["perplexity"].spans = SpanPerplexity(outside=2.0, inside=20.0, inside_tokens=10, tokens=50)
+    crt.attacks["perplexity"].spans = SpanPerplexity(outside=2.2, inside=300.0, inside_tokens=10, tokens=50)
     assert cost_of_protection(crt, plain) == ("+50.0% perplexity against plain; +10.0% perplexity outside the "
                                               "secrets' spans against plain")
     page = render_report(Evaluation("e", "2026-11-28T00:00:00Z", [plain, crt]))
@@ -312,8 +326,8 @@ def test_tradeoff_plots_add_a_hollow_point_outside_the_secrets():
     auc = {m.name: max(r.auc for r in m.mia.scores) for m in ev.models}
     filled, hollow = points(_ppl_auc_figure(ev.models))
     assert hollow == [] and [x for x, _ in filled] == sorted(round(m.perplexity / 18.7, 6) for m in ev.models)
-    plain.perplexity_spans = SpanPerplexity(outside=2.0, inside=20.0, inside_tokens=10, tokens=50)
-    crt.perplexity_spans = SpanPerplexity(outside=2.2, inside=300.0, inside_tokens=10, tokens=50)
+    plain.attacks["perplexity"].spans = SpanPerplexity(outside=2.0, inside=20.0, inside_tokens=10, tokens=50)
+    crt.attacks["perplexity"].spans = SpanPerplexity(outside=2.2, inside=300.0, inside_tokens=10, tokens=50)
     filled, hollow = points(_ppl_auc_figure(ev.models))
     assert hollow == sorted([(1.0, round(auc[plain.name], 6)), (1.1, round(auc[crt.name], 6))])
     assert len(filled) == 3  # redacted has no split: its filled point only
@@ -323,7 +337,7 @@ def test_tradeoff_plots_add_a_hollow_point_outside_the_secrets():
     assert labels == ["all held-out tokens", "outside the secrets' spans"]
     # ratios over 20x apart (a public base far off) are drawn on a log axis
     assert _ppl_auc_figure(ev.models).axes[0].get_xscale() == "linear"
-    crt.perplexity = 18.7 * 30
+    crt.attacks["perplexity"].perplexity = 18.7 * 30
     assert _ppl_auc_figure(ev.models).axes[0].get_xscale() == "log"
 
 
@@ -378,3 +392,47 @@ def test_the_privacy_card_shows_this_model_and_its_data_in_total(tmp_path):
     page = render_report(Evaluation("e", "2026-11-29T00:00:00Z",
                                     [ModelResult("m", "runs/m", training=training_info(str(tmp_path), "DP"))]))
     assert "no single figure: 1 training(s) used this data without DP" in page
+
+
+def test_an_evaluation_json_from_before_results_were_keyed_still_reads_and_renders(tmp_path):
+    """Issue 49: results are keyed by attack (``attacks[NAME]``); a file written before, with
+    the papers' results as fields of each model, reads into the same keyed results and
+    renders the same page as those results written today."""
+    roc = {"score": "loss", "auc": 0.61, "tpr_at": [{"max_fpr": 0.01, "tpr": 0.05, "fpr": 0.01, "threshold": 1.0,
+                                                     "negatives": 200}], "fpr": [0.0, 0.5, 1.0],
+           "tpr": [0.0, 0.6, 1.0]}
+    old = {"id": "ev-old", "created": "2025-01-01T00:00:00Z", "corpus_stats": None, "notes": [],
+           "models": [{"name": "plain", "path": "runs/plain", "training": None, "seconds": 3.0, "reference": False,
+                       "perplexity": 12.5, "perplexity_data": "40 texts of held.jsonl",
+                       "perplexity_spans": {"outside": 11.0, "inside": 90.0, "inside_tokens": 7, "tokens": 300},
+                       "exposure": {"format": "My ID is: {secret}", "digits": 4, "candidates": 10000,
+                                    "method": "exact", "scored": "log P(digits | prefix)",
+                                    "canaries": [{"index": 0, "repeats": 20, "rank": 2, "exposure": 12.29},
+                                                 {"index": 1, "repeats": 0, "rank": 5000, "exposure": 1.0}],
+                                    "max_exposure": 12.29, "mean_exposure": 12.29, "max_reference_exposure": 1.0},
+                       "mia": {"members": 200, "non_members": 200, "context": "the whole text", "scores": [roc],
+                               "group": None, "group_size": None},
+                       "reconstruction": {"trials": 10, "candidates": 4, "successes": 3, "rate": 0.3},
+                       "true_prefix": None, "extraction": None, "cipher_outputs": None, "identifiers": None,
+                       "attacks": {}}]}
+    src = tmp_path / "old" / "evaluation.json"
+    src.parent.mkdir()
+    src.write_text(json.dumps(old))
+    ev = from_dict(old)
+    m = ev.models[0]
+    assert sorted(m.attacks) == ["canaries", "mia", "perplexity", "reconstruction"]
+    assert m.attacks["perplexity"] == PerplexityResult(12.5, "40 texts of held.jsonl",
+                                                       SpanPerplexity(11.0, 90.0, 7, 300))
+    assert m.attacks["canaries"].canaries[1] == CanaryExposure(1, 0, 5000, 1.0)
+    assert m.attacks["mia"].scores[0].tpr_at[0] == TprAtFpr(0.01, 0.05, 0.01, 1.0, 200)
+    assert m.attacks["reconstruction"] == SuccessRate(10, 4, 3, 0.3)
+    page = render_from_json(src).read_text(encoding="utf-8")
+    assert "12.50" in page and "40 texts of held.jsonl" in page and "outside the secrets' spans <b>11.00</b>" in page
+    assert "<b>12.29</b> bits of log₂|R| = 13.29" in page and "<b>30%</b> (3/10)" in page
+    assert "200 members vs 200 non-members" in page and "0.610" in page
+    assert page.count('<span class="absent">not run</span>') == 3  # true-prefix, extraction, cipher outputs
+    now = tmp_path / "now"
+    write_report(ev, now)
+    assert "perplexity" not in json.loads((now / "evaluation.json").read_text())["models"][0]  # keyed only
+    assert (now / "report.html").read_text(encoding="utf-8") == page
+    assert from_dict(json.loads((now / "evaluation.json").read_text())) == ev
