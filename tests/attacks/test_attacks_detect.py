@@ -102,7 +102,7 @@ def test_canaries_and_membership_are_detected(trained, tmp_path):
     assert m.training.kind == "pretrain" and m.training.loss_curve
     assert 1 < m.perplexity < 1e4
     saved = json.loads((tmp_path / "eval" / "evaluation.json").read_text())
-    assert saved["models"][0]["exposure"]["max_exposure"] == pytest.approx(m.exposure.max_exposure)
+    assert saved["models"][0]["attacks"]["canaries"]["max_exposure"] == pytest.approx(m.exposure.max_exposure)
     assert (tmp_path / "eval" / "report.html").read_text().startswith("<!DOCTYPE html>")
     # the secrets are derived, never written: not in the result, not in the report
     from privatize.keys import load_key_file
@@ -135,7 +135,7 @@ def test_cli_runs_an_evaluation_and_reports_bad_configs_in_one_line(trained, tmp
     assert Path(summary["report"]).is_file()
     # the extrapolated figure tells the inserted canaries from the references too
     ev = json.loads((tmp_path / "cli-eval" / "evaluation.json").read_text())
-    exp = ev["models"][0]["exposure"]
+    exp = ev["models"][0]["attacks"]["canaries"]
     assert exp["method"] == "extrapolated"
     ins = [c["exposure"] for c in exp["canaries"] if c["repeats"]]
     assert sum(ins) / len(ins) > max(c["exposure"] for c in exp["canaries"] if not c["repeats"])

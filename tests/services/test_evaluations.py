@@ -371,10 +371,10 @@ def test_an_evaluation_of_a_tiny_training(service, evaluated):
     ev = r.json()
     assert ev["id"] == eid and [x["name"] for x in ev["models"]] == ["tiny crt"]
     assert ev["models"][0]["path"] == f"jobs/{training['id']}/output"  # never a path on the server
-    exposure = ev["models"][0]["exposure"]
+    exposure = ev["models"][0]["attacks"]["canaries"]  # each result keyed by its attack
     assert [c["repeats"] for c in exposure["canaries"]] == [5, 5, 0, 0]
     assert ev["models"][0]["training"]["protection"] == "canaries only"
-    assert ev["models"][0]["mia"]["members"] == ev["models"][0]["mia"]["non_members"] == 20
+    assert ev["models"][0]["attacks"]["mia"]["members"] == ev["models"][0]["attacks"]["mia"]["non_members"] == 20
     for blob in (r.content, (evaluated["dir"] / "dl" / "report.html").read_bytes()):
         assert str(service.data).encode() not in blob and b"attack-job-" not in blob
     # what the job ran: attacks.job on the tenant's folder, named by the service
