@@ -49,9 +49,10 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Literal
 
 import regex as re
+from pydantic import BaseModel, ConfigDict, Field
 
 from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.compiled import (CompiledRecognizer, default_pattern_recognizers, has_context, line_parts,
@@ -113,41 +114,55 @@ _SPEAKER_LABEL = re.compile(r"(?<=^|\n)[ \t]*[A-Z]{2,5}(?=:)")
 
 
 
-@dataclass(frozen=True)
-class PiCOptions:
+class PiCOptions(BaseModel):
     """Signals of the conservative policy. The defaults (issue 17, measured with
     ``benchmarks/pi_c_curve.py``): every signal, except that dialogue speaker labels and
-    NER dates that name no date do not count."""
+    NER dates that name no date do not count.
+
+    The one declaration of pi_c's fields: the redact stage's settings
+    (:class:`privatize.stages.redact.PiCSettings`) are this class with the stage's
+    default policy (``calibrated``), policy markers and the spec's checks added."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     all_ner_labels: bool = True
+    """Every entity spaCy emits, whatever its label (CARDINAL, PRODUCT, EVENT… too)."""
     recognizer_hits: bool = True
+    """Every pattern recognizer hit, whatever its score and type."""
     digits: bool = True
+    """Every run of digits."""
     capitalized: bool = True
-    min_score: float = 0.0
-    """Recognizer hits at or above this score count (0: every hit)."""
+    """Capitalised words not starting a sentence, sentence-initial capitalised words
+    that are not function words, and every content word of caseless text."""
+    min_score: float = Field(0.0, ge=0.0, le=1.0)
+    """Recognizer hits at or above this score count."""
     sentence_initial: bool = True
     """With ``capitalized``: sentence-initial capitalised words that are not function
-    words count too."""
+    words count too (off: a name opening a sentence is left to NER and the recognizers)."""
     speaker_labels: bool = False
-    """Dialogue speaker labels (``SYS:``, ``USR:`` opening a line) count, as capitalised
-    words and as NER entities other than PERSON (a PERSON always counts)."""
+    """Dialogue speaker labels (2 to 5 upper-case letters opening a line, then ``:``:
+    ``SYS:``, ``USR:``) count, as capitalised words and as NER entities other than
+    PERSON. Off, a tag that is a name (``ANNA:``) counts only when NER reads it as a
+    PERSON (an NER PERSON always counts)."""
     relative_dates: bool = False
-    """With ``all_ner_labels``: NER DATE and TIME entities that name no date (the relative
-    expressions pi drops too: "several days ago") count."""
-    digit_min_length: int = 1
-    """With ``digits``: digit runs of at least this many digits count."""
-    policy: str = "strict"
+    """With ``all_ner_labels``: NER DATE and TIME entities that name no date (relative
+    expressions without digits, month or day names, which pi drops too: "several days
+    ago") count."""
+    digit_min_length: int = Field(1, ge=1, le=100)
+    """With ``digits``: runs of at least this many digits count."""
+    policy: Literal["calibrated", "strict"] = "strict"
     """``strict`` (this class's default, so that a detector built with signal switches
     keeps their meaning): every signal the switches leave on flags its record (the
     paper's policy). ``calibrated`` (the redact stage's default, ``RedactSettings.pi_c``):
     every signal is a candidate scored by the calibrated model
     (:mod:`privatize.redaction.calibration`) and flags its record only at or above the
     model's threshold; the signal switches do not apply."""
-    calibration: str | None = None
+    calibration: str | None = Field(None, min_length=1, max_length=4096)
     """With ``calibrated``: the model file (``None``: the shipped one)."""
-    domain: str | None = None
-    """With ``calibrated``: the calibrated domain whose threshold applies (``None``: the
-    model's default, the smallest of its domains')."""
+    domain: str | None = Field(None, min_length=1, max_length=64)
+    """With ``calibrated``: the domain whose own calibration applies (the shipped model:
+    ``clinical`` notes, ``booking`` dialogues, customer ``support`` chats); ``None``: the
+    model's default threshold, the smallest of its domains' (for text of unknown kind)."""
 
 
 @dataclass
@@ -453,8 +468,16 @@ class Detector:
             extra = style.extra(text)
             cands += extra
             raw = cands
+            dropped = {}  # why the style dropped a candidate: a pi_c feature
             if self.filtered:  # the style's filters (pi_c below still sees every raw hit)
-                cands = [c for c in cands if style.drop(text, c) is None]
+                kept = []
+                for c in cands:
+                    why = style.drop(text, c)
+                    if why is None:
+                        kept.append(c)
+                    else:
+                        dropped[(c[0], c[1], c[4])] = why
+                cands = kept
             cands += self._name_lists(text, [c for c in cands if c[2] == "PERSON" and c[3] >= self.score_threshold])
             cands = _cut_reserved(cands, reserved, text)
             cands = _cut_ner_at_checksums(cands, text)
@@ -473,7 +496,8 @@ class Detector:
             full = want_intervals or want_evidence  # else the first candidate over the threshold decides
             if want_evidence or (calibrated and not (pi and not full)):
                 found = iter_candidates(text, style=style.name, ner=ner[i], case_ner=case_ner.get(i, []),
-                                        hits=hits + extra, weak=weak, upper_regions=upper_regions[i])
+                                        hits=hits + extra, weak=weak, upper_regions=upper_regions[i],
+                                        dropped=dropped)
                 if reserved:
                     found = (c for c in found if not any(a < c[1] and c[0] < b for a, b in reserved))
                 ev = found if (calibrated and not want_evidence) else list(found)

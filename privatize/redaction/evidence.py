@@ -22,11 +22,14 @@ script (``experiments/pic_fit.py``) and the detector build them the same way.
 
 from __future__ import annotations
 
+import functools
+
 import regex as re
 
 from privatize.redaction.filters import is_known_name, zipf
 from privatize.redaction.spans import _CAP_WORD, _DIGITS, _LETTER_WORD, _PRONOUN_I, _SENT_END, is_function_word, \
     is_speaker_label
+from privatize.redaction.styles.vocab import CLINICAL_ABBREVIATIONS, city_names, is_clinical_word, is_dictionary_word
 from privatize.redaction.words import stop_words
 
 KINDS = ("ner", "ner_case", "rec", "weak", "digits", "cap", "caseless")
@@ -58,6 +61,50 @@ def word_shape(token: str) -> str:
         if not out or out[-1] != k:
             out.append(k)
     return "".join(out)[:12]
+
+
+@functools.lru_cache(maxsize=200_000)
+def vocab_class(word: str) -> str:
+    """What a word is by the domain lexicons (:mod:`privatize.redaction.styles.vocab`,
+    the census and GeoNames lists), in this order: ``num`` (no letter), ``title`` (``dr``,
+    ``mrs``), ``abbr`` (clinical shorthand: ``hr``, ``peep``, ``fio2``), ``dict`` (a word of
+    Webster's Second that is no known name: ``crackles``, ``hospital``), ``dictname`` (a
+    known name or city that is also a dictionary word: ``price``, ``bay``,
+    ``page``), ``name`` (a known name or a city that is neither: ``thomas``, ``miami``),
+    ``clin`` (a drug name or a clinical eponym that is none of these: ``lasix``),
+    ``other`` (none of these: a misspelling, a rare name, a code)."""
+    w = word.lower().strip(".,;:()[]'’\"!?")
+    if not any(c.isalpha() for c in w):
+        return "num"
+    if w in _TITLES or w + "." in _TITLES:
+        return "title"
+    if w in CLINICAL_ABBREVIATIONS:
+        return "abbr"
+    named = is_known_name(w) or w in city_names()
+    if is_dictionary_word(w) and not named:
+        return "dict"
+    if named:
+        return "dictname" if is_dictionary_word(w) else "name"
+    if is_clinical_word(w):
+        return "clin"
+    return "other"
+
+
+def _vocab_feats(text: str, s: int, e: int, kind: str, style: str) -> list[str]:
+    """The lexicon classes of a candidate's words (:func:`vocab_class`): which occur, and
+    whether all are clinical shorthand or drugs (``LASIX``, ``hep cont``) or all are
+    clinical or dictionary words (``LEFT BASILAR CRACKLES``), also crossed with the style."""
+    classes = {vocab_class(w) for w in _WORD.findall(text, s, e) if any(c.isalpha() for c in w)}
+    if not classes:
+        return []
+    out = [f"{kind}:has_{c}" for c in sorted(classes)]
+    if classes <= {"abbr", "clin"}:
+        out += [f"{kind}:all_clin", f"{kind}:all_clin:{style}"]
+    elif classes <= {"abbr", "clin", "dict", "title"}:
+        out += [f"{kind}:all_dict", f"{kind}:all_dict:{style}"]
+    if "name" in classes or "other" in classes:
+        out.append(f"{kind}:namelike:{style}")
+    return out
 
 
 def _len_bucket(n: int) -> str:
@@ -132,13 +179,16 @@ def _context_feats(text: str, s: int, e: int, prefix: str) -> list[str]:
 _NUMERIC_DATE = re.compile(r"(\d{1,2})[/.-](\d{1,2})(?:[/.-](\d{2}|\d{4}))?")
 _CLOCK = re.compile(r"(?:[01]?\d|2[0-3])[:.h][0-5]\d(?:[ap]m?)?|(?:[01]\d|2[0-3])[0-5]\d")
 _YEAR = re.compile(r"'?\d{2}|(?:19|20)\d{2}s?")
+_RANGE = re.compile(r"\d+(?:\.\d+)?%?[ \t]*-[ \t]*\d+(?:\.\d+)?%?")
+_CHAIN = re.compile(r"\d*\.?\d+(?:/\d*\.?\d+){2,}%?")
 
 
 def _digit_kinds(tok: str) -> list[str]:
     """What a digit token looks like (any that apply): a calendar date (month/day within
-    range, ``/`` or ``-``), a ratio of values (``120/80``), a year, a clock time, a
-    phone-like run of seven or more digits, a measurement (a unit, a decimal point or a
-    percent sign)."""
+    range, ``/`` or ``-``), a ratio of values (``120/80``), a range (``130-140``), a chain
+    of three or more values (``7.44/32/166``: blood gases, ventilator settings), a year, a
+    clock time, a phone-like run of seven or more digits, a measurement (a unit, a decimal
+    point or a percent sign)."""
     core = tok.strip("#~@()[]:;,")
     out = []
     m = _NUMERIC_DATE.fullmatch(core)
@@ -152,6 +202,10 @@ def _digit_kinds(tok: str) -> list[str]:
         out.append("year")
     if sum(c.isdigit() for c in core) >= 7:
         out.append("phone")
+    if _RANGE.fullmatch(core):
+        out.append("range")
+    if _CHAIN.fullmatch(core):
+        out.append("chain")
     if "%" in core or re.fullmatch(r"\d+\.\d+", core) or re.fullmatch(r"[x#]?\d+(?:\.\d+)?\p{L}{1,5}(?:/\p{L}+)?", core):
         out.append("measure")
     return out
@@ -173,7 +227,7 @@ def _digit_feats(text: str, s: int, e: int, style: str) -> list[str]:
 
 
 def iter_candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_ner: list[tuple[int, int, str]],
-               hits: list, weak: list, upper_regions: list[tuple[int, int]]):
+                    hits: list, weak: list, upper_regions: list[tuple[int, int]], dropped: dict | None = None):
     """Every pi_c signal in ``text`` as ``(start, end, kind, features)``, lazily, the
     kinds in the order of :data:`KINDS` (so a caller that needs only the first candidate
     over a threshold builds no more features than it must).
@@ -181,7 +235,13 @@ def iter_candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], c
     ``ner``/``case_ner``: spaCy entities (from the text and from its re-cased caseless
     regions); ``hits``: pattern and style-rule candidates before pi's filters
     (``Span`` tuples); ``weak``: the hits the balanced profile keeps for pi_c only;
-    ``upper_regions``: the text's caseless regions; ``style``: the document's style."""
+    ``upper_regions``: the text's caseless regions; ``style``: the document's style;
+    ``dropped``: why the style's filters dropped a pi candidate (:meth:`DocumentStyle.drop
+    <privatize.redaction.styles.base.DocumentStyle.drop>`), by ``(start, end, source)``
+    (an NER entity's source is ``spacy`` or ``spacy_case``, a pattern's its recognizer):
+    the style's knowledge that a hit is no identifier (a dose, a range, clinical words)
+    is a feature, not a verdict."""
+    dropped = dropped or {}
     for kind, ents in (("ner", ner), ("ner_case", case_ner)):
         for s, e, label in ents:
             if label != "PERSON" and is_speaker_label(text, s, e):
@@ -189,6 +249,10 @@ def iter_candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], c
             f = [kind, f"{kind}:{label}", f"{kind}:{label}:{style}"]
             f += _word_feats(text, s, e, f"{kind}:{label}")
             f += _context_feats(text, s, e, kind)
+            f += _vocab_feats(text, s, e, kind, style)
+            why = dropped.get((s, e, "spacy" if kind == "ner" else "spacy_case"))
+            if why:
+                f += [f"{kind}:dropped", f"{kind}:drop={why}"]
             yield ((s, e, kind, f))
     for kind, spans in (("rec", hits), ("weak", weak)):
         for s, e, etype, score, source, ctx in spans:
@@ -197,6 +261,10 @@ def iter_candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], c
             if ctx:
                 f.append(f"{kind}:{etype}:ctx")
             f += _word_feats(text, s, e, kind)
+            f += _vocab_feats(text, s, e, kind, style)
+            why = dropped.get((s, e, source))
+            if why:
+                f += [f"{kind}:dropped", f"{kind}:{etype}:dropped", f"{kind}:drop={why}"]
             yield ((s, e, kind, f))
     for m in _DIGITS.finditer(text):
         yield ((m.start(), m.end(), "digits", _digit_feats(text, m.start(), m.end(), style)))
@@ -218,6 +286,8 @@ def iter_candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], c
             f.append("cap:initial")
         if is_known_name(w):
             f.append("cap:name")
+        voc = vocab_class(w)
+        f += [f"cap:voc={voc}", f"cap:voc={voc}:{style}"]
         nxt = text[e:e + 2]
         if len(nxt) == 2 and nxt[0] == " " and nxt[1].isupper():
             f.append("cap:next_cap")
@@ -232,6 +302,8 @@ def iter_candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], c
                  f"w={w.lower()}"]
             if is_known_name(w):
                 f.append("caseless:name")
+            voc = vocab_class(w)
+            f += [f"caseless:voc={voc}", f"caseless:voc={voc}:{style}"]
             f += _context_feats(text, m.start(), m.end(), "caseless")
             yield ((m.start(), m.end(), "caseless", f))
 

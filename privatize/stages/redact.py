@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from privatize.ciphers.tokens import MASK_TOKEN
 from privatize.policy import ModelName, Quota, ServerPath
-from privatize.redaction.detect import DEFAULT_ENTITIES, DEFAULT_SCORE_THRESHOLD, KNOWN_ENTITIES
+from privatize.redaction.detect import DEFAULT_ENTITIES, DEFAULT_SCORE_THRESHOLD, KNOWN_ENTITIES, PiCOptions
 from privatize.redaction.engine import DEFAULT_MODEL
 from privatize.redaction.evidence import KINDS as EVIDENCE_KINDS
 from privatize.redaction.styles import AUTO, style_names
@@ -59,7 +59,7 @@ PI_C_BY = ("pi", *EVIDENCE_KINDS, "signal")
 pi's own hits, a candidate kind of the calibrated policy, or a signal of the strict one."""
 
 
-class PiCSettings(BaseModel):
+class PiCSettings(PiCOptions):
     """The conservative policy pi_c: which records it flags for CRT's private split.
 
     ``policy: calibrated`` (the default, issue 50): every signal below is a candidate,
@@ -76,18 +76,16 @@ class PiCSettings(BaseModel):
     switch without a policy means ``strict``, as it did before. The switches trade pi_c's
     recall for a larger public split; ``experiments/pi_c_curve.py`` measures the trade on
     gold data. Their defaults (issue 17): every signal, except that dialogue speaker
-    labels and NER dates that name no date do not count."""
+    labels and NER dates that name no date do not count.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    The fields are :class:`privatize.redaction.detect.PiCOptions`'s (declared there once);
+    here the stage's default policy, the policy marker on ``calibration`` and the checks
+    of a spec."""
 
     policy: Literal["calibrated", "strict"] = "calibrated"
     calibration: Annotated[str | None, ServerPath()] = Field(None, min_length=1, max_length=4096)
     """With ``calibrated``: a model file (a path; ``None``: the shipped model). Read when
     the stage sets up; a missing or malformed file is an error there."""
-    domain: str | None = Field(None, min_length=1, max_length=64)
-    """With ``calibrated``: the domain whose own calibration applies (the shipped model:
-    ``clinical`` notes, ``booking`` dialogues, customer ``support`` chats); ``None``: the
-    model's default threshold, the smallest of its domains' (for text of unknown kind)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -107,32 +105,6 @@ class PiCSettings(BaseModel):
 
             load_model(None).threshold_for(self.domain)  # the shipped model's domains: known here
         return self
-
-    all_ner_labels: bool = True
-    """Every entity spaCy emits, whatever its label (CARDINAL, PRODUCT, EVENT… too)."""
-    recognizer_hits: bool = True
-    """Every pattern recognizer hit, whatever its score and type."""
-    digits: bool = True
-    """Every run of digits."""
-    capitalized: bool = True
-    """Capitalised words not starting a sentence, sentence-initial capitalised words
-    that are not function words, and every content word of caseless text."""
-    min_score: float = Field(0.0, ge=0.0, le=1.0)
-    """Recognizer hits at or above this score count."""
-    sentence_initial: bool = True
-    """With ``capitalized``: sentence-initial capitalised words that are not function
-    words count too (off: a name opening a sentence is left to NER and the recognizers)."""
-    speaker_labels: bool = False
-    """Dialogue speaker labels (2 to 5 upper-case letters opening a line, then ``:``:
-    ``SYS:``, ``USR:``) count, as capitalised words and as NER entities other than
-    PERSON. Off, a tag that is a name (``ANNA:``) counts only when NER reads it as a
-    PERSON (an NER PERSON always counts)."""
-    relative_dates: bool = False
-    """With ``all_ner_labels``: NER DATE and TIME entities that name no date (relative
-    expressions without digits, month or day names, which pi drops too: "several days
-    ago") count."""
-    digit_min_length: int = Field(1, ge=1, le=100)
-    """With ``digits``: runs of at least this many digits count."""
 
 
 class RedactSettings(StageSettings):
