@@ -463,10 +463,10 @@ def test_a_training_from_a_catalogued_base_through_the_service(service, tiny_tra
     ev = t.wait(r.json()["id"], timeout=420)
     assert ev["status"] == "succeeded", (ev["message"], t.http.get(f"/v1/jobs/{ev['id']}/logs").text[-4000:])
     got = t.http.get(f"/v1/evaluations/{ev['id']}/report.json").json()
-    ppl = {m["name"]: m["perplexity"] for m in got["models"]}
+    ppl = {m["name"]: m["attacks"]["perplexity"]["perplexity"] for m in got["models"]}
     # the base never saw this text; the continued training did (4 steps from the same weights)
     assert set(ppl) == {"base", "tuned"} and all(math.isfinite(v) and v > 1 for v in ppl.values()), ppl
-    assert "catalog:" in json.dumps(got["models"][0]) and str(service.data) not in json.dumps(got)
+    assert got["models"][0]["path"].startswith("catalog:") and str(service.data) not in json.dumps(got)
     assert t.http.delete(f"/v1/jobs/{ev['id']}").status_code == 204
     # removed once nothing reads it
     service.cli("admin", "model", "remove", name)
