@@ -223,7 +223,7 @@ def main() -> int:
         base = base_eval = None
         if public and args.base:
             base, base_line = _catalog_base(c, args.base)
-            base_eval = {"ref": base}
+            base_eval = {"model": base}
             print(f"== main job 3/4: three fine-tunings of the catalog's base ({epochs} epochs each, Ray Train)\n"
                   f"   base: {base_line}", flush=True)
         elif public:
