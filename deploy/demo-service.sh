@@ -51,8 +51,11 @@ BASE_NAME=demo-tiny
 echo "== operator: a public base model (privatize base tiny, Ray Train, about 2 minutes; log: $OUT/base.log)"
 "${CORE[@]}" base tiny --output "$OUT/base-tiny" >"$OUT/base.json" 2>"$OUT/base.log" \
     || { tail -20 "$OUT/base.log"; echo "error: the public base did not train (see $OUT/base.log)"; exit 1; }
-"$PY" -c 'import json, sys; b = json.load(open(sys.argv[1]))
-print(f"   {b[\"steps\"]} steps in {b[\"seconds\"]:.0f} s, loss {b[\"final_loss\"]:.2f}, {b[\"trained_on\"]}")' "$OUT/base.json"
+"$PY" - "$OUT/base.json" <<'PY'
+import json, sys
+b = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print(f"   {b['steps']} steps in {b['seconds']:.0f} s, loss {b['final_loss']:.2f}, {b['trained_on']}")
+PY
 
 echo "== starting the service on $PRIVATIZE_URL (log: $OUT/service.log)"
 "${SVC[@]}" serve --port "$PORT" >"$OUT/service.log" 2>&1 &
@@ -79,8 +82,11 @@ PY
 
 echo "== operator: add the base to the model catalog as '$BASE_NAME' (checked: config.json and safetensors only)"
 "${SVC[@]}" admin model add "$BASE_NAME" "$OUT/base-tiny/model" >"$OUT/base-catalog.json"
-"$PY" -c 'import json, sys; m = json.load(open(sys.argv[1]))
-print(f"   base:{m[\"name\"]}  ({m[\"architecture\"]}, {m[\"bytes\"] / 1e6:.1f} MB, {m[\"files\"]} files)")' "$OUT/base-catalog.json"
+"$PY" - "$OUT/base-catalog.json" <<'PY'
+import json, sys
+m = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print(f"   base:{m['name']}  ({m['architecture']}, {m['bytes'] / 1e6:.1f} MB, {m['files']} files)")
+PY
 
 echo "== tenant 'demo' (its API token is printed once; only a hash is stored)"
 # three jobs at once: the main job trains three models side by side
