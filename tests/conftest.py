@@ -3,6 +3,7 @@ but fail under CI=true: CI must never go green having tested nothing."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -26,6 +27,19 @@ def need(condition: bool, reason: str) -> None:
     if in_ci():
         pytest.fail(f"required in CI: {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored():
+    """The root logger as it was before the test: a command run in process
+    (``logging.basicConfig`` in the CLIs' ``main``) otherwise leaves a handler on the test's
+    captured stderr, closed once the test ends, and every later log record (httpx's request
+    lines in the end-to-end tests) fails with "I/O operation on closed file"."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
