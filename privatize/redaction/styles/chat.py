@@ -23,6 +23,8 @@ Turns are lines; text in paragraphs between blank lines (a letter, an e-mail) is
 
 from __future__ import annotations
 
+import functools
+
 import regex as re
 
 from privatize.redaction.filters import is_known_name, zipf
@@ -70,6 +72,21 @@ _NAME_CUE = re.compile(r"(?i)\b(?:called|named|the[ \t]+name[ \t]+is|name[ \t]+o
 _SUBJECT = re.compile(r"(?m)^(?:sure|yes|ok|okay|well)?[ \t,]*(?:the[ \t]+)?(?P<v>[^\W\d_][\p{L}'’&-]*(?:[ \t]+[^\W\d_][\p{L}'’&-]*){0,3})"
                       r"[ \t]+(?:is|has|sounds|fits|serves|offers)[ \t]+(?:located|a|an|the|at|on|in|perfect|great|good|"
                       r"interesting|an?[ \t]+\w+|\w+ing)\b")
+# words for kinds of venue and the things a booking asks about, not names of any one place
+# ("guest house", "gastropubs", "free wifi", "entrance fee", "postcode"); with their plurals
+# and misspellings ("gueshouse", "accomodations") a span made only of these names nothing
+_TYPE_WORDS = frozenset("""
+guest house guesthouse guesthouses hotel hotels restaurant restaurants college colleges museum museums gallery
+galleries park parks church churches pool pools theatre theatres theater theaters cinema cinemas pub pubs gastropub
+gastropubs bar bars bistro cafe cafes café kitchen inn lodge hall arcade club clubs nightclub nightclubs boat boats
+boating punting punt punts steakhouse steakhouses pizzeria brasserie tavern diner chapel cathedral abbey library
+architecture attraction attractions entertainment sports swimming swimmingpool concert concerthall venue venues
+accommodation accommodations accomodation lodging lodgings room rooms bed breakfast b&b
+postcode postcodes post code zip address phone number wifi internet parking entrance fee fees ticket tickets
+price prices range pricerange area areas centre center central town city part side north south east west
+star stars rating reservation reservations booking bookings reference train trains taxi taxis car cars
+food cuisine cheap cheaply expensive moderate moderately priced free recommendation recommendations
+""".split())
 _TOKEN = re.compile(r"(?<![\w'’-])[^\W\d_][\p{L}]{3,}(?![\w'’-])")
 _COLOUR = re.compile(r"(?i)\b(?:a|an|the)[ \t]+(?:(?:black|white|red|blue|grey|gray|yellow|green|silver)[ \t]+)?$")
 
@@ -91,6 +108,9 @@ class Chat(DocumentStyle):
     def drop(self, text: str, span: Span) -> str | None:
         s, e, etype, _sc, source, _ctx = span
         piece = text[s:e].strip()
+        if etype in ("LOCATION", "ORGANIZATION", "PERSON", "NRP") and _only_type_words(piece) \
+                and not _name_before(text, s):
+            return "words for a kind of venue or a booking's details (guest house, entrance fee), no name"
         if etype == "DATE_TIME" and _WEEKDAY.fullmatch(piece):
             return "a weekday alone names no date"
         if etype in ("NRP", "LOCATION") and _FOOD_AFTER.match(text, e):
@@ -160,6 +180,9 @@ class Chat(DocumentStyle):
             if lw.isdigit() and etype == "STREET_ADDRESS":
                 keep.append(a)
                 continue
+            if lw in ("'s", "’s"):  # "Hobson 's House"
+                keep.append(a)
+                continue
             if lw in _NOT_NAME_WORDS or lw in stop_words() and lw not in ("a", "b"):
                 break
             keep.append(a)
@@ -174,3 +197,46 @@ class Chat(DocumentStyle):
 
     def propagate_key(self, piece: str) -> str | None:
         return piece.lower()
+
+
+@functools.lru_cache(maxsize=20_000)
+def _type_word(word: str) -> bool:
+    """A word of :data:`_TYPE_WORDS`, its plural, or a misspelling of one (an edit or two
+    in a long word: ``gueshouse``, ``accomodations``, ``reccomendation``)."""
+    w = word.lower().strip(".,;:!?()'’\"")
+    if not w or w in _TYPE_WORDS or (w.endswith("s") and w[:-1] in _TYPE_WORDS) \
+            or (w.endswith("es") and w[:-2] in _TYPE_WORDS):
+        return True
+    if len(w) < 6 or not w.isalpha():
+        return False
+    from rapidfuzz import process
+    from rapidfuzz.distance import Levenshtein
+
+    return process.extractOne(w, [t for t in _TYPE_WORDS if len(t) >= 6], scorer=Levenshtein.distance,
+                              score_cutoff=1 if len(w) < 9 else 2) is not None
+
+
+# a name just before a type word ("Hobson 's House", "Bridge Guest House"): the type word is
+# the head of that name, which NER read in two parts
+_NAME_BEFORE = re.compile(r"(?<![\w'’-])(?P<w>\p{Lu}[\p{L}'’-]*)[ \t]+(?:['’]s[ \t]+)?$")
+
+
+def _name_before(text: str, s: int) -> bool:
+    m = _NAME_BEFORE.search(text, max(0, s - 40), s)
+    if m is None:
+        return False
+    w = m.group("w").lower()
+    return w not in _NOT_NAME_WORDS and w not in stop_words() and not _type_word(w)
+
+
+_NUMBER_WORDS = frozenset("one two three four five first second third".split())
+
+
+def _only_type_words(piece: str) -> bool:
+    """Every word of ``piece`` names a kind of place or a booking's detail, or is a word
+    that is never part of a name (``the``, ``cheap``; not a number: ``Restaurant Two
+    Two``), and one at least is a type word."""
+    words = piece.split()
+    if not words or not any(_type_word(w) for w in words):
+        return False
+    return all(_type_word(w) or (w.lower() in _NOT_NAME_WORDS and w.lower() not in _NUMBER_WORDS) for w in words)

@@ -54,7 +54,7 @@ _ROLE = (r"dr|drs|doctor|md|rn|np|nurse|attending|resident|fellow|intern|wife|hu
          r"partner|ho|resident|attending|contact\s+person|significant\s+other")
 _AFTER_ROLE = r"rn|md|np|rrt|pa|pa-c|do|sn|cna|lpn|pct"
 _WORD = r"[^\W\d_][\p{L}'’-]*"
-_ROLE_BEFORE = re.compile(rf"(?i)\b(?:{_ROLE})\b\.?(?:[ \t]*[:,]?[ \t]*)(?P<n>{_WORD}\.?(?:[ \t]+{_WORD}){{0,2}})")
+_ROLE_BEFORE = re.compile(rf"(?i)\b(?:{_ROLE})\b\.?(?:[ \t]*[:,]?[ \t]*[(\"“‘]?[ \t]*)(?P<n>{_WORD}\.?(?:[ \t]+{_WORD}){{0,2}})")
 # names before a role ("anita morris rn"): the role is found first, the words before it
 # read backwards from there (a pattern that starts at every word is 20 times slower)
 _AFTER_ROLE_WORD = re.compile(rf"(?i)\b(?:{_AFTER_ROLE})\b(?![\w/])|\((?:daughter|son|wife|husband|sister|brother|mother|"
@@ -89,6 +89,28 @@ _INITIAL_NAME = re.compile(r"(?<![\w.'’])(?P<i>\p{L})\.?[ \t]+(?P<l>\p{L}[\p{L
 _INITIAL_CUE = re.compile(r"(?i)(?:\b(?:per|by|dr|drs|md|np|rn|with|to|and|from|call(?:ed)?|page(?:d)?|notified|"
                           r"informed|aware)\.?[ \t]*|[.,;:(][ \t]*|\n[ \t]*)$")
 _ROLE_WORD = re.compile(rf"(?:{_ROLE}|{_AFTER_ROLE}|family|famliy|pt|patient|parents?|children|kids)")
+# a second name joined to a role's name ("daughters sarah and margie", "SISTER & CHARLIE")
+_AND_NAME = re.compile(rf"[ \t]*(?:and|&)[ \t]+(?P<n>{_WORD})")
+# a first name with a verb of talking or visiting ("JOHN STATES", "spoke with Thomas")
+_SAYS = (r"states?|stated|says|said|reports?|reported|asked|asks|called|calls|visited|visits|aware|"
+         r"notified|updated|informed|wants?|wanted|requests?|requested|agrees?|agreed|spoke|talked|came|left|"
+         r"will|would|was|is|has|had")
+_SAY_AFTER = re.compile(rf"(?i)(?<![\w'’-])(?P<n>{_WORD})[ \t]+(?:{_SAYS})\b")
+_TALK_BEFORE = re.compile(rf"(?i)\b(?:(?:spoke|speak|speaking|talked|talking|talk|met|meeting|spoken)[ \t]+(?:with|to)|"
+                          rf"called|updated|informed|notified|paged|visited[ \t]+by|per)[ \t]+(?P<n>{_WORD})(?![\w'’-])")
+# words that name a hospital in front of its head word ("TAKEN TO MEMORIAL HOSPITAL")
+_HOSPITAL_NAME_WORDS = frozenset("""
+memorial general community regional county mercy baptist methodist presbyterian lutheran episcopal
+university veterans children's childrens union providence samaritan sinai deaconess adventist
+""".split())
+_GENERIC_BEFORE = re.compile(r"(?i)\b(?:a|an|another|any|other|outside|local|nearby|this|that|same|his|her|their)[ \t]+$")
+_HOSPITAL_ABBR_LOWER = re.compile(r"(?<![\w/-])(?:[a-z]{0,2}gh|[a-z]{1,3}mc)(?![\w/-])")
+# an extension after a phone number ("410 392 0780 x45", "ext. 2231")
+_EXTENSION = re.compile(r"(?i)[ \t,]*(?:x|ext\.?|extension)[ \t]*#?[ \t]*(?P<n>\d{2,6})(?!\d)")
+# a local number (no area code) after a cue ("call 555-1234", "beeper 3-2007")
+_LOCAL_PHONE = re.compile(r"(?i)\b(?:call|called|calling|reached|reach|contact|phone|tel|telephone|cell|home|work|"
+                          r"number|no\.|#|pager|page|pg|beeper|bpr)\b\.?[ \t]*(?:at|is|on)?[ \t]*[:#-]*[ \t]*#?[ \t]*"
+                          r"(?P<n>\d{3}[ \t]*[.-][ \t]*\d{4}|\d-\d{4})(?![\d/-]|\.\d)")
 _PHONE_FORM = re.compile(r"(?:\+?1[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}|\+\d[\d ().-]{8,}\d")
 _HOSPITAL = re.compile(
     r"(?i)\b(?:(?:st\.?|saint)[ \t]+\p{L}+(?:['’]s)?|(?!(?:the|a|an|to|at|from|of|in)\b)\p{L}{3,}[ \t]+memorial|"
@@ -138,7 +160,17 @@ def _is_nameish(word: str) -> bool:
     """A word that may be a name: not a stop word, not a clinical word or a drug name cut
     short or misspelt."""
     w = word.strip(".'’-")
-    return bool(w) and w.lower() not in stop_words() and not w.isdigit() and not is_clinical_like(w)
+    return bool(w) and w.lower() not in stop_words() and not w.isdigit() and not _clinical_not_name(w)
+
+
+def _clinical_not_name(word: str) -> bool:
+    """A clinical word, or the start of a drug name that is not also a first name
+    (``Ceftaz`` and ``Vanco`` are drugs cut short; ``Thomas`` and ``Martin`` begin drug
+    names too, but a census first name is read as a name here)."""
+    if not is_clinical_like(word):
+        return False
+    w = word.lower().strip(".,;:()'’\"-~")
+    return is_clinical_word(w) or w not in first_names()
 
 
 def _name_evidence(word: str, strong: bool = False, title: bool = False) -> bool:
@@ -287,29 +319,37 @@ class Clinical(DocumentStyle):
             if m:
                 out += self._names(text, m.start("n"), m.end("n"), after=True)
         out += self._pairs(text)
+        out += self._first_names_talking(text)
         for m in _PLACE_CUE.finditer(text):
             out += self._place(text, m.start("p"), m.end("p"))
+            out += self._cued_city(text, m.start("p"))
         for m in _HOSPITAL.finditer(text):
             first = m.group(0).split()
-            if len(first) > 1 and first[0].lower().rstrip(".") in ("st", "saint") and not (
+            if len(first) > 1 and first[0].lower().rstrip(".") in ("st", "saint") and (not (
                     is_known_name(first[1]) or (first[1][:1].isupper() and not first[1].isupper()
-                                                and not is_dictionary_word(first[1]))) or is_clinical_like(first[1]):
-                continue  # "ST DEPRESSION", "ST CHGS": the ST segment
+                                                and not is_dictionary_word(first[1]))) or is_clinical_like(first[1])):
+                continue  # "ST DEPRESSION", "ST CHGS": the ST segment (only "st": "HOLY CROSS" is a hospital)
             out.append((m.start(), m.end(), "LOCATION", 0.6, "clinical_place", True))
         for m in _HOSPITAL_ABBR.finditer(text):
             if not is_clinical_word(m.group(0)) and not is_dictionary_word(m.group(0)):
                 out.append((m.start(), m.end(), "LOCATION", 0.5, "clinical_place", True))
+        for m in _HOSPITAL_ABBR_LOWER.finditer(text):  # "to gh er", "from vamc": after a movement cue only
+            if not is_clinical_word(m.group(0)) and not is_dictionary_word(m.group(0)) \
+                    and re.search(r"(?i)\b(?:to|from|at|in)[ \t]+$", text[max(0, m.start() - 6):m.start()]):
+                out.append((m.start(), m.end(), "LOCATION", 0.5, "clinical_place", True))
         out += self._cities(text)
         for m in _WARD.finditer(text):  # "to QUARTERMAIN 6": a ward and its floor
             w = m.group("p")
-            if len(w) >= 5 and zipf(w) < 2.5 and not is_clinical_like(w) and not is_dictionary_word(w) \
-                    and not w.islower() and w.lower() not in stop_words() and _WARD_CUE.search(
+            if len(w) >= 5 and zipf(w) < (2.0 if w.islower() else 2.5) and not is_dictionary_word(w) \
+                    and not is_clinical_like(w, fuzzy=w.islower()) \
+                    and w.lower() not in stop_words() and _WARD_CUE.search(
                         text, max(0, m.start() - 16), m.start()):
                 out.append((m.start("p"), m.end("p"), "LOCATION", 0.5, "clinical_place", True))
         for h in _PLACE_HEAD_WORD.finditer(text):
             m = _PLACE_BEFORE.search(text, max(0, h.start() - 80), h.start())
             if m:
                 out += self._place(text, m.start("p"), m.end("p"), head=True)
+            out += self._hospital_words(text, h.start())
         for m in _SHORT_DATE.finditer(text):
             mo, d = int(m.group("m")), int(m.group("d"))
             if "/" not in m.group(0)[m.end("d") - m.start():] and mo < d <= 4:
@@ -332,6 +372,15 @@ class Clinical(DocumentStyle):
             out.append((m.start("n"), m.end("n"), "PHONE_NUMBER", 0.7, "clinical_phone", True))
         for m in _BARE_PHONE.finditer(text):
             out.append((m.start(), m.end(), "PHONE_NUMBER", 0.6, "clinical_phone", True))
+            x = _EXTENSION.match(text, m.end())
+            if x:
+                out.append((x.start("n"), x.end("n"), "PHONE_NUMBER", 0.6, "clinical_phone", True))
+        for m in _PAGER.finditer(text):
+            x = _EXTENSION.match(text, m.end("n"))
+            if x:
+                out.append((x.start("n"), x.end("n"), "PHONE_NUMBER", 0.6, "clinical_phone", True))
+        for m in _LOCAL_PHONE.finditer(text):
+            out.append((m.start("n"), m.end("n"), "PHONE_NUMBER", 0.6, "clinical_phone", True))
         for m in _YEAR.finditer(text):
             before = text[max(0, m.start() - 24):m.start()]
             if _TIME_CUE.search(before) or not _YEAR_CUE.search(before):
@@ -371,6 +420,54 @@ class Clinical(DocumentStyle):
                 break
             k += 1
         return out
+
+    @staticmethod
+    def _first_names_talking(text: str) -> list[Span]:
+        """A first name that says, asks or visits (``JOHN STATES``, ``margie called``) or is
+        spoken with (``talk with THOMAS``, ``updated sarah``): a census first name that is no
+        dictionary, clinical or role word."""
+        out: list[Span] = []
+        for rx in (_SAY_AFTER, _TALK_BEFORE):
+            for m in rx.finditer(text):
+                w = m.group("n")
+                lw = w.lower()
+                if lw not in first_names() or is_dictionary_word(w) or lw in stop_words() \
+                        or _ROLE_WORD.fullmatch(lw) or not _is_nameish(w) or zipf(w) >= 5.5:
+                    continue
+                out.append((m.start("n"), m.end("n"), "PERSON", 0.5, "clinical_name", False))
+        return out
+
+    @staticmethod
+    def _cued_city(text: str, s: int) -> list[Span]:
+        """A city of two or three dictionary words right after a movement or residence cue
+        (``returned to new haven``): in lower case they are only read as a place there."""
+        words = [(m.start() + s, m.end() + s) for m in _TOKEN3.finditer(text[s:s + 40])]
+        for n in (3, 2):
+            if len(words) < n or any(text[words[j][1]:words[j + 1][0]] not in (" ", "\t") for j in range(n - 1)):
+                continue
+            a, b = words[0][0], words[n - 1][1]
+            if a == s and text[a:b].lower() in city_names():
+                return [(a, b, "LOCATION", 0.5, "clinical_place", True)]
+        return []
+
+    @staticmethod
+    def _hospital_words(text: str, head: int) -> list[Span]:
+        """Hospital-name words before a hospital's head word (``MEMORIAL HOSPITAL``,
+        ``Mercy Hospital``), unless the phrase is generic (``a community hospital``)."""
+        m = _PLACE_BEFORE.search(text, max(0, head - 40), head)
+        if not m:
+            return []
+        picked = []
+        for w in reversed(list(re.finditer(r"[^\W\d_][\p{L}'’&.-]*", text[m.start("p"):m.end("p")]))):
+            if w.group(0).lower() not in _HOSPITAL_NAME_WORDS:
+                break
+            picked.append((m.start("p") + w.start(), m.start("p") + w.end()))
+        if not picked:
+            return []
+        a, b = min(p[0] for p in picked), max(p[1] for p in picked)
+        if _GENERIC_BEFORE.search(text, max(0, a - 12), a):
+            return []
+        return [(a, b, "LOCATION", 0.5, "clinical_place", True)]
 
     @staticmethod
     def _pairs(text: str) -> list[Span]:
@@ -425,7 +522,12 @@ class Clinical(DocumentStyle):
             m = _INITIAL_BEFORE.search(text, max(0, a - 4), a)
             if m:
                 a = m.start()
-        return [(a, b, "PERSON", 0.6, "clinical_role", True)]
+        out = [(a, b, "PERSON", 0.6, "clinical_role", True)]
+        if not after and strong:  # "daughters sarah and margie", "SISTER & CHARLIE"
+            m = _AND_NAME.match(text, b)
+            if m and _name_evidence(m.group("n"), strong=True) and _same_case(text[a:b].split()[0], m.group("n")):
+                out.append((m.start("n"), m.end("n"), "PERSON", 0.6, "clinical_role", True))
+        return out
 
     @staticmethod
     def _place(text: str, s: int, e: int, head: bool = False) -> list[Span]:
