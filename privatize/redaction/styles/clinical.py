@@ -163,6 +163,30 @@ def _is_nameish(word: str) -> bool:
     return bool(w) and w.lower() not in stop_words() and not w.isdigit() and not _clinical_not_name(w)
 
 
+_UNIT_AFTER = re.compile(r"(?i)[ \t]*(?:mg|mcg|meq|mmol|ml|cc|units?|u|gm?|kg|l|%|mm|cm|hrs?|min|tabs?|x)(?![\p{L}])")
+_SHORT_FORM_AFFIX = re.compile(r"(?i)['’](?:s|d|ed)$")
+
+
+def _clinical_compound(word: str) -> bool:
+    """Shorthand written as one word: parts of clinical or dictionary words joined by a
+    hyphen, slash or apostrophe (``CV-NSR``, ``PAD'S``, ``rec'd``, ``T-berg``), or a
+    clinical abbreviation glued to a letter or two or to a word (``NISICU``, ``micua``,
+    ``AVpaced``, ``Stoolsx``)."""
+    w = _SHORT_FORM_AFFIX.sub("", word.lower())
+    if w != word.lower() and (is_clinical_like(w) or is_dictionary_word(w) or len(w) <= 3):
+        return True
+    parts = [p for p in re.split(r"[-/'’]", w) if p]
+    if len(parts) > 1 and any(len(p) >= 2 and (is_clinical_like(p) or is_dictionary_word(p)) for p in parts):
+        return True
+    for k in range(2, len(w)):
+        a, b = w[:k], w[k:]
+        if (is_clinical_word(a) and (is_clinical_word(b) or is_dictionary_word(b) or len(b) <= 2)) \
+                or (is_clinical_word(b) and len(b) >= 3 and (is_dictionary_word(a) or len(a) <= 2)) \
+                or (len(a) >= 4 and is_dictionary_word(a) and b == "x"):
+            return True
+    return False
+
+
 def _clinical_not_name(word: str) -> bool:
     """A clinical word, or the start of a drug name that is not also a first name
     (``Ceftaz`` and ``Vanco`` are drugs cut short; ``Thomas`` and ``Martin`` begin drug
@@ -265,6 +289,13 @@ class Clinical(DocumentStyle):
         words = [w for w in words if any(c.isalpha() for c in w)]
         if not words:
             return "empty"
+        if source in ("spacy", "spacy_case", "propagation"):
+            if etype in ("PERSON", "ORGANIZATION") and re.search(r"\d", piece):
+                return "digits in it: a dose, a size or a setting (Tylenol X2, 8.0 Portex)"
+            if len(words) >= 2 and (piece.isupper() or piece.islower()) and all(
+                    w.lower() in stop_words() or ((is_dictionary_word(w) or is_clinical_like(w)) and not _known(w))
+                    for w in words[1:]):
+                return "a name with the words after it (SMOLAREK AWARE OF ...): the role and name rules find the name"
         titled = _cased_doc(text) and not piece.isupper() and not piece.islower() \
             and all(w[:1].isupper() or w.lower() in stop_words() for w in words)
         if titled and etype in ("LOCATION", "ORGANIZATION") and not _initial(text, s):
@@ -306,7 +337,10 @@ class Clinical(DocumentStyle):
             return True
         if re.match(rf"(?i)[ \t]*,?[ \t]*(?:{_AFTER_ROLE})\b", after):
             return True
-        return _PLACE_CUE.search(text[max(0, s - 40):e]) is not None
+        # a movement cue that leads into this span ("transferred to [Kessler Medical Center]"),
+        # not one anywhere near it ("RETURNED TO CCU INTUBATED, [W IABP & ...]")
+        base = max(0, s - 40)
+        return any(abs(base + m.start("p") - s) <= 1 for m in _PLACE_CUE.finditer(text[base:e]))
 
     # ---- the style's own rules ----------------------------------------------------------
     def extra(self, text: str) -> list[Span]:
@@ -327,7 +361,8 @@ class Clinical(DocumentStyle):
             first = m.group(0).split()
             if len(first) > 1 and first[0].lower().rstrip(".") in ("st", "saint") and (not (
                     is_known_name(first[1]) or (first[1][:1].isupper() and not first[1].isupper()
-                                                and not is_dictionary_word(first[1]))) or is_clinical_like(first[1])):
+                                                and not is_dictionary_word(first[1]))) or is_clinical_like(first[1])
+                    or first[1].lower() in stop_words()):
                 continue  # "ST DEPRESSION", "ST CHGS": the ST segment (only "st": "HOLY CROSS" is a hospital)
             out.append((m.start(), m.end(), "LOCATION", 0.6, "clinical_place", True))
         for m in _HOSPITAL_ABBR.finditer(text):
@@ -340,6 +375,8 @@ class Clinical(DocumentStyle):
         out += self._cities(text)
         for m in _WARD.finditer(text):  # "to QUARTERMAIN 6": a ward and its floor
             w = m.group("p")
+            if _clinical_compound(w) or _UNIT_AFTER.match(text, m.end()):
+                continue  # "CV-NSR 75", "NISICU 2", "PAD'S 20": shorthand; "TORODAL 15MG": a dose
             if len(w) >= 5 and zipf(w) < (2.0 if w.islower() else 2.5) and not is_dictionary_word(w) \
                     and not is_clinical_like(w, fuzzy=w.islower()) \
                     and w.lower() not in stop_words() and _WARD_CUE.search(
@@ -488,8 +525,8 @@ class Clinical(DocumentStyle):
             out.append((m.start(), m.end(), "PERSON", 0.6, "clinical_name", False))
         for m in _INITIAL_NAME.finditer(text):
             last = m.group("l")
-            if m.group("i").lower() in "ailr" and not (_rare_surname(last) and text.startswith(".", m.end("i"))):
-                continue  # "A STENT", "R. FEMORAL", "L FEM": an article or a side
+            if m.group("i").lower() in "ailrw" and not (_rare_surname(last) and text.startswith(".", m.end("i"))):
+                continue  # "A STENT", "R. FEMORAL", "L FEM", "W COMBINATION": an article, a side, "with"
             if not (_rare_surname(last) or _known_surname(last)) \
                     or not _INITIAL_CUE.search(text, max(0, m.start() - 12), m.start()):
                 continue
