@@ -280,6 +280,9 @@ def test_vocabularies():
     ("dtr can be reached at home, call 555-0188. pt resting, lasix gtt, bp 110/60, hr 88 sr, foley draining.",
      "555-0188"),
     ("Pt seen for resp care, suctioned for thick secretions. Beeper 4-1187. Sats 95% on 40% fio2.", "4-1187"),
+    # the doctor's name without the sentence after it
+    ("HR 110 AFIB. DR. WOJNAROWSKI AWARE OF RATE, LOPRESSOR 5 MG IV GIVEN. LASIX GIVEN. BP STABLE.",
+     "WOJNAROWSKI"),
 ])
 def test_issue51_clinical_positives(detector, text, phi):
     r, found = spans(detector, text)
@@ -298,6 +301,14 @@ def test_issue51_clinical_positives(detector, text, phi):
     ("plan: wean to levophed 2 mcg, then off. lasix gtt off, k repleted. sats 96% on 2l nc.", "levophed"),
     # the ST segment stays no saint
     ("EKG: ST DEPRESSION IN V4-V6, ST ELEVATION RESOLVED. HEP GTT. LASIX GIVEN. BP STABLE.", "ST"),
+    ("CV: HR 90-110 SR/ST NO ECTOPY. BP 100-130/50-70. LASIX GIVEN. LUNGS CLEAR.", "ST NO"),
+    # shorthand compounds and doses before a number are no wards
+    ("CV-SR 70-85, NO ECTOPY. PAD'S 18-22 AFTER LASIX. SATS 96% ON 2L NC. FOLEY DRAINING.", "CV-SR"),
+    ("CV-SR 70-85, NO ECTOPY. PAD'S 18-22 AFTER LASIX. SATS 96% ON 2L NC. FOLEY DRAINING.", "PAD'S"),
+    ("K 3.1, REPLETED. PHOSLO 15 MG GIVEN WITH MEALS. LASIX 20 IV. BP STABLE. SATS 96%.", "PHOSLO"),
+    # a drug with a count, and the words after a doctor's name, are no name
+    ("Afebrile overnight, received Tylenol X2 for pain. Lasix given. BP 120/60. Sats 96% on 2L NC.", "Tylenol"),
+    ("HR 110 AFIB. DR. WOJNAROWSKI AWARE OF RATE, LOPRESSOR 5 MG IV GIVEN. LASIX GIVEN. BP STABLE.", "AWARE"),
 ])
 def test_issue51_clinical_negatives(detector, text, word):
     r, found = spans(detector, text)
