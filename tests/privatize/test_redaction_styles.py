@@ -280,6 +280,10 @@ def test_vocabularies():
     ("dtr can be reached at home, call 555-0188. pt resting, lasix gtt, bp 110/60, hr 88 sr, foley draining.",
      "555-0188"),
     ("Pt seen for resp care, suctioned for thick secretions. Beeper 4-1187. Sats 95% on 40% fio2.", "4-1187"),
+    # a role, "&" and a name; a month and a year in lower case
+    ("SOCIAL: WIFE & GLORIA (FRIEND) VISITED TODAY. LUNGS CLEAR. CONT LASIX. BP STABLE. SATS 96%.", "GLORIA"),
+    ("pmh: cabg. in june of 2019 pt was admitted with chf. cont lasix, bp stable, sats 96% on 2l nc.",
+     "june of 2019"),
     # the doctor's name without the sentence after it
     ("HR 110 AFIB. DR. WOJNAROWSKI AWARE OF RATE, LOPRESSOR 5 MG IV GIVEN. LASIX GIVEN. BP STABLE.",
      "WOJNAROWSKI"),
@@ -306,6 +310,10 @@ def test_issue51_clinical_positives(detector, text, phi):
     ("CV-SR 70-85, NO ECTOPY. PAD'S 18-22 AFTER LASIX. SATS 96% ON 2L NC. FOLEY DRAINING.", "CV-SR"),
     ("CV-SR 70-85, NO ECTOPY. PAD'S 18-22 AFTER LASIX. SATS 96% ON 2L NC. FOLEY DRAINING.", "PAD'S"),
     ("K 3.1, REPLETED. PHOSLO 15 MG GIVEN WITH MEALS. LASIX 20 IV. BP STABLE. SATS 96%.", "PHOSLO"),
+    # a role word alone, shorthand with an apostrophe, a graft's artery are no names or places
+    ("Husband at bedside, updated on plan. ABG's improved on 40%. LIMA to LAD patent. Lasix given.", "Husband"),
+    ("Husband at bedside, updated on plan. ABG's improved on 40%. LIMA to LAD patent. Lasix given.", "ABG"),
+    ("Husband at bedside, updated on plan. ABG's improved on 40%. LIMA to LAD patent. Lasix given.", "LIMA"),
     # a drug with a count, and the words after a doctor's name, are no name
     ("Afebrile overnight, received Tylenol X2 for pain. Lasix given. BP 120/60. Sats 96% on 2L NC.", "Tylenol"),
     ("HR 110 AFIB. DR. WOJNAROWSKI AWARE OF RATE, LOPRESSOR 5 MG IV GIVEN. LASIX GIVEN. BP STABLE.", "AWARE"),
@@ -329,6 +337,12 @@ def test_issue51_chat_type_words_are_not_venues(detector):
         assert not any(k.lower() == word for k in found), (word, found)
     assert flagged(found, "Marwick"), found
     assert any("Pellham 's House" in k for k in found), found  # a name's head word is no type word
+
+    text = ("i need a room for two nights please .\nI can book you at the Stonebell , it has free parking .\n"
+            "great , and is there a pricerange for it ?\nIt is cheap . Booked , your reference is QX81TT4P .")
+    _, found = spans(detector, text)
+    assert flagged(found, "Stonebell"), found  # two common words, written as a name
+    assert not flagged(found, "pricerange"), found
 
 
 def test_issue51_type_words():

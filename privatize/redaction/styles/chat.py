@@ -146,7 +146,7 @@ class Chat(DocumentStyle):
         for m in _TOKEN.finditer(text):  # a word in no dictionary and almost never written: a name
             w = m.group(0)
             if zipf(w) < 2.0 and not is_dictionary_word(w) and not is_known_name(w) and w.lower() not in stop_words() \
-                    and not is_misspelt_or_compound(w):
+                    and (not is_misspelt_or_compound(w) or _capitalised_inside(text, m.start(), w)):
                 out.append((m.start(), m.end(), "LOCATION", 0.4, "chat_rare", False))
         for m in _SUBJECT.finditer(text):  # "Kohinoor has an address", "Loch fyne is perfect"
             words = m.group("v").split()
@@ -227,6 +227,19 @@ def _name_before(text: str, s: int) -> bool:
         return False
     w = m.group("w").lower()
     return w not in _NOT_NAME_WORDS and w not in stop_words() and not _type_word(w)
+
+
+def _capitalised_inside(text: str, s: int, word: str) -> bool:
+    """A word written with a capital inside a turn (``the Allenbell``, ``at Limehouse``):
+    a name even when it splits into two common words, unless those are a venue type or a
+    booking's detail (``Pricerange``)."""
+    if not (word[:1].isupper() and not word.isupper()) or _type_word(word):
+        return False
+    k = s - 1
+    while k >= 0 and text[k] in " \t":
+        k -= 1
+    return k >= 0 and text[k] not in ".!?:\n\"" and not (text[k].isalpha() and text[max(0, k - 1):k + 1].lower()
+                                                           in ("ok",))
 
 
 _NUMBER_WORDS = frozenset("one two three four five first second third".split())

@@ -54,7 +54,7 @@ _ROLE = (r"dr|drs|doctor|md|rn|np|nurse|attending|resident|fellow|intern|wife|hu
          r"partner|ho|resident|attending|contact\s+person|significant\s+other")
 _AFTER_ROLE = r"rn|md|np|rrt|pa|pa-c|do|sn|cna|lpn|pct"
 _WORD = r"[^\W\d_][\p{L}'’-]*"
-_ROLE_BEFORE = re.compile(rf"(?i)\b(?:{_ROLE})\b\.?(?:[ \t]*[:,]?[ \t]*[(\"“‘]?[ \t]*)(?P<n>{_WORD}\.?(?:[ \t]+{_WORD}){{0,2}})")
+_ROLE_BEFORE = re.compile(rf"(?i)\b(?:{_ROLE})\b\.?(?:[ \t]*[:,]?[ \t]*[(\"“‘]?[ \t]*)(?:(?:&|and)[ \t]+)?(?P<n>{_WORD}\.?(?:[ \t]+{_WORD}){{0,2}})")
 # names before a role ("anita morris rn"): the role is found first, the words before it
 # read backwards from there (a pattern that starts at every word is 20 times slower)
 _AFTER_ROLE_WORD = re.compile(rf"(?i)\b(?:{_AFTER_ROLE})\b(?![\w/])|\((?:daughter|son|wife|husband|sister|brother|mother|"
@@ -163,6 +163,9 @@ def _is_nameish(word: str) -> bool:
     return bool(w) and w.lower() not in stop_words() and not w.isdigit() and not _clinical_not_name(w)
 
 
+_MONTH_NAME_YEAR = re.compile(r"(?i)\b(?:jan(?:uary)?|feb(?:ruary)?|march|apr(?:il)?|june|july|aug(?:ust)?|"
+                              r"sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?(?:[ \t]+of)?,?[ \t]+"
+                              r"(?:19|20)\d\d(?!\d)")
 _UNIT_AFTER = re.compile(r"(?i)[ \t]*(?:mg|mcg|meq|mmol|ml|cc|units?|u|gm?|kg|l|%|mm|cm|hrs?|min|tabs?|x)(?![\p{L}])")
 _SHORT_FORM_AFFIX = re.compile(r"(?i)['’](?:s|d|ed)$")
 
@@ -285,10 +288,12 @@ class Clinical(DocumentStyle):
         if etype not in _NAME_TYPES or source.startswith("clinical_"):
             return None
         piece = text[s:e]
-        words = [w.strip(".,;:()'’\"~") for w in re.split(r"[\s/-]+", piece)]
+        words = [_SHORT_FORM_AFFIX.sub("", w.strip(".,;:()'’\"~")) for w in re.split(r"[\s/-]+", piece)]
         words = [w for w in words if any(c.isalpha() for c in w)]
         if not words:
             return "empty"
+        if len(words) == 1 and _ROLE_WORD.fullmatch(words[0].lower()):
+            return "a role (Husband, Daughter), not its name"
         if source in ("spacy", "spacy_case", "propagation"):
             if etype in ("PERSON", "ORGANIZATION") and re.search(r"\d", piece):
                 return "digits in it: a dose, a size or a setting (Tylenol X2, 8.0 Portex)"
@@ -401,6 +406,8 @@ class Clinical(DocumentStyle):
                 continue  # a pain score out of 10
             if _FOLLOWED_BY_UNIT.match(text, m.end()):
                 continue
+            out.append((m.start(), m.end(), "DATE_TIME", 0.6, "clinical_date", False))
+        for m in _MONTH_NAME_YEAR.finditer(text):  # "in march of 2022", "SEPT 1998"
             out.append((m.start(), m.end(), "DATE_TIME", 0.6, "clinical_date", False))
         for rx in (_MONTH_YEAR, _DASH_DATE):
             for m in rx.finditer(text):

@@ -45,7 +45,7 @@ aureus coli diff difficile pneumoniae faecalis faecium epidermidis albicans aeru
 marcescens mirabilis glabrata
 nph nsurg sxn sxn'd artline yankauer duoderm fem fib douglas neice endo orally hemodynamics ph
 osh hosp stepdown floor er cath lab labs aline a-line pheresis bile duct
-min max brady tachy occas occ tol approx aprox
+min max brady tachy occas occ tol approx aprox lima rima troponin trop spont rec recd
 """.split())
 
 # Eponymous devices, signs and procedures that are also surnames or common names.
