@@ -354,3 +354,14 @@ def test_issue51_type_words():
         assert not chat._type_word(w), w
     assert chat._only_type_words("the guest house") and chat._only_type_words("free wifi")
     assert not chat._only_type_words("a and b guest house") and not chat._only_type_words("Restaurant Two Two")
+
+
+def test_issue51_chat_address_after_its_cue(detector):
+    text = ("hi , i need a museum in town please .\nsure . the address is mill way , near the river .\n"
+            "could you give me another one ?\nyes , it is located on the east side of town .\n"
+            "it is located at the end of the road .\nthanks , that is all i need .")
+    r, found = spans(detector, text)
+    assert r.style == "chat"
+    assert flagged(found, "mill way"), found
+    for words in ("east side", "end of the road"):
+        assert not flagged(found, words), (words, found)

@@ -87,6 +87,10 @@ price prices range pricerange area areas centre center central town city part si
 star stars rating reservation reservations booking bookings reference train trains taxi taxis car cars
 food cuisine cheap cheaply expensive moderate moderately priced free recommendation recommendations
 """.split())
+# an address after its cue: "the address is pool way , ...", "it is located on trinity lane ."
+_ADDR_CUE = re.compile(r"(?i)\b(?:address(?:[ \t]+is|[ \t]*:)|located[ \t]+(?:on|at)|situated[ \t]+(?:on|at))[ \t]+"
+                       r"(?:the[ \t]+)?(?P<v>(?:\d+[a-z]?[ \t]+)?[^\W\d_][\p{L}'’&-]*(?:[ \t]+[^\W\d_][\p{L}'’&-]*){0,4})"
+                       r"(?=[ \t]*(?:[.,?!;:\n]|$))")
 _TOKEN = re.compile(r"(?<![\w'’-])[^\W\d_][\p{L}]{3,}(?![\w'’-])")
 _COLOUR = re.compile(r"(?i)\b(?:a|an|the)[ \t]+(?:(?:black|white|red|blue|grey|gray|yellow|green|silver)[ \t]+)?$")
 
@@ -148,6 +152,15 @@ class Chat(DocumentStyle):
             if zipf(w) < 2.0 and not is_dictionary_word(w) and not is_known_name(w) and w.lower() not in stop_words() \
                     and (not is_misspelt_or_compound(w) or _capitalised_inside(text, m.start(), w)):
                 out.append((m.start(), m.end(), "LOCATION", 0.4, "chat_rare", False))
+        for m in _ADDR_CUE.finditer(text):
+            words = [w for w in m.group("v").split() if not w[:1].isdigit()]
+            if not words or words[0].lower() in _NOT_NAME_WORDS or _only_type_words(" ".join(words)) or all(
+                    w.lower() in _NOT_NAME_WORDS or w.lower() in stop_words() for w in words):
+                continue
+            if not (re.fullmatch(rf"(?i){_STREET_HEADS}", words[-1]) and len(words) > 1) and not any(
+                    zipf(w) < 4.0 and w.lower() not in _NOT_NAME_WORDS for w in words):
+                continue  # "located at the end": no name in it
+            out.append((m.start("v"), m.end("v"), "STREET_ADDRESS", 0.5, "chat_address", True))
         for m in _SUBJECT.finditer(text):  # "Kohinoor has an address", "Loch fyne is perfect"
             words = m.group("v").split()
             if any(w.lower() in _NOT_NAME_WORDS or w.lower() in stop_words() for w in words[:1]) or not any(
