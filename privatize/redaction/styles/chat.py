@@ -18,7 +18,12 @@ Turns are lines; text in paragraphs between blank lines (a letter, an e-mail) is
 * a car after an article or a colour (``a white Toyota``) is a product, a dictionary
   word read as a person (``Glad to help``) is not a name;
 * propagation ignores case: a name detected once in a turn (``Saigon City``) is removed
-  in every turn that repeats it (``saigon city``).
+  in every turn that repeats it (``saigon city``);
+* words for a kind of venue or a booking's details are no name (``guest house``,
+  ``gastropubs``, ``free wifi``, ``entrance fee``, ``postcode``, and their misspellings,
+  ``gueshouse``), unless a name stands just before them (``Hobson 's House``); a word of two
+  common words written with a capital inside a turn is a name (``the Allenbell``);
+* an address after its cue (``the address is pool way``, ``located on trinity lane``).
 """
 
 from __future__ import annotations

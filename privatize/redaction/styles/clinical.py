@@ -26,6 +26,16 @@ Rules:
   ``in 1983``, ``CA'88``, ``62'``), pager and phone numbers in a phone's form or after a
   cue (``Pager #32007``); NER dates without a day and month, pressures read as phone
   numbers and doses read as references are dropped;
+* issue 51: names in quotes or parentheses after a role (``daughter "sarah"``, ``CONTACT
+  PERSON (CHARLIE)``), joined to a role's name (``daughters sarah and margie``, ``SISTER &
+  CHARLIE``), and first names that speak or are spoken with (``JOHN STATES``, ``talk with
+  thomas``); census first names that begin drug names (``Thomas``, ``Martin``) are names;
+  hospital-name words before a head word (``MEMORIAL HOSPITAL``), lower-case wards with
+  their floor, cities and hospital abbreviations after a cue (``to quartermain 2``,
+  ``returned to new haven``, ``to gh er``); phone extensions (``x45``) and local numbers
+  after a cue (``call 555-1234``, ``beeper 4-1187``); shorthand compounds (``CV-NSR``,
+  ``NISICU``, ``PAD'S``) and doses are no wards, NER names with digits (``Tylenol X2``) or
+  with the sentence after them (``SMOLAREK AWARE OF ...``) are dropped;
 * ages stay identifiers at any age (HIPAA's safe harbour names only ages over 89, and
   the PhysioNet gold follows it; a data owner under other rules counts every age).
 """
