@@ -78,7 +78,11 @@ def as_batch(texts: list[str]) -> pa.Table:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=100)
-    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--model", default=DEFAULT_MODEL, help="the redact stage's model: a spaCy model's name or a "
+                    "folder, such as a detector `privatize train-ner --annotated` wrote (issue 51: adapted "
+                    "detection against Presidio's defaults)")
+    ap.add_argument("--presidio-model", default=DEFAULT_MODEL, help="the model Presidio's analyzer runs with "
+                    "(default: the same default model)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--gutenberg", action="store_true")
     ap.add_argument("--turns", action="store_true", help="short dialogue turns (CustomerSim lines) instead of "
@@ -101,7 +105,7 @@ def main() -> None:
     strict = Redact(RedactSettings(model=args.model, pi_c="strict"))  # issue 50: what the calibrated pi_c costs
     strict.setup()
     strict.process_batch(as_batch(texts[:8]))
-    engine = presidio_analyzer_engine(args.model)
+    engine = presidio_analyzer_engine(args.presidio_model)
     stage.process_batch(as_batch(texts[:8]))  # warm-up: first calls allocate
     for t in texts[:8]:
         engine.analyze(t, language="en")
@@ -125,18 +129,21 @@ def main() -> None:
     kind = ("CustomerSim dialogue turns" if args.turns else "Gutenberg" if args.gutenberg
             else "presidio-research sentences")
     spans = sum(len(s) for s in out["spans"].to_pylist() if s)
-    print(f"{n} documents of {words:.0f} words ({kind}, {mb:.2f} MB), model {args.model}, one core, "
-          f"median of {args.repeats}")
+    print(f"{n} documents of {words:.0f} words ({kind}, {mb:.2f} MB), model {args.model} (Presidio: "
+          f"{args.presidio_model}), one core, median of {args.repeats}")
     print(f"redact stage:           {n / o:6.2f} docs/s  ({mb / o:.3f} MB/s, {spans} spans)")
     print(f"Presidio analyze (1x1): {n / b:6.2f} docs/s  ({mb / b:.3f} MB/s)")
     print(f"ratio: {ratio:.2f}x (target 1.5x: {'met' if ratio >= 1.5 else 'NOT met'})")
     print(f"pi_c: strict stage:     {n / st:6.2f} docs/s; the calibrated pi_c (the default) costs "
           f"{100 * (o / st - 1):+.1f}% time (target at most +10%)")
-    result = {"docs": n, "words": words, "corpus": kind, "model": args.model, "machine": machine(),
+    adapted = args.model != DEFAULT_MODEL
+    result = {"docs": n, "words": words, "corpus": kind, "model": "adapted detector folder" if adapted else args.model,
+              "presidio_model": args.presidio_model, "machine": machine(),
               "stage_docs_per_s": n / o, "presidio_docs_per_s": n / b, "ratio": ratio,
               "stage_runs_s": ours, "presidio_runs_s": base, "strict_docs_per_s": n / st,
               "strict_runs_s": strict_runs, "calibrated_cost": o / st - 1}
-    save_result(f"redaction_speed{'-gutenberg' if args.gutenberg else '-turns' if args.turns else ''}", result)
+    save_result(f"redaction_speed{'-gutenberg' if args.gutenberg else '-turns' if args.turns else ''}"
+                f"{'-adapted' if adapted else ''}", result)
     if args.append:
         with open(ROOT / "benchmarks" / "results" / "DIARY.md", "a", encoding="utf-8") as fh:
             fh.write(f"| {kind}, {n} docs x {words:.0f} words | `{args.model}` | {n / o:.2f} | {n / b:.2f} | "
