@@ -5,12 +5,14 @@ A service of its own (uvicorn, SQLite, local storage, its embedded Ray head) and
 tenant (two concurrent jobs): a privatization job, then, one at a time, the API process
 SIGKILLed while a job runs; a training's Ray Train worker SIGKILLed and the database made
 unavailable (SQLite locked past its 30 s busy timeout) while a job finishes; the Ray head's
-process group SIGKILLed while a training runs; then a last job. After each: every accepted
-job listed exactly once, statuses as Ray has them, slots and privacy-ledger reservations
-released, ``/readyz`` 200.
+process group SIGKILLed while a training runs (``/readyz`` 503 naming Ray while it is down,
+the training failed, "the Ray cluster was lost", no driver of it left, a new head started
+by the service); then a last job. After each: every accepted job listed exactly once,
+statuses as Ray has them, slots and privacy-ledger reservations released, ``/readyz`` 200.
 
 Figures: faults injected, jobs accepted, jobs lost (0), duplicated (0), time to recover per
-fault (from the fault to every check passing) and the whole run's seconds.
+fault (from the fault to every check passing; for the head kill also the seconds to
+``/readyz`` 503 and to the new head ready) and the whole run's seconds.
 
     python benchmarks/faults.py
 """

@@ -286,6 +286,44 @@ def other_service(llm_double):
         yield svc
 
 
+def kill_embedded_head(svc: Service, timeout: float = 15.0) -> None:
+    """The test service's embedded Ray head gone at once: its process group SIGKILLed (the
+    head runs in a session of its own), then any process left that names its temp folder
+    (a Ray process re-parented), its data folder (a worker, in a session of its own) or its
+    cluster (a job's driver, in a session of its own).
+    ``privatize admin ray stop`` (SIGTERM) lets Ray wind down for about 30 s once a job has
+    run on it, and nothing of a test head is kept; the graceful stop is tested on its own
+    (tests/services/test_ray_head.py, ``raycluster.stop_head``)."""
+    from services.jobrun import CLUSTER_ENV
+    from services.raycluster import STATE_FILE, processes_with_env
+
+    try:
+        st = json.loads((svc.data / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return  # no head recorded (none started, or an external cluster)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(st["pid"], signal.SIGKILL)
+    temp = str(svc.ray_temp).encode()
+    deadline = time.monotonic() + timeout
+    while True:
+        left = set(processes_with_env(CLUSTER_ENV, f"127.0.0.1:{st['gcs_port']}"))
+        left |= set(processes_with_env("PRIVATIZE_DATA_DIR", str(svc.data)))  # its workers (own sessions)
+        for d in os.listdir("/proc"):
+            if d.isdigit() and int(d) != os.getpid():
+                with contextlib.suppress(OSError):
+                    if temp in Path(f"/proc/{d}/cmdline").read_bytes():
+                        left.add(int(d))
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{st['pid']}/stat").read_text().split(") ", 1)[1][0] != "Z":
+                left.add(st["pid"])
+        if not left or time.monotonic() > deadline:
+            break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def running_service(backend: str, llm_url: str, prefix: str, **start):
     """A real service (its own data folder, master key and embedded Ray head) for the
@@ -298,8 +336,7 @@ def running_service(backend: str, llm_url: str, prefix: str, **start):
         yield svc
     finally:
         svc.stop()
-        subprocess.run([PY, "-m", "services.cli", "admin", "ray", "stop"], cwd=ROOT, env=svc.env,
-                       capture_output=True, timeout=120)
+        kill_embedded_head(svc)
         shutil.rmtree(svc.ray_temp, ignore_errors=True)
         if os.environ.get("PRIVATIZE_KEEP_TEST_DATA") != "1":
             shutil.rmtree(base, ignore_errors=True)

@@ -10,8 +10,16 @@ At chosen points of privatization jobs and trainings (tiny corpus, ``TINY`` trai
    the service's 30 s busy timeout (every write fails: the reconciler cannot record what
    Ray finished meanwhile), PostgreSQL the service's connections terminated, while a
    privatization job finishes on Ray.
-3. **Ray head** (its whole process group) SIGKILLed while a training runs: no process of
-   its jobs (the training's driver) outlives it.
+3. **Ray head** (its whole process group) SIGKILLed while a training runs, the tenant's
+   one slot (its limit lowered to 1 job) taken by it (a second job answers 429). Within
+   30 s ``/readyz`` turns 503 naming Ray (``"ray": "failing: unavailable ..."``, the
+   database ``ok``) while ``/healthz`` stays 200, and ``privatize_ray_unavailable_total``
+   counts it; the training is marked failed, "the Ray cluster was lost", and no process
+   of the dead head's jobs (its driver) outlives it; the reconciler starts a new head by
+   itself (``/healthz`` says Ray ``connected`` again, ``privatize_ray_head_restarts_total``
+   counts it) and the tenant's slot is free (``active_jobs`` 0). (This scenario is also
+   what ``test_ray_recovery.py`` tested on a service of its own: one head kill serves
+   both.)
 
 After each, :func:`check` asserts: every job id the service accepted (a 201) is in
 ``GET /v1/jobs`` exactly once, and no other; Ray ran each at most once (its submission
@@ -19,8 +27,8 @@ ids are the job ids, each once); every status agrees with Ray's (a job the live 
 not know ran on the dead one and is ``failed`` saying the cluster was lost); the
 tenant's active-job count is the number of jobs still active; every training that ended
 has its ``privacy_spends`` row settled (``spent``); ``/readyz`` answers 200. At the end a
-new job is admitted and succeeds (no slot is held). :func:`run_faults` returns the
-figures; ``benchmarks/faults.py`` runs it and records them.
+new job is admitted and succeeds on the new head (no slot is held). :func:`run_faults`
+returns the figures; ``benchmarks/faults.py`` runs it and records them.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from services.jobrun import CLUSTER_ENV
 from services.raycluster import processes_with_env
 from tests.services.conftest import TINY, running_service
 
-pytestmark = [pytest.mark.server, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.server, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
 SPEC = {"version": 1, "stages": [{"kind": "split", "unit": "sentence"},
                                  {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask",
@@ -244,28 +252,59 @@ class Faults:
             self.svc.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
-    def kill_head(self, source_job: str) -> None:
+    def metric(self, name: str) -> float:
+        """A counter of the service's ``/metrics`` (0 when it has not counted yet)."""
+        for line in httpx.get(f"{self.svc.url}/metrics", timeout=10).text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return 0.0
+
+    def kill_head(self, source_job: str, corpus_id: str) -> None:
+        url = self.svc.url
+        self.svc.cli("admin", "tenant", "limits", self.t.name, "--max-jobs", "1")
         tid = self.training(source_job)
         self.running(tid)
+        # the tenant's one slot is taken by the training
+        r = self.t.http.post("/v1/jobs", json={"corpus_id": corpus_id, "spec": SPEC})
+        assert r.status_code == 429, (r.status_code, r.text[:2000])
+        unavailable = self.metric("privatize_ray_unavailable_total")
+        restarts = self.metric("privatize_ray_head_restarts_total")
         head = json.loads((self.svc.data / "ray-head.json").read_text())
         cluster = f"127.0.0.1:{head['gcs_port']}"
         drivers = processes_with_env(CLUSTER_ENV, cluster)
         assert drivers, f"no process names {CLUSTER_ENV}={cluster} while the training runs"
         t0 = time.monotonic()
-        os.killpg(head["pid"], signal.SIGKILL)
+        os.killpg(head["pid"], signal.SIGKILL)  # the head runs in its own session: all of it
+
+        ready = until("/readyz 503 naming Ray", 30,
+                      lambda: (r := httpx.get(f"{url}/readyz", timeout=5)).status_code == 503 and r.json(),
+                      every=0.25)
+        to_503 = time.monotonic() - t0
+        assert ready["checks"]["ray"].startswith("failing: unavailable"), ready
+        assert ready["checks"]["database"] == "ok", ready
+        assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+        assert self.metric("privatize_ray_unavailable_total") >= unavailable + 1
+
+        # the training that ran on it: failed, saying why
         lost = self.wait(tid, timeout=60)
         assert lost["status"] == "failed" and LOST in (lost["message"] or ""), lost
         # no driver of the dead head's jobs is left (the service ends them before marking them)
         left = processes_with_env(CLUSTER_ENV, cluster)
         assert not left, f"process(es) {left} of the dead head's jobs still run (were {drivers})"
 
+        # a head is back, started by the service itself; the slot is free again
         def back():
             st = json.loads((self.svc.data / "ray-head.json").read_text())
-            return st["pid"] != head["pid"] and self.ready()
-        until("a new embedded head and /readyz 200", 180, back, every=1.0)
+            return st["pid"] != head["pid"] and self.ready() and st
+        new_head = until("a new embedded head and /readyz 200", 180, back, every=1.0)
+        head_back = time.monotonic() - t0
+        assert httpx.get(f"{url}/healthz", timeout=5).json()["ray"] == "connected"
+        assert self.metric("privatize_ray_head_restarts_total") >= restarts + 1
+        assert self.t.http.get("/v1/tenant").json()["active_jobs"] == 0
         self.check("the head kill")
         self.fault("Ray head SIGKILL (process group)", "a training running", t0, time.monotonic(),
-                   training=lost["status"])
+                   training=lost["status"], readyz_503_s=round(to_503, 1), new_head_ready_s=round(head_back, 1),
+                   new_head_pid=new_head["pid"])
 
 
 def run_faults(svc, work: Path, say=print) -> dict:
@@ -284,9 +323,9 @@ def run_faults(svc, work: Path, say=print) -> dict:
 
     f.kill_api(corpus_id)
     f.kill_worker_and_database(corpus_id, source)
-    f.kill_head(source)
+    f.kill_head(source, corpus_id)
 
-    last = f.job(corpus_id)  # admitted: no slot is held
+    last = f.job(corpus_id)  # admitted on the new head: no slot is held
     done = f.wait(last)
     assert done["status"] == "succeeded", (done, f.logs(last))
     rows = f.check("the last job")

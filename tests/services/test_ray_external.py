@@ -27,9 +27,31 @@ import pytest
 from services import raycluster
 from services.settings import Settings
 from tests.services.conftest import Service, free_port
-from tests.services.test_ray_recovery import SPEC, _until
 
 pytestmark = [pytest.mark.server, pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
+
+SPEC = {"version": 1, "stages": [{"kind": "split", "unit": "sentence"},
+                                 {"kind": "dedup", "method": "sha1", "unit": "segment", "action": "mask",
+                                  "min_length": 20}],
+        "output": {"num_shards": 2}}
+
+
+def _until(what: str, timeout: float, fn, every: float = 0.5):
+    """``fn()``'s first truthy answer within ``timeout`` seconds, and the seconds it took;
+    AssertionError naming ``what`` and the last answer otherwise."""
+    t0 = time.monotonic()
+    last = None
+    while time.monotonic() - t0 < timeout:
+        try:
+            last = fn()
+        except httpx.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        else:
+            if last:
+                return last, time.monotonic() - t0
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+
 
 MARK = "PRIVATIZE_TEST_EXTERNAL_HEAD"
 """Set in the external head's environment (so in every process of it, its job drivers

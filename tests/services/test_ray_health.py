@@ -9,7 +9,7 @@ Where a test replaces the probe it uses ``FakeProbe``: a **test double of the ne
 boundary** (the HTTP probe of the Ray dashboard and the ``/proc`` check of the head's
 process), so the service's own logic runs unchanged. The probe itself is tested for real
 against a dead recorded head and an address nothing answers on. The real head killed
-under a real service: ``test_ray_recovery.py``."""
+under a real service: ``test_faults.py``'s head-kill scenario."""
 
 from __future__ import annotations
 
