@@ -115,12 +115,14 @@ class ExternalHead:
             time.sleep(0.5)
         raise AssertionError(f"the external head did not come up in {timeout:.0f} s ({last!r}): {self.tail()}")
 
-    def stop(self) -> None:
+    def stop(self, kill: bool = False) -> None:
         """SIGTERM to its process group (``--block`` stops every Ray process of this head),
-        SIGKILL after 45 s; then whatever still carries its mark."""
+        SIGKILL after 45 s; then whatever still carries its mark. ``kill``: SIGKILL at once
+        (the clean-up at the end, where nothing of the head is kept: Ray's SIGTERM winds
+        down for about 30 s once a job has run)."""
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
             try:
                 self.proc.wait(timeout=45)
             except subprocess.TimeoutExpired:
@@ -130,7 +132,7 @@ class ExternalHead:
             self.proc = None
         left = raycluster.processes_with_env(MARK, self.mark)
         if left:
-            raycluster.terminate_processes(left, 5.0)
+            raycluster.terminate_processes(left, 0.0 if kill else 5.0)
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
@@ -163,7 +165,7 @@ def external(llm_double):
         yield svc, head
     finally:
         svc.stop()
-        head.stop()
+        head.stop(kill=True)
         for p in (svc.ray_temp, head.temp):
             shutil.rmtree(p, ignore_errors=True)
         if os.environ.get("PRIVATIZE_KEEP_TEST_DATA") != "1":
