@@ -55,6 +55,7 @@ from experiments.common import ROOT, machine, need_data, save_result
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from privatize.redaction.engine import DEFAULT_MODEL, patch_tldextract, presidio_analyzer_engine  # noqa: E402
+from experiments.redaction_quality import _expand_words  # noqa: E402  (one rule for both scorers)
 
 # gold category -> predicted types that count as the same kind (strict precision, typed recall)
 _NAMES = {"PERSON"}
@@ -149,14 +150,6 @@ def _cover(n: int, spans) -> bytearray:
         if e > s:
             cov[s:e] = b"\x01" * (e - s)
     return cov
-
-
-def _expand_words(text: str, s: int, e: int) -> tuple[int, int]:
-    while s > 0 and text[s - 1].isalnum():
-        s -= 1
-    while e < len(text) and text[e].isalnum():
-        e += 1
-    return s, e
 
 
 def _matches(category: str, ptype: str) -> bool:

@@ -162,10 +162,9 @@ class ServiceContext:
         """Jobs being submitted to Ray right now (by a request or the reconciler)."""
         self.asked_ray_at: dict[str, float] = {}
         """When a status request last asked Ray about an active job (monotonic seconds)."""
-        self.training_progress: dict[str, tuple[float, dict | None]] = {}
-        """A training's last metrics as last read from storage, and when (monotonic seconds)."""
         self.job_progress: dict[str, tuple[float, dict | None]] = {}
-        """A running job's progress figures as last read from storage, and when."""
+        """A running job's progress as last read from storage (a training's last metrics, a
+        privatization's figures), and when (monotonic seconds)."""
         self.inline_reads = engine.url.get_backend_name() == "sqlite"
         """Short reads run on the event loop (see :meth:`read`)."""
 

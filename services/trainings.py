@@ -221,18 +221,7 @@ def progress_of(ctx, job) -> dict | None:
         return out
     if job.status == "queued":
         return None
-    now = time.monotonic()
-    cache = ctx.training_progress
-    hit = cache.get(job.id)
-    if hit is not None and now - hit[0] < 1.0:
-        return hit[1]
-    got = latest_metrics(ctx.storage, job.output_path)
-    with ctx.admission:
-        cache[job.id] = (now, got)
-        if len(cache) > 10000:
-            for k in [k for k, (t, _) in cache.items() if now - t > 1.0]:
-                cache.pop(k, None)
-    return got
+    return ctx.cached_progress(job.id, lambda: latest_metrics(ctx.storage, job.output_path))
 
 
 # ---- the model, as a .tar.gz stream ---------------------------------------------------------
