@@ -87,8 +87,9 @@ async def _reconciler(app: FastAPI, ctx: ServiceContext) -> None:
     * the embedded head's process is gone (``lost``): the jobs that ran on it are marked
       failed (``services.jobs.fail_lost``) and a new head is started, with backoff;
     * an external cluster (``PRIVATIZE_RAY_ADDRESS``) does not answer: wait and reconnect
-      (with backoff); its jobs may still run, so they are left as they are and read again
-      once it answers (a cluster restarted meanwhile no longer knows them: failed then).
+      (with backoff, cut short as soon as its probe answers again); its jobs may still run,
+      so they are left as they are and read again once it answers (a cluster restarted
+      meanwhile no longer knows them: failed then).
 
     Queued jobs stay queued and are submitted on the first pass after it is back."""
     settings = ctx.settings
@@ -102,7 +103,10 @@ async def _reconciler(app: FastAPI, ctx: ServiceContext) -> None:
         try:
             if app.state.ray_state != "connected":
                 now = time.monotonic()
-                if now >= retry_at:
+                # an external cluster that answers again is reconnected at once, not when the
+                # backoff (up to a minute) runs out: the probe is one cheap HTTP GET
+                back = not embedded and now < retry_at and (await anyio.to_thread.run_sync(health.check)).up
+                if now >= retry_at or back:
                     if embedded and health.check(fresh=True).lost:
                         head_lost = True
                         await anyio.to_thread.run_sync(fail_lost, ctx)
