@@ -19,8 +19,12 @@ compare them::
     output: evals/demo
 
 ``attacks`` names registered attacks (``attacks.registry``: the papers' in ``attacks.kinds``,
-each module with its settings, and any plugin); the papers' attacks may also be sections of
-their own, the older form (``mia: {members: ...}``), read the same way. Every part is
+each module with its settings, and any plugin): a pydantic union discriminated by ``kind``,
+built from the registry (each attack's settings with its ``kind``), so the config's JSON
+schema lists every attack's fields and an error names its path through the kind
+(``attacks.0.canaries.digits``). The papers' attacks may also be sections of their own, the
+older form (``mia: {members: ...}``), read the same way: the sections are the registry's
+built-in ``section`` attacks (:data:`SECTIONS`), nothing lists them here. Every part is
 optional; the report shows what ran. Data sources are a privatization
 output folder (``shards/*.parquet``), a folder of Parquet or JSONL files, one such file,
 or a ``.txt`` file (one text per line). Key references are resolved like the pipeline's:
@@ -37,19 +41,14 @@ with ``non_members``, its two membership inferences per individual; its sources 
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from typing_extensions import TypeAliasType
 
-from attacks.kinds.canaries import CanarySettings
-from attacks.kinds.cipher_outputs import CipherOutputsSettings
-from attacks.kinds.extraction import ExtractionSettings
-from attacks.kinds.identifiers import IdentifiersSettings
-from attacks.kinds.mia import MiaSettings
-from attacks.kinds.perplexity import PerplexitySettings
-from attacks.kinds.reconstruction import ReconstructionSettings
-from attacks.kinds.true_prefix import TruePrefixSettings
+from attacks.registry import ATTACKS, in_order
 from privatize.io.configfile import read_mapping, validate
 from privatize.policy import Quota
 
@@ -94,46 +93,66 @@ class ScoringSpec(_Strict):
                            "device) or auto (cuda when there is one)")
 
 
-class AttackEntry(BaseModel):
-    """One registered attack (``attacks.registry``): its ``kind`` and its settings."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    kind: str = Field(min_length=1, max_length=64)
-
-    @model_validator(mode="after")
-    def _registered(self):
-        from attacks.registry import parse_entry
-
-        parse_entry(self.model_dump())
-        return self
+class _Kind(BaseModel):
+    kind: str
 
 
-SECTIONS = ("perplexity", "canaries", "mia", "extraction", "reconstruction", "true_prefix", "cipher_outputs",
-            "identifiers")
-"""The older named sections of the papers' attacks (``attacks.kinds``, ``section``
-attacks): each reads as the entry ``{kind: NAME, ...}`` of ``attacks`` would."""
+def _title(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.replace("-", "_").split("_")) + "Entry"
 
-ATTACKS = (*SECTIONS, "corpus_stats")
+
+@functools.lru_cache(maxsize=256)
+def entry_model(name: str, settings: type[BaseModel]) -> type[BaseModel]:
+    """The attack ``name``'s entry of ``attacks``: its settings (``settings``, strict as they
+    are: their validators and ``privatize.policy`` markers hold) with ``kind: Literal[name]``
+    first. A validated entry *is* the attack's settings (a subclass of ``settings``)."""
+    return create_model(_title(name), __base__=(settings, _Kind), __module__=__name__,
+                        __doc__=settings.__doc__,
+                        kind=(Literal[name], Field(description=f"the registered attack {name!r}")))
+
+
+def registered() -> tuple[tuple[str, type[BaseModel]], ...]:
+    """(name, settings model) of every attack registered now, by name (the registry's
+    discovery runs on the first call: ``attacks.kinds`` and the ``privatize.attacks`` entry
+    points)."""
+    return tuple((name, a.Settings) for name, a in ATTACKS.items())
+
+
+@functools.lru_cache(maxsize=32)
+def entry_type(attacks: tuple[tuple[str, type[BaseModel]], ...]) -> Any:
+    """One entry of ``attacks``: the union of :func:`entry_model` of ``attacks`` ((name,
+    settings) pairs: :func:`registered`), discriminated by ``kind`` (an unknown kind is one
+    error naming every registered one). A named alias, ``AttackEntry`` in the JSON schema."""
+    members = tuple(entry_model(name, settings) for name, settings in attacks)
+    one = (Annotated[Union[members], Field(discriminator="kind")] if len(members) > 1 else members[0])
+    return TypeAliasType("AttackEntry", one)
+
+
+def _attacks_field(attacks) -> tuple:
+    return (list[entry_type(attacks)], Field(default_factory=list, max_length=32, description=(
+        "registered attacks (attacks.registry): [{kind: NAME, ...its settings}], each kind at most once")))
+
+
+def _built_in(a) -> bool:
+    return type(a).__module__.rpartition(".")[0] in ATTACKS.packages
+
+
+SECTIONS: tuple[str, ...] = tuple(in_order(name for name, a in ATTACKS.items() if a.section and _built_in(a)))
+"""The older named sections of the papers' attacks: the registry's built-in ``section``
+attacks (``attacks.kinds``), each read as the entry ``{kind: NAME, ...}`` of ``attacks``
+would (the same settings model)."""
+
+ATTACKS_AND_STATS = (*SECTIONS, "corpus_stats")
 """Every section that gives an evaluation something to run."""
 
 
-class AttackConfig(_Strict):
+class _AttackConfig(_Strict):
+    """An evaluation config (see :mod:`attacks.config`): the fields and checks that do not
+    depend on the registry; :data:`AttackConfig` adds the papers' sections and the
+    ``attacks`` union."""
+
     version: Literal[1] = 1
     models: Annotated[list[ModelSpec], Quota("eval_max_models")] = Field(min_length=1, max_length=16)
-    canaries: Optional[CanarySettings] = None
-    mia: Optional[MiaSettings] = None
-    perplexity: Optional[PerplexitySettings] = None
-    extraction: Optional[ExtractionSettings] = None
-    reconstruction: Optional[ReconstructionSettings] = None
-    true_prefix: Optional[TruePrefixSettings] = None
-    cipher_outputs: Optional[CipherOutputsSettings] = None
-    corpus_stats: Optional[CorpusStatsSpec] = None
-    identifiers: Optional[IdentifiersSettings] = None
-    attacks: list[AttackEntry] = Field(default_factory=list, max_length=32, description=(
-        "registered attacks (attacks.registry): [{kind: NAME, ...its settings}]"))
-    scoring: ScoringSpec = ScoringSpec()
-    output: str = "evaluation"
 
     @model_validator(mode="after")
     def _names_unique(self):
@@ -143,8 +162,8 @@ class AttackConfig(_Strict):
         kinds = [a.kind for a in self.attacks] + [s for s in SECTIONS if getattr(self, s) is not None]
         if len(set(kinds)) != len(kinds):
             raise ValueError(f"attacks: each kind at most once, as a section or in attacks (got {kinds})")
-        if not any(getattr(self, a) for a in ATTACKS) and not self.attacks:
-            raise ValueError(f"nothing to run: give at least one of {', '.join(ATTACKS)} or attacks")
+        if not any(getattr(self, a) for a in ATTACKS_AND_STATS) and not self.attacks:
+            raise ValueError(f"nothing to run: give at least one of {', '.join(ATTACKS_AND_STATS)} or attacks")
         return self
 
     def with_output(self, output: str | None) -> "AttackConfig":
@@ -154,9 +173,45 @@ class AttackConfig(_Strict):
         return self.model_dump(mode="json")
 
 
+_BUILT = tuple((name, a.Settings) for name, a in ATTACKS.items() if _built_in(a))
+for _name, _settings in _BUILT:  # importable by name, as pickle finds a class (CanariesEntry, ...)
+    globals().setdefault(entry_model(_name, _settings).__name__, entry_model(_name, _settings))
+
+AttackConfig = create_model(
+    "AttackConfig", __base__=_AttackConfig, __module__=__name__, __doc__=_AttackConfig.__doc__,
+    **{name: (Optional[ATTACKS.get(name).Settings], None) for name in SECTIONS},
+    corpus_stats=(Optional[CorpusStatsSpec], None),
+    attacks=_attacks_field(_BUILT),
+    scoring=(ScoringSpec, ScoringSpec()),
+    output=(str, "evaluation"))
+"""The evaluation config with the papers' attacks (``attacks.kinds``), whenever this module
+is imported; :func:`config_model` is the one for the attacks registered now (plugins too:
+the entry points' and any registered since), a subclass of this one."""
+
+
+@functools.lru_cache(maxsize=32)
+def _rebuilt(attacks) -> type:
+    return create_model("AttackConfig", __base__=AttackConfig, __module__=__name__, __doc__=AttackConfig.__doc__,
+                        attacks=_attacks_field(attacks))
+
+
+def config_model() -> type:
+    """The evaluation config's model for the attacks registered now: :data:`AttackConfig`
+    when they are the papers' only, else a subclass whose ``attacks`` union has the plugins
+    too (the entry points', or one a test registered). :func:`parse_config` validates with it."""
+    now = registered()
+    return AttackConfig if now == _BUILT else _rebuilt(now)
+
+
+def config_schema() -> dict:
+    """The JSON schema of an evaluation config (every registered attack's fields under
+    ``$defs``, ``attacks`` items one of them by ``kind``)."""
+    return config_model().model_json_schema()
+
+
 def parse_config(data, source: str = "config") -> AttackConfig:
     """A validated config or a :class:`SpecError` naming the first bad field's path."""
-    return validate(AttackConfig, data, source, "an attack config")
+    return validate(config_model(), data, source, "an attack config")
 
 
 def load_config(path: str | Path) -> AttackConfig:

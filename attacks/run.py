@@ -22,7 +22,7 @@ from pathlib import Path
 
 from attacks.config import SECTIONS, AttackConfig
 from attacks.data import read_texts
-from attacks.registry import Attack, Target, attack, jsonable, parse_entry, prepare_all
+from attacks.registry import Attack, Target, attack, jsonable, prepare_all
 from attacks.results import Evaluation, ModelResult, training_info
 from privatize.errors import SpecError
 
@@ -66,9 +66,8 @@ def entries(cfg: AttackConfig) -> list[tuple[str, Attack, object]]:
     ``attacks`` list's order among equals): the ``attacks`` list and the older named
     sections alike, each as (where it is in the config, the attack, its settings)."""
     out = [(name, attack(name), getattr(cfg, name)) for name in SECTIONS if getattr(cfg, name) is not None]
-    for i, entry in enumerate(cfg.attacks):
-        a, settings = parse_entry(entry.model_dump())
-        out.append((f"attacks.{i}", a, settings))
+    for i, entry in enumerate(cfg.attacks):  # each entry is its attack's settings (and its kind)
+        out.append((f"attacks.{i}", attack(entry.kind), entry))
     return sorted(out, key=lambda e: e[1].order)
 
 

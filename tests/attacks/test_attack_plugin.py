@@ -7,6 +7,8 @@ field's path, before anything is written."""
 from __future__ import annotations
 
 import json
+import typing
+from pathlib import Path
 
 import pytest
 from pydantic import Field
@@ -79,17 +81,125 @@ def test_a_registered_attack_runs_from_the_config_into_the_json_and_the_report(r
 
 
 def test_a_bad_entry_is_refused_with_its_path_before_anything_runs(registered, tmp_path):
+    """``attacks`` is a union discriminated by ``kind``: an error names the entry, its kind
+    and the field (pydantic's path through the union), an unknown kind every registered one."""
     from attacks.config import parse_config
 
     base = {"models": [{"name": "m", "path": "x"}], "output": str(tmp_path / "ev")}
-    for entry, want in (({"kind": "top_word"}, "config: attacks.0: prompts: Field required"),
-                        ({"kind": "top_word", "prompts": ["a"], "colour": 1}, "config: attacks.0: colour: Extra inputs"),
-                        ({"kind": "nope"}, "config: attacks.0: kind: unknown attack 'nope'")):
-        with pytest.raises(SpecError, match="^" + want.replace("(", r"\(")):
+    names = ", ".join(f"'{n}'" for n in registry.attack_names())
+    assert "'top_word'" in names
+    for entry, want in (({"kind": "top_word"}, "config: attacks.0.top_word.prompts: Field required"),
+                        ({"kind": "top_word", "prompts": ["a"], "colour": 1},
+                         "config: attacks.0.top_word.colour: Extra inputs are not permitted"),
+                        ({"kind": "nope"}, "config: attacks.0: Input tag 'nope' found using 'kind' does not match "
+                                           f"any of the expected tags: {names}"),
+                        ({"prompts": ["a"]}, "config: attacks.0: Unable to extract tag using discriminator 'kind'")):
+        with pytest.raises(SpecError) as exc:
             parse_config({**base, "attacks": [entry]})
+        assert str(exc.value) == want
     with pytest.raises(SpecError, match="each kind at most once"):
         parse_config({**base, "attacks": [{"kind": "top_word", "prompts": ["a"]}] * 2})
     assert not (tmp_path / "ev").exists()
+
+
+def test_a_bad_field_of_a_papers_attack_names_the_entry_and_the_field():
+    """A paper's attack in the list: its own field bounds and validators hold there as in its
+    section, the path naming the entry (its index and kind) and the field; the service's 422
+    takes that path as the field."""
+    from attacks.config import parse_config
+    from services.errors import config_error
+
+    base = {"models": [{"name": "m", "path": "x"}], "mia": {"members": "a", "non_members": "b"}}
+    with pytest.raises(SpecError) as exc:
+        parse_config({**base, "attacks": [{"kind": "perplexity", "data": "d"},
+                                          {"kind": "canaries", "key": "k", "digits": 12}]})
+    assert str(exc.value) == "config: attacks.1.canaries.digits: Input should be less than or equal to 9"
+    assert config_error(exc.value).extra["errors"][0]["loc"] == ["body", "config", "attacks", 1, "canaries", "digits"]
+    with pytest.raises(SpecError) as exc:  # the settings' own validator, at the entry
+        parse_config({**base, "attacks": [{"kind": "canaries", "key": "k", "digits": 8}]})
+    assert str(exc.value).startswith("config: attacks.0.canaries: exact exposure scores all 10^8 candidates")
+    with pytest.raises(SpecError) as exc:  # the same settings as a section: the section's path
+        parse_config({**base, "canaries": {"key": "k", "digits": 12}})
+    assert str(exc.value) == "config: canaries.digits: Input should be less than or equal to 9"
+
+
+def test_the_union_and_the_json_schema_are_the_registrys():
+    """Every registered attack is a member of the ``attacks`` union, its fields in the config's
+    JSON schema; an attack registered later (a plugin) is in the union of the config parsed
+    from then on, and gone with its registration."""
+    from attacks.config import SECTIONS, AttackConfig, config_model, config_schema, parse_config
+
+    def members(schema):
+        return schema["$defs"]["AttackEntry"]["discriminator"]["mapping"]
+
+    schema = config_schema()
+    assert schema["properties"]["attacks"]["items"] == {"$ref": "#/$defs/AttackEntry"}
+    assert set(members(schema)) == set(registry.attack_names()) and "top_word" not in members(schema)
+    canaries = schema["$defs"]["CanariesEntry"]
+    assert canaries["properties"]["kind"]["const"] == "canaries" and canaries["additionalProperties"] is False
+    assert canaries["properties"]["digits"]["maximum"] == 9 and "key" in canaries["required"]
+    only_papers = set(registry.attack_names()) == set(SECTIONS)  # no plugin installed here
+    assert (config_model() is AttackConfig) == only_papers
+    restore = registry.ATTACKS.snapshot()
+    register_attack(TopWord)
+    try:
+        schema = config_schema()
+        assert members(schema)["top_word"] == "#/$defs/TopWordEntry"
+        top = schema["$defs"]["TopWordEntry"]
+        assert set(top["properties"]) == {"kind", "prompts"} and top["required"] == ["kind", "prompts"]
+        assert top["properties"]["prompts"]["maxItems"] == 10
+        cfg = parse_config({"models": [{"name": "m", "path": "x"}],
+                            "attacks": [{"kind": "top_word", "prompts": ["a"]}]})
+        assert isinstance(cfg, AttackConfig) and type(cfg) is config_model() is not AttackConfig
+        entry = cfg.attacks[0]
+        assert isinstance(entry, TopWord.Settings) and entry.kind == "top_word" and entry.prompts == ["a"]
+        assert parse_config(cfg.to_dict()) == cfg
+    finally:
+        restore()
+    assert "top_word" not in members(config_schema()) and (config_model() is AttackConfig) == only_papers
+    assert "top_word" not in members(AttackConfig.model_json_schema())  # the papers' alone, whenever imported
+
+
+def test_the_sections_are_the_registrys_built_in_section_attacks():
+    """The older named sections are derived from the registry: each built-in ``section``
+    attack is a field of the config typed by its settings, nothing else is."""
+    from attacks.config import SECTIONS, AttackConfig
+
+    built_in = {n for n, a in registry.ATTACKS.items() if a.section and type(a).__module__.startswith("attacks.kinds.")}
+    assert set(SECTIONS) == built_in and len(SECTIONS) == 8
+    assert list(SECTIONS) == registry.in_order(SECTIONS)
+    for name in SECTIONS:
+        assert registry.attack(name).Settings in typing.get_args(AttackConfig.model_fields[name].annotation)
+    assert set(AttackConfig.model_fields) - set(SECTIONS) == {"version", "models", "corpus_stats", "attacks",
+                                                             "scoring", "output"}
+
+
+def test_the_section_form_and_the_list_form_give_equal_configs(tmp_path):
+    """The same attacks as sections and as ``attacks`` entries: the same settings (the
+    entry *is* the attack's settings, with its kind), the same attacks run in the same order,
+    and each form's ``to_dict()`` reads back to an equal config; the example config reads."""
+    from attacks.config import load_config, parse_config
+    from attacks.run import entries
+
+    sections = {"canaries": {"key": "file:k.key", "digits": 4, "count": 5, "held_out": 5},
+                "mia": {"members": "a.jsonl", "non_members": "b.jsonl", "limit": 50},
+                "perplexity": {"data": "c.txt", "limit": 9}}
+    base = {"models": [{"name": "m", "path": "x"}]}
+    old = parse_config({**base, **sections})
+    new = parse_config({**base, "attacks": [{"kind": k, **v} for k, v in reversed(sections.items())]})
+    assert new.attacks and all(getattr(new, k) is None for k in sections) and not old.attacks
+    for a in new.attacks:
+        own = getattr(old, a.kind)
+        assert isinstance(a, type(own)) and a.model_dump(exclude={"kind"}) == own.model_dump()
+    run_old, run_new = entries(old), entries(new)
+    assert [(e[1].name, e[2].model_dump(exclude={"kind"})) for e in run_old] == \
+        [(e[1].name, e[2].model_dump(exclude={"kind"})) for e in run_new]
+    assert [e[0] for e in run_new] == ["attacks.0", "attacks.2", "attacks.1"]  # perplexity, canaries, mia: by order
+    for cfg in (old, new):
+        assert parse_config(cfg.to_dict()) == cfg
+        assert parse_config(json.loads(json.dumps(cfg.to_dict()))).to_dict() == cfg.to_dict()
+    example = load_config(Path(__file__).parents[2] / "attacks" / "configs" / "example.yaml")
+    assert example.canaries.digits == 4 and parse_config(example.to_dict()) == example
 
 
 def test_the_papers_attacks_are_registered_and_run_from_the_list_too(model_dir, tmp_path):
@@ -177,7 +287,8 @@ def test_each_papers_attack_is_found_in_its_own_module():
 def test_without_the_registration_the_kind_is_unknown(tmp_path):
     from attacks.config import parse_config
 
-    with pytest.raises(SpecError, match="unknown attack 'top_word'"):
+    with pytest.raises(SpecError, match="^config: attacks.0: Input tag 'top_word' found using 'kind' does not match any "
+                                        "of the expected tags: 'canaries', "):
         parse_config({"models": [{"name": "m", "path": "x"}], "attacks": [{"kind": "top_word", "prompts": ["a"]}]})
 
 
