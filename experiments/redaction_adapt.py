@@ -70,10 +70,14 @@ def main(argv: list[str] | None = None) -> int:
             ev, base = det["evaluation"], det["base_evaluation"]
             row = {"docs": k, "recall": ev["recall"], "char_precision": ev["char_precision"],
                    "miss_rate_upper_95": ev.get("miss_rate_upper_95"), "seconds": seconds,
-                   "train_seconds": det.get("provenance", {}).get("train_seconds")}
+                   "train_seconds": det.get("provenance", {}).get("train_seconds"),
+                   "misses": ev.get("misses"), "gold_spans": ev.get("gold_spans"),
+                   "trusted_labels": det.get("trusted_labels", []), "score_threshold": det.get("score_threshold"),
+                   "train_spans": det.get("provenance", {}).get("train_spans")}
             rows.append(row)
             print(f"{domain}: {k:>4} annotated docs: recall {row['recall']:.3f}, character precision "
                   f"{row['char_precision']:.3f} (default detector {base['recall']:.3f} / {base['char_precision']:.3f}), "
+                  f"trusted NER labels {row['trusted_labels'] or 'none'}, "
                   f"{seconds:.0f} s", flush=True)
         out["domains"][domain] = {"held_out_docs": len(dev), "pool_docs": len(pool), "curve": rows,
                                   "default": {"recall": base["recall"], "char_precision": base["char_precision"]}}

@@ -37,11 +37,26 @@ that overlap no annotated span are kept as the training target: the model rehear
 its own behaviour on the tenant's text. Long records are cut into pieces of at most
 :data:`MAX_PIECE` characters at line or sentence ends outside spans.
 
+An annotated span that lies inside one token becomes an entity over that token when the
+token adds only punctuation (an initial and its full stop, ``B.``; ``Baker-``); one glued to
+letters or digits (``DR.GATEMAN``) is marked *missing* (no signal either way).
+
+**Trusted labels.** The detector's filters against false names, places and dates (the
+base model's errors; the clinical style's name-evidence rules) would veto what the adapted
+NER learnt from the sample: on the clinical notes they dropped the adapted NER's new hits,
+so adaptation could not raise recall. Each spaCy label the sample teaches that maps to a
+default entity type (PERSON, GPE, DATE, ...) is tried on the held-out slice at threshold 0,
+greedily in label order: it is *trusted* (its NER hits skip those filters) when that finds
+at least one more gold span and at least :data:`TRUST_MIN_PRECISION` of the characters it
+adds are gold. Labels the folder adds are never filtered. ``detector.json`` lists them as
+``trusted_labels`` (absent in older folders: none trusted) with ``trust_selection``.
+
 **Training.** As :mod:`privatize.redaction.ner_training`: ``nlp.resume_training()``
 and ``nlp.update`` with only ``ner`` enabled, new labels added first, a seeded shuffle,
 ``epochs`` fixed epochs (nothing is selected on the held-out slice).
 
-**Evaluation and pi's threshold**, on the held-out slice with the whole detector (NER,
+**Evaluation and pi's threshold**, on the held-out slice with the whole detector (the
+trusted labels chosen first) (NER,
 patterns, styles, propagation). Spans are untyped for redaction: a gold span is
 *detected* when every letter and digit of it lies inside pi's spans (of any type), a
 *miss* otherwise; recall = detected / gold spans; character recall and precision over
@@ -67,7 +82,8 @@ sentence-sized records for what CRT routes per sentence.
 
 **Output**, written to a temporary sibling and renamed: the spaCy pipeline (only ``ner``
 changed) and ``detector.json`` (:data:`privatize.redaction.defaults.DETECTOR_FORMAT`):
-``score_threshold``, ``labels``, ``evaluation`` (adapted and base), ``pi_c``, ``threshold_grid``
+``score_threshold``, ``labels``, ``trusted_labels``, ``evaluation`` (adapted and base), ``pi_c``,
+``threshold_grid``
 and ``provenance`` (the source file's SHA-256, format, record counts, base model, seed,
 epochs, date, seconds).
 """
@@ -110,6 +126,7 @@ DEFAULT_EPOCHS_ADAPT = 10
 DEFAULT_HOLDOUT = 0.2
 MAX_PIECE = 2000
 RECALL_TOLERANCE = 0.005
+TRUST_MIN_PRECISION = 0.5
 PI_C_FILE = "pi_c.json"
 PI_C_TARGET = 0.05
 _LABEL_OK = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
@@ -294,6 +311,17 @@ def _trim(text: str, s: int, e: int) -> tuple[int, int]:
     return s, e
 
 
+def _punct_expand(doc, text: str, s: int, e: int):
+    """The tokens around ``[s, e)`` when what they add is punctuation only (an initial
+    and its full stop, ``B.``; ``Baker-``): the span as the NER can emit it, which covers
+    every letter and digit of the annotation; None otherwise."""
+    x = doc.char_span(s, e, alignment_mode="expand")
+    if x is None or not len(x):
+        return None
+    extra = text[x.start_char:s] + text[e:x.end_char]
+    return x if not any(c.isalnum() for c in extra) else None
+
+
 def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None):
     """The training target of one piece: annotated spans with their labels, the base
     model's predictions (``predicted``) kept where their label is not ``covered`` and they
@@ -307,10 +335,10 @@ def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_m
         s, e = _trim(text, s, e)
         if s >= e:
             continue
-        sp = ref.char_span(s, e) or ref.char_span(s, e, alignment_mode="contract")
+        sp = ref.char_span(s, e) or _punct_expand(ref, text, s, e) or ref.char_span(s, e, alignment_mode="contract")
         if sp is not None and len(sp):
             ents.append(Span(ref, sp.start, sp.end, label=label_for(typ, label_map)))
-        else:  # inside one token: no signal either way
+        else:  # inside one token with letters or digits: no signal either way
             x = ref.char_span(s, e, alignment_mode="expand")
             if x is not None:
                 missing.append(x)
@@ -386,7 +414,7 @@ def evaluate(records: list[dict], predictions: list[list[dict]], threshold: floa
         "char_recall": round(hit_chars / gold_chars, 4) if gold_chars else None,
         "char_precision": round(hit_chars / pred_chars, 4) if pred_chars else None,
         "span_precision": round(pred_hit / n_pred, 4) if n_pred else None,
-        "pred_spans": n_pred,
+        "pred_spans": n_pred, "gold_chars": gold_chars, "pred_chars": pred_chars, "hit_chars": hit_chars,
         "by_type": dict(sorted(by_type.items())),
     }
 
@@ -502,7 +530,7 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
         doc = {"format": DETECTOR_FORMAT, "score_threshold": DEFAULT_SCORE_THRESHOLD, "labels": custom,
                "types": labels}
         (tmp / DETECTOR_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-        doc.update(_evaluate(str(tmp), base, dev, say))
+        doc.update(_evaluate(str(tmp), base, dev, say, sorted(lab for lab in covered if lab in presidio_map)))
         doc["provenance"] = {
             "source": str(annotated), "source_sha256": digest, "format": fmt,
             "records": len(records), "train_records": len(train), "held_out_records": len(dev),
@@ -575,20 +603,46 @@ def calibrate_pi_c(folder: str, dev: list[dict], detections, target: float = PI_
             "misses": cal.misses, "secret_records": cal.n_secret, "target": block["target"], "note": note}
 
 
-def _evaluate(folder: str, base: str, dev: list[dict], say: Progress) -> dict:
+def choose_trusted(dev: list[dict], detect, candidates: list[str]) -> tuple[list[str], list[dict], list]:
+    """The NER labels to trust (see the module docstring): ``detect(trusted)`` gives the
+    held-out predictions at threshold 0 with those labels trusted. Returns the labels, one
+    row per candidate, and the predictions with the labels chosen."""
+    trusted: list[str] = []
+    cur = detect(trusted)
+    ev0 = evaluate(dev, cur)
+    rows = []
+    for lab in candidates:
+        pred = detect(trusted + [lab])
+        ev = evaluate(dev, pred)
+        gain = ev["detected"] - ev0["detected"]
+        added, added_hit = ev["pred_chars"] - ev0["pred_chars"], ev["hit_chars"] - ev0["hit_chars"]
+        ok = gain >= 1 and (added <= 0 or added_hit >= TRUST_MIN_PRECISION * added)
+        rows.append({"label": lab, "gold_spans_gained": gain, "chars_added": added, "gold_chars_added": added_hit,
+                     "trusted": ok})
+        if ok:
+            trusted, cur, ev0 = trusted + [lab], pred, ev
+    return trusted, rows, cur
+
+
+def _evaluate(folder: str, base: str, dev: list[dict], say: Progress, candidates: list[str] = ()) -> dict:
     from privatize.redaction.detect import Detector
 
     texts = [r["text"] for r in dev]
     t0 = time.perf_counter()
-    at0 = [d.spans for d in Detector(folder, score_threshold=0.0).detect(texts)]
+
+    def at_zero(trusted: list[str]) -> list[list[dict]]:
+        return [d.spans for d in Detector(folder, score_threshold=0.0, trusted_labels=trusted).detect(texts)]
+
+    trusted, trust_rows, at0 = choose_trusted(dev, at_zero, list(candidates))
     threshold, grid = choose_threshold(dev, at0)
-    dets = Detector(folder, score_threshold=threshold).detect(texts, want_evidence=True)
+    dets = Detector(folder, score_threshold=threshold, trusted_labels=trusted).detect(texts, want_evidence=True)
     adapted = evaluate(dev, [d.spans for d in dets])
     pi_c = calibrate_pi_c(folder, dev, dets)
     base_ev = evaluate(dev, [d.spans for d in Detector(base).detect(texts)])
-    say(f"held-out evaluation ({len(dev)} records, {time.perf_counter() - t0:.1f}s): threshold {threshold}; "
+    say(f"held-out evaluation ({len(dev)} records, {time.perf_counter() - t0:.1f}s): trusted NER labels "
+        f"{trusted or 'none'} (of {list(candidates)}); threshold {threshold}; "
         f"pi_c threshold {pi_c.get('threshold')}, delta_2 bound {pi_c.get('delta_2')}")
-    return {"score_threshold": threshold, "evaluation": adapted, "base_evaluation": base_ev, "pi_c": pi_c,
-            "threshold_grid": grid,
+    return {"score_threshold": threshold, "trusted_labels": trusted, "trust_selection": trust_rows,
+            "evaluation": adapted, "base_evaluation": base_ev, "pi_c": pi_c, "threshold_grid": grid,
             "evaluation_rule": "held-out slice; a gold span is detected when every letter and digit of it is "
                                "inside pi's spans (any type); miss_rate_upper_95: one-sided Clopper-Pearson"}

@@ -9,7 +9,8 @@ DEFAULT_SCORE_THRESHOLD = 0.3
 DETECTOR_FILE = "detector.json"
 """In a detector folder written by ``privatize train-ner --annotated`` (a spaCy model
 directory): the folder's own defaults (pi's ``score_threshold``, the NER labels it added
-and the entity types they report), its evaluation and its provenance."""
+and the entity types they report, the ``trusted_labels`` whose hits skip the filters), its
+evaluation and its provenance."""
 DETECTOR_FORMAT = "privatize.detector/1"
 
 

@@ -19,6 +19,11 @@
 3. names in coordinated lists: when one item of ``A, B and C`` is a PERSON, the other
    single capitalised items are too.
 
+An adapted detector folder (``privatize train-ner --annotated``) may name
+``trusted_labels`` in its ``detector.json``: NER labels its sample taught, whose hits skip
+the false-positive filters (the filters and the style's drop rules, written for the base
+model's errors) because the folder's held-out slice showed they gain recall.
+
 **pi** (the redaction policy) keeps the hits whose type is among ``entities`` and whose
 score reaches ``score_threshold``; overlapping hits merge into one span (type and score
 of the strongest); with ``propagate="document"`` every other occurrence of a detected
@@ -195,7 +200,7 @@ class Detector:
     def __init__(self, model: str = DEFAULT_MODEL, *, entities: Iterable[str] | None = None,
                  score_threshold: float | None = None, propagate: str = "document",
                  pi_c: PiCOptions | None = None, batch_size: int = 32, upper_case_names: bool = True,
-                 profile: str = "balanced", style: str = AUTO):
+                 profile: str = "balanced", style: str = AUTO, trusted_labels: Iterable[str] | None = None):
         if propagate not in ("document", "none"):
             raise ValueError("propagate must be 'document' or 'none'")
         if profile not in PROFILES:
@@ -207,6 +212,10 @@ class Detector:
         folder = detector_file(model) or {}
         self.adapted_labels = {str(k): str(v) for k, v in (folder.get("labels") or {}).items()}
         custom = frozenset(self.adapted_labels.values())
+        # the NER labels the folder's sample taught (chosen on its held-out slice): their hits
+        # skip the filters written for the base model's errors (see ``trusted_labels``)
+        self.trusted_labels = frozenset(str(x) for x in (
+            trusted_labels if trusted_labels is not None else folder.get("trusted_labels") or ()))
         if score_threshold is None:
             score_threshold = folder.get("score_threshold", DEFAULT_SCORE_THRESHOLD)
         if not 0.0 <= float(score_threshold) <= 1.0:
@@ -273,7 +282,10 @@ class Detector:
         return out
 
     def _map_ner(self, ents: list[tuple[int, int, str]], source: str, text: str,
-                 case: TextCase | None = None) -> list[Span]:
+                 case: TextCase | None = None, trusted: set | None = None) -> list[Span]:
+        """NER entities as candidate spans; with ``trusted`` (a set), the hits of the
+        folder's trusted labels skip the filters and their ``(start, end, source)`` keys are
+        added to it (the style's filters skip them too)."""
         out = []
         for s, e, label in ents:
             etype = self.ner_map.get(label)
@@ -284,6 +296,12 @@ class Detector:
             if e - s <= 6 and _SPEAKER_LABEL.match(text, s) and text.startswith(":", e):
                 continue  # "USR:", "SYS:" starting a dialogue turn
             score = ORG_SCORE if etype == "ORGANIZATION" else NER_SCORE
+            if trusted is not None and label in self.trusted_labels:
+                a, b = _trim_ws(text, s, e)
+                if a < b:
+                    out.append((a, b, etype, score, source, False))
+                    trusted.add((a, b, source))
+                continue
             if not self.filtered:
                 out.append((s, e, etype, score, source, False))
                 continue
@@ -459,9 +477,10 @@ class Detector:
             reserved = reserved_spans(text)
             # one look at the whole text's case for the name filters of both NER sources
             case = TextCase(text) if self.filtered and ner[i] else None
-            cands = self._map_ner(ner[i], "spacy", text, case)
+            trusted: set = set()
+            cands = self._map_ner(ner[i], "spacy", text, case, trusted)
             if i in case_ner:
-                cands += self._map_ner(case_ner[i], "spacy_case", text, case)
+                cands += self._map_ner(case_ner[i], "spacy_case", text, case, trusted)
             hits, weak = self._patterns(text, None if (pi_c.recognizer_hits or calibrated) else self.entities)
             cands += hits
             style = doc_styles[i]
@@ -472,7 +491,7 @@ class Detector:
             if self.filtered:  # the style's filters (pi_c below still sees every raw hit)
                 kept = []
                 for c in cands:
-                    why = style.drop(text, c)
+                    why = None if (c[0], c[1], c[4]) in trusted else style.drop(text, c)
                     if why is None:
                         kept.append(c)
                     else:
@@ -533,6 +552,14 @@ class Detector:
             )
             results.append(det)
         return results
+
+
+def _trim_ws(text: str, s: int, e: int) -> tuple[int, int]:
+    while s < e and text[s].isspace():
+        s += 1
+    while e > s and text[e - 1].isspace():
+        e -= 1
+    return s, e
 
 
 _CHECKSUMMED = frozenset({"CREDIT_CARD", "IBAN_CODE"})

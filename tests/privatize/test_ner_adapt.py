@@ -203,3 +203,95 @@ def test_tab_and_multiwoz_formats(tmp_path):
     recs, _ = read_annotated(f, "multiwoz")
     (s, e, t), = recs[0]["spans"]
     assert recs[0]["text"][s:e] == "01223 356354" and t == "PHONE_NUMBER"
+
+
+# Clinical shorthand in lower case that names staff with made-up names (no census name, no
+# title or role next to them): the clinical style's filters, written against the base
+# model's false names, drop every lower-case NER name without such evidence, so before
+# issue 51's trusted labels an adapted NER that had learnt these names could not report them.
+SYLLABLES = ["zor", "van", "ket", "ris", "ol", "beth", "wren", "nic", "ta", "vish", "quor", "rin", "mel", "sand",
+             "dru", "mage", "os", "trev", "pel", "lak", "harn", "tol", "vrey", "bras", "ko", "quil", "let"]
+CLIN_TEMPLATES = [
+    "pt seen by {name} this am, bp 110/70 hr 80s sr, lasix 40 iv given.",
+    "{name} aware of k 3.2, repleted with kcl 40 meq po.",
+    "cxr reviewed w/ {name}, ngt in place, abd soft nt.",
+    "plan d/w {name}: cont heparin gtt, f/u ptt in am.",
+    "peep weaned to 5 by {name}, abg pending, sats 98%.",
+    "lytes sent, {name} to f/u results, pt npo after mn.",
+    "no acute events overnight, pt sleeping, vss, uo adequate.",
+]
+
+
+def _made_up_name(rng):
+    return " ".join("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))) for _ in range(2))
+
+
+def make_clinical_sample(n=90, seed=3):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        t = rng.choice(CLIN_TEMPLATES)
+        name = _made_up_name(rng)
+        text = t.format(name=name)
+        spans = []
+        if "{name}" in t:
+            s = text.index(name)
+            spans.append({"start": s, "end": s + len(name), "type": "HCPName"})
+        out.append({"text": text, "spans": spans})
+    return out
+
+
+def clinical_unseen(seed=99):
+    """Sentences no training note holds: the notes' wordings with names drawn anew."""
+    rng = random.Random(seed)
+    out = []
+    for t in CLIN_TEMPLATES:
+        if "{name}" in t:
+            name = _made_up_name(rng)
+            out.append((t.format(name=name), name))
+    return out
+
+
+def test_adapted_clinical_names_survive_the_style_filters(tmp_path):
+    """The sample's own type, mapped to PERSON (``--map HCPName=PERSON``, as the clinical
+    learning curve maps it), is found on clinical sentences the NER never saw: the folder
+    trusts the NER labels that gained recall on its held-out slice."""
+    from privatize.redaction.detect import Detector
+
+    sample = tmp_path / "clinical.jsonl"
+    sample.write_text("".join(json.dumps(r) + "\n" for r in make_clinical_sample()), encoding="utf-8")
+    out = tmp_path / "detector"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["train-ner", "--annotated", str(sample), "--output", str(out), "--epochs", "6", "--seed", "1",
+                   "--map", "HCPName=PERSON"])
+    assert rc == 0, err.getvalue()
+    doc = json.loads((out / "detector.json").read_text())
+    base, det = Detector(), Detector(str(out))
+    unseen = clinical_unseen()
+    train = sample.read_text()
+    assert not any(t in train for t, _ in unseen)
+    assert all(det.detect([t])[0].style == "clinical" for t, _ in unseen)
+    assert sum(bool(_found(base, t, w)) for t, w in unseen) <= 1
+    found = [_found(det, t, w) for t, w in unseen]
+    assert sum("PERSON" in ts for ts in found) >= len(unseen) - 2, found
+    assert doc["trusted_labels"] == ["PERSON"], doc["trust_selection"]
+    assert det.trusted_labels == {"PERSON"}
+    assert doc["evaluation"]["recall"] > doc["base_evaluation"]["recall"]
+
+
+def test_an_initial_with_its_full_stop_is_taught_not_skipped():
+    """An annotated initial inside the token ``B.`` (PhysioNet annotates ``B`` of ``B.
+    Kargas``) becomes an entity over the token: before, it was marked missing (no signal),
+    23 of the clinical pool's 204 HCPName spans among them. Letters glued to it stay missing."""
+    import spacy
+
+    from privatize.redaction.adapt import reference
+
+    nlp = spacy.blank("en")
+    text = "seen by B. Kargas and dr.gateman today"
+    spans = [(8, 9, "HCPName"), (11, 17, "HCPName"), (25, 32, "HCPName")]
+    ref = reference(nlp, text, spans, nlp.make_doc(text), frozenset({"PERSON"}), {"HCPName": "PERSON"})
+    assert [(e.text, e.label_) for e in ref.ents] == [("B.", "PERSON"), ("Kargas", "PERSON")]
+    glued = [t.text for t in ref if t.ent_iob_ == ""]  # missing: no signal either way
+    assert glued == ["dr.gateman"]
