@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# Two pytest processes (pytest-xdist): the slow tier mostly waits on servers, Ray heads and
+# job polls, so two overlap; tests sharing a session fixture (a service, a trained base) run in
+# one process (tests/conftest.py: xdist_group). One OpenMP/BLAS thread each, as in test-fast.
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=15
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup --no-loadscope-reorder
 
 # The in-process tier, the developer loop: no Ray, Ray Train, service, database or LLM server
 # (tests/conftest.py marks those `slow` from the fixtures they use). `make test` runs both tiers.

@@ -121,20 +121,64 @@ def slow_reason(item) -> str | None:
     return None
 
 
+# ---- two pytest processes (`make test`: pytest-xdist, `-n 2 --dist loadgroup`) -----------
+# Most of the slow tier waits (a server starting, a Ray head, a job's poll), so two processes
+# overlap the waits. Each process runs its own local Ray and its own services; what a session
+# fixture builds once (a service, a trained base) must be built in one process only, so the
+# tests sharing it form one group (`xdist_group`), run by one process in collection order.
+GROUP_FIXTURES = {
+    "service": "service", "other_service": "service",  # the end-to-end services and their trainings
+    "wikitext_base": "wikitext", "tiny_filler": "wikitext",  # the Ray Train runs of paper 002/003
+    "_train_ray_session": "train", "crt_shards": "train", "stories": "train",  # tests/train's data
+}
+
+
+def xdist_group(item) -> str:
+    """The group of tests one pytest process runs: the integration suite (it owns the
+    process's Ray, see below), the users of an expensive session fixture, else the file."""
+    nodeid = item.nodeid.replace("\\", "/")
+    if nodeid.startswith("tests/integration/"):
+        return "integration"
+    for name in getattr(item, "fixturenames", ()):
+        if name in GROUP_FIXTURES:
+            return GROUP_FIXTURES[name]
+    return nodeid.split("::", 1)[0]
+
+
+# the order groups are handed out (`--no-loadscope-reorder` keeps it): the integration suite
+# first (it must start its process's Ray), then the longest groups, then the other slow ones,
+# so that neither process is left with a long one at the end
+GROUP_ORDER = ("integration", "service", "train", "wikitext")
+
+
+def pytest_itemcollected(item):
+    """Each test's group as it is collected: xdist's worker reads the marks in its own
+    ``pytest_collection_modifyitems``, which may run before this file's."""
+    item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+
+
 def pytest_collection_modifyitems(session, config, items):
     """The tiers: a test that starts Ray, Ray Train, a server or an LLM server is marked
     ``slow`` (``slow_reason``), so ``-m "not slow"`` runs only what stays in process.
 
-    Then the integration suite first. A pytest process runs one local Ray: the integration
-    suite starts it with its probe installed in every worker, and the other suites join
-    it. A suite that started Ray earlier would have it restarted under the integration
-    suite, and Ray Data keeps handles to actors of the earlier session that the restart
-    leaves dangling (a plan then fails with "Can't find actor ..." instead of running)."""
+    Then the groups (``xdist_group``) and their order, the integration suite first. A pytest
+    process runs one local Ray: the integration suite starts it with its probe installed in
+    every worker, and the other suites join it. A suite that started Ray earlier would have
+    it restarted under the integration suite, and Ray Data keeps handles to actors of the
+    earlier session that the restart leaves dangling (a plan then fails with "Can't find
+    actor ..." instead of running)."""
     for item in items:
         reason = slow_reason(item)
         if reason is not None and reason != "marked slow":
             item.add_marker(pytest.mark.slow(reason=reason))
-    items.sort(key=lambda item: 0 if "tests/integration/" in item.nodeid.replace("\\", "/") else 1)
+
+    slow_groups = {xdist_group(item) for item in items if item.get_closest_marker("slow") is not None}
+
+    def rank(item) -> int:  # then the other slow groups, the in-process ones last (they fill gaps)
+        g = xdist_group(item)
+        return GROUP_ORDER.index(g) if g in GROUP_ORDER else len(GROUP_ORDER) + (g not in slow_groups)
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,29 @@ import threading
 class Listeners(threading.Thread):
     """While a run goes (every 0.1 s): the TCP sockets Ray Train worker processes listen on.
     ``wildcard``: the most listeners at a wildcard address (every interface) one process
-    had; ``beyond_loopback``: any listener at a specific address that is not loopback."""
+    had; ``beyond_loopback``: any listener at a specific address that is not loopback.
 
-    def __init__(self):
+    ``gcs_address``: only the workers of that Ray cluster (their ``RAY_RAYLET_PID`` is one of
+    its raylets), not another cluster's on the machine (`make test` runs two pytest
+    processes, each with its clusters); None: every Ray Train worker on the machine."""
+
+    def __init__(self, gcs_address: str | None = None):
         super().__init__(daemon=True)
         self.stop, self.seen_workers, self.wildcard, self.beyond_loopback = threading.Event(), set(), 0, set()
+        self.gcs_address = gcs_address
+
+    def _raylets(self) -> set[str] | None:
+        """The pids (as text) of the raylets of ``gcs_address``'s cluster, or None for any."""
+        import psutil
+
+        if self.gcs_address is None:
+            return None
+        flag, out = f"--gcs-address={self.gcs_address}", set()
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmd = proc.info["cmdline"] or ()
+            if cmd and os.path.basename(cmd[0]) == "raylet" and flag in cmd:
+                out.add(str(proc.info["pid"]))
+        return out
 
     @staticmethod
     def listening(pid: int) -> list[tuple[str, int]]:
@@ -30,10 +48,13 @@ class Listeners(threading.Thread):
         import psutil
 
         while not self.stop.is_set():
+            raylets = self._raylets()
             for proc in psutil.process_iter(["pid", "cmdline"]):
                 try:
                     if "RayTrainWorker" not in " ".join(proc.info["cmdline"] or ()):
                         continue
+                    if raylets is not None and proc.environ().get("RAY_RAYLET_PID") not in raylets:
+                        continue  # another cluster's worker
                     self.seen_workers.add(proc.info["pid"])
                     socks = self.listening(proc.info["pid"])
                 except (psutil.Error, OSError):

@@ -393,7 +393,11 @@ def tiny_training(service, corpus_file, tmp_path_factory):
     from tests.listeners import Listeners
 
     t0 = time.monotonic()
-    with Listeners() as listeners:  # issue 36: the training's process group listened on every interface
+    from services.raycluster import read_state
+
+    head = read_state(service.data)  # the service's embedded head: its workers, not another cluster's
+    with Listeners(f"127.0.0.1:{head.gcs_port}" if head else None) as listeners:  # issue 36: the
+        # training's process group listened on every interface
         r = service.cli("submit-training", str(tmp / "tiny.yaml"), "--job", job["id"], "--wait",
                         "--poll", "0.5", "--download", str(tmp / "dl"), env=env, check=False, timeout=480)
     seconds = time.monotonic() - t0

@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent("""
 
     cfg = parse_config(_cfg(kind="dp", data={"path": data}, dp={"noise_multiplier": 1.0}, optim={"max_steps": 3},
                             workers={"num_workers": 2}, output=out))
-    with Listeners() as seen:
+    with Listeners(cluster.address) as seen:
         s = run_training(cfg, progress=False)
     print(json.dumps({"ranks": s["workers"]["ranks"], "digests": s["workers"]["final_param_digests"],
                       "workers": len(seen.seen_workers), "wildcard": seen.wildcard,

@@ -50,7 +50,7 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
                                                                        "unit": "individual", "lr": 0.001},
                             crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"},
                             workers={"num_workers": 2}))
-    with Listeners() as listeners:
+    with Listeners(train_ray.get_runtime_context().gcs_address) as listeners:
         s = run_training(cfg, progress=False)
     run = tmp_path / "run"
     pids = {w["pid"] for w in _worker_lines(run)}
