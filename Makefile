@@ -26,7 +26,7 @@ install: $(STAMP)
 # job polls, so two overlap; tests sharing a session fixture (a service, a trained base) run in
 # one process (tests/conftest.py: xdist_group). One OpenMP/BLAS thread each, as in test-fast.
 test: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q --durations=15 -n 2 --dist loadgroup --no-loadscope-reorder
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q --durations=15 -n 2 --dist loadscope --no-loadscope-reorder
 
 # The in-process tier, the developer loop: no Ray, Ray Train, service, database or LLM server
 # (tests/conftest.py marks those `slow` from the fixtures they use). `make test` runs both tiers.
