@@ -22,11 +22,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# Two pytest processes (pytest-xdist): the slow tier mostly waits on servers, Ray heads and
-# job polls, so two overlap; tests sharing a session fixture (a service, a trained base) run in
-# one process (tests/conftest.py: xdist_group). One OpenMP/BLAS thread each, as in test-fast.
+# One OpenMP/BLAS thread, as in test-fast (Ray sets one in its workers already). Two pytest
+# processes (pytest-xdist) were tried: on 2 cores the slow tier is CPU-bound, not wait-bound,
+# and they were slower (DIARY, session 33).
 test: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q --durations=15 -n 2 --dist loadscope --no-loadscope-reorder
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q --durations=15
 
 # The in-process tier, the developer loop: no Ray, Ray Train, service, database or LLM server
 # (tests/conftest.py marks those `slow` from the fixtures they use). `make test` runs both tiers.

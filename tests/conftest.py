@@ -121,85 +121,20 @@ def slow_reason(item) -> str | None:
     return None
 
 
-# ---- two pytest processes (`make test`: pytest-xdist, `-n 2`) ------------------------------
-# Most of the slow tier waits (a server starting, a Ray head, a job's poll), so two processes
-# overlap the waits. Each process runs its own local Ray and its own services; what a session
-# fixture builds once and shares through one database or cluster (the end-to-end service on
-# PostgreSQL in CI) must live in one process only, so the tests sharing it form one group, run
-# by one process in collection order. xdist's own `xdist_group` marks do not reach its
-# scheduler under pytest 9 (the node id it rewrites is no longer the one reported), so the
-# groups go by path (`XDIST_GROUPS`, read by the scheduler below) and collection checks that
-# every test using a shared fixture (`GROUP_FIXTURES`) is in its fixture's group.
-XDIST_GROUPS = (
-    # (path prefix, group); the first match wins, None: the file is a group of its own
-    ("tests/integration/", "integration"),  # it owns its process's Ray (see below)
-    # services tests that start their own service (SQLite) or Ray head: free to run anywhere
-    ("tests/services/test_faults.py", None), ("tests/services/test_ray_external.py", None),
-    ("tests/services/test_ray_head.py", None),
-    ("tests/services/", "service"),
-    ("tests/train/", "train"),
-)
-GROUP_FIXTURES = {"service": "service", "other_service": "service",
-                  "_train_ray_session": "train", "crt_shards": "train", "stories": "train"}
-"""Session fixtures that must be built in one process, and their group. (The WikiText
-trainings, ``wikitext_base`` and ``tiny_filler``, are cheap enough to build in each process
-that needs them.)"""
-
-
-def xdist_group(nodeid: str) -> str:
-    """The group of tests one pytest process runs together: by ``XDIST_GROUPS``, else the file."""
-    path = nodeid.replace("\\", "/").split("::", 1)[0]
-    for prefix, group in XDIST_GROUPS:
-        if path.startswith(prefix):
-            return group or path
-    return path
-
-
-# the order groups are handed out (`--no-loadscope-reorder` keeps it): the integration suite
-# first (it must start its process's Ray), then the longest groups, then the other slow ones,
-# so that neither process is left with a long one at the end
-GROUP_ORDER = ("integration", "service", "train")
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """xdist's scope scheduler with :func:`xdist_group` as the scope."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class GroupScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return xdist_group(nodeid)
-
-    return GroupScheduling(config, log)
-
-
 def pytest_collection_modifyitems(session, config, items):
     """The tiers: a test that starts Ray, Ray Train, a server or an LLM server is marked
     ``slow`` (``slow_reason``), so ``-m "not slow"`` runs only what stays in process.
 
-    Then the groups (``xdist_group``: a test using a shared session fixture outside its group
-    is an error) and their order, the integration suite first. A pytest
-    process runs one local Ray: the integration suite starts it with its probe installed in
-    every worker, and the other suites join it. A suite that started Ray earlier would have
-    it restarted under the integration suite, and Ray Data keeps handles to actors of the
-    earlier session that the restart leaves dangling (a plan then fails with "Can't find
-    actor ..." instead of running)."""
+    Then the integration suite first. A pytest process runs one local Ray: the integration
+    suite starts it with its probe installed in every worker, and the other suites join
+    it. A suite that started Ray earlier would have it restarted under the integration
+    suite, and Ray Data keeps handles to actors of the earlier session that the restart
+    leaves dangling (a plan then fails with "Can't find actor ..." instead of running)."""
     for item in items:
         reason = slow_reason(item)
         if reason is not None and reason != "marked slow":
             item.add_marker(pytest.mark.slow(reason=reason))
-
-        for name in getattr(item, "fixturenames", ()):
-            want = GROUP_FIXTURES.get(name)
-            if want is not None and xdist_group(item.nodeid) != want:
-                raise pytest.UsageError(f"{item.nodeid} uses the session fixture {name!r}, built once in the "
-                                        f"{want!r} group's process: add its file to XDIST_GROUPS (tests/conftest.py)")
-    slow_groups = {xdist_group(item.nodeid) for item in items if item.get_closest_marker("slow") is not None}
-
-    def rank(item) -> int:  # then the other slow groups, the in-process ones last (they fill gaps)
-        g = xdist_group(item.nodeid)
-        return GROUP_ORDER.index(g) if g in GROUP_ORDER else len(GROUP_ORDER) + (g not in slow_groups)
-
-    items.sort(key=rank)
+    items.sort(key=lambda item: 0 if "tests/integration/" in item.nodeid.replace("\\", "/") else 1)
 
 
 @pytest.fixture(scope="session")
