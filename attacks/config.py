@@ -175,7 +175,8 @@ class _AttackConfig(_Strict):
 
 _BUILT = tuple((name, a.Settings) for name, a in ATTACKS.items() if _built_in(a))
 for _name, _settings in _BUILT:  # importable by name, as pickle finds a class (CanariesEntry, ...)
-    globals().setdefault(entry_model(_name, _settings).__name__, entry_model(_name, _settings))
+    _entry = entry_model(_name, _settings)
+    globals().setdefault(_entry.__name__, _entry)
 
 AttackConfig = create_model(
     "AttackConfig", __base__=_AttackConfig, __module__=__name__, __doc__=_AttackConfig.__doc__,

@@ -43,7 +43,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from privatize.errors import SpecError
 from privatize.registry import Registry
@@ -129,20 +129,6 @@ def attack(name: str) -> Attack:
 
 def attack_names() -> list[str]:
     return ATTACKS.names()
-
-
-def parse_entry(entry: dict) -> tuple[Attack, BaseModel]:
-    """One entry of a config's ``attacks``: ``{kind: NAME, ...settings}`` -> (the attack,
-    its validated settings); ValueError naming the field."""
-    try:
-        a = attack(entry.get("kind"))
-    except LookupError as exc:
-        raise ValueError(f"kind: {exc}") from None
-    try:
-        return a, a.Settings.model_validate({k: v for k, v in entry.items() if k != "kind"})
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        raise ValueError(f"{'.'.join(map(str, e['loc'])) or '(settings)'}: {e['msg']}") from None
 
 
 def in_order(names) -> list[str]:

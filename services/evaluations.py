@@ -197,12 +197,9 @@ def check_limits(settings, spec: EvaluationSpec) -> None:
     canaries and their digits)."""
     from services.limits import field_quotas
 
-    from attacks.registry import parse_entry
-
     errors = field_quotas(settings, spec.config)
-    for i, entry in enumerate(spec.config.attacks):  # each registered attack's own settings, marked alike
-        _, own = parse_entry(entry.model_dump())
-        errors += field_quotas(settings, own, prefix=f"attacks.{i}.")
+    for i, entry in enumerate(spec.config.attacks):  # each entry is its attack's own settings, marked alike
+        errors += field_quotas(settings, entry, prefix=f"attacks.{i}.")
     if errors:
         raise config_invalid(errors)
 

@@ -14,26 +14,22 @@ class Listeners(threading.Thread):
     had; ``beyond_loopback``: any listener at a specific address that is not loopback.
 
     ``gcs_address``: only the workers of that Ray cluster (their ``RAY_RAYLET_PID`` is one of
-    its raylets), not another cluster's on the machine (`make test` runs two pytest
-    processes, each with its clusters); None: every Ray Train worker on the machine."""
+    its raylets), not another cluster's on the machine (a service's head, another test run);
+    None: every Ray Train worker on the machine."""
 
     def __init__(self, gcs_address: str | None = None):
         super().__init__(daemon=True)
         self.stop, self.seen_workers, self.wildcard, self.beyond_loopback = threading.Event(), set(), 0, set()
         self.gcs_address = gcs_address
 
-    def _raylets(self) -> set[str] | None:
-        """The pids (as text) of the raylets of ``gcs_address``'s cluster, or None for any."""
-        import psutil
-
+    def _raylets(self, procs) -> set[str] | None:
+        """The pids (as text) of the raylets of ``gcs_address``'s cluster among ``procs``, or
+        None for any."""
         if self.gcs_address is None:
             return None
-        flag, out = f"--gcs-address={self.gcs_address}", set()
-        for proc in psutil.process_iter(["pid", "cmdline"]):
-            cmd = proc.info["cmdline"] or ()
-            if cmd and os.path.basename(cmd[0]) == "raylet" and flag in cmd:
-                out.add(str(proc.info["pid"]))
-        return out
+        flag = f"--gcs-address={self.gcs_address}"
+        return {str(p.info["pid"]) for p in procs
+                if (cmd := p.info["cmdline"] or ()) and os.path.basename(cmd[0]) == "raylet" and flag in cmd}
 
     @staticmethod
     def listening(pid: int) -> list[tuple[str, int]]:
@@ -48,8 +44,9 @@ class Listeners(threading.Thread):
         import psutil
 
         while not self.stop.is_set():
-            raylets = self._raylets()
-            for proc in psutil.process_iter(["pid", "cmdline"]):
+            procs = list(psutil.process_iter(["pid", "cmdline"]))  # one pass: raylets and workers
+            raylets = self._raylets(procs)
+            for proc in procs:
                 try:
                     if "RayTrainWorker" not in " ".join(proc.info["cmdline"] or ()):
                         continue

@@ -248,7 +248,6 @@ def test_an_external_cluster_that_goes_away_is_waited_for_and_reconnected(extern
     assert queued_done["status"] == "succeeded", (queued_done,
                                                   t.http.get(f"/v1/jobs/{waiting['id']}/logs").text[-3000:])
     assert waiting["id"] in {j.submission_id for j in _jobs(head)}
-    assert _connects(svc, head) >= 2, "\n".join(l for l in svc.log_text().splitlines() if "access" not in l and "not submitted yet" not in l)[-5000:]
     run_job("a new job after the reconnect")
     assert not (svc.data / raycluster.STATE_FILE).exists()
     assert not _ray_processes_of(svc.data)
