@@ -53,7 +53,7 @@ adds are gold. Labels the folder adds are never filtered. ``detector.json`` list
 
 **Titles.** When the sample's name spans leave a title before the name out (``Dr.
 [Smith]``; :func:`title_convention`), the folder's ``trim_titles`` makes the detector cut
-a leading title (:data:`TITLE_WORDS`) off its name spans: the title is not what the
+a leading title (:data:`privatize.redaction.defaults.TITLE_WORDS`) off its name spans: the title is not what the
 tenant redacts.
 
 **Training.** As :mod:`privatize.redaction.ner_training`: ``nlp.resume_training()``
@@ -109,7 +109,7 @@ from typing import Callable, Iterable
 import regex as re
 
 from privatize.errors import InputError
-from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD, DETECTOR_FILE, DETECTOR_FORMAT
+from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD, DETECTOR_FILE, DETECTOR_FORMAT, TITLE_AT, TITLE_WORDS
 from privatize.redaction.engine import DEFAULT_MODEL, ner_mapping, resolve_model
 from privatize.redaction.presidio import import_presidio
 
@@ -124,8 +124,6 @@ ALIASES: dict[str, str] = {
     "NRP": "NORP", "NORP": "NORP",
 }
 """Annotated type (upper-cased) -> the spaCy label it trains, for the labels the model has."""
-TITLE_WORDS = r"(?:dr|drs|doctor|mr|mrs|ms|miss|mx|prof|professor|sir|dame|rev|fr)"
-"""Titles before a name (see ``trim_titles``); the detector reads the same words."""
 MULTIWOZ_SLOTS = {"Phone": "PHONE_NUMBER", "Post": "POSTCODE", "Ref": "REFERENCE_NUMBER", "Id": "ID",
                   "Addr": "STREET_ADDRESS", "Name": "VENUE"}
 TAB_MASKED = ("DIRECT", "QUASI")
@@ -272,7 +270,6 @@ def label_for(typ: str, label_map: dict[str, str] | None = None) -> str:
 
 
 _TITLE_BEFORE = re.compile(rf"(?i)(?<![\w.]){TITLE_WORDS}\.?[ \t]*$")
-_TITLE_AT = re.compile(rf"(?i){TITLE_WORDS}\.?[ \t]+(?=\S)")
 
 
 def title_convention(records: list[dict]) -> dict:
@@ -284,7 +281,7 @@ def title_convention(records: list[dict]) -> dict:
     for r in records:
         t = r["text"]
         for s, e, _typ in r["spans"]:
-            if _TITLE_AT.match(t[s:e]):
+            if TITLE_AT.match(t[s:e]):
                 inside += 1
             elif _TITLE_BEFORE.search(t[max(0, s - 12):s]):
                 outside += 1

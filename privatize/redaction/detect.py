@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.compiled import (CompiledRecognizer, default_pattern_recognizers, has_context, line_parts,
                                           split_caseless)
-from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD, detector_file
+from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD, TITLE_AT, detector_file
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping
 from privatize.redaction.evidence import iter_candidates
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
@@ -558,14 +558,11 @@ class Detector:
         return results
 
 
-_TITLE_AT = re.compile(r"(?i)(?:dr|drs|doctor|mr|mrs|ms|miss|mx|prof|professor|sir|dame|rev|fr)\.?[ \t]+(?=\S)")
-
-
 def _trim_title(text: str, span: Span) -> Span:
     """A PERSON span without a leading title (``Dr. Smith`` -> ``Smith``) when a name follows."""
     s, e, etype, sc, src, ctx = span
     if etype == "PERSON":
-        m = _TITLE_AT.match(text[s:e])
+        m = TITLE_AT.match(text[s:e])
         if m and s + m.end() < e:
             return (s + m.end(), e, etype, sc, src, ctx)
     return span
