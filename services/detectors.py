@@ -105,6 +105,11 @@ class AdaptKind(JobKind):
     def validate(self, data):
         return validate_config(data)
 
+    def config_model(self):
+        from privatize.adapt_job import AdaptConfig
+
+        return AdaptConfig
+
     def limits(self, settings, spec) -> None:
         check_limits(settings, spec)
 

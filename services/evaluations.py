@@ -166,6 +166,51 @@ def validate_config(data) -> EvaluationSpec:
     return EvaluationSpec(cfg)
 
 
+def _ref_object(*fields: str, description: str) -> dict:
+    one = [{"type": "object", "properties": {f: {"type": "string", "minLength": 1, "maxLength": 64}},
+            "required": [f], "additionalProperties": False} for f in fields]
+    return {**(one[0] if len(one) == 1 else {"oneOf": one}), "description": description}
+
+
+def _section_def(prop: dict | None, resolve) -> dict | None:
+    """The definition an optional section's property (``anyOf: [{$ref}, null]``) names."""
+    for s in (prop or {}).get("anyOf", [prop or {}]):
+        if "$ref" in s:
+            return resolve(s)
+    return None
+
+
+def service_schema(schema: dict, resolve) -> dict:
+    """The evaluation config's JSON schema (``attacks.config``'s) as :func:`validate_config`
+    takes it: models name a training (``training_id``) or a base model (``model``) instead of
+    a ``path``; the sections' data sources and ``mia.reference`` are references; no
+    ``output``, nor the sections the service does not offer (:data:`LOCAL_ONLY`)."""
+    top = resolve(schema) if "$ref" in schema else schema
+    props = top.get("properties", {})
+    for name in ("output", *LOCAL_ONLY):
+        props.pop(name, None)
+    models = props.get("models", {}).get("items", {})
+    spec = resolve(models) if "$ref" in models else models
+    if "path" in spec.get("properties", {}):
+        spec["properties"].pop("path")
+        spec["required"] = [r for r in spec.get("required", []) if r != "path"]
+        if not spec["required"]:
+            del spec["required"]
+        spec["properties"]["training_id"] = {"type": "string", "minLength": 1, "maxLength": 64,
+                                             "description": "one of your succeeded trainings"}
+        spec["properties"]["model"] = {"type": "string", "description": "a base model you may use: base:<name> "
+                                                                        "(GET /v1/models)"}
+        spec["oneOf"] = [{"required": ["training_id"]}, {"required": ["model"]}]
+    for section, field in (("mia", "reference"), *_sources()):
+        d = _section_def(props.get(section), resolve)
+        if d is None or field not in d.get("properties", {}):
+            continue
+        d["properties"][field] = (_ref_object("training_id", description="one of your succeeded trainings")
+                                  if field == "reference" else _ref_object("corpus_id", "job_id",
+                                                                           description=_SOURCE_HINT))
+    return schema
+
+
 def registered_attack_errors(entries) -> list[tuple[str, str]]:
     """What the service refuses in a config's ``attacks`` list (registered attacks, plugins
     included), from the markers on each attack's settings (``privatize.policy``): a field
@@ -397,6 +442,15 @@ class EvaluateKind(JobKind):
 
     def validate(self, data) -> EvaluationSpec:
         return validate_config(data)
+
+    def config_model(self):
+        """The evaluation config for the attacks registered now (plugins' too)."""
+        from attacks.config import config_model
+
+        return config_model()
+
+    def config_schema(self, schema: dict, resolve) -> dict:
+        return service_schema(schema, resolve)
 
     def limits(self, settings, spec: EvaluationSpec) -> None:
         check_limits(settings, spec)

@@ -24,6 +24,9 @@ A kind says everything the service needs to know about one kind of job:
   training's model, an evaluation's report). The client's ``submit``/``get``/``list`` and
   ``privatize submit KIND CONFIG`` find it through ``GET /v1/kinds``.
 
+``config_model()`` (and ``config_schema``) give the API's documents the config's JSON
+schema (``services.routes.kinds.ConfigSchema``); None: a free-form object.
+
 The optional hooks ``inputs``, ``also_reads``, ``options`` and ``models`` are None on a kind
 that has none. Adding a kind is one module with a ``@register_job_kind`` class, named by an
 entry point of the group ``privatize.job_kinds`` (or imported before the app is created, as
@@ -128,6 +131,22 @@ class JobKind:
 
     def validate(self, data) -> Any:
         raise NotImplementedError
+
+    def config_model(self) -> type[BaseModel] | None:
+        """The model of the config a tenant submits, for the API's schema only: its JSON schema
+        is the ``config`` field's in the kind's create request (``/openapi.json``, ``/docs``,
+        ``GET /v1/kinds``; ``services.routes.kinds.ConfigSchema``). Validation stays
+        :meth:`validate`'s, its errors as they are. Read when the app is created: a model built
+        from a registry (the evaluation's attack union) has what is registered then. None: a
+        free-form object."""
+        return None
+
+    def config_schema(self, schema: dict, resolve: Callable[[dict], dict]) -> dict:
+        """:meth:`config_model`'s JSON schema as the service takes the config: override where
+        the two differ (the service's references where the model has locations). ``resolve``:
+        a ``{"$ref": ...}`` schema -> the definition it names, which may be edited (the
+        generated document's own copy)."""
+        return schema
 
     def limits(self, settings, spec) -> None:
         return None

@@ -274,6 +274,9 @@ class PrivatizeKind(JobKind):
     def validate(self, data) -> PipelineSpec:
         return validate_spec(data)
 
+    def config_model(self) -> type[PipelineSpec]:
+        return PipelineSpec  # POST /v1/jobs's spec (services.routes.jobs.JobCreate)
+
     def limits(self, settings, spec: PipelineSpec) -> None:
         check_pipeline_limits(settings, spec)
 

@@ -304,6 +304,11 @@ class TrainKind(JobKind):
     def validate(self, data) -> TrainSpec:
         return validate_config(data)
 
+    def config_model(self):
+        from train.config import TrainConfig
+
+        return TrainConfig
+
     def limits(self, settings, spec: TrainSpec) -> None:
         check_limits(settings, spec)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Annotated
 
 import anyio
 
@@ -17,9 +18,10 @@ from services import jobs as jobs_mod
 from services import specs as specs_mod
 from services.context import ServiceContext
 from services.db import session_scope
-from services.jobkinds import job_kind
+from services.jobkinds import PRIVATIZE, job_kind
 from services.models import ACTIVE_JOB_STATES, Corpus, Job
 from services.routes.common import Out, TenantRef, bearer, clean_request, current_tenant, get_ctx, polled_row
+from services.routes.kinds import ConfigSchema
 
 
 router = APIRouter(dependencies=[Depends(clean_request)])
@@ -29,8 +31,9 @@ class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     corpus_id: str
-    spec: dict
-    """A pipeline spec (``privatize.spec.PipelineSpec``) as JSON."""
+    spec: Annotated[dict, ConfigSchema(lambda: job_kind(PRIVATIZE))]
+    """A pipeline spec (``privatize.spec.PipelineSpec``) as JSON: its schema in the API's
+    documents is that model's, its validation the privatize kind's (422 with field paths)."""
 
 
 class JobOut(Out):
