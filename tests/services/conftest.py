@@ -337,8 +337,8 @@ def running_service(backend: str, llm_url: str, prefix: str, **start):
     finally:
         svc.stop()
         kill_embedded_head(svc)
-        shutil.rmtree(svc.ray_temp, ignore_errors=True)
-        if os.environ.get("PRIVATIZE_KEEP_TEST_DATA") != "1":
+        if os.environ.get("PRIVATIZE_KEEP_TEST_DATA") != "1":  # kept: the data folder and Ray's logs
+            shutil.rmtree(svc.ray_temp, ignore_errors=True)
             shutil.rmtree(base, ignore_errors=True)
 
 

@@ -38,9 +38,63 @@ def composed_epsilon(history: list[tuple[float, float, int]], delta: float, acco
     return float(acc.get_epsilon(delta=delta))
 
 
-def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "prv") -> float:
-    """The smallest noise multiplier that keeps ``steps`` steps within ``target_epsilon``."""
-    from opacus.accountants.utils import get_noise_multiplier
+EPSILON_TOLERANCE = 0.005
+"""How far below its target the noise search may leave epsilon (Opacus' search, tighter)."""
+MAX_NOISE = 1e6
 
-    return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate,
-                                      steps=steps, accountant=accountant, epsilon_tolerance=0.005))
+
+def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "prv", *,
+              start: float = 1.0, floor: float = 0.0, tolerance: float = EPSILON_TOLERANCE) -> float:
+    """The smallest noise multiplier that keeps ``steps`` steps within ``target_epsilon``:
+    a noise whose epsilon is at most the target and within ``tolerance`` of it (Opacus'
+    ``get_noise_multiplier`` contract), or ``floor`` when even that noise stays within it.
+
+    The search brackets the answer from ``start`` (doubling or halving) and then narrows the
+    bracket by false position on log epsilon against log noise (Illinois' rule), where the
+    curve is nearly straight: about 8 epsilon evaluations where Opacus' bisection from [0, 20]
+    takes 20-40 (each RDP one about 90 ms, each PRV one 200 ms). A ValueError when no noise
+    up to 1e6 meets the target."""
+    acc = make_accountant(accountant)
+
+    def eps(sigma: float) -> float:
+        acc.history = [(sigma, sample_rate, steps)]
+        e = float(acc.get_epsilon(delta=delta))
+        return e if e == e else math.inf  # NaN: no bound, as too little noise
+
+    hi = max(start, floor) if start > 0 else 1.0
+    e_hi, lo, e_lo = eps(hi), None, math.inf
+    while not e_hi <= target_epsilon:
+        lo, e_lo, hi = hi, e_hi, hi * 2
+        if hi > MAX_NOISE:
+            raise ValueError("The privacy budget is too low.")
+        e_hi = eps(hi)
+    while lo is None:  # hi is within the target: halve until a noise is not
+        if hi <= floor:
+            return hi
+        s = max(hi / 2, floor)
+        e = eps(s)
+        if e <= target_epsilon:
+            hi, e_hi = s, e
+        else:
+            lo, e_lo = s, e
+    w_lo = w_hi = 1.0  # Illinois' weights: an end kept twice in a row counts half
+    last = 0
+    while target_epsilon - e_hi > tolerance and hi - lo > 1e-12 * hi:
+        f_lo = math.log(e_lo / target_epsilon) if math.isfinite(e_lo) else math.inf
+        f_hi = math.log(max(e_hi, 1e-300) / target_epsilon)
+        if math.isfinite(f_lo) and f_lo > 0 > f_hi:
+            a, b = w_lo * f_lo, w_hi * f_hi
+            x = math.log(lo) + (math.log(hi) - math.log(lo)) * a / (a - b)
+            s = min(max(math.exp(x), lo + 0.01 * (hi - lo)), hi - 0.01 * (hi - lo))
+        else:
+            s = (lo + hi) / 2
+        e = eps(s)
+        if e <= target_epsilon:
+            hi, e_hi = s, e
+            w_lo, w_hi = (w_lo / 2 if last == 1 else 1.0), 1.0
+            last = 1
+        else:
+            lo, e_lo = s, e
+            w_hi, w_lo = (w_hi / 2 if last == -1 else 1.0), 1.0
+            last = -1
+    return hi

@@ -163,10 +163,12 @@ def bounded_noise(target_epsilon: float, delta: float, sample_rate: float, steps
     rdp = noise_for(target_epsilon, delta, sample_rate, steps, "rdp")
     if accountant == "rdp":
         return Accounted(rdp, "rdp")
-    # the search probes noise below RDP's answer (PRV's is smaller); half of it bounds the grid
+    # PRV's answer is below RDP's: the search starts there and probes no lower than half of
+    # it, which bounds the grid
     return _prv_or_rdp(rdp, "noise", _small(rdp / 2, sample_rate, steps, delta),
-                       lambda: noise_for(target_epsilon, delta, sample_rate, steps, "prv"),
-                       {"op": "noise", "target": target_epsilon, "q": sample_rate, "steps": steps, "delta": delta},
+                       lambda: noise_for(target_epsilon, delta, sample_rate, steps, "prv", start=rdp, floor=rdp / 2),
+                       {"op": "noise", "target": target_epsilon, "q": sample_rate, "steps": steps, "delta": delta,
+                        "start": rdp},
                        memory_bytes, seconds)
 
 
@@ -184,7 +186,8 @@ def _child() -> None:
     elif req["op"] == "epsilon":
         value = epsilon(req["sigma"], req["q"], req["steps"], req["delta"], "prv")
     else:
-        value = noise_for(req["target"], req["delta"], req["q"], req["steps"], "prv")
+        value = noise_for(req["target"], req["delta"], req["q"], req["steps"], "prv", start=req["start"],
+                          floor=req["start"] / 2)
     print(json.dumps({"value": value if math.isfinite(value) else None}))
 
 
