@@ -61,6 +61,10 @@ class DataConfig(_Strict):
         "(privacy-preserving causal LM, paper 003) nor chosen as masks by kind mlm (PPMLM)"))
     ignore_kinds: list[str] = Field(default_factory=list, max_length=16, description=(
         "only spans whose 'kind' is one of these (direct, indirect); empty: every span"))
+    packing: Literal["auto", "ray", "local"] = Field("auto", description=(
+        "where the text is tokenized and packed into blocks: 'ray' (Ray Data tasks on the cluster), "
+        "'local' (the run's driver process), 'auto' (local for data files of up to 64 MiB in all, "
+        "where Ray Data's task start-up costs more than the work)"))
 
 
 class TokenizerConfig(_Strict):

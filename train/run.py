@@ -213,15 +213,19 @@ def _add_entity_tokens(p: Prepared, tok, progress: bool) -> None:
 
 
 def _datasets(p: Prepared, tok_dir: str) -> dict:
-    from train.data import plan_blocks
+    """Each split's packed blocks: with Ray Data, or in this process where ``data.packing``
+    says so (``auto``: data files of up to ``LOCAL_PACK_BYTES``)."""
+    from train.data import LOCAL_PACK_BYTES, data_bytes, pack_local, plan_blocks
 
     cfg = p.config
+    local = cfg.data.packing == "local" or (cfg.data.packing == "auto" and data_bytes(p.data) <= LOCAL_PACK_BYTES)
     out = {}
     for name, split in p.splits.items():
-        ds = plan_blocks(p.data, cfg.data.text_column, split, tok_dir, cfg.data.seq_len, cfg.data.mask_token_loss,
-                         cfg.data.max_records, cfg.data.ignore_spans, tuple(cfg.data.ignore_kinds),
-                         per_record=cfg.dp is not None and cfg.dp.unit == "record",
-                         owners=cfg.dp is not None and cfg.dp.unit == "individual").materialize()
+        args = (p.data, cfg.data.text_column, split, tok_dir, cfg.data.seq_len, cfg.data.mask_token_loss,
+                cfg.data.max_records, cfg.data.ignore_spans, tuple(cfg.data.ignore_kinds))
+        units = {"per_record": cfg.dp is not None and cfg.dp.unit == "record",
+                 "owners": cfg.dp is not None and cfg.dp.unit == "individual"}
+        ds = pack_local(*args, **units) if local else plan_blocks(*args, **units).materialize()
         n = ds.count()
         if n == 0 and not p.kind.may_be_empty(split):
             raise SpecError(f"data.split: the {split} split of {p.data} is empty")

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from train.config import parse_config
@@ -33,6 +34,28 @@ def _cfg(**kw) -> dict:
 
 def _worker_lines(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "workers.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("split, unit", [("all", None), ("public", None), ("private", "record"),
+                                         ("private", "individual")])
+def test_small_data_packed_in_process_is_ray_datas_blocks(train_ray, crt_shards, tmp_path, split, unit):
+    """``data.packing: local`` (what ``auto`` picks for small data) packs the same blocks as
+    Ray Data's tasks, in the same order: the oracle is Ray Data's plan on the CRT shards
+    (four Parquet files, a split column, owners under ``dp.unit: individual``)."""
+    from train.data import block_refs, from_refs, pack_local, plan_blocks, read_texts
+    from train.tokenizer import train_tokenizer
+
+    train_tokenizer(read_texts(str(crt_shards), "text"), 600).save_pretrained(tmp_path / "tok")
+    args = (str(crt_shards), "text", split, str(tmp_path / "tok"), 32, True, None, None, ())
+    units = {"per_record": unit == "record", "owners": unit == "individual"}
+    local = pack_local(*args, **units)
+    ray_ds = plan_blocks(*args, **units).materialize()
+    a, b = from_refs(block_refs(local)), from_refs(block_refs(ray_ds))
+    assert len(a) == ray_ds.count() == local.count() > 10
+    assert np.array_equal(a.ids, b.ids) and np.array_equal(a.loss, b.loss)
+    assert (a.owner is None) == (unit != "individual") and (a.owner is None or np.array_equal(a.owner, b.owner))
+    counted = pack_local(*args, **units, counts_only=True)
+    assert counted.count() == local.count() and set(counted.columns) == set(local.columns) - {"loss"}
 
 
 def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
