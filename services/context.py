@@ -221,7 +221,8 @@ class ServiceContext:
 def build_context(settings: Settings, *, run_migrations: bool | None = None) -> ServiceContext:
     master = check_secrets(settings)
     settings.data_path.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.effective_database_url, settings.database_pool_size)
+    engine = make_engine(settings.effective_database_url, settings.database_pool_size,
+                         settings.sqlite_busy_timeout_s)
     if settings.auto_migrate if run_migrations is None else run_migrations:
         migrate(engine)
     storage = Storage(settings.effective_storage_uri)

@@ -20,14 +20,15 @@ log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
-def make_engine(url: str, pool_size: int = 40) -> Engine:
-    """An engine whose pool keeps up to ``pool_size`` connections (plus 10 transient ones)."""
+def make_engine(url: str, pool_size: int = 40, busy_timeout_s: float = 30.0) -> Engine:
+    """An engine whose pool keeps up to ``pool_size`` connections (plus 10 transient ones);
+    on SQLite a write waits up to ``busy_timeout_s`` for another connection's lock."""
     u = make_url(url)
     pool = {"pool_size": pool_size, "max_overflow": 10}
     if u.get_backend_name() == "sqlite":
         if u.database and u.database != ":memory:":
             Path(u.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pool)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}, **pool)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - exercised by every test
@@ -35,7 +36,7 @@ def make_engine(url: str, pool_size: int = 40) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA secure_delete=ON")
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             cur.close()
 
         return engine

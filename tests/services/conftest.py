@@ -325,11 +325,12 @@ def kill_embedded_head(svc: Service, timeout: float = 15.0) -> None:
 
 
 @contextlib.contextmanager
-def running_service(backend: str, llm_url: str, prefix: str, **start):
-    """A real service (its own data folder, master key and embedded Ray head) for the
-    ``with`` block; stopped, its head stopped and its files removed after."""
+def running_service(backend: str, llm_url: str, prefix: str, env: dict | None = None, **start):
+    """A real service (its own data folder, master key and embedded Ray head; ``env``: more
+    settings) for the ``with`` block; stopped, its head stopped and its files removed after."""
     base = Path(tempfile.mkdtemp(prefix=prefix))
     svc = Service(base, backend, llm_url=llm_url)
+    svc.env.update(env or {})
     svc.cli("admin", "master-key", "new", "--out", str(svc.master_key_file))
     try:
         svc.start(**start)

@@ -59,8 +59,9 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 RAY_STATUS = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "cancelled", "RUNNING": "running",
               "PENDING": "pending"}
 LOST = "the Ray cluster was lost"
-DB_LOCK_S = 33.0
-"""Longer than the service's SQLite busy timeout (30 s): writes fail, not just wait."""
+BUSY_TIMEOUT_S = 6
+"""The faults service's SQLite busy timeout (``PRIVATIZE_SQLITE_BUSY_TIMEOUT_S``; 30 s by
+default): the database fault holds the lock 3 s past it, so writes fail, not just wait."""
 
 
 def until(what: str, timeout: float, fn, every: float = 0.5):
@@ -87,9 +88,11 @@ class Faults:
         self.trainings: set[str] = set()
         self.faults: list[dict] = []
         self.seen: dict[str, str] = {}
+        """Ray's last status of each job (a head that is killed takes its memory with it)."""
         self.errors: list[dict] = []
         """Error answers to a status poll (a request caught in a fault)."""
-        """Ray's last status of each job (a head that is killed takes its memory with it)."""
+        self.lock_s = float(svc.env.get("PRIVATIZE_SQLITE_BUSY_TIMEOUT_S", 30)) + 3
+        """How long the database fault holds SQLite's lock: past the service's busy timeout."""
         self.t = svc.new_tenant("faults", "--max-jobs", "2")
 
     # ---- requests ----------------------------------------------------------------------
@@ -233,7 +236,7 @@ class Faults:
         self.fault("Ray worker SIGKILL", "a training's Ray Train worker", t0, time.monotonic(),
                    training=got[tid]["status"])
         self.fault("database unavailable", "a privatization job finishing (SQLite locked "
-                   f"{DB_LOCK_S:.0f} s)" if self.svc.sqlite else "a privatization job finishing (connections "
+                   f"{self.lock_s:.0f} s)" if self.svc.sqlite else "a privatization job finishing (connections "
                    "terminated)", t_db, time.monotonic(), job=got[jid]["status"])
 
     def break_database(self) -> None:
@@ -244,7 +247,7 @@ class Faults:
             conn = sqlite3.connect(db, timeout=30, isolation_level=None)
             try:
                 conn.execute("BEGIN EXCLUSIVE")
-                time.sleep(DB_LOCK_S)
+                time.sleep(self.lock_s)
                 conn.execute("ROLLBACK")
             finally:
                 conn.close()
@@ -344,7 +347,8 @@ def run_faults(svc, work: Path, say=print) -> dict:
 
 
 def test_faults_lose_nothing_and_the_service_recovers(llm_double, tmp_path, capsys):
-    with running_service("sqlite-local", llm_double.url, "pvf-", timeout=180) as svc:
+    with running_service("sqlite-local", llm_double.url, "pvf-", env={"PRIVATIZE_SQLITE_BUSY_TIMEOUT_S": str(BUSY_TIMEOUT_S)},
+                         timeout=180) as svc:
         with capsys.disabled():
             out = run_faults(svc, tmp_path, say=lambda s: print(f"\n{s}", end=""))
             print(f"\n[faults] {json.dumps({k: v for k, v in out.items() if k != 'faults'})}")
