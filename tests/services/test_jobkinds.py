@@ -5,8 +5,10 @@ entrypoint and reader, and no entrypoint ever carries key material."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -209,6 +211,38 @@ def test_jobrun_runs_the_kinds_module_with_the_locations(tmp_path, monkeypatch, 
     jobrun.main(["echo", "s3://b/spec.json", "s3://b/in.jsonl", str(out)])
     assert json.loads(out.read_text()) == {"argv": [str(tmp_path / "tests_echo_job.py"), "s3://b/spec.json",
                                                     "s3://b/in.jsonl", str(out)], "main": "__main__"}
+
+
+@pytest.mark.parametrize("body, status, err", [
+    ("open(sys.argv[3], 'w').write('done')", 0, None),
+    ("sys.exit(3)", 3, None),
+    ("raise RuntimeError('the kind failed')", 1, "RuntimeError: the kind failed"),
+])
+def test_the_jobrun_process_exits_with_its_kinds_status_and_output(tmp_path, body, status, err):
+    """``python -m services.jobrun`` as Ray Jobs runs it: the kind module's exit status, its
+    output flushed and an unhandled error's traceback, though the process skips Python's
+    teardown (``exit_now``)."""
+    import subprocess
+    import textwrap
+
+    (tmp_path / "tests_echo_job.py").write_text(f"import sys\nprint('kind ran', flush=False)\n{body}\n")
+    boot = textwrap.dedent(f"""
+        import runpy, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from services.jobkinds import register_job_kind
+        from tests.services.test_jobkinds import ECHO
+        register_job_kind(ECHO)
+        sys.argv = ["jobrun", "echo", "spec", "in", {str(tmp_path / "out.txt")!r}]
+        runpy.run_module("services.jobrun", run_name="__main__")
+        print("not reached")
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in (jobrun.CLUSTER_ENV, "PRIVATIZE_KEY_BUNDLE")}
+    r = subprocess.run([sys.executable, "-c", boot], capture_output=True, text=True, env=env, timeout=120,
+                       cwd=str(Path(__file__).resolve().parents[2]))
+    assert r.returncode == status, r.stderr
+    assert r.stdout.splitlines() == ["kind ran"]  # flushed at exit; nothing after jobrun ran
+    assert (tmp_path / "out.txt").exists() == (status == 0)
+    assert (err is None and "Traceback" not in r.stderr) or (err in r.stderr and "Traceback" in r.stderr)
 
 
 @pytest.mark.parametrize("argv", [[], ["nope", "a", "b", "c"]])
