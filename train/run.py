@@ -399,6 +399,9 @@ def _raise_unschedulable(e: Exception, cfg: TrainConfig) -> None:
                      f"(workers.start_timeout_s {cfg.workers.start_timeout_s:g}; the cluster has {have})") from None
 
 
+_WATCHER = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+
+
 def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None = None) -> dict:
     """Run ``cfg`` to the end; returns the summary (also written to OUTPUT/summary.json)."""
     import ray
@@ -420,6 +423,13 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
         # short, ended up to 2 s after its last step; 0.5 s costs one small RPC per worker
         # (propagated from the driver to the controller; a value the user set is kept)
         os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+        # Ray Train watches for nodes being preempted with an actor of its own (one more
+        # process to start beside the workers, about 1 s of a run's start on 2 cores); a
+        # cluster of one node has no other node to lose: off for this run (a value the user
+        # set is kept)
+        no_watcher = _WATCHER not in os.environ and sum(1 for n in ray.nodes() if n.get("Alive")) == 1
+        if no_watcher:
+            os.environ[_WATCHER] = "0"
         # one start try is at most start_timeout_s (so a short budget is not rounded up to 60 s)
         if _START_TRY_S not in os.environ and cfg.workers.start_timeout_s < 60:
             os.environ[_START_TRY_S] = f"{cfg.workers.start_timeout_s:g}"
@@ -430,6 +440,9 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
             except Exception as e:
                 _raise_unschedulable(e, cfg)
                 raise
+            finally:
+                if no_watcher:
+                    os.environ.pop(_WATCHER, None)
     timings["fit_s"] = time.perf_counter() - t0
     # the final model, with its tokenizer, then the summary: a reader that finds the
     # summary finds the model

@@ -40,9 +40,9 @@ def train_ray(_train_ray_session):
     while ray.available_resources().get("CPU", 0) < total and time.monotonic() < deadline:
         time.sleep(0.5)
     if ray.available_resources().get("CPU", 0) < total:
-        from ray.util.state import list_actors
+        from ray._private.state import actors  # the GCS's table: this cluster runs no dashboard
 
-        alive = [f"{a.class_name} (pid {a.pid})" for a in list_actors(filters=[("state", "=", "ALIVE")])]
+        alive = [f"{a['ActorClassName']} (pid {a['Pid']})" for a in actors().values() if a["State"] == "ALIVE"]
         pytest.fail(f"{ray.available_resources().get('CPU', 0):g} of {total:g} CPUs free after 60 s; "
                     f"alive actors: {', '.join(alive) or 'none'}")
     return ray
