@@ -363,7 +363,8 @@ def test_crt_with_dp_lora_from_a_public_base(train_ray, stories, crt_shards, tmp
     assert not any(TOKEN_RE.fullmatch(t) for t in base_tok.get_vocab())
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
     s = run_training(parse_config(_cfg(
-        kind="crt", data={"path": str(crt_shards)}, model={"preset": None, "checkpoint": str(base_dir), "lora": lora},
+        kind="crt", data={"path": str(crt_shards), "packing": "local"},  # blocks packed in the driver
+        model={"preset": None, "checkpoint": str(base_dir), "lora": lora},
         optim={"lr": 0.01}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0, "grad_sample_mode": "bk"},
         crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"}, output=str(tmp_path / "crt"))),
         progress=False)
