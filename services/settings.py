@@ -46,12 +46,12 @@ class Settings(BaseSettings):
     """SQLAlchemy URL; default ``sqlite:///<data_dir>/privatize.db``. PostgreSQL:
     ``postgresql+psycopg://user:password@host/db``."""
     database_pool_size: int = Field(40, ge=1, le=1000)
-    sqlite_busy_timeout_s: float = Field(30.0, gt=0, le=3600)
-    """SQLite: how long a write waits for another connection's lock before it fails (a
-    failed write is retried by the reconciler; a request answers 503)."""
     """Connections kept open per process (opened on demand). The API runs its handlers on
     a pool of 40 threads; a smaller pool makes busy threads open and close a connection per
     request (on PostgreSQL, a TCP connect and authentication each time)."""
+    sqlite_busy_timeout_s: float = Field(30.0, gt=0, le=3600)
+    """SQLite: how long a write waits for another connection's lock before it fails (a
+    failed write is retried by the reconciler; a request answers 503)."""
     storage_uri: str | None = None
     """A local directory or a ``pyarrow.fs`` URI (``s3://bucket/prefix``); default
     ``<data_dir>/storage``."""

@@ -28,10 +28,9 @@ def plan_offline(cfg: TrainConfig) -> dict | None:
     audit's seed); None for a run without DP. A :class:`~privatize.errors.SpecError` (one
     line, with the field) when it cannot be planned: a delta past 1/N, a target that cannot
     be met, an overspend."""
-    from train.data import pack_local
     from train.dp.audit import SEED_FIELD, canaries
     from train.planning import plan_run
-    from train.run import _tokenizer, prepare
+    from train.run import _tokenizer, prepare, split_blocks
 
     if cfg.dp is None:
         return None
@@ -40,12 +39,8 @@ def plan_offline(cfg: TrainConfig) -> dict | None:
         p = prepare(cfg.with_paths(output=str(work / "run")).model_copy(update={"admitted_plan": None}))
         tok = _tokenizer(p, False, work / "tokenizer")
         data = {}
-        c = p.config
         for name, split in p.splits.items():
-            local = pack_local(p.data, c.data.text_column, split, str(work / "tokenizer"), c.data.seq_len,
-                               c.data.mask_token_loss, c.data.max_records, c.data.ignore_spans,
-                               tuple(c.data.ignore_kinds), per_record=c.dp.unit == "record",
-                               owners=c.dp.unit == "individual", counts_only=True)
+            local = split_blocks(p, split, str(work / "tokenizer"), local=True, counts_only=True)
             data[name] = (local, local.count())
         seed, extra = None, 0
         if cfg.audit is not None:

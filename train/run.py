@@ -212,20 +212,32 @@ def _add_entity_tokens(p: Prepared, tok, progress: bool) -> None:
             print(f"tokenizer: the base's {p.source.base_vocab} tokens and {len(new)} entity tokens of this data")
 
 
+def split_blocks(p: Prepared, split: str, tok_dir: str, local: bool, counts_only: bool = False):
+    """One split of the run's data packed as its config says (column, length, spans, the DP
+    unit's blocks): in this process (:func:`train.data.pack_local`) or as a materialised Ray
+    Data plan (:func:`train.data.plan_blocks`)."""
+    from train.data import pack_local, plan_blocks
+
+    c = p.config
+    args = (p.data, c.data.text_column, split, tok_dir, c.data.seq_len, c.data.mask_token_loss, c.data.max_records,
+            c.data.ignore_spans, tuple(c.data.ignore_kinds))
+    units = {"per_record": c.dp is not None and c.dp.unit == "record",
+             "owners": c.dp is not None and c.dp.unit == "individual"}
+    if local:
+        return pack_local(*args, **units, counts_only=counts_only)
+    return plan_blocks(*args, **units).materialize()
+
+
 def _datasets(p: Prepared, tok_dir: str) -> dict:
     """Each split's packed blocks: with Ray Data, or in this process where ``data.packing``
     says so (``auto``: data files of up to ``LOCAL_PACK_BYTES``)."""
-    from train.data import LOCAL_PACK_BYTES, data_bytes, pack_local, plan_blocks
+    from train.data import LOCAL_PACK_BYTES, data_bytes
 
     cfg = p.config
     local = cfg.data.packing == "local" or (cfg.data.packing == "auto" and data_bytes(p.data) <= LOCAL_PACK_BYTES)
     out = {}
     for name, split in p.splits.items():
-        args = (p.data, cfg.data.text_column, split, tok_dir, cfg.data.seq_len, cfg.data.mask_token_loss,
-                cfg.data.max_records, cfg.data.ignore_spans, tuple(cfg.data.ignore_kinds))
-        units = {"per_record": cfg.dp is not None and cfg.dp.unit == "record",
-                 "owners": cfg.dp is not None and cfg.dp.unit == "individual"}
-        ds = pack_local(*args, **units) if local else plan_blocks(*args, **units).materialize()
+        ds = split_blocks(p, split, tok_dir, local)
         n = ds.count()
         if n == 0 and not p.kind.may_be_empty(split):
             raise SpecError(f"data.split: the {split} split of {p.data} is empty")

@@ -166,9 +166,10 @@ def bounded_noise(target_epsilon: float, delta: float, sample_rate: float, steps
     # PRV's answer is below RDP's: the search starts there and probes no lower than half of
     # it, which bounds the grid
     return _prv_or_rdp(rdp, "noise", _small(rdp / 2, sample_rate, steps, delta),
-                       lambda: noise_for(target_epsilon, delta, sample_rate, steps, "prv", start=rdp, floor=rdp / 2),
+                       lambda: noise_for(target_epsilon, delta, sample_rate, steps, "prv", start=rdp,
+                                         floor=rdp / 2),
                        {"op": "noise", "target": target_epsilon, "q": sample_rate, "steps": steps, "delta": delta,
-                        "start": rdp},
+                        "start": rdp, "floor": rdp / 2},
                        memory_bytes, seconds)
 
 
@@ -187,7 +188,7 @@ def _child() -> None:
         value = epsilon(req["sigma"], req["q"], req["steps"], req["delta"], "prv")
     else:
         value = noise_for(req["target"], req["delta"], req["q"], req["steps"], "prv", start=req["start"],
-                          floor=req["start"] / 2)
+                          floor=req["floor"])
     print(json.dumps({"value": value if math.isfinite(value) else None}))
 
 
