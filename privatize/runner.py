@@ -114,6 +114,13 @@ def _progress_mode(progress: bool | str) -> str | None:
     return {True: "bar", "bar": "bar", "lines": "lines"}.get(progress)
 
 
+def _rebatch(batches: list[pa.Table], size: int) -> list[pa.Table]:
+    """``batches`` cut to at most ``size`` rows each (zero-copy slices, same order): a stage
+    that makes many records of one (``split``: a document to its sentences) would otherwise
+    hand the next stage one large batch, and its progress would move once, at the end."""
+    return [b.slice(o, size) for b in batches for o in range(0, max(b.num_rows, 1), size)]
+
+
 def _live(batches: list[pa.Table]) -> int:
     return sum(split_marked(b)[0].num_rows for b in batches)
 
@@ -131,7 +138,7 @@ def _run_stages(stages: list[Stage], batches: list[pa.Table], tally: Tally, opti
                 bar.update(live_in)
             else:
                 out, done, given = [], 0, 0
-                for b in batches:
+                for b in _rebatch(batches, options.batch_size):
                     out.append(run_stage_batch(stage, i, b))
                     k = split_marked(b)[0].num_rows
                     bar.update(k)

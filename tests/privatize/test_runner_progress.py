@@ -115,3 +115,28 @@ def test_a_progress_file_is_replaced_whole_and_never_fails_the_run(tmp_path, cap
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.progress.json"]  # no temporary left
     progress_writer(str(tmp_path / "missing" / "x.json"))({"records_read": 3})  # logged, not raised
     assert "could not write" in caplog.text
+
+
+def test_a_stage_after_split_moves_batch_by_batch_and_writes_the_same(tmp_path, monkeypatch):
+    """One document of 40 sentences: ``split`` makes one 40-record batch of it; the next stage
+    (``mask``) runs it as five batches of ``batch_size`` 8 (its progress moves five times, not once at its
+    end), and the output is the one batch's, record for record."""
+    from privatize import runner
+    from privatize.api import run
+    from privatize.spec import parse_spec
+    import pyarrow.parquet as pq
+
+    text = " ".join(f"Sentence number {i} is here." for i in range(40))
+    (tmp_path / "in.jsonl").write_text(json.dumps({"doc_id": "d0", "text": text}) + "\n")
+    spec = parse_spec({"stages": [{"kind": "split"}, {"kind": "mask", "technique": "allow_list"}]})
+    seen = []
+    orig = runner.StageProgress.update
+    monkeypatch.setattr(runner.StageProgress, "update",
+                        lambda self, n: (seen.append((self.label, n)), orig(self, n))[1])
+    run(spec, tmp_path / "in.jsonl", tmp_path / "small", batch_size=8)
+    assert [n for label, n in seen if label == "stage 1 mask"] == [8] * 5
+    assert [n for label, n in seen if label == "stage 0 split"] == [1]
+    run(spec, tmp_path / "in.jsonl", tmp_path / "large", batch_size=64)
+    read = lambda d: sorted(t for f in (tmp_path / d / "shards").glob("*.parquet")
+                            for t in pq.read_table(f).column("text").to_pylist())
+    assert read("small") == read("large") and len(read("small")) == 40
