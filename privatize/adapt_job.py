@@ -86,11 +86,11 @@ def parse_config(data) -> AdaptConfig:
 
 def summary_of(doc: dict) -> dict:
     """The figures of a ``detector.json`` that a summary holds: held-out evaluation (the
-    adapted detector and the base model on the same slice), threshold, labels, counts."""
+    adapted detector and the base model on the same slice), threshold, labels, ``complete``, counts."""
     ev, be = doc.get("evaluation") or {}, doc.get("base_evaluation") or {}
     prov = doc.get("provenance") or {}
     return {"score_threshold": doc.get("score_threshold"),
-            "labels": doc.get("labels") or {},
+            "labels": doc.get("labels") or {}, "complete": bool(doc.get("complete")),
             "held_out": {k: ev.get(k) for k in HELD_OUT_KEYS},
             "held_out_by_type": ev.get("by_type"),
             "base_held_out": {k: be.get(k) for k in HELD_OUT_KEYS},

@@ -373,3 +373,47 @@ def test_a_complete_folder_redacts_only_the_types_its_sample_teaches(tmp_path):
     det, spans = found({**types, "complete": True})
     assert det.complete and det.entities == {"PERSON", "PHONE_NUMBER"}
     assert spans == {"Margaret Hughes": "PERSON", "020 7946 0958": "PHONE_NUMBER"}, spans
+
+
+def test_adapt_with_complete_writes_a_folder_that_redacts_only_its_types(tmp_path):
+    """``adapt(complete=True)`` records ``complete`` in ``detector.json`` and its provenance,
+    and the folder's detector redacts the sample's one type (MRN) and none of the default
+    types the sample leaves unannotated (the names and dates of a fixed set)."""
+    from privatize.redaction.adapt import adapt
+    from privatize.redaction.detect import Detector
+
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text("".join(json.dumps(r) + "\n" for r in make_sample(40)), encoding="utf-8")
+    doc = adapt(sample, tmp_path / "det", epochs=1, seed=1, complete=True, progress=lambda _: None)
+    assert doc["complete"] is True and doc["provenance"]["complete"] is True
+    assert json.loads((tmp_path / "det" / "detector.json").read_text())["complete"] is True
+    det = Detector(str(tmp_path / "det"))
+    assert det.complete and det.entities == {"MRN"}
+    assert [x for t, _ in FIXED for x in det.detect([t])[0].spans] == []
+    assert Detector().detect([FIXED[0][0]])[0].spans  # the default detector redacts them
+
+
+def test_the_adapt_job_passes_complete_on(tmp_path, monkeypatch):
+    """The service's adapt job (``AdaptConfig.complete``, default false) hands ``complete`` to
+    :func:`privatize.redaction.adapt.adapt` and its summary says it (training replaced by a
+    recorder: what is checked is the hand-over)."""
+    import privatize.redaction.adapt as adapt_mod
+    from privatize.adapt_job import adapt_to, parse_config
+
+    seen = []
+
+    def record(annotated, folder, **kw):
+        seen.append(kw["complete"])
+        folder.mkdir(parents=True)
+        (folder / "README.md").write_text(f"adapted on {annotated}\n")
+        return {"format": "privatize.detector/1", "provenance": {"source": str(annotated)},
+                **({"complete": True} if kw["complete"] else {})}
+
+    monkeypatch.setattr(adapt_mod, "adapt", record)
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"text": "MRN ab1234c", "spans": [{"start": 4, "end": 11, "type": "MRN"}]}) + "\n")
+    assert parse_config({}).complete is False
+    for k, config in enumerate(({}, {"complete": True})):
+        summary = adapt_to(parse_config(config), str(inp), str(tmp_path / f"out{k}"))
+        assert summary["complete"] is bool(config)
+    assert seen == [False, True]

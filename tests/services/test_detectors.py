@@ -92,11 +92,12 @@ def test_the_kind_is_registered_with_its_resource(api):
 
 
 def test_a_detector_job_is_admitted_with_its_config(api):
-    r = _post(api, "acme", {"epochs": 2, "seed": 3, "map": {"Patient": "PERSON"}})
+    r = _post(api, "acme", {"epochs": 2, "seed": 3, "map": {"Patient": "PERSON"}, "complete": True})
     assert r.status_code == 201, r.text
     got = r.json()
     assert got["kind"] == "adapt" and got["reference"] == f"detector:{got['id']}"
-    assert got["config"] == {"format": "jsonl", "holdout": 0.2, "epochs": 2, "seed": 3, "map": {"Patient": "PERSON"}}
+    assert got["config"] == {"format": "jsonl", "holdout": 0.2, "epochs": 2, "seed": 3, "map": {"Patient": "PERSON"},
+                             "complete": True}
     assert got["corpus_id"] == api["tenants"]["acme"]["corpus"] and got["status"] == "queued"
     h = api["tenants"]["acme"]["headers"]
     assert [j["id"] for j in api["client"].get("/v1/detectors", headers=h).json()] == [got["id"]]
@@ -126,6 +127,7 @@ def test_a_detector_job_is_admitted_with_its_config(api):
     ({"holdout": 1.0}, "holdout"),
     ({"format": "multiwoz"}, "format"),
     ({"map": {"MRN": "lower"}}, "map.MRN"),
+    ({"complete": "everything"}, "complete"),
     ({"output": "/tmp/x"}, "output"),
     ({"annotated": "/etc/passwd"}, "annotated"),
 ])
