@@ -61,7 +61,7 @@ class DataConfig(_Strict):
         "(privacy-preserving causal LM, paper 003) nor chosen as masks by kind mlm (PPMLM)"))
     ignore_kinds: list[str] = Field(default_factory=list, max_length=16, description=(
         "only spans whose 'kind' is one of these (direct, indirect); empty: every span"))
-    packing: Literal["ray", "local", "auto"] = Field("ray", description=(
+    packing: Literal["ray", "local", "auto"] = Field("auto", description=(
         "where the text is tokenized and packed into blocks: 'ray' (Ray Data tasks on the cluster), "
         "'local' (the run's driver process: seconds faster on small data, where Ray Data's task "
         "start-up costs more than the work), 'auto' (local for data files of up to 64 MiB in all). "

@@ -46,12 +46,15 @@ def test_term_strings_match_what_the_stage_writes():
 def test_ppclm_gives_away_fewer_identifiers_than_plain_training(shared_data, wikitext_docs, wikitext_base, tmp_path):
     corpus = write_jsonl(customersim_by_customer(shared_data / "customersim" / "train.jsonl", 32), tmp_path / "c.jsonl")
     plan = IdentifierPlan(corpus=corpus, base_corpus=wikitext_docs["valid"], work=tmp_path / "eval",
-                          base_model=wikitext_base, seq_len=128, batch_size=8, adapt_steps=120, samples=1)
+                          base_model=wikitext_base, seq_len=128, batch_size=8, adapt_steps=240, samples=1)
     r = evaluate(plan, progress=False)
     g = r["graph"]
     assert g["direct_spans"] > 0 and g["indirect_spans"] > 0 and 0 < g["share_of_distinct_words"] < 1
     plain, pp = r["models"]["plain"], r["models"]["ppclm"]
-    assert plain["privacy"]["indirect"]["leaked"] > 0  # the plain model memorised some
+    # 240 steps: the plain model memorised 102-118 of 343 indirect identifiers whichever way the
+    # blocks were packed (Ray Data or the driver); at 120 steps it was 0-3, one block's difference
+    # decided the claim (DIARY, session 35)
+    assert plain["privacy"]["indirect"]["leaked"] >= 20
     assert pp["privacy"]["indirect"]["privacy"] > plain["privacy"]["indirect"]["privacy"]
     assert pp["low_cost_mia"]["recall"] < plain["low_cost_mia"]["recall"]
     assert r["checks"]["ppclm_indirect_privacy_higher"] and r["checks"]["ppclm_low_cost_mia_recall_lower"]
