@@ -257,7 +257,13 @@ class Tenant:
         raise AssertionError(f"job {job_id} not finished in {timeout}s: {j}")
 
 
-@pytest.fixture(scope="session")
+# The real services, their Ray heads and what they share live for this package's tests
+# (scope "package"), not the session's: torn down when tests/services ends, so their idle
+# heads (GCS, raylet, dashboard, log monitor, the reconciler's reconnects) do not take the
+# two cores' share of the training tests that follow.
+
+
+@pytest.fixture(scope="package")
 def llm_double():
     """The scripted OpenAI-compatible server (a test double for the paid LLM API a tenant
     pays for: ``tests/llm_double.py``) on loopback: the one LLM endpoint the test
@@ -268,14 +274,14 @@ def llm_double():
         yield llm
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def service(llm_double):
     """The real service of the end-to-end tests, on :func:`service_backend`."""
     with running_service(service_backend(), llm_double.url, "pvs-") as svc:
         yield svc
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def other_service(llm_double):
     """A real service on the other back end (PostgreSQL + S3 on a user's machine: skipped
     there without them; SQLite + local files in CI)."""
@@ -343,7 +349,7 @@ def running_service(backend: str, llm_url: str, prefix: str, env: dict | None = 
             shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def corpus_file(tmp_path_factory) -> Path:
     from privatize.corpus import make_corpus
 
@@ -372,7 +378,7 @@ TINY = {"version": 1, "kind": "pretrain", "data": {"seq_len": 32}, "model": {"pr
 CANARIES = {"digits": 3, "count": 2, "repeats": 5, "held_out": 2}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tiny_training(service, corpus_file, tmp_path_factory):
     """A tenant's privatization job (canaries inserted with its HMAC key) and a tiny
     training on its output run with ``privatize submit-training --wait --download``:
@@ -409,12 +415,12 @@ def tiny_training(service, corpus_file, tmp_path_factory):
             "seconds": seconds, "logs": logs, "training": t.wait(out["training_id"]), "listeners": listeners}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def acme(service):
     return service.new_tenant("acme")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def crt_run(service, acme, corpus_file, tmp_path_factory):
     """One CRT job run through the API, downloaded: shared by several tests."""
     r = acme.upload(corpus_file)
