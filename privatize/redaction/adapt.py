@@ -362,13 +362,11 @@ def _punct_expand(doc, text: str, s: int, e: int):
     return x if not any(c.isalnum() for c in extra) else None
 
 
-def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None,
-              complete: bool = False):
+def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None):
     """The training target of one piece: annotated spans with their labels, the base
     model's predictions (``predicted``) kept where their label is not ``covered`` and they
-    overlap no annotated span, outside elsewhere (see the module docstring). ``complete``:
-    the sample annotates everything the tenant redacts, so no prediction is kept, whatever
-    its label."""
+    overlap no annotated span, outside elsewhere (see the module docstring). A complete
+    sample (or no rehearsal) passes a ``predicted`` with no entities: none is kept."""
     from spacy.tokens import Span
     from spacy.util import filter_spans
 
@@ -388,7 +386,7 @@ def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_m
     ents = filter_spans(ents)
     taken = {i for sp in ents + missing for i in range(sp.start, sp.end)}
     for p in predicted.ents:
-        if not complete and p.label_ not in covered and not taken.intersection(range(p.start, p.end)):
+        if p.label_ not in covered and not taken.intersection(range(p.start, p.end)):
             ents.append(Span(ref, p.start, p.end, label=p.label_))
     missing = [m for m in filter_spans(missing) if not any(m.start < x.end and x.start < m.end for x in ents)]
     ref.set_ents(ents, missing=missing, default="outside")
@@ -538,8 +536,9 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
     other = [p for p in nlp.pipe_names if p != "ner"]
     with nlp.select_pipes(disable=other):
         preds = list(nlp.pipe([p for p, _ in pieces], batch_size=32))
-    examples = [Example(nlp.make_doc(p), reference(nlp, p, s, pred if rehearsal else nlp.make_doc(p),
-                                                   covered, label_map, complete))
+    rehearse = rehearsal and not complete  # a complete sample keeps none of the base model's other entities
+    examples = [Example(nlp.make_doc(p), reference(nlp, p, s, pred if rehearse else nlp.make_doc(p),
+                                                   covered, label_map))
                 for (p, s), pred in zip(pieces, preds)]
     kept = sum(1 for (p, s), pred in zip(pieces, preds) for e in pred.ents if e.label_ not in covered)
     say(f"rehearsal: {'off (complete sample)' if complete else 'on' if rehearsal else 'off'}; the base model's "

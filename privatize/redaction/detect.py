@@ -227,7 +227,6 @@ class Detector:
         # the folder's sample annotates everything its tenant redacts (``--complete``): only
         # the entity types its spans teach are redacted (set below, once the labels map)
         self.complete = bool(folder.get("complete"))
-        self.taught: frozenset[str] | None = None
         if score_threshold is None:
             score_threshold = folder.get("score_threshold", DEFAULT_SCORE_THRESHOLD)
         if not 0.0 <= float(score_threshold) <= 1.0:
@@ -263,8 +262,8 @@ class Detector:
         self.ner_map = {k: v for k, v in mapping.items()}
         self.ner_map.update(self.adapted_labels)
         if self.complete:
-            self.taught = frozenset(self.ner_map.get(lab, lab) for lab in (folder.get("types") or {}).values())
-            self.entities = (self.entities & self.taught) | custom
+            taught = frozenset(self.ner_map.get(lab, lab) for lab in (folder.get("types") or {}).values())
+            self.entities = (self.entities & taught) | custom
         self.ner_ignored = frozenset(ignored) - {"ORGANIZATION"} - custom
         self.recognizers = [CompiledRecognizer(r) for r in default_pattern_recognizers()]
         warm_word_lists()  # wordfreq and the census names load here, not inside the first batch
