@@ -3,12 +3,13 @@
 For one preset (``small`` by default), batch and sequence length: the median time of a
 training step of full fine-tuning, of LoRA (``peft``, the adapters on the attention
 projections), and of DP-LoRA in each grad-sample mode (per-example clipping and noise on
-the adapters only), after warm-up; tokens per second of each. The figures: DP-LoRA / LoRA
+the adapters only; ``bk-unfused`` is book-keeping clipping record by record, as before
+its stacks of same-shaped adapters), after warm-up; tokens per second of each. The figures: DP-LoRA / LoRA
 step time (target <= 1.3x on ``small``) and LoRA's tokens/s against full fine-tuning's.
 On a GPU when one is there (bf16 autocast), else the CPU.
 
     .venv/bin/python benchmarks/lora_step.py [--preset small] [--batch 32] [--seq 256]
-        [--steps 10] [--modes hooks,ghost,bk] [--r 8]
+        [--steps 10] [--modes hooks,ghost,bk,bk-unfused] [--r 8] [--json PATH]
 """
 
 from __future__ import annotations
@@ -46,9 +47,11 @@ def step_times(preset: str, mode: str, batch: int, seq: int, steps: int, r: int,
     opt = torch.optim.AdamW(params, lr=1e-4)
     dp = None
     if mode not in ("full", "lora"):
-        dp = make_private(model, opt, grad_sample_mode=mode, max_grad_norm=1.0, noise_multiplier=1.0,
-                          accountant="rdp", sample_rate=0.01, expected_batch_size=batch,
+        dp = make_private(model, opt, grad_sample_mode=mode.removesuffix("-unfused"), max_grad_norm=1.0,
+                          noise_multiplier=1.0, accountant="rdp", sample_rate=0.01, expected_batch_size=batch,
                           generator=torch.Generator(device=device).manual_seed(0))
+        if mode == "bk-unfused":  # book-keeping record by record (before the stacks)
+            dp.bk.fuse = False
     ids = np.random.default_rng(0).integers(3, model.config.vocab_size, size=(batch, seq)).astype(np.int32)
     x, y = make_batch(ids, np.ones_like(ids, np.uint8), np.arange(batch), device)
     bf16 = device == "cuda"
@@ -77,9 +80,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--modes", default="hooks,ghost,bk")
+    ap.add_argument("--modes", default="hooks,ghost,bk,bk-unfused")
     ap.add_argument("--r", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default=None, help="also write the figures here")
     args = ap.parse_args()
     import torch
 
@@ -99,10 +103,15 @@ def main() -> None:
     print(f"DP-LoRA / LoRA step time: " + ", ".join(f"{m} {v:.2f}x" for m, v in ratios.items())
           + f" (best {best}: {ratios[best]:.2f}x; target <= 1.3x)")
     print(f"LoRA tokens/s / full fine-tuning tokens/s: {res['lora']['tokens_per_s'] / res['full']['tokens_per_s']:.2f}x")
-    save_result(f"lora_step_{device}", {"device": where, "preset": args.preset, "batch": args.batch, "seq": args.seq,
-                                        "r": args.r, "results": res, "dp_over_lora": ratios,
-                                        "lora_over_full_tokens_per_s":
-                                            res["lora"]["tokens_per_s"] / res["full"]["tokens_per_s"]})
+    res_doc = {"device": where, "preset": args.preset, "batch": args.batch, "seq": args.seq, "r": args.r,
+               "results": res, "dp_over_lora": ratios,
+               "lora_over_full_tokens_per_s": res["lora"]["tokens_per_s"] / res["full"]["tokens_per_s"]}
+    if args.json:
+        import json
+        from pathlib import Path
+
+        Path(args.json).write_text(json.dumps(res_doc, indent=2) + "\n")
+    save_result(f"lora_step_{device}", res_doc)
 
 
 if __name__ == "__main__":

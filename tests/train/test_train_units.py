@@ -189,6 +189,68 @@ def test_book_keeping_clips_each_example_as_a_per_example_loop_does(clip):
                               torch.einsum("n,n...->...", factor, p.grad_sample), e, rtol=1e-3, atol=1e-6), name
 
 
+def test_book_keeping_clips_lora_adapters_as_a_per_example_loop_does(monkeypatch):
+    """DP-LoRA by book-keeping: the adapters' A matrices of q/k/v/o in every layer share a
+    shape, as do their B matrices, so they are clipped in two stacks (one batched product
+    each, ``BookKeeping.fuse``). Oracle: each example's adapter gradient by its own
+    backward pass, clipped with Opacus' factor and summed; and the same book-keeping with
+    the stacks off, record by record."""
+    import torch
+
+    import train.dp.bk as bk_mod
+    from train.dp.bk import BookKeeping
+    from train.models import with_lora
+    from train.setup import LoraPlan
+
+    def lora_model():
+        model = with_lora(_tiny(), LoraPlan(r=4, alpha=8.0, dropout=0.0,
+                                            target_modules=("q_proj", "k_proj", "v_proj", "o_proj")), 0)
+        g = torch.Generator().manual_seed(3)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:  # peft starts B at zero: A's gradient would be zero too
+                p.data = torch.randn(p.shape, generator=g) * 0.1
+        return model
+
+    x, y = _batches(n=1, b=5)[0]
+    clip = 0.02
+    model = lora_model()
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert len(params) == 4 * 2 * 4  # 4 layers x q/k/v/o x (A, B)
+    grads = []
+    for i in range(5):
+        model.zero_grad()
+        MaskedLMLoss("sum")(model(input_ids=x[i:i + 1], use_cache=False).logits[:, :-1], y[i:i + 1]).backward()
+        grads.append([p.grad.clone() for p in params])
+    norms = torch.stack([torch.sqrt(sum((t ** 2).sum() for t in g)) for g in grads])
+    factor = (clip / (norms + 1e-6)).clamp(max=1.0)
+    assert (factor < 1).all() and factor.max() / factor.min() > 1.05  # every example clipped, differently
+    expected = [sum(factor[i] * grads[i][k] for i in range(5)) for k in range(len(params))]
+
+    sizes = []
+    made = bk_mod._Stack.__init__
+
+    def counted(self, recs):
+        sizes.append(len(recs))
+        made(self, recs)
+
+    monkeypatch.setattr(bk_mod._Stack, "__init__", counted)
+    got = {}
+    for fuse in (True, False):
+        model.zero_grad()
+        bk = BookKeeping(model, clip, fuse=fuse)
+        with bk.capture():
+            MaskedLMLoss("none")(model(input_ids=x, use_cache=False).logits[:, :-1], y).sum().backward()
+        got_norms = bk.clip_and_sum()
+        assert torch.allclose(got_norms, norms, rtol=1e-4, atol=1e-7)
+        got[fuse] = [p.grad.clone() for p in params]
+        for k, (g, e) in enumerate(zip(got[fuse], expected)):
+            assert torch.allclose(g, e, rtol=1e-3, atol=1e-7), (fuse, k)
+        assert sizes == ([16, 16] if fuse else [])  # 16 A matrices of one shape, 16 B matrices
+        sizes.clear()
+    for a, b in zip(got[True], got[False]):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-9)
+
+
 def test_book_keeping_under_bf16_autocast_agrees_with_fp32():
     """Under autocast (bf16, here on CPU) a layer's input is float32 and its output
     gradient bf16, and the per-example products run in bf16: the norms and the clipped

@@ -58,6 +58,9 @@ class BookKeeping:
     model: nn.Module
     max_grad_norm: float
     records: list[_Record] = field(default_factory=list)
+    fuse: bool = True
+    """Linear layers of one shape clipped together (:class:`_Stack`): a few batched
+    products for all of them instead of a dozen small operations each."""
     _active: bool = False
 
     def __post_init__(self) -> None:
@@ -138,19 +141,25 @@ class BookKeeping:
         grouped = _Grouping(groups) if groups is not None else None
         batch = recs[0].g.shape[0] if grouped is None else grouped.n
         sq = torch.zeros(batch, dtype=torch.float32, device=recs[0].g.device)
-        for r in recs:
+        margin = max((_ROUNDING.get(r.g.dtype, 0.0) for r in recs), default=0.0)
+        stacks, single = ([], recs) if grouped is not None or not self.fuse else _stacks(recs, self.trainable)
+        for st in stacks:
+            sq += st.norm_sq()
+        for r in single:
             sq += _norm_sq(r if grouped is None else grouped.record(r), self.trainable)
         norms = sq.sqrt()
         # products in bf16/fp16 (autocast) round each element by up to one unit in the last
         # place: the factor assumes the norm that much larger, so a clipped example's true
         # norm stays within max_grad_norm (the accountant's sensitivity); float32: exact
-        margin = max((_ROUNDING.get(r.g.dtype, 0.0) for r in recs), default=0.0)
         factor = (self.max_grad_norm / (norms * (1.0 + margin) + 1e-6)).clamp(max=1.0)
         if grouped is not None:
             factor = factor[groups]  # each example clipped by its group's factor
         for p in self.params:
             p.grad = None
-        for r in recs:
+        for st in stacks:
+            for p, grad in st.clipped_sums(factor):
+                p.grad = grad
+        for r in single:
             for p, grad in _clipped_sum(r, factor, self.trainable):
                 p.grad = grad if p.grad is None else p.grad + grad
         for p in self.params:  # a layer no example used (an embedding row is per row, not per layer)
@@ -158,6 +167,68 @@ class BookKeeping:
                 p.grad = torch.zeros_like(p)
         self.records.clear()
         return norms
+
+
+_STACK_BYTES = 256 * 2 ** 20
+"""At most this many bytes of inputs and output gradients stacked at once."""
+
+
+def _stacks(recs: list[_Record], trainable: set[int]) -> tuple[list["_Stack"], list[_Record]]:
+    """The records of Linear layers that train their weight and no bias, in stacks of the
+    same shapes and precisions (at most :data:`_STACK_BYTES` each), and the rest."""
+    by_key: dict[tuple, list[_Record]] = {}
+    rest = []
+    for r in recs:
+        m = r.module
+        if type(m) is nn.Linear and _on(m.weight, trainable) and not _on(m.bias, trainable):
+            key = (tuple(r.a.shape), r.a.dtype, tuple(r.g.shape), r.g.dtype, m.weight.dtype, r.g.device)
+            by_key.setdefault(key, []).append(r)
+        else:
+            rest.append(r)
+    stacks = []
+    for rs in by_key.values():
+        if len(rs) == 1:
+            rest.extend(rs)
+            continue
+        each = rs[0].a.numel() * rs[0].a.element_size() + rs[0].g.numel() * rs[0].g.element_size()
+        n = max(1, _STACK_BYTES // max(1, each))
+        stacks.extend(_Stack(rs[i:i + n]) for i in range(0, len(rs), n))
+    return stacks, rest
+
+
+class _Stack:
+    """Linear layers of one shape (LoRA's adapters: every layer's ``q/k/v/o`` A matrices
+    alike, and their B matrices) clipped as one: inputs (L, B, T, d_in) and output
+    gradients (L, B, T, d_out) stacked, each example's squared norm over all L weights
+    from one batched product, and the L clipped sums from another. Same products, same
+    precisions as :func:`_norm_sq` and :func:`_clipped_sum` one record at a time."""
+
+    def __init__(self, recs: list[_Record]):
+        self.weights = [r.module.weight for r in recs]
+        g = torch.stack([_flat3(r.g) for r in recs])
+        self.a = torch.stack([_flat3(r.a) for r in recs]).to(g.dtype)
+        self.g = g
+        for r in recs:  # the stacks hold them now
+            r.a = r.g = None
+
+    def norm_sq(self) -> torch.Tensor:
+        n, b, t, d_in = self.a.shape
+        d_out = self.g.shape[-1]
+        a = self.a.reshape(n * b, t, d_in)
+        g = self.g.reshape(n * b, t, d_out)
+        if t * t * (d_in + d_out) < t * d_in * d_out:  # ghost norm
+            sq = (torch.bmm(a, a.transpose(1, 2)).float() * torch.bmm(g, g.transpose(1, 2)).float()).sum((1, 2))
+        else:
+            sq = torch.bmm(g.transpose(1, 2), a).float().pow(2).sum((1, 2))
+        return sq.reshape(n, b).sum(0)
+
+    def clipped_sums(self, factor: torch.Tensor):
+        n, b, t, d_in = self.a.shape
+        cg = self.g * factor.to(self.g.dtype)[None, :, None, None]
+        grads = torch.bmm(cg.reshape(n, b * t, -1).transpose(1, 2), self.a.reshape(n, b * t, d_in))
+        self.a = self.g = None
+        for w, grad in zip(self.weights, grads.to(self.weights[0].dtype).unbind(0)):
+            yield w, grad
 
 
 class _Grouping:

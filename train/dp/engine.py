@@ -47,6 +47,8 @@ class DPSetup:
             self.module = wrap_model(model, grad_sample_mode=mode, batch_first=True, loss_reduction="mean", **kw)
         cls = get_optimizer_class(clipping="flat", distributed=distributed,
                                   grad_sample_mode="ghost" if mode == "bk" else mode)
+        if mode == "bk":
+            cls = _book_keeping_optimizer(cls)
         self.optimizer = cls(optimizer=optimizer, noise_multiplier=noise_multiplier,
                              max_grad_norm=max_grad_norm, expected_batch_size=expected_batch_size,
                              loss_reduction="mean", generator=generator)
@@ -74,3 +76,30 @@ class DPSetup:
         hooks record only inside its capture)."""
         if self.bk is None:
             (self.module.disable_hooks if on else self.module.enable_hooks)()
+
+
+def _book_keeping_optimizer(cls: type) -> type:
+    """Opacus' fast-gradient-clipping optimizer (``cls``) as book-keeping drives it, with
+    two per-parameter loops made cheaper: the first accumulation keeps the clipped sum
+    book-keeping wrote to ``p.grad`` (a tensor of its own each step, nothing else holds
+    it) where Opacus deep-copies it, and the division by the expected batch size is one
+    multi-tensor operation. The noise, its generator and the accounting are Opacus'.
+    (On a LoRA model's 64 adapter matrices the deep copies alone took 1.9 ms a step.)"""
+    import torch
+
+    class BookKeepingOptimizer(cls):
+        def accumulate(self):
+            for p in self.params:
+                if p.summed_grad is None:
+                    p.summed_grad = p.grad.data
+                else:
+                    p.summed_grad.add_(p.grad.data)
+
+        def scale_grad(self):
+            if self.loss_reduction == "mean":
+                torch._foreach_div_([p.grad for p in self.params],
+                                    float(self.expected_batch_size * self.accumulated_iterations))
+
+    BookKeepingOptimizer.__name__ = BookKeepingOptimizer.__qualname__ = f"BookKeeping{cls.__name__}"
+    return BookKeepingOptimizer
+
