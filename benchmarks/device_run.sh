@@ -32,7 +32,7 @@
 # copy of the repository in /tmp where ../shared cannot be made), runs $STEPS (default
 # lora,redact) and writes to $OUT:
 #   device.log                     versions, GPU, CPUs, both benchmarks' output
-#   lora_step_cuda.json            lora_step.py's figures
+#   lora_step.json                 lora_step.py's figures (rewritten after every mode)
 #   redact_scaling_h200.json       redact_scaling.py's figures (rewritten after every count)
 #   ray_logs.tgz                   Ray's session logs, only when a step failed
 # Device call: command `bash benchmarks/device_run.sh remote`, carry [".devrun"],
@@ -114,21 +114,24 @@ sim() {
 
 remote() {
   OUT=${OUT:-/tmp/devrun-out}
+  STEPS=${STEPS:-lora,redact}
   mkdir -p "$OUT"
   local t0=$SECONDS log="$OUT/device.log" rc=0 python=${PYTHON:-python3}
   local site=${SITE:-/tmp/site}
+  local s
+  for s in ${STEPS//,/ }; do
+    [[ $s == lora || $s == redact ]] || { echo "STEPS: unknown step '$s' (a comma-separated list of lora, redact)" >&2; exit 2; }
+  done
   mkdir -p "$site"
-  "$python" - "$BUNDLE" "$site" <<'EOF' || exit 1
-import sys, tarfile
-b, site = sys.argv[1:]
-tarfile.open(f"{b}/site.tar.xz").extractall(site, filter="fully_trusted")
-EOF
+  # Python's tarfile, not tar -J: the machine may have no xz
+  untar() { "$python" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="fully_trusted")' "$@"; }
+  untar "$BUNDLE/site.tar.xz" "$site" || exit 1
   # the benchmarks read ../shared/data beside the repo; where that cannot be made, a copy of the repo in /tmp
   if [ -f ../shared/data/real_dev/clinical_physionet_dev.jsonl ]; then
     :  # here (local): the real ../shared
-  elif ! { mkdir -p ../shared/data && tar -xJf "$BUNDLE/real_dev.tar.xz" -C ../shared/data; }; then
+  elif ! { mkdir -p ../shared/data && untar "$BUNDLE/real_dev.tar.xz" ../shared/data; }; then
     mkdir -p /tmp/devrun-w/shared/data /tmp/devrun-w/main
-    tar -xJf "$BUNDLE/real_dev.tar.xz" -C /tmp/devrun-w/shared/data || exit 1
+    untar "$BUNDLE/real_dev.tar.xz" /tmp/devrun-w/shared/data || exit 1
     cp -a benchmarks experiments privatize train attacks /tmp/devrun-w/main/ && cd /tmp/devrun-w/main || exit 1
   fi
   export PYTHONPATH=$PWD:$site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0 \
@@ -148,7 +151,7 @@ for n in ("torch", "ray", "numpy", "pyarrow", "pydantic", "spacy", "presidio-ana
         print(f"  {n} MISSING")
 EOF
   } 2>&1 | tee "$log"
-  local steps=",${STEPS:-lora,redact},"
+  local steps=",$STEPS,"
   if [[ $steps == *,lora,* ]]; then
     echo "== lora_step.py (limit ${LORA_LIMIT:-150} s)" | tee -a "$log"
     timeout "${LORA_LIMIT:-150}" "$python" -W ignore benchmarks/lora_step.py --preset "${LORA_PRESET:-small}" \

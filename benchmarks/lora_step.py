@@ -15,8 +15,10 @@ On a GPU when one is there (bf16 autocast), else the CPU.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 from _common import machine, save_result
 
@@ -92,25 +94,29 @@ def main() -> None:
     where = torch.cuda.get_device_name() if device == "cuda" else machine()
     print(f"{args.preset}, batch {args.batch} x {args.seq} tokens, LoRA r {args.r} on q/k/v/o, {where}")
     res = {}
-    for mode in ["full", "lora", *args.modes.split(",")]:
+    modes = args.modes.split(",")
+
+    def doc() -> dict:
+        lora = res.get("lora", {}).get("step_s")
+        return {"device": where, "preset": args.preset, "batch": args.batch, "seq": args.seq, "r": args.r,
+                "results": res, "dp_over_lora": {m: res[m]["step_s"] / lora for m in modes if m in res and lora},
+                "lora_over_full_tokens_per_s": (res["lora"]["tokens_per_s"] / res["full"]["tokens_per_s"]
+                                                if lora else None)}
+
+    for mode in ["full", "lora", *modes]:
         res[mode] = step_times(args.preset, mode, args.batch, args.seq, args.steps, args.r, device)
         name = {"full": "full fine-tuning", "lora": "LoRA"}.get(mode, f"DP-LoRA ({mode})")
         print(f"  {name:<20} {res[mode]['step_s'] * 1000:8.1f} ms/step {res[mode]['tokens_per_s']:10.0f} tokens/s "
-              f"{res[mode]['trainable']:>11,} trainable" + (f" {res[mode]['peak_gib']:.2f} GiB" if "peak_gib" in res[mode] else ""))
-    lora = res["lora"]["step_s"]
-    ratios = {m: res[m]["step_s"] / lora for m in args.modes.split(",")}
+              f"{res[mode]['trainable']:>11,} trainable" + (f" {res[mode]['peak_gib']:.2f} GiB" if "peak_gib" in res[mode] else ""),
+              flush=True)
+        if args.json:  # after every mode: a run cut short keeps what it measured
+            Path(args.json).write_text(json.dumps(doc(), indent=2) + "\n")
+    res_doc = doc()
+    ratios = res_doc["dp_over_lora"]
     best = min(ratios, key=ratios.get)
     print(f"DP-LoRA / LoRA step time: " + ", ".join(f"{m} {v:.2f}x" for m, v in ratios.items())
           + f" (best {best}: {ratios[best]:.2f}x; target <= 1.3x)")
-    print(f"LoRA tokens/s / full fine-tuning tokens/s: {res['lora']['tokens_per_s'] / res['full']['tokens_per_s']:.2f}x")
-    res_doc = {"device": where, "preset": args.preset, "batch": args.batch, "seq": args.seq, "r": args.r,
-               "results": res, "dp_over_lora": ratios,
-               "lora_over_full_tokens_per_s": res["lora"]["tokens_per_s"] / res["full"]["tokens_per_s"]}
-    if args.json:
-        import json
-        from pathlib import Path
-
-        Path(args.json).write_text(json.dumps(res_doc, indent=2) + "\n")
+    print(f"LoRA tokens/s / full fine-tuning tokens/s: {res_doc['lora_over_full_tokens_per_s']:.2f}x")
     save_result(f"lora_step_{device}", res_doc)
 
 
