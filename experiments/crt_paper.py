@@ -58,7 +58,8 @@ GAMMAS = (0.0, 0.1, 0.3)
 # the CRT inputs the paper's report needs: customersim's measured figures (benchmarks/RESULTS.md)
 CRT_INPUTS = {"gamma": 0.0382, "delta_2": 0.0033,
               "source": "customersim held-out gold spans, one-sided 95% upper bounds (experiments/pi_c_curve.py)"}
-MIA_CONTEXT = {"customersim": "USR: Ok, it is {text}.", "multiwoz": "Booking was successful . Reference number is : {text} ."}
+MIA_CONTEXT = {"customersim": "USR: Ok, it is {text}.", "multiwoz": "Booking was successful . Reference number is : {text} .",
+               "clinical": "pt of dr. {text}."}  # clinicians' names, as the notes write them
 
 
 def _write(path: Path, rows: list[dict]) -> None:
