@@ -214,12 +214,7 @@ class _Stack:
     def norm_sq(self) -> torch.Tensor:
         n, b, t, d_in = self.a.shape
         d_out = self.g.shape[-1]
-        a = self.a.reshape(n * b, t, d_in)
-        g = self.g.reshape(n * b, t, d_out)
-        if t * t * (d_in + d_out) < t * d_in * d_out:  # ghost norm
-            sq = (torch.bmm(a, a.transpose(1, 2)).float() * torch.bmm(g, g.transpose(1, 2)).float()).sum((1, 2))
-        else:
-            sq = torch.bmm(g.transpose(1, 2), a).float().pow(2).sum((1, 2))
+        sq = _weight_norm_sq(self.a.reshape(n * b, t, d_in), self.g.reshape(n * b, t, d_out))
         return sq.reshape(n, b).sum(0)
 
     def clipped_sums(self, factor: torch.Tensor):
@@ -293,13 +288,8 @@ def _norm_sq(r: _Record, trainable: set[int]) -> torch.Tensor:
             out += (torch.bmm(g, g.transpose(1, 2)).float() * same).sum((1, 2))
         return out
     if isinstance(m, nn.Linear):
-        a = _flat3(r.a).to(dt)
-        t, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
         if _on(m.weight, trainable):
-            if t * t * (d_in + d_out) < t * d_in * d_out:  # ghost norm
-                out += (torch.bmm(a, a.transpose(1, 2)).float() * torch.bmm(g, g.transpose(1, 2)).float()).sum((1, 2))
-            else:
-                out += torch.bmm(g.transpose(1, 2), a).float().pow(2).sum((1, 2))
+            out += _weight_norm_sq(_flat3(r.a).to(dt), g)
         if _on(m.bias, trainable):
             out += g.float().sum(1).pow(2).sum(1)
         return out
@@ -310,6 +300,17 @@ def _norm_sq(r: _Record, trainable: set[int]) -> torch.Tensor:
     if _on(getattr(m, "bias", None), trainable):
         out += g.sum(1).pow(2).sum(1)
     return out
+
+
+def _weight_norm_sq(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Each example's squared norm of a Linear weight's gradient ``g^T a`` from its input
+    ``a`` (N, T, d_in) and output gradient ``g`` (N, T, d_out), in their precision, summed
+    in float32: the ghost norm ``sum((a a^T) * (g g^T))`` or the materialised product,
+    whichever costs less."""
+    t, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
+    if t * t * (d_in + d_out) < t * d_in * d_out:  # ghost norm
+        return (torch.bmm(a, a.transpose(1, 2)).float() * torch.bmm(g, g.transpose(1, 2)).float()).sum((1, 2))
+    return torch.bmm(g.transpose(1, 2), a).float().pow(2).sum((1, 2))
 
 
 def _clipped_sum(r: _Record, factor: torch.Tensor, trainable: set[int]):
