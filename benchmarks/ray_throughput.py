@@ -45,7 +45,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -55,7 +54,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import ROOT, gutenberg_texts, machine, need_data, save_result
+from _common import ROOT, cpu_model, gutenberg_texts, machine, need_data, save_result
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -372,17 +371,6 @@ def redaction_docs(n: int) -> list[str]:
     return docs
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
 def run_redact(n_docs: int, work: Path, cpu_counts: tuple[int, ...] = (1, 2), json_path: Path | None = None,
                warmup_docs: int = 0) -> None:
     """The redact recipe on the same ``n_docs`` documents at each of ``cpu_counts`` (in
@@ -410,7 +398,7 @@ def run_redact(n_docs: int, work: Path, cpu_counts: tuple[int, ...] = (1, 2), js
     aff = os.sched_getaffinity(0)
     json_path = json_path or ROOT / "benchmarks" / "results" / "ray_redact_scaling.json"
     print(f"redact recipe: {len(docs)} documents of ~500 words ({mb:.2f} MB), CPUs {', '.join(map(str, cpu_counts))}; "
-          f"{machine()}, {_cpu_model()}", flush=True)
+          f"{machine()}, {cpu_model()}", flush=True)
     if warmup_docs > 0:
         (work / "warm-in").mkdir()
         with open(work / "warm-in" / "part-0.jsonl", "w", encoding="utf-8") as fh:
@@ -431,7 +419,7 @@ def run_redact(n_docs: int, work: Path, cpu_counts: tuple[int, ...] = (1, 2), js
         first = hashes[next(iter(hashes))] if hashes else None
         return {
             "recipe": "split (line) + redact", "docs": len(docs), "mb": round(mb, 4), "batch_size": 16,
-            "machine": machine(), "cpu_model": _cpu_model(), "cpus_on_machine": os.cpu_count(),
+            "machine": machine(), "cpu_model": cpu_model(), "cpus_on_machine": os.cpu_count(),
             "pin_ray_1cpu": PIN_RAY, "warmup_docs": warmup_docs,
             "timing": "ray.init excluded; actor start and model load included",
             "runs": [{"cpus": c, "seconds": round(secs[c], 3), "docs_per_s": round(len(docs) / secs[c], 3),

@@ -28,7 +28,7 @@ timed, and the JSON says so). Start-up is read late by up to a block and a secon
 figures arrive as blocks finish, at most once a second). Targets (issue 55): >= 12x steady state, >= 10x end to end, from 1
 to 16 CPUs on 50 MB.
 
-    python benchmarks/redact_scaling.py [--cpus 1,16,2,8,4] [--mb 50] [--mb-per-cpu 3]
+    python benchmarks/redact_scaling.py [--cpus 1,16,2,8,4] [--mb 50] [--mb-per-cpu 2]
         [--warmup-mb 0.2] [--batch-size 16] [--json PATH]
 """
 
@@ -44,7 +44,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import ROOT, machine, need_data, save_result
+from _common import ROOT, cpu_model, machine, need_data, save_result
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 FILES = 16
@@ -228,19 +228,11 @@ def one_run(cpus: int, folder: Path, out: Path, batch_size: int) -> dict:
                        for s in m["stages"]]}
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            return next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "?")
-    except OSError:
-        return "?"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpus", default="1,2", help="the CPU counts, in this order (a fresh embedded Ray each)")
     ap.add_argument("--mb", type=float, default=50.0, help="MB at the largest CPU count")
-    ap.add_argument("--mb-per-cpu", type=float, default=3.0, help="MB per CPU at the other counts")
+    ap.add_argument("--mb-per-cpu", type=float, default=2.0, help="MB per CPU at the other counts")
     ap.add_argument("--warmup-mb", type=float, default=0.0,
                     help="an untimed run on this many MB first, at the first count (a fresh machine compiles "
                          "bytecode and fills the disk cache on its first run)")
@@ -254,11 +246,11 @@ def main() -> None:
     runs: dict[int, dict] = {}
     head = {"recipe": "split (line) + redact (default detector)",
             "corpus": "real development halves repeated: clinical notes + MultiWOZ dialogues",
-            "batch_size": args.batch_size, "machine": machine(), "cpu_model": _cpu_model(),
+            "batch_size": args.batch_size, "machine": machine(), "cpu_model": cpu_model(),
             "cpus_on_machine": os.cpu_count(), "timing": "ray.init excluded; actor start and model load included",
             "confined": "each run (driver and every Ray process) pinned to its count of cores"}
     print(f"redact scaling: CPUs {args.cpus}; {args.mb:g} MB at {largest}, {args.mb_per_cpu:g} MB per CPU below; "
-          f"{machine()}, {_cpu_model()}", flush=True)
+          f"{machine()}, {cpu_model()}", flush=True)
 
     def result() -> dict:
         base = runs.get(1)

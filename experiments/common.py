@@ -65,6 +65,16 @@ def machine() -> str:
     return f"{os.cpu_count()}-core {platform.machine()} {platform.system()}, Python {platform.python_version()}"
 
 
+def cpu_model() -> str:
+    """The processor's model name (/proc/cpuinfo), or what ``platform`` says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            return next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")),
+                        platform.processor() or "?")
+    except OSError:
+        return platform.processor() or "?"
+
+
 def one_core() -> None:
     """Pin the process to one core where the OS allows it."""
     try:
