@@ -22,18 +22,25 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# One OpenMP/BLAS thread, as in test-fast (Ray sets one in its workers already). Two pytest
-# processes (pytest-xdist) were tried: on 2 cores the slow tier is CPU-bound, not wait-bound,
-# and they were slower (DIARY, session 33).
-test: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q --durations=15
+# Two tiers, each run the way it is fastest on these 2 cores.
+# - The in-process tier (`-m "not slow"`) is single-threaded Python per test, CPU-bound: two
+#   pytest-xdist workers run it in about half the time (PYTEST_WORKERS; more on a bigger machine).
+# - The slow tier (Ray, Ray Train, the services, LLM servers) runs in one process: its Ray heads,
+#   Ray Train workers and service processes already keep both cores busy, and two pytest processes
+#   made it slower (DIARY, session 33); its session fixtures are shared by order (integration first).
+# One OpenMP/BLAS thread in both: on 2 shared cores torch's two threads wait on each other at every
+# op (the fast tier took 4.5-6.3 min with them, 1.8 min without, measured on the same machine).
+# `make test` runs both tiers (the fast one first, for its quick answer) and fails if either does.
+PYTEST_WORKERS ?= 2
+PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q --durations=15
 
-# The in-process tier, the developer loop: no Ray, Ray Train, service, database or LLM server
-# (tests/conftest.py marks those `slow` from the fixtures they use). `make test` runs both tiers.
-# One OpenMP/BLAS thread: on 2 shared cores torch's two threads wait on each other at every op
-# (the fast tier took 4.5-6.3 min with them, 1.8 min without, measured on the same machine).
+test: $(STAMP)
+	rc=0; $(PYTEST) -m "not slow" -n $(PYTEST_WORKERS) || rc=1; $(PYTEST) -m slow || rc=1; exit $$rc
+
+# The in-process tier alone, the developer loop: no Ray, Ray Train, service, database or LLM server
+# (tests/conftest.py marks those `slow` from the fixtures they use).
 test-fast: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow" --durations=15
+	$(PYTEST) -m "not slow" -n $(PYTEST_WORKERS)
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ./deploy/demo.sh
