@@ -11,8 +11,9 @@ are the judge.
 ``--complete on`` adapts with ``--complete`` (the sample annotates everything the tenant
 redacts: no rehearsal of the labels it does not cover, and the detector redacts only the
 types it teaches), ``both`` adapts each size with and without it in the same run (rows
-keyed by ``complete``). Those runs are saved as ``redaction_adapt_complete`` (a run of one
-domain would otherwise replace the other domains' curves in ``redaction_adapt``).
+keyed by ``complete``). Those runs are saved as ``redaction_adapt_complete``. A run of some
+domains keeps the other domains' curves of the last saved result (marked ``from_run``: that
+run's commit and date) rather than dropping them.
 
     .venv/bin/python -m experiments.redaction_adapt [--domains clinical,multiwoz,tab]
         [--sizes 25,50,100,200,all] [--epochs N] [--complete off|on|both] [--data ../shared/data]
@@ -95,8 +96,23 @@ def main(argv: list[str] | None = None) -> int:
                                   "default": {"recall": base["recall"], "char_precision": base["char_precision"]}}
     out["machine_note"] = machine()
     out["complete"] = args.complete
-    save_result("redaction_adapt" if args.complete == "off" else "redaction_adapt_complete", out)
+    name = "redaction_adapt" if args.complete == "off" else "redaction_adapt_complete"
+    _keep_other_domains(out, ROOT / "benchmarks" / "results" / f"{name}.json")
+    save_result(name, out)
     return 0
+
+
+def _keep_other_domains(out: dict, previous: Path) -> None:
+    """A run of some domains keeps the other domains' curves from the last saved result
+    (each marked with that run's commit and date under ``from_run``) instead of dropping them."""
+    try:
+        old = json.loads(previous.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    for domain, block in (old.get("domains") or {}).items():
+        if domain not in out["domains"]:
+            out["domains"][domain] = {**block, "from_run": block.get("from_run") or
+                                      {"commit": old.get("commit"), "date": old.get("date")}}
 
 
 def _text_reader(fmt: str):

@@ -21,9 +21,13 @@ is an :class:`InputError` naming the file and line: nothing is trained.
 **Labels.** A type names the spaCy label it trains: the OntoNotes labels the model has and
 Presidio's names for them are aliases (:data:`ALIASES`: PERSON, NAME, LOCATION/GPE, LOC,
 FAC, ORGANIZATION/ORG, DATE_TIME/DATE/DATETIME, TIME, NRP/NORP); ``--map TYPE=LABEL``
-adds others (``PTName=PERSON``); any other type becomes a new label of its own name
-(upper case, ``[A-Z0-9_]``), which the detector reports as an entity type of that name,
-always redacted (the folder's ``detector.json`` lists them under ``labels``).
+adds others (``PTName=PERSON``); a type that names one the pattern recognizers report
+becomes a new label of Presidio's name for it (:data:`PATTERN_ALIASES`: PHONE/TELEPHONE/FAX ->
+PHONE_NUMBER, EMAIL -> EMAIL_ADDRESS, ZIP -> ZIP_CODE, SSN -> US_SSN, AGE, ...), so that the
+folder's type is that default type and ``--complete`` keeps its recognizers; any other type
+becomes a new label of its own name (upper case, ``[A-Z0-9_]``), which the detector reports
+as an entity type of that name, always redacted (the folder's ``detector.json`` lists them
+under ``labels``).
 
 **Hold-out.** A record is held out when the first 8 bytes of the SHA-256 of its text,
 as a fraction of 2^64, fall below ``holdout`` (default 0.2): the same record is held out
@@ -140,6 +144,19 @@ ALIASES: dict[str, str] = {
     "NRP": "NORP", "NORP": "NORP",
 }
 """Annotated type (upper-cased) -> the spaCy label it trains, for the labels the model has."""
+PATTERN_ALIASES: dict[str, str] = {
+    "PHONE": "PHONE_NUMBER", "PHONE_NUMBER": "PHONE_NUMBER", "TELEPHONE": "PHONE_NUMBER",
+    "TELEPHONE_NUMBER": "PHONE_NUMBER", "FAX": "PHONE_NUMBER",
+    "EMAIL": "EMAIL_ADDRESS", "E_MAIL": "EMAIL_ADDRESS", "EMAIL_ADDRESS": "EMAIL_ADDRESS",
+    "URL": "URL", "WEB": "URL", "IP_ADDRESS": "IP_ADDRESS", "SSN": "US_SSN", "US_SSN": "US_SSN",
+    "ZIP": "ZIP_CODE", "ZIP_CODE": "ZIP_CODE", "POSTCODE": "POSTCODE", "STREET_ADDRESS": "STREET_ADDRESS",
+    "AGE": "AGE", "CREDIT_CARD": "CREDIT_CARD", "IBAN_CODE": "IBAN_CODE",
+}
+"""Annotated type (upper-cased, ``[A-Z0-9_]``) -> the new label it trains when it names a
+type the detector's pattern recognizers report (Presidio's name: PHONE -> PHONE_NUMBER):
+the folder's type is then that default type, so a ``--complete`` folder keeps those
+recognizers (a ``Phone`` type trained as its own label ``PHONE`` left them out: the
+detector then redacted phone numbers only where the NER had learnt them)."""
 MULTIWOZ_SLOTS = {"Phone": "PHONE_NUMBER", "Post": "POSTCODE", "Ref": "REFERENCE_NUMBER", "Id": "ID",
                   "Addr": "STREET_ADDRESS", "Name": "VENUE"}
 TAB_MASKED = ("DIRECT", "QUASI")
@@ -280,6 +297,8 @@ def label_for(typ: str, label_map: dict[str, str] | None = None) -> str:
     if up in ALIASES:
         return ALIASES[up]
     lab = re.sub(r"[^A-Z0-9_]+", "_", up).strip("_") or "PII"
+    if lab in PATTERN_ALIASES:
+        return PATTERN_ALIASES[lab]
     if not lab[0].isalpha():
         lab = "T_" + lab
     return lab[:32]

