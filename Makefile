@@ -24,7 +24,8 @@ install: $(STAMP)
 
 # Two tiers, each run the way it is fastest on these 2 cores.
 # - The in-process tier (`-m "not slow"`) is single-threaded Python per test, CPU-bound: two
-#   pytest-xdist workers run it in about half the time (PYTEST_WORKERS; more on a bigger machine).
+#   pytest-xdist workers, a test file at a time (its module fixtures built once), run it in less
+#   time (PYTEST_WORKERS; more on a bigger machine).
 # - The slow tier (Ray, Ray Train, the services, LLM servers) runs in one process: its Ray heads,
 #   Ray Train workers and service processes already keep both cores busy, and two pytest processes
 #   made it slower (DIARY, session 33); its session fixtures are shared by order (integration first).
@@ -35,12 +36,12 @@ PYTEST_WORKERS ?= 2
 PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q --durations=15
 
 test: $(STAMP)
-	rc=0; $(PYTEST) -m "not slow" -n $(PYTEST_WORKERS) || rc=1; $(PYTEST) -m slow || rc=1; exit $$rc
+	rc=0; $(PYTEST) -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile || rc=1; $(PYTEST) -m slow || rc=1; exit $$rc
 
 # The in-process tier alone, the developer loop: no Ray, Ray Train, service, database or LLM server
 # (tests/conftest.py marks those `slow` from the fixtures they use).
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow" -n $(PYTEST_WORKERS)
+	$(PYTEST) -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ./deploy/demo.sh
