@@ -289,6 +289,15 @@ def held_out(text: str, fraction: float) -> bool:
     return int.from_bytes(h[:8], "big") / 2 ** 64 < fraction
 
 
+def folder_labels(types, label_map: dict[str, str] | None,
+                  presidio_map: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """A detector folder's ``types`` (sample type -> the label it trains, :func:`label_for`)
+    and ``labels`` (each trained label the base model's Presidio mapping lacks, reported
+    under its own name), as :func:`adapt` writes them into ``detector.json``."""
+    labels = {t: label_for(t, label_map) for t in types}
+    return labels, {lab: lab for lab in sorted(set(labels.values())) if lab not in presidio_map}
+
+
 def label_for(typ: str, label_map: dict[str, str] | None = None) -> str:
     """The spaCy label an annotated type trains (see the module docstring)."""
     if label_map and typ in label_map:
@@ -543,11 +552,10 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
         raise InputError(f"base model {base!r} has no ner component")
     ner = nlp.get_pipe("ner")
     presidio_map, _ = ner_mapping(base)
-    labels = {t: label_for(t, label_map) for t in types}
+    labels, custom = folder_labels(types, label_map, presidio_map)
     covered = frozenset(labels.values())
     titles = title_convention(train)
     new_labels = sorted(covered - set(ner.labels))
-    custom = {lab: lab for lab in sorted(covered) if lab not in presidio_map}
     say(f"data: {len(records)} records ({len(train)} train, {len(dev)} held out), "
         f"{sum(len(r['spans']) for r in train)} train spans; types -> labels {labels}; new labels {new_labels}")
 

