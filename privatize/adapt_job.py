@@ -60,6 +60,9 @@ class AdaptConfig(BaseModel):
     complete: bool = False
     """The corpus annotates everything the tenant redacts: the base model's other entities are
     taught as outside, and the detector redacts only the types the corpus teaches."""
+    sample_terms: bool = True
+    """Keep the terms the corpus annotates (rare words mostly annotated where they occur), which
+    the detector then always redacts (as ``privatize train-ner`` does unless ``--no-sample-terms``)."""
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
@@ -91,6 +94,7 @@ def summary_of(doc: dict) -> dict:
     prov = doc.get("provenance") or {}
     return {"score_threshold": doc.get("score_threshold"),
             "labels": doc.get("labels") or {}, "complete": bool(doc.get("complete")),
+            "terms": (doc.get("terms") or {}).get("terms", 0),
             "held_out": {k: ev.get(k) for k in HELD_OUT_KEYS},
             "held_out_by_type": ev.get("by_type"),
             "base_held_out": {k: be.get(k) for k in HELD_OUT_KEYS},
@@ -127,7 +131,8 @@ def adapt_to(config: AdaptConfig, input_location: str, output_location: str) -> 
         folder = out / DETECTOR_DIR
         try:
             doc = adapt(annotated, folder, fmt=config.format, epochs=config.epochs, seed=config.seed,
-                        holdout=config.holdout, label_map=dict(config.map), complete=config.complete, force=True,
+                        holdout=config.holdout, label_map=dict(config.map), complete=config.complete,
+                        sample_terms=config.sample_terms, force=True,
                         progress=lambda msg: print(f"adapt: {msg}", file=sys.stderr, flush=True))
         except InputError as exc:  # name the input, never this machine's path
             raise InputError(str(exc).replace(str(annotated), "<input>").replace("--annotated ", "")) from None

@@ -19,24 +19,27 @@ import sys
 
 def _adapt(args: argparse.Namespace) -> int:
     from privatize.redaction.adapt import DEFAULT_EPOCHS_ADAPT, adapt, check_arguments, parse_map
+    from privatize.redaction.terms import parse_terms_option
 
     epochs = args.epochs if args.epochs is not None else DEFAULT_EPOCHS_ADAPT
     check_arguments(args.annotated, args.output, fmt=args.format, epochs=epochs, seed=args.seed,
                     holdout=args.holdout, force=args.force)
     label_map = parse_map(args.map)
+    terms = parse_terms_option(args.terms)
 
     def progress(msg: str) -> None:
         print(f"train-ner: {msg}", file=sys.stderr, flush=True)
 
     doc = adapt(args.annotated, args.output, fmt=args.format, base=args.base, epochs=epochs, seed=args.seed,
                 holdout=args.holdout, label_map=label_map, rehearsal=not args.no_rehearsal, complete=args.complete,
-                force=args.force, progress=progress)
+                terms=terms, sample_terms=not args.no_sample_terms, force=args.force, progress=progress)
     ev, be = doc["evaluation"], doc["base_evaluation"]
     keys = ("recall", "miss_rate_upper_95", "char_recall", "char_precision", "span_precision")
     print(json.dumps({"output": args.output, "score_threshold": doc["score_threshold"],
                       "held_out": {k: ev[k] for k in keys}, "base_held_out": {k: be[k] for k in keys},
                       "records": doc["provenance"]["records"],
                       "held_out_records": doc["provenance"]["held_out_records"],
+                      "terms": (doc.get("terms") or {}).get("terms", 0),
                       "seconds": doc["provenance"]["seconds"]}))
     return 0
 
@@ -100,5 +103,11 @@ def register(sub) -> None:
     a.add_argument("--complete", action="store_true",
                    help="the sample annotates everything this tenant redacts: the base model's other entities are "
                         "taught as outside (no rehearsal) and the detector redacts only the types the sample teaches")
+    a.add_argument("--terms", action="append", default=[], metavar="TYPE=FILE",
+                   help="a list of this tenant's terms, one per line, always redacted as TYPE wherever they stand as "
+                        "whole words, any case (LOCATION=buildings.txt, PERSON=staff.txt); repeatable; stored hashed")
+    a.add_argument("--no-sample-terms", action="store_true",
+                   help="do not keep the terms the sample annotates (rare words and names mostly annotated where "
+                        "they occur in its training part), which the detector otherwise always redacts")
     a.add_argument("--no-rehearsal", action="store_true", help="for comparison only: train without rehearsal")
     p.set_defaults(func=_train)

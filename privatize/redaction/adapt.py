@@ -31,7 +31,11 @@ under ``labels``).
 
 **Hold-out.** A record is held out when the first 8 bytes of the SHA-256 of its text,
 as a fraction of 2^64, fall below ``holdout`` (default 0.2): the same record is held out
-whatever the file's order or the other records. Training never sees those.
+whatever the file's order or the other records. Training never sees those. A ``jsonl``
+record may name its ``group`` (a patient, a case, a conversation: a string or an integer):
+then the hash is of the group, and a group is held out or trained on as a whole, so that
+the evaluation does not meet, in other records of one patient, the names the training saw
+(the sample's terms, below, would otherwise look better than they are).
 
 **Rehearsal** (so that types the sample does not annotate do not regress). The sample is
 complete for the labels its types map to: the base model's predictions with those labels
@@ -132,6 +136,8 @@ from privatize.errors import InputError
 from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD, DETECTOR_FILE, DETECTOR_FORMAT, TITLE_AT, TITLE_WORDS
 from privatize.redaction.engine import DEFAULT_MODEL, ner_mapping, resolve_model
 from privatize.redaction.presidio import import_presidio
+from privatize.redaction.terms import TERMS_FILE, TermSet, read_term_file
+from privatize.redaction.terms import sample_terms as terms_of_sample
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +171,7 @@ DEFAULT_HOLDOUT = 0.2
 MAX_PIECE = 2000
 RECALL_TOLERANCE = 0.005
 TRUST_MIN_PRECISION = 0.5
+NEGATIVES = ("all", "detector")
 PI_C_FILE = "pi_c.json"
 PI_C_TARGET = 0.05
 _LABEL_OK = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
@@ -206,7 +213,13 @@ def _jsonl(obj: dict, where: str) -> dict:
         if not isinstance(sp, dict) or not {"start", "end", "type"} <= sp.keys():
             raise _bad(where, f"span {k}: expected an object with 'start', 'end' and 'type'")
         raw.append((sp["start"], sp["end"], sp["type"]))
-    return {"text": text, "spans": _check_spans(where, text, raw)}
+    rec = {"text": text, "spans": _check_spans(where, text, raw)}
+    group = obj.get("group")
+    if group is not None:
+        if isinstance(group, bool) or not isinstance(group, (str, int)):
+            raise _bad(where, f"'group' must be a string or an integer (got {type(group).__name__})")
+        rec["group"] = str(group)
+    return rec
 
 
 def _tab(obj: dict, where: str) -> dict:
@@ -283,10 +296,23 @@ def read_annotated(path: str | Path, fmt: str = "jsonl") -> tuple[list[dict], st
     return out, hashlib.sha256(data).hexdigest()
 
 
+def holdout_key(record: dict) -> str:
+    """What a record's hold-out is decided on: its group when it names one, else its text."""
+    return f"group:{record['group']}" if record.get("group") is not None else record["text"]
+
+
 def held_out(text: str, fraction: float) -> bool:
-    """Whether a record is in the held-out slice (a hash of its text; see the module doc)."""
+    """Whether a record is in the held-out slice (a hash of its text, or of its
+    :func:`holdout_key`; see the module doc)."""
     h = hashlib.sha256(text.encode("utf-8")).digest()
     return int.from_bytes(h[:8], "big") / 2 ** 64 < fraction
+
+
+def entity_types(labels: dict[str, str], custom: dict[str, str], presidio_map: dict[str, str]) -> dict[str, str]:
+    """Annotated type -> the entity type the detector reports for it (its label's, through the
+    folder's own labels or Presidio's table); types whose label maps to none are left out."""
+    out = {t: custom.get(lab) or presidio_map.get(lab) for t, lab in labels.items()}
+    return {t: e for t, e in out.items() if e}
 
 
 def folder_labels(types, label_map: dict[str, str] | None,
@@ -390,11 +416,27 @@ def _punct_expand(doc, text: str, s: int, e: int):
     return x if not any(c.isalnum() for c in extra) else None
 
 
-def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None):
+def _dropped_by_detector(base: str, pieces, preds, labels: frozenset[str] | None) -> list[list[tuple[int, int]]]:
+    """Per piece, the base model's entities (of ``labels``; ``None``: any) that the default
+    detector's filters drop: no span of its output overlaps them (see ``negatives``)."""
+    from privatize.redaction.detect import Detector
+
+    found = Detector(base).detect([p for p, _ in pieces])
+    out = []
+    for pred, det in zip(preds, found):
+        kept = [(x["start"], x["end"]) for x in det.spans]
+        out.append([(e.start_char, e.end_char) for e in pred.ents if (labels is None or e.label_ in labels)
+                    and not any(a < e.end_char and e.start_char < b for a, b in kept)])
+    return out
+
+
+def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None,
+              quiet: Iterable[tuple[int, int]] = ()):
     """The training target of one piece: annotated spans with their labels, the base
     model's predictions (``predicted``) kept where their label is not ``covered`` and they
     overlap no annotated span, outside elsewhere (see the module docstring). A complete
-    sample (or no rehearsal) passes a ``predicted`` with no entities: none is kept."""
+    sample (or no rehearsal) passes a ``predicted`` with no entities: none is kept.
+    ``quiet``: character ranges left unlabelled (missing) where no annotated span lies."""
     from spacy.tokens import Span
     from spacy.util import filter_spans
 
@@ -416,6 +458,10 @@ def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_m
     for p in predicted.ents:
         if p.label_ not in covered and not taken.intersection(range(p.start, p.end)):
             ents.append(Span(ref, p.start, p.end, label=p.label_))
+    for a, b in quiet:
+        x = ref.char_span(a, b, alignment_mode="expand")
+        if x is not None and len(x):
+            missing.append(x)
     missing = [m for m in filter_spans(missing) if not any(m.start < x.end and x.start < m.end for x in ents)]
     ref.set_ents(ents, missing=missing, default="outside")
     return ref
@@ -526,15 +572,21 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
           epochs: int = DEFAULT_EPOCHS_ADAPT, seed: int = 0, holdout: float = DEFAULT_HOLDOUT,
           label_map: dict[str, str] | None = None, rehearsal: bool = True, complete: bool = False,
           batch_size: int = 16, dropout: float = 0.2, learn_rate: float = 0.001, force: bool = False,
+          terms: list[tuple[str, Path]] | None = None, sample_terms: bool = True, negatives: str = "all",
           progress: Progress | None = None) -> dict:
     """Train, evaluate, and write the detector folder ``output``; returns its ``detector.json``.
-    ``complete``: the sample annotates everything the tenant redacts (see the module docstring)."""
+    ``complete``: the sample annotates everything the tenant redacts (see the module docstring).
+    ``terms``: ``(entity type, list file)`` pairs (``--terms TYPE=FILE``); ``sample_terms``: keep
+    the terms the sample's training part teaches (:mod:`privatize.redaction.terms`)."""
     out = check_arguments(annotated, output, fmt=fmt, epochs=epochs, seed=seed, holdout=holdout, force=force)
+    if negatives not in NEGATIVES:
+        raise InputError(f"negatives must be one of {', '.join(NEGATIVES)} (got {negatives!r})")
+    term_lists = [(etype, Path(f), read_term_file(f, etype)) for etype, f in (terms or [])]
     say = progress or log.info
     t_start = time.perf_counter()
     records, digest = read_annotated(annotated, fmt)
-    dev = [r for r in records if held_out(r["text"], holdout)]
-    train = [r for r in records if not held_out(r["text"], holdout)]
+    dev = [r for r in records if held_out(holdout_key(r), holdout)]
+    train = [r for r in records if not held_out(holdout_key(r), holdout)]
     if not train or not dev:
         raise InputError(f"--annotated {annotated}: {len(records)} record(s) give {len(train)} to train and "
                          f"{len(dev)} held out at --holdout {holdout}; give more records")
@@ -564,9 +616,13 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
     with nlp.select_pipes(disable=other):
         preds = list(nlp.pipe([p for p, _ in pieces], batch_size=32))
     rehearse = rehearsal and not complete  # a complete sample keeps none of the base model's other entities
+    quiet = _dropped_by_detector(base, pieces, preds, None if not rehearse else covered) \
+        if negatives == "detector" else [[] for _ in pieces]
     examples = [Example(nlp.make_doc(p), reference(nlp, p, s, pred if rehearse else nlp.make_doc(p),
-                                                   covered, label_map))
-                for (p, s), pred in zip(pieces, preds)]
+                                                   covered, label_map, quiet=q))
+                for (p, s), pred, q in zip(pieces, preds, quiet)]
+    if negatives == "detector":
+        say(f"negatives: {sum(map(len, quiet))} base-model entities the detector drops left unlabelled")
     kept = sum(1 for (p, s), pred in zip(pieces, preds) for e in pred.ents if e.label_ not in covered)
     say(f"rehearsal: {'off (complete sample)' if complete else 'on' if rehearsal else 'off'}; the base model's "
         f"entities of uncovered labels in the training text: {kept}"
@@ -604,6 +660,15 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
                "types": labels, "trim_titles": titles["trim_titles"], "title_convention": titles}
         if complete:  # the detector redacts only the types the sample teaches (older folders: no key)
             doc["complete"] = True
+        term_set = TermSet()
+        if sample_terms:
+            term_set.add(terms_of_sample(train, entity_types(labels, custom, presidio_map).get), "sample")
+        for etype, f, pairs in term_lists:
+            term_set.add(pairs, f"{etype}={f.name}")
+        if len(term_set):
+            term_set.save(tmp)
+            doc["terms"] = {"file": TERMS_FILE, "terms": len(term_set), "sources": term_set.sources}
+        say(f"terms: {len(term_set)} ({', '.join(f'{k} {v}' for k, v in term_set.sources.items()) or 'none'})")
         (tmp / DETECTOR_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         doc.update(_evaluate(str(tmp), base, dev, say, sorted(lab for lab in covered if lab in presidio_map)))
         doc["provenance"] = {
@@ -611,9 +676,13 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
             "records": len(records), "train_records": len(train), "held_out_records": len(dev),
             "train_pieces": len(examples), "train_spans": sum(len(r["spans"]) for r in train),
             "held_out_spans": sum(len(r["spans"]) for r in dev), "holdout": holdout,
-            "holdout_rule": "sha256(text)[:8] / 2**64 < holdout",
+            "holdout_rule": "sha256(text, or 'group:' + group)[:8] / 2**64 < holdout",
+            "groups": len({r["group"] for r in records if r.get("group") is not None}),
             "base_model": base, "seed": seed, "epochs": epochs, "batch_size": batch_size, "dropout": dropout,
             "learn_rate": learn_rate, "rehearsal": rehearsal, "complete": complete, "label_map": label_map or {},
+            "sample_terms": sample_terms, "negatives": negatives,
+            "term_lists": [{"type": etype, "file": f.name, "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
+                            "lines": len(pairs)} for etype, f, pairs in term_lists],
             "history": history, "train_seconds": train_seconds,
             "seconds": round(time.perf_counter() - t_start, 1),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

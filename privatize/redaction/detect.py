@@ -77,6 +77,7 @@ from privatize.redaction.styles import AUTO, get_style, style_names, style_picke
 from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, _NER_SOURCES, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        is_speaker_label, merge_intervals, merge_spans, recase)
+from privatize.redaction.terms import TermSet
 from privatize.redaction.words import stop_words
 from privatize.refs import model_folder
 
@@ -265,6 +266,11 @@ class Detector:
             taught = frozenset(self.ner_map.get(lab, lab) for lab in (folder.get("types") or {}).values())
             self.entities = (self.entities & taught) | custom
         self.ner_ignored = frozenset(ignored) - {"ORGANIZATION"} - custom
+        # the folder's own terms (its sample's recurring names and places, the tenant's lists):
+        # always detected, as the labels it added are, and not second-guessed by the filters
+        self.terms = TermSet.load(model) if folder.get("terms") else None
+        if self.terms is not None:
+            self.entities |= frozenset(self.terms.digests.values())
         self.recognizers = [CompiledRecognizer(r) for r in default_pattern_recognizers()]
         warm_word_lists()  # wordfreq and the census names load here, not inside the first batch
 
@@ -495,6 +501,10 @@ class Detector:
             cands = self._map_ner(ner[i], "spacy", text, case, trusted)
             if i in case_ner:
                 cands += self._map_ner(case_ner[i], "spacy_case", text, case, trusted)
+            if self.terms is not None:
+                found = self.terms.find(text)
+                cands += found
+                trusted.update((c[0], c[1], c[4]) for c in found)
             hits, weak = self._patterns(text, None if (pi_c.recognizer_hits or calibrated) else self.entities)
             cands += hits
             style = doc_styles[i]

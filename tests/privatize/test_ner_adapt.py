@@ -76,9 +76,12 @@ def adapted(tmp_path_factory):
     sample = d / "sample.jsonl"
     sample.write_text("".join(json.dumps(r) + "\n" for r in make_sample()), encoding="utf-8")
     out = d / "detector"
+    buildings = d / "buildings.txt"
+    buildings.write_text("# the site's buildings\nQuillfeather Pavilion\nQuillfeather\n\n", encoding="utf-8")
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()) as so:
-        rc = main(["train-ner", "--annotated", str(sample), "--output", str(out), "--epochs", "6", "--seed", "1"])
+        rc = main(["train-ner", "--annotated", str(sample), "--output", str(out), "--epochs", "6", "--seed", "1",
+                   "--terms", f"LOCATION={buildings}"])
     assert rc == 0, err.getvalue()
     return out, json.loads(so.getvalue().strip().splitlines()[-1]), sample
 
@@ -99,6 +102,34 @@ def test_adapted_finds_the_annotated_type_the_default_misses(adapted):
     types = [_found(det, t, m) for t, m in MRN_UNSEEN]
     assert sum(base_hits) == 0, base_hits  # the default model misses every one
     assert sum("MRN" in ts for ts in types) >= 3, types
+
+
+def test_the_tenants_terms_and_the_samples_are_redacted_and_stored_hashed(adapted):
+    """``--terms LOCATION=FILE``: a building name no model knows is redacted in lower case on a
+    sentence no record holds; the sample's own MRNs are kept as terms; the folder holds
+    neither in the clear."""
+    from privatize.redaction.detect import Detector
+
+    out, summary, sample = adapted
+    text = "Moved to 4 quillfeather pavilion after lunch, stable."
+    want = "quillfeather pavilion"
+    assert _found(Detector(str(out)), text, want) == ["LOCATION"]
+    assert [x["source"] for x in Detector(str(out)).detect([text])[0].spans] == ["terms"]
+    assert _found(Detector(), text, want) == []
+    doc = json.loads((out / "detector.json").read_text())
+    sample_mrns = {sp["text"] for ln in sample.read_text().splitlines() for sp in json.loads(ln)["spans"]}
+    assert doc["terms"]["sources"]["LOCATION=buildings.txt"] == 2
+    assert 0 < doc["terms"]["sources"]["sample"] <= len(sample_mrns)
+    assert summary["terms"] == doc["terms"]["terms"] == 2 + doc["terms"]["sources"]["sample"]
+    assert doc["provenance"]["term_lists"][0]["lines"] == 2 and doc["provenance"]["sample_terms"] is True
+    raw = (out / "terms.json").read_text().casefold()
+    assert "quillfeather" not in raw and not any(m.casefold() in raw for m in sample_mrns)
+    # a training record's MRN is a term: found in capitals, which no training record shows
+    from privatize.redaction.adapt import DEFAULT_HOLDOUT, held_out
+
+    recs = [json.loads(ln) for ln in sample.read_text().splitlines()]
+    mrn = sorted(sp["text"] for r in recs if not held_out(r["text"], DEFAULT_HOLDOUT) for sp in r["spans"])[0]
+    assert _found(Detector(str(out)), f"Old chart {mrn.upper()} closed.", mrn.upper()) == ["MRN"]
 
 
 def test_rehearsal_keeps_names_and_dates(adapted):
@@ -169,7 +200,26 @@ def test_redact_stage_uses_the_folder(adapted):
     assert detector_for(RedactSettings(model=str(out), score_threshold=0.9)).score_threshold == 0.9
 
 
+def test_records_of_one_group_are_held_out_together(tmp_path):
+    """A ``group`` (a patient) decides the hold-out for all its records: the slice is whole
+    groups, and the same groups whatever the texts; records without one go by their text."""
+    from privatize.redaction.adapt import held_out, holdout_key, read_annotated
+
+    f = tmp_path / "g.jsonl"
+    rows = [{"text": f"note {i} of patient {i % 10}", "spans": [], "group": i % 10} for i in range(60)]
+    rows += [{"text": f"loose note {i}", "spans": []} for i in range(20)]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    recs, _ = read_annotated(f)
+    out = {r["group"] for r in recs if "group" in r and held_out(holdout_key(r), 0.3)}
+    kept = {r["group"] for r in recs if "group" in r and not held_out(holdout_key(r), 0.3)}
+    assert out and kept and not out & kept  # 10 groups: each on one side only
+    assert out == {str(g) for g in range(10) if held_out(f"group:{g}", 0.3)}
+    loose = [r for r in recs if "group" not in r]
+    assert [held_out(holdout_key(r), 0.3) for r in loose] == [held_out(r["text"], 0.3) for r in loose]
+
+
 @pytest.mark.parametrize("line,msg", [
+    ({"text": "MRN qx7781b", "spans": [], "group": True}, "'group' must be a string or an integer"),
     ({"text": "MRN qx7781b"}, "expected a 'spans' list"),
     ({"text": "MRN qx7781b", "spans": [{"start": 4, "end": 40, "type": "MRN"}]}, "out of range"),
     ({"text": "MRN qx7781b", "spans": [{"start": 4, "end": 11}]}, "'start', 'end' and 'type'"),
@@ -343,6 +393,49 @@ def test_a_complete_sample_teaches_every_other_prediction_as_outside():
     ref = reference(nlp, text, spans, nlp.make_doc(text), *args[4:])  # what adapt passes a complete sample
     assert [(e.text, e.label_) for e in ref.ents] == [("Ann Lee", "PERSON")]
     assert [t.ent_iob_ for t in ref] == ["B", "I", "O", "O", "O", "O", "O", "O"]  # taught, not missing
+
+
+def test_quiet_ranges_are_left_unlabelled_unless_annotated():
+    """``negatives="detector"``: a base-model entity the detector's filters drop anyway
+    (``quiet``) is left unlabelled (missing, no signal) instead of taught as outside; an
+    annotated span over it still wins."""
+    import spacy
+
+    from privatize.redaction.adapt import reference
+
+    nlp = spacy.blank("en")
+    text = "Lasix given, Ann Lee to Hanley ward"
+    spans = [(13, 20, "PTName")]
+    args = (nlp, text, spans, nlp.make_doc(text), frozenset({"PERSON"}), {"PTName": "PERSON"})
+    plain = reference(*args)
+    assert [t.ent_iob_ for t in plain] == ["O", "O", "O", "B", "I", "O", "O", "O"]
+    ref = reference(*args, quiet=[(0, 5), (13, 16), (24, 30)])  # Lasix, Ann (annotated), Hanley
+    assert [(e.text, e.label_) for e in ref.ents] == [("Ann Lee", "PERSON")]
+    assert [t.ent_iob_ for t in ref] == ["", "O", "O", "B", "I", "O", "", "O"]
+
+
+def test_dropped_by_detector_keeps_only_what_the_detector_drops():
+    """The negatives ``_dropped_by_detector`` leaves unlabelled: the base model's entities that
+    no span of the default detector's output overlaps (worked out on two pieces)."""
+    import spacy
+    from spacy.tokens import Span
+
+    from privatize.redaction.adapt import _dropped_by_detector
+    from privatize.redaction.defaults import DEFAULT_MODEL
+    from privatize.redaction.detect import Detector
+
+    nlp = spacy.blank("en")
+    pieces = [("Seen by Margaret Hughes on May 14, 2019.", []), ("BP stable. Hct 30.", [])]
+    found = Detector().detect([p for p, _ in pieces])
+    assert any(x["entity_type"] == "PERSON" for x in found[0].spans) and not found[1].spans
+    preds = []
+    for text, _ in pieces:
+        d = nlp.make_doc(text)
+        d.set_ents([Span(d, 2, 4, label="PERSON")] if text.startswith("Seen") else [Span(d, 3, 4, label="PERSON")])
+        preds.append(d)
+    got = _dropped_by_detector(DEFAULT_MODEL, pieces, preds, frozenset({"PERSON"}))
+    assert got == [[], [(11, 14)]]  # Margaret Hughes is kept by the detector; "Hct" is not
+    assert _dropped_by_detector(DEFAULT_MODEL, pieces, preds, frozenset({"GPE"})) == [[], []]
 
 
 def test_a_complete_folder_redacts_only_the_types_its_sample_teaches(tmp_path):
