@@ -1,6 +1,7 @@
 """What a tenant's terms add to an adapted detector (issue 51), on the clinical development
 notes, scored on other patients: the detector adapted on N notes of some patients
-(``privatize train-ner --annotated``, NER only: ``sample_terms=False``), then the same
+(``privatize train-ner --annotated`` with its defaults, general rehearsal included, but NER
+only: ``sample_terms=False``), then the same
 folder with the terms its training notes teach (:func:`privatize.redaction.terms.sample_terms`),
 then with the tenant's lists too (``--terms``; here the deid package's hospital, local-place
 and doctor-name lists that ship with the corpus, ``real_dev/physionet_lists``: what a
@@ -39,7 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="50,200")
     ap.add_argument("--holdout", type=float, default=0.5, help="share of patients held out (by a hash)")
     ap.add_argument("--epochs", type=int, default=None, help="default: the CLI's")
-    ap.add_argument("--negatives", default="all", help="adapt's negatives, one or more of all,detector")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     args = ap.parse_args(argv)
     from privatize.redaction.adapt import adapt, entity_types, evaluate, held_out, read_annotated
@@ -73,14 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         out["default"] = _figures(default)
         print(f"default detector on {len(test)} notes of {out['test_patients']} patients: {_line(default)}", flush=True)
         sizes = sorted({min(int(x), len(pool)) for x in args.sizes.split(",")})
-        for k, negatives in [(k, n) for k in sizes for n in args.negatives.split(",")]:
+        for k in sizes:
             f = work / f"train_{k}.jsonl"
             f.write_text("".join(json.dumps(r) + "\n" for r in pool[:k] + test_rows), encoding="utf-8")
-            folder = work / f"det_{k}_{negatives}"
+            folder = work / f"det_{k}"
             t0 = time.perf_counter()
             kw = {"epochs": args.epochs} if args.epochs else {}
-            doc = adapt(f, folder, label_map=LABEL_MAP, holdout=args.holdout, sample_terms=False, negatives=negatives,
-                        **kw,
+            doc = adapt(f, folder, label_map=LABEL_MAP, holdout=args.holdout, sample_terms=False, **kw,
                         progress=lambda m, k=k: print(f"  {k}: {m}", file=sys.stderr, flush=True))
             seconds = time.perf_counter() - t0
             train, _ = read_annotated(f)
@@ -94,14 +93,14 @@ def main(argv: list[str] | None = None) -> int:
             for etype, p in lists:
                 both.add(read_term_file(p, etype), f"{etype}={p.name}")
             variants["+ the tenant's lists"] = both
-            row = {"notes": k, "negatives": negatives, "train_patients": len({r["group"] for r in train}), "seconds": round(seconds, 1),
+            row = {"notes": k, "general_rehearsal": doc["provenance"]["general_rehearsal"], "train_patients": len({r["group"] for r in train}), "seconds": round(seconds, 1),
                    "score_threshold": doc["score_threshold"], "trusted_labels": doc.get("trusted_labels", []),
                    "variants": {}}
             for name, terms in variants.items():
                 ev = evaluate(test, [d.spans for d in Detector(str(_with_terms(folder, terms, work))).detect(texts)])
                 row["variants"][name] = {**_figures(ev), "terms": len(terms) if terms else 0,
                                          "sources": terms.sources if terms else {}}
-                print(f"{k} notes, negatives {negatives}, {name}: {_line(ev)}", flush=True)
+                print(f"{k} notes, {name}: {_line(ev)}", flush=True)
             out["rows"].append(row)
     out["machine_note"] = machine()
     save_result("redaction_terms", out)

@@ -60,6 +60,9 @@ class AdaptConfig(BaseModel):
     complete: bool = False
     """The corpus annotates everything the tenant redacts: the base model's other entities are
     taught as outside, and the detector redacts only the types the corpus teaches."""
+    general_rehearsal: float = Field(0.5, ge=0.0, le=4.0)
+    """General sentences labelled by the base model trained beside the corpus, as a share of its
+    characters (as ``--general-rehearsal``)."""
     sample_terms: bool = True
     """Keep the terms the corpus annotates (rare words mostly annotated where they occur), which
     the detector then always redacts (as ``privatize train-ner`` does unless ``--no-sample-terms``)."""
@@ -132,7 +135,7 @@ def adapt_to(config: AdaptConfig, input_location: str, output_location: str) -> 
         try:
             doc = adapt(annotated, folder, fmt=config.format, epochs=config.epochs, seed=config.seed,
                         holdout=config.holdout, label_map=dict(config.map), complete=config.complete,
-                        sample_terms=config.sample_terms, force=True,
+                        sample_terms=config.sample_terms, general_rehearsal=config.general_rehearsal, force=True,
                         progress=lambda msg: print(f"adapt: {msg}", file=sys.stderr, flush=True))
         except InputError as exc:  # name the input, never this machine's path
             raise InputError(str(exc).replace(str(annotated), "<input>").replace("--annotated ", "")) from None

@@ -45,6 +45,16 @@ that overlap no annotated span are kept as the training target: the model rehear
 its own behaviour on the tenant's text. Long records are cut into pieces of at most
 :data:`MAX_PIECE` characters at line or sentence ends outside spans.
 
+**General rehearsal** (``general_rehearsal``, default :data:`DEFAULT_GENERAL_REHEARSAL`;
+``--general-rehearsal R``): sentences of the public-domain stories that ship with the
+package, as many characters as R times the sample's, labelled by the base model (every
+label), are trained beside the sample. Without them the sample's negatives (the base
+model's unsupported names taught as outside) made the model forget names it never saw in
+the sample: on the clinical development notes held out by patient, adapted on 200 notes, it
+missed 23 of 297 spans against the default detector's 12 (one relative's name, six
+mentions, that the base model found); with R = 0.5, 14 (character precision 0.728 against
+0.777 without and 0.688 for the default).
+
 **Complete samples** (``complete``, ``--complete``; the adapt job's ``complete``): the sample
 annotates everything the tenant redacts (MultiWOZ annotates addresses, phones, postcodes,
 references, train ids and venues; its city and station names are not personal and never
@@ -168,10 +178,11 @@ MULTIWOZ_SLOTS = {"Phone": "PHONE_NUMBER", "Post": "POSTCODE", "Ref": "REFERENCE
 TAB_MASKED = ("DIRECT", "QUASI")
 DEFAULT_EPOCHS_ADAPT = 10
 DEFAULT_HOLDOUT = 0.2
+DEFAULT_GENERAL_REHEARSAL = 0.5
+MAX_GENERAL_REHEARSAL = 4.0
 MAX_PIECE = 2000
 RECALL_TOLERANCE = 0.005
 TRUST_MIN_PRECISION = 0.5
-NEGATIVES = ("all", "detector")
 PI_C_FILE = "pi_c.json"
 PI_C_TARGET = 0.05
 _LABEL_OK = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
@@ -416,27 +427,11 @@ def _punct_expand(doc, text: str, s: int, e: int):
     return x if not any(c.isalnum() for c in extra) else None
 
 
-def _dropped_by_detector(base: str, pieces, preds, labels: frozenset[str] | None) -> list[list[tuple[int, int]]]:
-    """Per piece, the base model's entities (of ``labels``; ``None``: any) that the default
-    detector's filters drop: no span of its output overlaps them (see ``negatives``)."""
-    from privatize.redaction.detect import Detector
-
-    found = Detector(base).detect([p for p, _ in pieces])
-    out = []
-    for pred, det in zip(preds, found):
-        kept = [(x["start"], x["end"]) for x in det.spans]
-        out.append([(e.start_char, e.end_char) for e in pred.ents if (labels is None or e.label_ in labels)
-                    and not any(a < e.end_char and e.start_char < b for a, b in kept)])
-    return out
-
-
-def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None,
-              quiet: Iterable[tuple[int, int]] = ()):
+def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None):
     """The training target of one piece: annotated spans with their labels, the base
     model's predictions (``predicted``) kept where their label is not ``covered`` and they
     overlap no annotated span, outside elsewhere (see the module docstring). A complete
-    sample (or no rehearsal) passes a ``predicted`` with no entities: none is kept.
-    ``quiet``: character ranges left unlabelled (missing) where no annotated span lies."""
+    sample (or no rehearsal) passes a ``predicted`` with no entities: none is kept."""
     from spacy.tokens import Span
     from spacy.util import filter_spans
 
@@ -458,10 +453,6 @@ def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_m
     for p in predicted.ents:
         if p.label_ not in covered and not taken.intersection(range(p.start, p.end)):
             ents.append(Span(ref, p.start, p.end, label=p.label_))
-    for a, b in quiet:
-        x = ref.char_span(a, b, alignment_mode="expand")
-        if x is not None and len(x):
-            missing.append(x)
     missing = [m for m in filter_spans(missing) if not any(m.start < x.end and x.start < m.end for x in ents)]
     ref.set_ents(ents, missing=missing, default="outside")
     return ref
@@ -550,8 +541,32 @@ def choose_threshold(records: list[dict], predictions: list[list[dict]]) -> tupl
 # ---------------------------------------------------------------------------------------
 # the command
 
+def story_sentences(rng: random.Random, chars: float) -> list[str]:
+    """Sentences of the Project Gutenberg stories that ship with the package
+    (``privatize/data/gutenberg``), whitespace normalised, 6-50 words, in a seeded random
+    order, until they hold about ``chars`` characters."""
+    import gzip
+
+    from privatize.redaction.ner_training import SENTENCE_WORDS, sentences_of
+
+    path = Path(__file__).resolve().parent.parent / "data" / "gutenberg" / "stories.jsonl.gz"
+    sents = []
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            sents += [x for x in sentences_of(json.loads(line)["text"])
+                      if SENTENCE_WORDS[0] <= len(x.split()) <= SENTENCE_WORDS[1] and "gutenberg" not in x.lower()]
+    rng.shuffle(sents)
+    out, n = [], 0
+    for x in sents:
+        if n >= chars:
+            break
+        out.append(x)
+        n += len(x)
+    return out
+
+
 def check_arguments(annotated: str | Path, output: str | Path, *, fmt: str, epochs: int, seed: int,
-                    holdout: float, force: bool = False) -> Path:
+                    holdout: float, force: bool = False, general_rehearsal: float = DEFAULT_GENERAL_REHEARSAL) -> Path:
     from privatize.redaction.ner_training import check_output
 
     out = check_output(output, force)
@@ -563,6 +578,8 @@ def check_arguments(annotated: str | Path, output: str | Path, *, fmt: str, epoc
         raise InputError(f"--seed must be >= 0 (got {seed})")
     if not 0.0 < holdout < 1.0:
         raise InputError(f"--holdout must be between 0 and 1, exclusive (got {holdout})")
+    if not 0.0 <= general_rehearsal <= MAX_GENERAL_REHEARSAL:
+        raise InputError(f"--general-rehearsal must be between 0 and {MAX_GENERAL_REHEARSAL} (got {general_rehearsal})")
     if not Path(annotated).is_file():
         raise InputError(f"--annotated {annotated}: no such file")
     return out
@@ -572,15 +589,14 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
           epochs: int = DEFAULT_EPOCHS_ADAPT, seed: int = 0, holdout: float = DEFAULT_HOLDOUT,
           label_map: dict[str, str] | None = None, rehearsal: bool = True, complete: bool = False,
           batch_size: int = 16, dropout: float = 0.2, learn_rate: float = 0.001, force: bool = False,
-          terms: list[tuple[str, Path]] | None = None, sample_terms: bool = True, negatives: str = "all",
-          progress: Progress | None = None) -> dict:
+          terms: list[tuple[str, Path]] | None = None, sample_terms: bool = True,
+          general_rehearsal: float = DEFAULT_GENERAL_REHEARSAL, progress: Progress | None = None) -> dict:
     """Train, evaluate, and write the detector folder ``output``; returns its ``detector.json``.
     ``complete``: the sample annotates everything the tenant redacts (see the module docstring).
     ``terms``: ``(entity type, list file)`` pairs (``--terms TYPE=FILE``); ``sample_terms``: keep
     the terms the sample's training part teaches (:mod:`privatize.redaction.terms`)."""
-    out = check_arguments(annotated, output, fmt=fmt, epochs=epochs, seed=seed, holdout=holdout, force=force)
-    if negatives not in NEGATIVES:
-        raise InputError(f"negatives must be one of {', '.join(NEGATIVES)} (got {negatives!r})")
+    out = check_arguments(annotated, output, fmt=fmt, epochs=epochs, seed=seed, holdout=holdout, force=force,
+                          general_rehearsal=general_rehearsal)
     term_lists = [(etype, Path(f), read_term_file(f, etype)) for etype, f in (terms or [])]
     say = progress or log.info
     t_start = time.perf_counter()
@@ -616,13 +632,18 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
     with nlp.select_pipes(disable=other):
         preds = list(nlp.pipe([p for p, _ in pieces], batch_size=32))
     rehearse = rehearsal and not complete  # a complete sample keeps none of the base model's other entities
-    quiet = _dropped_by_detector(base, pieces, preds, None if not rehearse else covered) \
-        if negatives == "detector" else [[] for _ in pieces]
     examples = [Example(nlp.make_doc(p), reference(nlp, p, s, pred if rehearse else nlp.make_doc(p),
-                                                   covered, label_map, quiet=q))
-                for (p, s), pred, q in zip(pieces, preds, quiet)]
-    if negatives == "detector":
-        say(f"negatives: {sum(map(len, quiet))} base-model entities the detector drops left unlabelled")
+                                                   covered, label_map))
+                for (p, s), pred in zip(pieces, preds)]
+    if general_rehearsal > 0:  # the base model's own labels on general text: names it must not forget
+        from privatize.redaction.ner_training import silver_reference
+
+        sents = story_sentences(random.Random(seed), general_rehearsal * sum(len(p) for p, _ in pieces))
+        with nlp.select_pipes(disable=other):
+            silver = [Example(nlp.make_doc(d.text), silver_reference(nlp, d)) for d in nlp.pipe(sents, batch_size=64)]
+        say(f"general rehearsal: {len(silver)} sentences of the package's stories, labelled by the base model "
+            f"({sum(len(x) for x in sents)} characters)")
+        examples += silver
     kept = sum(1 for (p, s), pred in zip(pieces, preds) for e in pred.ents if e.label_ not in covered)
     say(f"rehearsal: {'off (complete sample)' if complete else 'on' if rehearsal else 'off'}; the base model's "
         f"entities of uncovered labels in the training text: {kept}"
@@ -680,7 +701,7 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
             "groups": len({r["group"] for r in records if r.get("group") is not None}),
             "base_model": base, "seed": seed, "epochs": epochs, "batch_size": batch_size, "dropout": dropout,
             "learn_rate": learn_rate, "rehearsal": rehearsal, "complete": complete, "label_map": label_map or {},
-            "sample_terms": sample_terms, "negatives": negatives,
+            "sample_terms": sample_terms, "general_rehearsal": general_rehearsal,
             "term_lists": [{"type": etype, "file": f.name, "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
                             "lines": len(pairs)} for etype, f, pairs in term_lists],
             "history": history, "train_seconds": train_seconds,

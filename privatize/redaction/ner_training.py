@@ -163,14 +163,18 @@ def customersim_turns(data_dir: Path, rng: random.Random, limit: int) -> list[di
     return out
 
 
+def sentences_of(story: str) -> list[str]:
+    """A story's sentences, whitespace normalised."""
+    return _SENTENCE_END.split(" ".join(story.split()))
+
+
 def gutenberg_sentences(data_dir: Path, rng: random.Random, limit: int) -> list[str]:
     """Up to ``limit`` sentences (6-50 words, whitespace normalised) of the Gutenberg
     stories, drawn in a seeded random order."""
     sents: list[str] = []
     with open(data_dir / GUTENBERG, encoding="utf-8") as fh:
         for line in fh:
-            story = " ".join(json.loads(line)["document"].split())
-            for sent in _SENTENCE_END.split(story):
+            for sent in sentences_of(json.loads(line)["document"]):
                 n = len(sent.split())
                 if SENTENCE_WORDS[0] <= n <= SENTENCE_WORDS[1] and "gutenberg" not in sent.lower():
                     sents.append(sent)

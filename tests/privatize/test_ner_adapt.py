@@ -147,9 +147,29 @@ def test_rehearsal_keeps_names_and_dates(adapted):
     assert base_ok >= len(wants) - 1
     assert ok >= base_ok - 1, (ok, base_ok)
     bare = out.parent / "no_rehearsal"
-    adapt(sample, bare, epochs=6, seed=1, rehearsal=False, progress=lambda _: None)
+    adapt(sample, bare, epochs=6, seed=1, rehearsal=False, general_rehearsal=0, progress=lambda _: None)
     lost = sum(bool(_found(Detector(str(bare)), t, w)) for t, w in wants)
     assert lost < ok - 2, (lost, ok)
+    # the general sentences alone (the package's stories, labelled by the base model) keep most
+    general = out.parent / "general_only"
+    adapt(sample, general, epochs=6, seed=1, rehearsal=False, general_rehearsal=4.0, progress=lambda _: None)
+    kept = sum(bool(_found(Detector(str(general)), t, w)) for t, w in wants)
+    assert kept > lost + 2, (kept, lost)
+    assert json.loads((general / "detector.json").read_text())["provenance"]["general_rehearsal"] == 4.0
+
+
+def test_story_sentences_are_seeded_and_sized():
+    import random
+
+    from privatize.adapt_job import AdaptConfig
+    from privatize.redaction.adapt import DEFAULT_GENERAL_REHEARSAL, story_sentences
+
+    a, b = story_sentences(random.Random(3), 4000), story_sentences(random.Random(3), 4000)
+    assert a == b and a != story_sentences(random.Random(4), 4000)
+    assert 4000 <= sum(map(len, a)) < 4000 + max(map(len, a))  # stops once it holds the characters asked
+    assert all(6 <= len(x.split()) <= 50 and "  " not in x and "\n" not in x for x in a)
+    assert story_sentences(random.Random(3), 0) == []
+    assert AdaptConfig().general_rehearsal == DEFAULT_GENERAL_REHEARSAL  # the service's default is the CLI's
 
 
 def test_detector_folder_holds_its_evaluation(adapted, tmp_path, capsys):
@@ -393,49 +413,6 @@ def test_a_complete_sample_teaches_every_other_prediction_as_outside():
     ref = reference(nlp, text, spans, nlp.make_doc(text), *args[4:])  # what adapt passes a complete sample
     assert [(e.text, e.label_) for e in ref.ents] == [("Ann Lee", "PERSON")]
     assert [t.ent_iob_ for t in ref] == ["B", "I", "O", "O", "O", "O", "O", "O"]  # taught, not missing
-
-
-def test_quiet_ranges_are_left_unlabelled_unless_annotated():
-    """``negatives="detector"``: a base-model entity the detector's filters drop anyway
-    (``quiet``) is left unlabelled (missing, no signal) instead of taught as outside; an
-    annotated span over it still wins."""
-    import spacy
-
-    from privatize.redaction.adapt import reference
-
-    nlp = spacy.blank("en")
-    text = "Lasix given, Ann Lee to Hanley ward"
-    spans = [(13, 20, "PTName")]
-    args = (nlp, text, spans, nlp.make_doc(text), frozenset({"PERSON"}), {"PTName": "PERSON"})
-    plain = reference(*args)
-    assert [t.ent_iob_ for t in plain] == ["O", "O", "O", "B", "I", "O", "O", "O"]
-    ref = reference(*args, quiet=[(0, 5), (13, 16), (24, 30)])  # Lasix, Ann (annotated), Hanley
-    assert [(e.text, e.label_) for e in ref.ents] == [("Ann Lee", "PERSON")]
-    assert [t.ent_iob_ for t in ref] == ["", "O", "O", "B", "I", "O", "", "O"]
-
-
-def test_dropped_by_detector_keeps_only_what_the_detector_drops():
-    """The negatives ``_dropped_by_detector`` leaves unlabelled: the base model's entities that
-    no span of the default detector's output overlaps (worked out on two pieces)."""
-    import spacy
-    from spacy.tokens import Span
-
-    from privatize.redaction.adapt import _dropped_by_detector
-    from privatize.redaction.defaults import DEFAULT_MODEL
-    from privatize.redaction.detect import Detector
-
-    nlp = spacy.blank("en")
-    pieces = [("Seen by Margaret Hughes on May 14, 2019.", []), ("BP stable. Hct 30.", [])]
-    found = Detector().detect([p for p, _ in pieces])
-    assert any(x["entity_type"] == "PERSON" for x in found[0].spans) and not found[1].spans
-    preds = []
-    for text, _ in pieces:
-        d = nlp.make_doc(text)
-        d.set_ents([Span(d, 2, 4, label="PERSON")] if text.startswith("Seen") else [Span(d, 3, 4, label="PERSON")])
-        preds.append(d)
-    got = _dropped_by_detector(DEFAULT_MODEL, pieces, preds, frozenset({"PERSON"}))
-    assert got == [[], [(11, 14)]]  # Margaret Hughes is kept by the detector; "Hct" is not
-    assert _dropped_by_detector(DEFAULT_MODEL, pieces, preds, frozenset({"GPE"})) == [[], []]
 
 
 def test_a_complete_folder_redacts_only_the_types_its_sample_teaches(tmp_path):

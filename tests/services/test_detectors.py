@@ -97,7 +97,7 @@ def test_a_detector_job_is_admitted_with_its_config(api):
     got = r.json()
     assert got["kind"] == "adapt" and got["reference"] == f"detector:{got['id']}"
     assert got["config"] == {"format": "jsonl", "holdout": 0.2, "epochs": 2, "seed": 3, "map": {"Patient": "PERSON"},
-                             "complete": True, "sample_terms": True}
+                             "complete": True, "general_rehearsal": 0.5, "sample_terms": True}
     assert got["corpus_id"] == api["tenants"]["acme"]["corpus"] and got["status"] == "queued"
     h = api["tenants"]["acme"]["headers"]
     assert [j["id"] for j in api["client"].get("/v1/detectors", headers=h).json()] == [got["id"]]
