@@ -119,12 +119,20 @@ the folder; the detector uses it for ``pi_c.policy: calibrated`` when no other
 calibration file is named. The units are the records as given: calibrate on
 sentence-sized records for what CRT routes per sentence.
 
+**Terms** (:mod:`privatize.redaction.terms`): the folder keeps, as keyed digests in
+``terms.json``, the terms the training part of the sample teaches (``sample_terms``, on by
+default: rare words mostly annotated where they occur) and the tenant's lists (``terms``,
+``--terms TYPE=FILE``); the detector redacts them wherever they stand as whole words, in any
+case, past the filters. They are in place before the held-out evaluation, which measures them.
+
 **Output**, written to a temporary sibling and renamed: the spaCy pipeline (only ``ner``
-changed) and ``detector.json`` (:data:`privatize.redaction.defaults.DETECTOR_FORMAT`):
-``score_threshold``, ``labels``, ``trusted_labels``, ``complete`` (only when true),
-``evaluation`` (adapted and base), ``pi_c``, ``threshold_grid``
-and ``provenance`` (the source file's SHA-256, format, record counts, base model, seed,
-epochs, ``rehearsal``, ``complete``, date, seconds).
+changed), ``terms.json`` (when there are terms) and ``detector.json``
+(:data:`privatize.redaction.defaults.DETECTOR_FORMAT`): ``score_threshold``, ``labels``,
+``trusted_labels``, ``complete`` (only when true), ``terms`` (their count by source),
+``evaluation`` (adapted and base), ``pi_c``, ``threshold_grid`` and ``provenance`` (the source
+file's SHA-256, format, record and group counts, base model, seed, epochs, ``rehearsal``,
+``general_rehearsal``, ``complete``, ``sample_terms``, the term lists' names and SHA-256,
+date, seconds).
 """
 
 from __future__ import annotations
