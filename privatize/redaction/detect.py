@@ -28,7 +28,9 @@ tenant redacts) redacts only the entity types its sample teaches: those its ``ty
 map to through the NER labels (``PTName`` -> PERSON -> PERSON; a label the folder added
 reports its own name, which is also the type of the pattern recognizers of that name,
 ``PHONE_NUMBER``, ``POSTCODE``), from every source (NER, patterns, the style's rules);
-``entities`` is narrowed to them. pi_c is unchanged.
+``entities`` is narrowed to them. A folder's ``terms.json`` (its sample's terms and the
+tenant's lists, :mod:`privatize.redaction.terms`) adds their hits, whole words in any case,
+of their own types (always detected), past the filters. pi_c is unchanged.
 
 **pi** (the redaction policy) keeps the hits whose type is among ``entities`` and whose
 score reaches ``score_threshold``; overlapping hits merge into one span (type and score
