@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=None, help="default: the CLI's")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     args = ap.parse_args(argv)
-    from privatize.redaction.adapt import adapt, entity_types, evaluate, held_out, read_annotated
+    from privatize.redaction.adapt import adapt, entity_types, evaluate, held_out, holdout_key, read_annotated
     from privatize.redaction.engine import DEFAULT_MODEL, ner_mapping
     from privatize.redaction.detect import Detector
     from privatize.redaction.terms import TermSet, read_term_file, sample_terms
@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     rows_in = [json.loads(x) for x in src.read_text(encoding="utf-8").splitlines() if x.strip()]
     for r in rows_in:
         r["group"] = r["patient"]
-    test_rows = [r for r in rows_in if held_out(f"group:{r['group']}", args.holdout)]
-    pool = [r for r in rows_in if not held_out(f"group:{r['group']}", args.holdout)]
+    test_rows = [r for r in rows_in if held_out(holdout_key(r), args.holdout)]
+    pool = [r for r in rows_in if not held_out(holdout_key(r), args.holdout)]
     random.Random(0).shuffle(pool)
     lists = [(etype, real / "physionet_lists" / name) for etype, name in LISTS]
     out: dict = {"holdout": args.holdout, "test_notes": len(test_rows),
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                         progress=lambda m, k=k: print(f"  {k}: {m}", file=sys.stderr, flush=True))
             seconds = time.perf_counter() - t0
             train, _ = read_annotated(f)
-            train = [r for r in train if not held_out(f"group:{r['group']}", args.holdout)]
+            train = [r for r in train if not held_out(holdout_key(r), args.holdout)]
             entity_of = entity_types(doc["types"], doc["labels"], ner_mapping(DEFAULT_MODEL)[0])
             variants = {"adapted NER": None}
             ts = TermSet()

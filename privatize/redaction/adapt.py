@@ -552,19 +552,18 @@ def choose_threshold(records: list[dict], predictions: list[list[dict]]) -> tupl
 # the command
 
 def story_sentences(rng: random.Random, chars: float) -> list[str]:
-    """Sentences of the Project Gutenberg stories that ship with the package
-    (``privatize/data/gutenberg``), whitespace normalised, 6-50 words, in a seeded random
-    order, until they hold about ``chars`` characters."""
+    """Sentences (:func:`~privatize.redaction.ner_training.rehearsal_sentences`) of the
+    Project Gutenberg stories that ship with the package (``privatize/data/gutenberg``), in a
+    seeded random order, until they hold about ``chars`` characters."""
     import gzip
 
-    from privatize.redaction.ner_training import SENTENCE_WORDS, sentences_of
+    from privatize.redaction.ner_training import rehearsal_sentences
 
     path = Path(__file__).resolve().parent.parent / "data" / "gutenberg" / "stories.jsonl.gz"
     sents = []
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         for line in fh:
-            sents += [x for x in sentences_of(json.loads(line)["text"])
-                      if SENTENCE_WORDS[0] <= len(x.split()) <= SENTENCE_WORDS[1] and "gutenberg" not in x.lower()]
+            sents += rehearsal_sentences(json.loads(line)["text"])
     rng.shuffle(sents)
     out, n = [], 0
     for x in sents:

@@ -163,21 +163,20 @@ def customersim_turns(data_dir: Path, rng: random.Random, limit: int) -> list[di
     return out
 
 
-def sentences_of(story: str) -> list[str]:
-    """A story's sentences, whitespace normalised."""
-    return _SENTENCE_END.split(" ".join(story.split()))
+def rehearsal_sentences(story: str) -> list[str]:
+    """A story's sentences fit for rehearsal: whitespace normalised, 6-50 words
+    (:data:`SENTENCE_WORDS`), none naming Project Gutenberg (its licence text)."""
+    return [x for x in _SENTENCE_END.split(" ".join(story.split()))
+            if SENTENCE_WORDS[0] <= len(x.split()) <= SENTENCE_WORDS[1] and "gutenberg" not in x.lower()]
 
 
 def gutenberg_sentences(data_dir: Path, rng: random.Random, limit: int) -> list[str]:
-    """Up to ``limit`` sentences (6-50 words, whitespace normalised) of the Gutenberg
-    stories, drawn in a seeded random order."""
+    """Up to ``limit`` sentences (:func:`rehearsal_sentences`) of the Gutenberg stories,
+    drawn in a seeded random order."""
     sents: list[str] = []
     with open(data_dir / GUTENBERG, encoding="utf-8") as fh:
         for line in fh:
-            for sent in sentences_of(json.loads(line)["document"]):
-                n = len(sent.split())
-                if SENTENCE_WORDS[0] <= n <= SENTENCE_WORDS[1] and "gutenberg" not in sent.lower():
-                    sents.append(sent)
+            sents += rehearsal_sentences(json.loads(line)["document"])
     rng.shuffle(sents)
     return sents[:limit]
 
