@@ -23,7 +23,8 @@ def _adapt(args: argparse.Namespace) -> int:
 
     epochs = args.epochs if args.epochs is not None else DEFAULT_EPOCHS_ADAPT
     check_arguments(args.annotated, args.output, fmt=args.format, epochs=epochs, seed=args.seed,
-                    holdout=args.holdout, force=args.force, general_rehearsal=args.general_rehearsal)
+                    holdout=args.holdout, force=args.force, general_rehearsal=args.general_rehearsal,
+                    batch_size=args.batch_size)
     label_map = parse_map(args.map)
     terms = parse_terms_option(args.terms)
 
@@ -33,7 +34,7 @@ def _adapt(args: argparse.Namespace) -> int:
     doc = adapt(args.annotated, args.output, fmt=args.format, base=args.base, epochs=epochs, seed=args.seed,
                 holdout=args.holdout, label_map=label_map, rehearsal=not args.no_rehearsal, complete=args.complete,
                 terms=terms, sample_terms=not args.no_sample_terms, general_rehearsal=args.general_rehearsal,
-                force=args.force, progress=progress)
+                batch_size=args.batch_size, force=args.force, progress=progress)
     ev, be = doc["evaluation"], doc["base_evaluation"]
     keys = ("recall", "miss_rate_upper_95", "char_recall", "char_precision", "span_precision")
     print(json.dumps({"output": args.output, "score_threshold": doc["score_threshold"],
@@ -72,7 +73,8 @@ def _train(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     try:
         from privatize.redaction.engine import DEFAULT_MODEL
-        from privatize.redaction.adapt import DEFAULT_EPOCHS_ADAPT, DEFAULT_GENERAL_REHEARSAL, DEFAULT_HOLDOUT, FORMATS
+        from privatize.redaction.adapt import (DEFAULT_BATCH_ADAPT, DEFAULT_EPOCHS_ADAPT, DEFAULT_GENERAL_REHEARSAL,
+                                               DEFAULT_HOLDOUT, FORMATS, MIN_BATCH_ADAPT, MIN_UPDATES_PER_EPOCH)
         from privatize.redaction.ner_training import DEFAULT_EPOCHS, DEFAULT_EXAMPLES
     except ImportError:  # the redaction component is absent: no train-ner command
         return
@@ -114,5 +116,8 @@ def register(sub) -> None:
                    help="train beside the sample R times its characters of general sentences (the package's "
                         "stories) labelled by the base model, so that it keeps finding names the sample never shows "
                         f"(0: none; default {DEFAULT_GENERAL_REHEARSAL})")
+    a.add_argument("--batch-size", type=int, default=None, metavar="N",
+                   help=f"pieces of text per update (default {DEFAULT_BATCH_ADAPT}, or as few as {MIN_BATCH_ADAPT} "
+                        f"for a small sample, so that an epoch makes {MIN_UPDATES_PER_EPOCH} updates)")
     a.add_argument("--no-rehearsal", action="store_true", help="for comparison only: train without rehearsal")
     p.set_defaults(func=_train)

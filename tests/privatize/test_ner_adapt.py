@@ -162,14 +162,15 @@ def test_story_sentences_are_seeded_and_sized():
     import random
 
     from privatize.adapt_job import AdaptConfig
-    from privatize.redaction.adapt import DEFAULT_GENERAL_REHEARSAL, story_sentences
+    from privatize.redaction.adapt import DEFAULT_EPOCHS_ADAPT, DEFAULT_GENERAL_REHEARSAL, story_sentences
 
     a, b = story_sentences(random.Random(3), 4000), story_sentences(random.Random(3), 4000)
     assert a == b and a != story_sentences(random.Random(4), 4000)
     assert 4000 <= sum(map(len, a)) < 4000 + max(map(len, a))  # stops once it holds the characters asked
     assert all(6 <= len(x.split()) <= 50 and "  " not in x and "\n" not in x for x in a)
     assert story_sentences(random.Random(3), 0) == []
-    assert AdaptConfig().general_rehearsal == DEFAULT_GENERAL_REHEARSAL  # the service's default is the CLI's
+    cfg = AdaptConfig()  # the service's defaults are the CLI's
+    assert (cfg.general_rehearsal, cfg.epochs) == (DEFAULT_GENERAL_REHEARSAL, DEFAULT_EPOCHS_ADAPT)
 
 
 def test_detector_folder_holds_its_evaluation(adapted, tmp_path, capsys):
@@ -517,3 +518,11 @@ def test_the_adapt_job_passes_complete_on(tmp_path, monkeypatch):
         summary = adapt_to(parse_config(config), str(inp), str(tmp_path / f"out{k}"))
         assert summary["complete"] is bool(config)
     assert seen == [False, True]
+
+
+def test_a_small_sample_trains_in_smaller_batches():
+    """32 pieces per update, but an epoch makes at least 20 updates, in batches of at least 16
+    (hand-computed: 1,306 pieces -> 32; 366 -> 18; 100 -> 16)."""
+    from privatize.redaction.adapt import batch_size_for
+
+    assert [batch_size_for(n) for n in (1306, 640, 639, 366, 100, 1)] == [32, 32, 31, 18, 16, 16]
