@@ -53,7 +53,7 @@ class AdaptConfig(BaseModel):
     """``jsonl`` (``text``, ``spans`` with ``start``, ``end``, ``type``) or ``tab`` (the Text
     Anonymization Benchmark's JSON lines)."""
     holdout: float = Field(0.2, gt=0.0, lt=1.0)
-    epochs: Annotated[int, Quota("detector_max_epochs")] = Field(5, ge=1, le=50)
+    epochs: Annotated[int, Quota("detector_max_epochs")] = Field(10, ge=1, le=50)
     seed: int = Field(0, ge=0, le=2**31 - 1)
     map: dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(pattern=_LABEL)]] = Field(
         default_factory=dict, max_length=64)
