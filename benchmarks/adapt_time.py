@@ -4,7 +4,8 @@ clinical development notes (``../shared/data/real_dev``, each note's patient as 
 so the 20% held-out slice is other patients), from the command's start to its exit: loading,
 the base model's predictions, general rehearsal, training, terms, and the held-out
 evaluation and calibration. The baseline, in the same run on the same file: the settings
-before 2026-11-30 (``--epochs 10 --batch-size 16``). Prints both wall times, the ratio, the
+before 2026-11-30 (``--epochs 10 --batch-size 16 --max-updates 0``; today's update call, which
+copies no example, in both). Prints both wall times, the ratio, the
 seconds per phase and both detectors' held-out recall and character precision.
 
     .venv/bin/python benchmarks/adapt_time.py [--no-baseline] [--data ../shared/data]
@@ -25,7 +26,7 @@ from _common import ROOT, machine, save_result  # noqa: E402  (puts the project 
 
 MAP = ("HCPName=PERSON", "PTName=PERSON", "RelativeProxyName=PERSON", "Date=DATE", "DateYear=DATE",
        "Location=GPE")
-BASELINE = ("--epochs", "10", "--batch-size", "16")
+BASELINE = ("--epochs", "10", "--batch-size", "16", "--max-updates", "0")
 TARGET_S = 600.0
 _STAMP = re.compile(r"^train-ner: (.*)$")
 

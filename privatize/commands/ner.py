@@ -24,7 +24,7 @@ def _adapt(args: argparse.Namespace) -> int:
     epochs = args.epochs if args.epochs is not None else DEFAULT_EPOCHS_ADAPT
     check_arguments(args.annotated, args.output, fmt=args.format, epochs=epochs, seed=args.seed,
                     holdout=args.holdout, force=args.force, general_rehearsal=args.general_rehearsal,
-                    batch_size=args.batch_size)
+                    batch_size=args.batch_size, max_updates=args.max_updates)
     label_map = parse_map(args.map)
     terms = parse_terms_option(args.terms)
 
@@ -34,7 +34,7 @@ def _adapt(args: argparse.Namespace) -> int:
     doc = adapt(args.annotated, args.output, fmt=args.format, base=args.base, epochs=epochs, seed=args.seed,
                 holdout=args.holdout, label_map=label_map, rehearsal=not args.no_rehearsal, complete=args.complete,
                 terms=terms, sample_terms=not args.no_sample_terms, general_rehearsal=args.general_rehearsal,
-                batch_size=args.batch_size, force=args.force, progress=progress)
+                batch_size=args.batch_size, max_updates=args.max_updates, force=args.force, progress=progress)
     ev, be = doc["evaluation"], doc["base_evaluation"]
     keys = ("recall", "miss_rate_upper_95", "char_recall", "char_precision", "span_precision")
     print(json.dumps({"output": args.output, "score_threshold": doc["score_threshold"],
@@ -74,7 +74,8 @@ def register(sub) -> None:
     try:
         from privatize.redaction.engine import DEFAULT_MODEL
         from privatize.redaction.adapt import (DEFAULT_BATCH_ADAPT, DEFAULT_EPOCHS_ADAPT, DEFAULT_GENERAL_REHEARSAL,
-                                               DEFAULT_HOLDOUT, FORMATS, MIN_BATCH_ADAPT, MIN_UPDATES_PER_EPOCH)
+                                               DEFAULT_HOLDOUT, DEFAULT_MAX_UPDATES, FORMATS, MIN_BATCH_ADAPT,
+                                               MIN_EPOCHS_CAPPED, MIN_UPDATES_PER_EPOCH)
         from privatize.redaction.ner_training import DEFAULT_EPOCHS, DEFAULT_EXAMPLES
     except ImportError:  # the redaction component is absent: no train-ner command
         return
@@ -86,7 +87,7 @@ def register(sub) -> None:
                         f"plus as many rehearsal sentences (default {DEFAULT_EXAMPLES})")
     p.add_argument("--epochs", type=int, default=None,
                    help=f"at most this many epochs; the best on the dev slice is kept (default {DEFAULT_EPOCHS}; "
-                        f"with --annotated: exactly this many, default {DEFAULT_EPOCHS_ADAPT})")
+                        f"with --annotated: this many, fewer past --max-updates, default {DEFAULT_EPOCHS_ADAPT})")
     p.add_argument("--seed", type=int, default=0, help="sampling, shuffling and initialisation seed (default 0)")
     p.add_argument("--data", default=None, help="required: the folder holding presidio_research, customersim and "
                    "squality_gutenberg (the project's development data; none ships with the package)")
@@ -119,5 +120,8 @@ def register(sub) -> None:
     a.add_argument("--batch-size", type=int, default=None, metavar="N",
                    help=f"pieces of text per update (default {DEFAULT_BATCH_ADAPT}, or as few as {MIN_BATCH_ADAPT} "
                         f"for a small sample, so that an epoch makes {MIN_UPDATES_PER_EPOCH} updates)")
+    a.add_argument("--max-updates", type=int, default=DEFAULT_MAX_UPDATES, metavar="N",
+                   help=f"stop after the epoch that reaches N updates, but not before {MIN_EPOCHS_CAPPED} epochs: a "
+                        f"large sample needs fewer epochs (0: all --epochs; default {DEFAULT_MAX_UPDATES})")
     a.add_argument("--no-rehearsal", action="store_true", help="for comparison only: train without rehearsal")
     p.set_defaults(func=_train)

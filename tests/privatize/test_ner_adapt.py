@@ -526,3 +526,14 @@ def test_a_small_sample_trains_in_smaller_batches():
     from privatize.redaction.adapt import batch_size_for
 
     assert [batch_size_for(n) for n in (1306, 640, 639, 366, 100, 1)] == [32, 32, 31, 18, 16, 16]
+
+
+def test_a_large_sample_stops_at_the_update_budget():
+    """Hand-computed: 2,235 pieces in batches of 32 make 70 updates an epoch, so 600 updates
+    take 9 epochs; a budget that 3 epochs would reach still runs 5; none: every epoch asked."""
+    from privatize.redaction.adapt import epochs_for
+
+    assert epochs_for(2235, 32, 10) == 9
+    assert epochs_for(2235, 32, 10, max_updates=200) == 5
+    assert epochs_for(2235, 32, 3, max_updates=200) == 3
+    assert epochs_for(1306, 32, 10) == 10 and epochs_for(2235, 32, 10, max_updates=0) == 10
