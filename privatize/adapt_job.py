@@ -104,7 +104,8 @@ def summary_of(doc: dict) -> dict:
             "pi_c": {k: (doc.get("pi_c") or {}).get(k) for k in ("threshold", "delta_2", "calibrated")},
             "records": prov.get("records"), "train_records": prov.get("train_records"),
             "held_out_records": prov.get("held_out_records"), "held_out_spans": prov.get("held_out_spans"),
-            "epochs": prov.get("epochs"), "seed": prov.get("seed"), "base_model": prov.get("base_model"),
+            "epochs": prov.get("epochs"), "epochs_run": prov.get("epochs_run"), "batch_size": prov.get("batch_size"),
+            "seed": prov.get("seed"), "base_model": prov.get("base_model"),
             "source_sha256": prov.get("source_sha256"), "seconds": prov.get("seconds")}
 
 

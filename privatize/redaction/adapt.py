@@ -92,7 +92,7 @@ a leading title (:data:`privatize.redaction.defaults.TITLE_WORDS`) off its name 
 tenant redacts.
 
 **Training.** As :mod:`privatize.redaction.ner_training`: ``nlp.resume_training()``
-and ``nlp.update`` with only ``ner`` enabled, new labels added first, a seeded shuffle,
+and the NER component's own ``update`` (only ``ner`` changes), new labels added first, a seeded shuffle,
 ``epochs`` epochs (nothing is selected on the held-out slice; default
 :data:`DEFAULT_EPOCHS_ADAPT`), fewer for a large sample (:func:`epochs_for`: at most
 :data:`DEFAULT_MAX_UPDATES` updates, at least :data:`MIN_EPOCHS_CAPPED` epochs), in batches of
@@ -194,7 +194,7 @@ DEFAULT_EPOCHS_ADAPT = 10
 5 epochs of batch 32 (DIARY, ``redaction_adapt.py``, 2026-11-30)."""
 DEFAULT_BATCH_ADAPT = 32
 """Pieces per update, unless the sample is small (:func:`batch_size_for`). 32 against the earlier
-16 at 10 epochs, 14% less time per epoch: clinical notes held out by patient, 200 notes, the same
+16 at 10 epochs, 8-14% less time per epoch: clinical notes held out by patient, 200 notes, the same
 recall (0.953) at character precision 0.757 against 0.727 (64: 0.750); MultiWOZ, 200
 dialogues, recall 0.932 / precision 0.688 against 0.935 / 0.695."""
 MIN_BATCH_ADAPT = 16

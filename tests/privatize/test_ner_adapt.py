@@ -188,6 +188,9 @@ def test_detector_folder_holds_its_evaluation(adapted, tmp_path, capsys):
     assert doc["base_evaluation"]["by_type"]["MRN"]["recall"] <= ev["by_type"]["MRN"]["recall"]
     assert prov["records"] == 80 and prov["train_records"] + prov["held_out_records"] == 80
     assert prov["base_model"] and prov["seed"] == 1 and prov["date"] and len(prov["source_sha256"]) == 64
+    # a small sample: batches of 16, every epoch asked (6 of at most 600 updates)
+    assert (prov["batch_size"], prov["epochs"], prov["epochs_run"], prov["max_updates"]) == (16, 6, 6, 600)
+    assert prov["updates"] == 6 * -(-prov["train_pieces"] // 16) and len(prov["history"]) == 6
     assert 0 <= doc["score_threshold"] <= 1 and summary["score_threshold"] == doc["score_threshold"]
     # pi_c's threshold calibrated on the slice, used by the calibrated policy
     from privatize.redaction.detect import Detector, PiCOptions
