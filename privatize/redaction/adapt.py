@@ -8,12 +8,16 @@ item 1). ``privatize train-ner --annotated FILE --output DIR``.
   "type"}, ...]}`` (Python string offsets, end exclusive; other keys ignored, the layout
   of the project's development data). Every record needs a ``spans`` list (``[]``: a text
   with nothing to redact, which counts for precision).
+  An optional ``neutral`` list (``start``, ``end``) marks text the annotation leaves
+  undecided: neither to redact nor counted against the detector (see **Neutral spans**).
 * ``tab``: the Text Anonymization Benchmark's JSON lines (``text``, ``entities`` with
   ``start_offset``, ``end_offset``, ``entity_type``, ``identifier_type``): DIRECT and QUASI
   mentions are the spans (typed by ``entity_type``); NO_MASK mentions are not.
 * ``multiwoz``: one dialogue per line (``turns``: ``speaker``, ``text``, ``spans`` with
   ``start``, ``end``, ``slot``), turns joined by newlines into one record; the PII-like
-  slots (:data:`MULTIWOZ_SLOTS`) are the spans.
+  slots (:data:`MULTIWOZ_SLOTS`) are the spans; the city slots (:data:`MULTIWOZ_NEUTRAL`)
+  and every other whole-word mention of their values in the dialogue, in any case, are
+  neutral (as ``experiments/redaction_real.py`` scores the zero-shot detector).
 
 A bad record (not JSON, no text, no spans list, a span out of range or with no type)
 is an :class:`InputError` naming the file and line: nothing is trained.
@@ -56,21 +60,31 @@ missed 23 of 297 spans against the default detector's 12 (one relative's name, s
 mentions, that the base model found); with R = 0.5, 14 (character precision 0.728 against
 0.777 without and 0.688 for the default).
 
-**Complete samples** (``complete``, ``--complete``; the adapt job's ``complete``): the sample
-annotates everything the tenant redacts (MultiWOZ annotates addresses, phones, postcodes,
-references, train ids and venues; its city and station names are not personal and never
-annotated). Then every base-model prediction that overlaps no annotated span is taught as
-outside, whatever its label (no rehearsal), and ``detector.json`` records ``complete: true``
-(and ``provenance.complete``): the detector redacts only the entity types the sample's
-types map to (:class:`privatize.redaction.detect.Detector`), from the NER, the pattern
-recognizers and the style's rules alike, and the held-out evaluation measures that
-detector. Folders without the key redact every default type, as before. Why: on
-MultiWOZ's development half, of the characters a detector adapted (with rehearsal) on 200
-dialogues flagged outside the gold spans of its held-out slice, 63% were of types the
-sample never annotates (LOCATION 49%: city and station names, from the NER and the chat
-style's place rules; PERSON 7%, ORGANIZATION 5%, DATE_TIME 2%), the pattern recognizers'
-hits of those types none; the rest were the sample's own types (VENUE 24%, STREET_ADDRESS
-10%: boundaries, station names read as streets; the other four 3%).
+**Complete samples** (``complete``, ``--complete``; the adapt job's ``complete``): the
+sample annotates everything the tenant redacts (MultiWOZ annotates addresses, phones,
+postcodes, references, train ids and venues; its station names are not personal and never
+annotated, its city names are neutral spans, below). Then every base-model prediction that
+overlaps no annotated (or neutral) span is taught as outside, whatever its label (no
+rehearsal), and ``detector.json`` records ``complete: true`` (and ``provenance.complete``):
+the detector redacts only the entity types the sample's types map to
+(:class:`privatize.redaction.detect.Detector`), from the NER, the pattern recognizers and
+the style's rules alike, and the held-out evaluation measures that detector. Folders without
+the key redact every default type, as before. Why: on MultiWOZ's development half, of the
+characters a detector adapted (with rehearsal) on 200 dialogues flagged outside the gold
+spans of its held-out slice, 63% were of types the sample never annotates (LOCATION 49%:
+city and station names, from the NER and the chat style's place rules; PERSON 7%,
+ORGANIZATION 5%, DATE_TIME 2%), the pattern recognizers' hits of those types none; the rest
+were the sample's own types (VENUE 24%, STREET_ADDRESS 10%: boundaries, station names read
+as streets; the other four 3%).
+
+**Neutral spans** (a record's ``neutral``): text the annotation neither asks to redact
+nor calls safe, such as MultiWOZ's city names (annotated only as train slots, not
+personal, yet among what dialogue redaction removes). Training leaves their tokens without
+a label (*missing*: no signal either way; the base model's predictions over them are not
+rehearsed either); the evaluation leaves their characters out of precision (a detected
+neutral character is neither a hit nor a false positive) and never counts them as gold.
+Without them the held-out figures of a MultiWOZ adaptation charged every city name the
+detector masks as a false positive, which the zero-shot table does not.
 
 An annotated span that lies inside one token becomes an entity over that token when the
 token adds only punctuation (an initial and its full stop, ``B.``; ``Baker-``); one glued to
@@ -187,6 +201,8 @@ recognizers (a ``Phone`` type trained as its own label ``PHONE`` left them out: 
 detector then redacted phone numbers only where the NER had learnt them)."""
 MULTIWOZ_SLOTS = {"Phone": "PHONE_NUMBER", "Post": "POSTCODE", "Ref": "REFERENCE_NUMBER", "Id": "ID",
                   "Addr": "STREET_ADDRESS", "Name": "VENUE"}
+MULTIWOZ_NEUTRAL = ("Dest", "Depart")
+"""MultiWOZ's city slots: neutral spans (see the module docstring), not spans to redact."""
 TAB_MASKED = ("DIRECT", "QUASI")
 DEFAULT_EPOCHS_ADAPT = 10
 """Epochs of an adaptation. Fewer lost recall where the sample teaches new labels: MultiWOZ,
@@ -258,6 +274,16 @@ def _jsonl(obj: dict, where: str) -> dict:
             raise _bad(where, f"span {k}: expected an object with 'start', 'end' and 'type'")
         raw.append((sp["start"], sp["end"], sp["type"]))
     rec = {"text": text, "spans": _check_spans(where, text, raw)}
+    neutral = obj.get("neutral")
+    if neutral is not None:
+        if not isinstance(neutral, list):
+            raise _bad(where, "'neutral' must be a list of spans")
+        nraw = []
+        for k, sp in enumerate(neutral):
+            if not isinstance(sp, dict) or not {"start", "end"} <= sp.keys():
+                raise _bad(where, f"neutral span {k}: expected an object with 'start' and 'end'")
+            nraw.append((sp["start"], sp["end"], "neutral"))
+        rec["neutral"] = [(a, b) for a, b, _ in _check_spans(f"{where}: neutral", text, nraw)]
     group = obj.get("group")
     if group is not None:
         if isinstance(group, bool) or not isinstance(group, (str, int)):
@@ -286,23 +312,33 @@ def _multiwoz(obj: dict, where: str) -> dict:
     turns = obj.get("turns")
     if not isinstance(turns, list):
         raise _bad(where, "expected a 'turns' list (MultiWOZ format)")
-    parts, raw, pos = [], [], 0
+    parts, raw, neutral, pos = [], [], [], 0
     for k, turn in enumerate(turns):
         t = turn.get("text") if isinstance(turn, dict) else None
         if not isinstance(t, str):
             raise _bad(where, f"turn {k}: expected a string 'text'")
         for sp in turn.get("spans") or []:
-            typ = MULTIWOZ_SLOTS.get(sp.get("slot"))
-            if typ is None:
+            slot = sp.get("slot")
+            typ = MULTIWOZ_SLOTS.get(slot)
+            if typ is None and slot not in MULTIWOZ_NEUTRAL:
                 continue
             s, e = sp.get("start"), sp.get("end")
             if not isinstance(s, int) or not isinstance(e, int) or not 0 <= s < e <= len(t):
                 raise _bad(where, f"turn {k}: span ({s}..{e}) out of range for a turn of {len(t)} characters")
-            raw.append((pos + s, pos + e, typ))
+            (raw if typ is not None else neutral).append((pos + s, pos + e, typ or "neutral"))
         parts.append(t)
         pos += len(t) + 1
     text = "\n".join(parts)
-    return {"text": text, "spans": _check_spans(where, text, raw)}
+    rec = {"text": text, "spans": _check_spans(where, text, raw)}
+    values = {text[s:e].strip().lower() for s, e, _ in neutral}
+    values = sorted((v for v in values if len(v) >= 3), key=len, reverse=True)
+    if values:  # every other whole-word mention of a city value, in any case
+        rx = re.compile(r"(?<![\w'])(?:" + "|".join(re.escape(v) for v in values) + r")(?![\w'])", re.IGNORECASE)
+        neutral += [(m.start(), m.end(), "neutral") for m in rx.finditer(text)
+                    if not any(s < m.end() and m.start() < e for s, e, _ in raw)]
+    if neutral:
+        rec["neutral"] = _union([(s, e) for s, e, _ in neutral])
+    return rec
 
 
 _READERS = {"jsonl": _jsonl, "tab": _tab, "multiwoz": _multiwoz}
@@ -415,11 +451,13 @@ def parse_map(items: Iterable[str]) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------
 # training data
 
-def _pieces(text: str, spans: list[tuple[int, int, str]], limit: int = MAX_PIECE):
-    """``(offset, piece, spans shifted)`` cuts of a record at line or sentence ends
-    outside spans, each at most ``limit`` characters where such cuts allow."""
+def _pieces(text: str, spans: list[tuple[int, int, str]], limit: int = MAX_PIECE,
+            neutral: list[tuple[int, int]] = ()):
+    """``(offset, piece, spans shifted, neutral spans shifted and clipped)`` cuts of a record
+    at line or sentence ends outside spans, each at most ``limit`` characters where such
+    cuts allow."""
     if len(text) <= limit:
-        return [(0, text, spans)]
+        return [(0, text, spans, list(neutral))]
     inside = sorted((s, e) for s, e, _ in spans)
 
     def free(pos: int) -> bool:
@@ -437,7 +475,8 @@ def _pieces(text: str, spans: list[tuple[int, int, str]], limit: int = MAX_PIECE
     for a, b in out:
         if not text[a:b].strip():
             continue
-        res.append((a, text[a:b], [(s - a, e - a, t) for s, e, t in spans if a <= s and e <= b]))
+        res.append((a, text[a:b], [(s - a, e - a, t) for s, e, t in spans if a <= s and e <= b],
+                    [(max(s, a) - a, min(e, b) - a) for s, e in neutral if s < b and a < e]))
     return res
 
 
@@ -460,11 +499,14 @@ def _punct_expand(doc, text: str, s: int, e: int):
     return x if not any(c.isalnum() for c in extra) else None
 
 
-def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None):
+def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_map: dict | None,
+              neutral: list[tuple[int, int]] = ()):
     """The training target of one piece: annotated spans with their labels, the base
     model's predictions (``predicted``) kept where their label is not ``covered`` and they
     overlap no annotated span, outside elsewhere (see the module docstring). A complete
-    sample (or no rehearsal) passes a ``predicted`` with no entities: none is kept."""
+    sample (or no rehearsal) passes a ``predicted`` with no entities: none is kept. Tokens
+    of ``neutral`` spans outside the annotated ones are missing (no label), and no
+    prediction over them is kept."""
     from spacy.tokens import Span
     from spacy.util import filter_spans
 
@@ -482,6 +524,10 @@ def reference(nlp, text: str, spans, predicted, covered: frozenset[str], label_m
             if x is not None:
                 missing.append(x)
     ents = filter_spans(ents)
+    for s, e in neutral:
+        x = ref.char_span(s, e, alignment_mode="expand")
+        if x is not None and len(x):
+            missing.append(x)
     taken = {i for sp in ents + missing for i in range(sp.start, sp.end)}
     for p in predicted.ents:
         if p.label_ not in covered and not taken.intersection(range(p.start, p.end)):
@@ -504,6 +550,20 @@ def _union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
+def _minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of the disjoint intervals ``a`` outside the disjoint intervals ``b``."""
+    out = []
+    for s, e in a:
+        for s2, e2 in b:
+            if s2 < e and s < e2:
+                if s < s2:
+                    out.append((s, s2))
+                s = max(s, e2)
+        if s < e:
+            out.append((s, e))
+    return out
+
+
 def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
     n, j = 0, 0
     for s, e in a:
@@ -520,7 +580,10 @@ def _covered(text: str, s: int, e: int, pred: list[tuple[int, int]]) -> bool:
 
 def evaluate(records: list[dict], predictions: list[list[dict]], threshold: float = 0.0) -> dict:
     """Recall, precision (span and character), by type, and the miss rate's 95% upper
-    bound of pi's spans (scored at least ``threshold``) against the records' gold spans."""
+    bound of pi's spans (scored at least ``threshold``) against the records' gold spans.
+    A record's ``neutral`` characters outside its gold spans count for neither: pi's
+    characters there leave precision's numerator and denominator alike, and a pi span
+    that lies wholly inside them is not counted in span precision."""
     from privatize.redaction.calibration import clopper_pearson_upper
 
     n_gold = n_det = gold_chars = hit_chars = pred_chars = n_pred = pred_hit = 0
@@ -529,11 +592,13 @@ def evaluate(records: list[dict], predictions: list[list[dict]], threshold: floa
         text = rec["text"]
         pred = _union([(d["start"], d["end"]) for d in spans if d["score"] >= threshold])
         gold = _union([(s, e) for s, e, _ in rec["spans"]])
+        void = _minus(_union(rec.get("neutral", [])), gold)  # neutral characters that are not gold
         gold_chars += sum(e - s for s, e in gold)
-        pred_chars += sum(e - s for s, e in pred)
+        pred_chars += sum(e - s for s, e in pred) - _overlap(void, pred)
         hit_chars += _overlap(gold, pred)
-        n_pred += len(pred)
-        pred_hit += sum(1 for s, e in pred if any(a < e and s < b for a, b in gold))
+        counted = [(s, e) for s, e in pred if _overlap([(s, e)], void) < e - s]
+        n_pred += len(counted)
+        pred_hit += sum(1 for s, e in counted if any(a < e and s < b for a, b in gold))
         for s, e, typ in rec["spans"]:
             row = by_type.setdefault(typ, {"gold": 0, "detected": 0, "chars": 0, "chars_covered": 0})
             ok = _covered(text, s, e, pred)
@@ -604,14 +669,19 @@ def batch_size_for(pieces: int) -> int:
     return max(MIN_BATCH_ADAPT, min(DEFAULT_BATCH_ADAPT, pieces // MIN_UPDATES_PER_EPOCH))
 
 
+def updates_per_epoch(pieces: int, batch_size: int) -> int:
+    """The updates one epoch over ``pieces`` training pieces makes at ``batch_size`` (the last
+    batch may be short)."""
+    return max(1, -(-pieces // batch_size))
+
+
 def epochs_for(pieces: int, batch_size: int, epochs: int, max_updates: int | None = DEFAULT_MAX_UPDATES) -> int:
     """The epochs an adaptation runs: ``epochs``, or fewer once ``max_updates`` updates are
     reached at the end of an epoch, but not fewer than :data:`MIN_EPOCHS_CAPPED` (nor than
     ``epochs`` when that is smaller). ``max_updates`` None or 0: ``epochs``."""
     if not max_updates:
         return epochs
-    per_epoch = max(1, -(-pieces // batch_size))
-    return min(epochs, max(MIN_EPOCHS_CAPPED, -(-max_updates // per_epoch)))
+    return min(epochs, max(MIN_EPOCHS_CAPPED, -(-max_updates // updates_per_epoch(pieces, batch_size))))
 
 
 def check_arguments(annotated: str | Path, output: str | Path, *, fmt: str, epochs: int, seed: int,
@@ -682,14 +752,15 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
     say(f"data: {len(records)} records ({len(train)} train, {len(dev)} held out), "
         f"{sum(len(r['spans']) for r in train)} train spans; types -> labels {labels}; new labels {new_labels}")
 
-    pieces = [(p, s) for r in train for _, p, s in _pieces(r["text"], r["spans"])]
+    cut = [(p, s, nt) for r in train for _, p, s, nt in _pieces(r["text"], r["spans"], neutral=r.get("neutral", ()))]
+    pieces = [(p, s) for p, s, _ in cut]
     other = [p for p in nlp.pipe_names if p != "ner"]
     with nlp.select_pipes(disable=other):
         preds = list(nlp.pipe([p for p, _ in pieces], batch_size=32))
     rehearse = rehearsal and not complete  # a complete sample keeps none of the base model's other entities
     examples = [Example(nlp.make_doc(p), reference(nlp, p, s, pred if rehearse else nlp.make_doc(p),
-                                                   covered, label_map))
-                for (p, s), pred in zip(pieces, preds)]
+                                                   covered, label_map, nt))
+                for (p, s, nt), pred in zip(cut, preds)]
     if general_rehearsal > 0:  # the base model's own labels on general text: names it must not forget
         from privatize.redaction.ner_training import silver_reference
 
@@ -760,7 +831,7 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
             "holdout_rule": "sha256(text, or 'group:' + group)[:8] / 2**64 < holdout",
             "groups": len({r["group"] for r in records if r.get("group") is not None}),
             "base_model": base, "seed": seed, "epochs": epochs, "epochs_run": epochs_run,
-            "max_updates": max_updates, "updates": epochs_run * -(-len(examples) // batch_size),
+            "max_updates": max_updates, "updates": epochs_run * updates_per_epoch(len(examples), batch_size),
             "batch_size": batch_size, "dropout": dropout,
             "learn_rate": learn_rate, "rehearsal": rehearsal, "complete": complete, "label_map": label_map or {},
             "sample_terms": sample_terms, "general_rehearsal": general_rehearsal,

@@ -9,8 +9,9 @@ parser, lemmatizer, which Presidio's ``AnalyzerEngine`` runs) are byte-for-byte 
 original ones and the detector, which loads ``ner`` alone, sees only the new weights.
 
 **How it trains.** spaCy's own Python training API: ``nlp.resume_training()`` (the
-optimizer spaCy makes for continuing a trained pipeline) and ``nlp.update`` over
-:class:`spacy.training.Example` batches with only ``ner`` enabled, a fixed batch size,
+optimizer spaCy makes for continuing a trained pipeline) and the ``ner`` component's own
+``update`` over :class:`spacy.training.Example` batches (what ``nlp.update`` does with only
+``ner`` enabled, without copying every example first), a fixed batch size,
 dropout, and a seeded shuffle per epoch. We chose the loop over ``spacy train`` with a
 ``[components.ner] source = ...`` config because the data are built in memory from three
 differently shaped files, the rehearsal labels come from the model itself before
@@ -390,9 +391,8 @@ def train_ner(output: str | Path, *, examples: int = DEFAULT_EXAMPLES, epochs: i
         t0 = time.perf_counter()
         rng.shuffle(train)
         losses: dict[str, float] = {}
-        with nlp.select_pipes(disable=other):
-            for batch in minibatch(train, size=batch_size):
-                nlp.update(batch, drop=dropout, sgd=optimizer, losses=losses)
+        for batch in minibatch(train, size=batch_size):
+            ner.update(batch, drop=dropout, sgd=optimizer, losses=losses)
         row = {"epoch": epoch, "loss": round(float(losses.get("ner", 0.0)), 2), **evaluate(),
                "seconds": round(time.perf_counter() - t0, 1)}
         history.append(row)

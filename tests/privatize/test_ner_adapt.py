@@ -277,6 +277,55 @@ def test_tab_and_multiwoz_formats(tmp_path):
     recs, _ = read_annotated(f, "multiwoz")
     (s, e, t), = recs[0]["spans"]
     assert recs[0]["text"][s:e] == "01223 356354" and t == "PHONE_NUMBER"
+    assert "neutral" not in recs[0]
+
+
+def test_multiwoz_city_slots_and_their_other_mentions_are_neutral(tmp_path):
+    """MultiWOZ's city slots (Dest, Depart) are neutral spans, and so is every other
+    whole-word mention of their values in the dialogue, in any case, except inside a gold
+    span; a JSONL record names its own (``neutral``), checked as spans are."""
+    from privatize.errors import InputError
+    from privatize.redaction.adapt import read_annotated
+
+    t1 = "i need a train to cambridge ."
+    t2 = "Cambridge trains leave from the cambridge belfry , Ely or ely station ."
+    woz = {"turns": [{"text": t1, "spans": [{"start": 18, "end": 27, "slot": "Dest"}]},
+                     {"text": t2, "spans": [{"start": 32, "end": 48, "slot": "Name"},
+                                            {"start": 51, "end": 54, "slot": "Depart"}]}]}
+    f = tmp_path / "woz.jsonl"
+    f.write_text(json.dumps(woz) + "\n")
+    (rec,), _ = read_annotated(f, "multiwoz")
+    text = rec["text"]
+    assert [text[s:e] for s, e, _ in rec["spans"]] == ["cambridge belfry"]
+    # by hand: "cambridge" (the Dest slot), "Cambridge" (turn 2's first word), "Ely" (the
+    # Depart slot), "ely"; not the "cambridge" inside the venue's name
+    assert [text[s:e] for s, e in rec["neutral"]] == ["cambridge", "Cambridge", "Ely", "ely"]
+    line = {"text": "to Ely by noon", "spans": [], "neutral": [{"start": 3, "end": 6}]}
+    f.write_text(json.dumps(line) + "\n")
+    (rec,), _ = read_annotated(f)
+    assert rec["neutral"] == [(3, 6)]
+    f.write_text(json.dumps({**line, "neutral": [{"start": 3, "end": 60}]}) + "\n")
+    with pytest.raises(InputError, match=r"woz.jsonl:1: neutral: span 0 \(3..60\) out of range"):
+        read_annotated(f)
+
+
+def test_neutral_characters_count_for_neither_recall_nor_precision():
+    """Hand-computed: gold "Ann Lee" (7 characters), neutral "Ely" (3); pi masks "Ann Lee",
+    "Ely" and "noon" (4). Without the neutral span precision is 7 / 14 with 1 of 3 spans
+    on gold; with it 7 / 11, and 1 of 2 counted spans (the one wholly inside "Ely" is left
+    out). A neutral span inside a gold one changes nothing."""
+    from privatize.redaction.adapt import evaluate
+
+    text = "Ann Lee to Ely by noon"
+    pred = [[{"start": 0, "end": 7, "score": 0.9}, {"start": 11, "end": 14, "score": 0.9},
+             {"start": 18, "end": 22, "score": 0.9}]]
+    plain = evaluate([{"text": text, "spans": [(0, 7, "PERSON")]}], pred)
+    assert (plain["char_precision"], plain["span_precision"]) == (round(7 / 14, 4), round(1 / 3, 4))
+    ev = evaluate([{"text": text, "spans": [(0, 7, "PERSON")], "neutral": [(11, 14)]}], pred)
+    assert (ev["char_precision"], ev["span_precision"], ev["pred_spans"]) == (round(7 / 11, 4), 0.5, 2)
+    assert (ev["recall"], ev["gold_spans"], ev["char_recall"]) == (1.0, 1, 1.0)
+    inside = evaluate([{"text": text, "spans": [(0, 7, "PERSON")], "neutral": [(0, 3)]}], pred)
+    assert inside == plain
 
 
 # Clinical shorthand in lower case that names staff with made-up names (no census name, no
@@ -417,6 +466,26 @@ def test_a_complete_sample_teaches_every_other_prediction_as_outside():
     ref = reference(nlp, text, spans, nlp.make_doc(text), *args[4:])  # what adapt passes a complete sample
     assert [(e.text, e.label_) for e in ref.ents] == [("Ann Lee", "PERSON")]
     assert [t.ent_iob_ for t in ref] == ["B", "I", "O", "O", "O", "O", "O", "O"]  # taught, not missing
+
+
+
+def test_neutral_tokens_are_missing_and_their_predictions_not_rehearsed():
+    """A neutral span's tokens get no label (missing: no signal), in a rehearsed sample and
+    a complete one alike; the base model's GPE over it is not kept as a target."""
+    import spacy
+    from spacy.tokens import Span
+
+    from privatize.redaction.adapt import reference
+
+    nlp = spacy.blank("en")
+    text = "Ann Lee took the train to Cambridge today"
+    pred = nlp.make_doc(text)
+    pred.set_ents([Span(pred, 0, 2, label="PERSON"), Span(pred, 6, 7, label="GPE")])
+    spans, neutral = [(0, 7, "PTName")], [(26, 35)]
+    for predicted in (pred, nlp.make_doc(text)):  # rehearsal, complete
+        ref = reference(nlp, text, spans, predicted, frozenset({"PERSON"}), {"PTName": "PERSON"}, neutral)
+        assert [(e.text, e.label_) for e in ref.ents] == [("Ann Lee", "PERSON")]
+        assert [t.ent_iob_ for t in ref] == ["B", "I", "O", "O", "O", "O", "", "O"]
 
 
 def test_a_complete_folder_redacts_only_the_types_its_sample_teaches(tmp_path):
