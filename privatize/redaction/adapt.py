@@ -752,26 +752,26 @@ def adapt(annotated: str | Path, output: str | Path, *, fmt: str = "jsonl", base
     say(f"data: {len(records)} records ({len(train)} train, {len(dev)} held out), "
         f"{sum(len(r['spans']) for r in train)} train spans; types -> labels {labels}; new labels {new_labels}")
 
-    cut = [(p, s, nt) for r in train for _, p, s, nt in _pieces(r["text"], r["spans"], neutral=r.get("neutral", ()))]
-    pieces = [(p, s) for p, s, _ in cut]
+    pieces = [(p, s, nt) for r in train
+              for _, p, s, nt in _pieces(r["text"], r["spans"], neutral=r.get("neutral", ()))]
     other = [p for p in nlp.pipe_names if p != "ner"]
     with nlp.select_pipes(disable=other):
-        preds = list(nlp.pipe([p for p, _ in pieces], batch_size=32))
+        preds = list(nlp.pipe([p for p, _, _ in pieces], batch_size=32))
     rehearse = rehearsal and not complete  # a complete sample keeps none of the base model's other entities
     examples = [Example(nlp.make_doc(p), reference(nlp, p, s, pred if rehearse else nlp.make_doc(p),
                                                    covered, label_map, nt))
-                for (p, s, nt), pred in zip(cut, preds)]
+                for (p, s, nt), pred in zip(pieces, preds)]
     if general_rehearsal > 0:  # the base model's own labels on general text: names it must not forget
         from privatize.redaction.ner_training import silver_reference
 
-        sents = story_sentences(random.Random(seed), min(general_rehearsal * sum(len(p) for p, _ in pieces),
+        sents = story_sentences(random.Random(seed), min(general_rehearsal * sum(len(p) for p, _, _ in pieces),
                                                          MAX_GENERAL_REHEARSAL_CHARS))
         with nlp.select_pipes(disable=other):
             silver = [Example(nlp.make_doc(d.text), silver_reference(nlp, d)) for d in nlp.pipe(sents, batch_size=64)]
         say(f"general rehearsal: {len(silver)} sentences of the package's stories, labelled by the base model "
             f"({sum(len(x) for x in sents)} characters)")
         examples += silver
-    kept = sum(1 for (p, s), pred in zip(pieces, preds) for e in pred.ents if e.label_ not in covered)
+    kept = sum(1 for pred in preds for e in pred.ents if e.label_ not in covered)
     if batch_size is None:
         batch_size = batch_size_for(len(examples))
     epochs_run = epochs_for(len(examples), batch_size, epochs, max_updates)
