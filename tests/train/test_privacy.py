@@ -6,7 +6,7 @@ import pytest
 
 from privatize.errors import SpecError
 from train.config import DPConfig
-from train.dp.accountant import epsilon
+from train.dp.accountant import EPSILON_TOLERANCE, epsilon
 from train.dp.budget import crt_confidentiality, miss_rate_upper_bound, plan_budget
 
 
@@ -133,7 +133,7 @@ def test_prv_runs_within_its_budget_or_gives_way_to_rdp():
     assert accounting.prv_grid_points(0.5, 1.0, 1000, 1e-5) > 4e7  # about 8 GB, measured
     child = accounting._prv_in_child({"op": "epsilon", "sigma": 1.0, "q": 0.1, "steps": 50, "delta": 1e-5},
                                      1 << 30, 60)
-    assert child == (pytest.approx(ok.value, rel=1e-9), None)
+    assert child == (pytest.approx(ok.value, rel=1e-9), None, None)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     big = bounded_epsilon(0.5, 1.0, 1000, 1e-5, "prv", memory_bytes=1 << 30)
     assert big.accountant == "rdp" and big.note.startswith("PRV needed over 1 GiB")
@@ -209,7 +209,7 @@ def test_the_noise_search_meets_opacus_contract_in_fewer_evaluations(accountant,
     from opacus.accountants import RDPAccountant, PRVAccountant
     from opacus.accountants.utils import get_noise_multiplier
 
-    from train.dp.accountant import EPSILON_TOLERANCE, noise_for
+    from train.dp.accountant import noise_for
 
     calls = {"n": 0}
     cls = RDPAccountant if accountant == "rdp" else PRVAccountant
@@ -229,6 +229,38 @@ def test_the_noise_search_meets_opacus_contract_in_fewer_evaluations(accountant,
     assert target - EPSILON_TOLERANCE <= e_ours <= target and target - EPSILON_TOLERANCE <= e_theirs <= target
     assert ours == pytest.approx(theirs, rel=0.01)
     assert n_ours < n_theirs, (n_ours, n_theirs)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv"])
+def test_the_plan_takes_the_searchs_epsilon_which_is_the_accountants_at_its_noise(accountant, monkeypatch):
+    """The oracle: the epsilon a target plan reports without accounting it again is what
+    Opacus' accountant gives at the plan's noise (``epsilon``, a fresh accountant), and
+    what ``bounded_epsilon`` would have given; the same through the bounded child. Planning
+    no longer accounts the chosen noise a second time."""
+    from train.config import parse_config
+    from train.dp import accounting
+    from train.dp.accounting import bounded_epsilon, bounded_noise
+
+    q, steps, delta = 0.04, 25, 2.5e-4
+    acc = bounded_noise(2.0, delta, q, steps, accountant)
+    assert acc.accountant == accountant and acc.epsilon is not None
+    assert acc.epsilon == epsilon(acc.value, q, steps, delta, accountant)  # exactly: the same computation
+    assert acc.epsilon == bounded_epsilon(acc.value, q, steps, delta, accountant).value
+    assert 2.0 - EPSILON_TOLERANCE <= acc.epsilon <= 2.0
+    cfg = parse_config({"version": 1, "kind": "dp", "dp": {"target_epsilon": 2.0, "accountant": accountant,
+                                                           "delta": delta}})
+    calls = {"n": 0}
+    real = accounting.bounded_epsilon
+    monkeypatch.setattr(accounting, "bounded_epsilon", lambda *a, **k: calls.__setitem__("n", calls["n"] + 1)
+                        or real(*a, **k))
+    b = plan_budget(cfg.dp, n=625, sample_rate=q, steps=steps)
+    assert (b.noise_multiplier, b.planned_epsilon, b.accountant) == (acc.value, acc.epsilon, accountant)
+    assert calls["n"] == 0
+    if accountant == "prv":  # the child answers the noise and its epsilon too
+        value, why, eps = accounting._prv_in_child({"op": "noise", "target": 2.0, "q": q, "steps": steps,
+                                                    "delta": delta, "start": acc.value * 1.2,
+                                                    "floor": acc.value / 2}, 1 << 30, 60)
+        assert why is None and eps == epsilon(value, q, steps, delta, "prv")
 
 
 def test_the_noise_search_stops_at_its_floor_and_refuses_an_impossible_target():

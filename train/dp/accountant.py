@@ -45,7 +45,18 @@ MAX_NOISE = 1e6
 
 def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "prv", *,
               start: float = 1.0, floor: float = 0.0, tolerance: float = EPSILON_TOLERANCE) -> float:
-    """The smallest noise multiplier that keeps ``steps`` steps within ``target_epsilon``:
+    """The smallest noise multiplier that keeps ``steps`` steps within ``target_epsilon``
+    (:func:`noise_and_epsilon`'s noise)."""
+    return noise_and_epsilon(target_epsilon, delta, sample_rate, steps, accountant, start=start, floor=floor,
+                             tolerance=tolerance)[0]
+
+
+def noise_and_epsilon(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "prv",
+                      *, start: float = 1.0, floor: float = 0.0,
+                      tolerance: float = EPSILON_TOLERANCE) -> tuple[float, float]:
+    """(noise, epsilon): the smallest noise multiplier that keeps ``steps`` steps within
+    ``target_epsilon``, and the epsilon the search computed at it (what :func:`epsilon`
+    gives for that noise, so a planner need not account it again):
     a noise whose epsilon is at most the target and within ``tolerance`` of it (Opacus'
     ``get_noise_multiplier`` contract), or ``floor`` when even that noise stays within it.
 
@@ -70,7 +81,7 @@ def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: in
         e_hi = eps(hi)
     while lo is None:  # hi is within the target: halve until a noise is not
         if hi <= floor:
-            return hi
+            return hi, e_hi
         s = max(hi / 2, floor)
         e = eps(s)
         if e <= target_epsilon:
@@ -97,4 +108,4 @@ def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: in
             lo, e_lo = s, e
             w_hi, w_lo = (w_hi / 2 if last == -1 else 1.0), 1.0
             last = -1
-    return hi
+    return hi, e_hi

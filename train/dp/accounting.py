@@ -81,38 +81,44 @@ class Accounted:
     value: float
     accountant: str
     note: str | None = None
+    epsilon: float | None = None
+    """For a noise multiplier: the epsilon the search computed at it with ``accountant`` (what
+    :func:`bounded_epsilon` would give, without accounting it again); None when not known."""
 
 
-def _prv_in_child(request: dict, memory_bytes: int, seconds: float) -> tuple[float | None, str | None]:
+def _prv_in_child(request: dict, memory_bytes: int, seconds: float) -> tuple[float | None, str | None, float | None]:
     request = dict(request, memory_bytes=memory_bytes)
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     try:
         r = subprocess.run([sys.executable, "-m", "train.dp.accounting"], input=json.dumps(request), text=True,
                            capture_output=True, timeout=seconds, env=env)
     except subprocess.TimeoutExpired:
-        return None, f"PRV took over {seconds:g} s"
+        return None, f"PRV took over {seconds:g} s", None
     out = r.stdout.strip().splitlines()
     if r.returncode != 0 or not out:
         if "MemoryError" in r.stderr:
-            return None, f"PRV needed over {memory_bytes / 2**30:g} GiB"
+            return None, f"PRV needed over {memory_bytes / 2**30:g} GiB", None
         last = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"PRV failed ({last[:200]})"
-    value = json.loads(out[-1])["value"]
+        return None, f"PRV failed ({last[:200]})", None
+    answer = json.loads(out[-1])
+    value = answer["value"]
     if value is None or not math.isfinite(value):
-        return None, "PRV gave no finite figure"
-    return float(value), None
+        return None, "PRV gave no finite figure", None
+    return float(value), None, answer.get("epsilon")
 
 
 def _prv_or_rdp(rdp: float, what: str, small: bool, in_process, request: dict, memory_bytes: int,
-                seconds: float) -> Accounted:
+                seconds: float, rdp_epsilon: float | None = None) -> Accounted:
     """PRV's figure, in process when its grid is ``small``, else from the bounded child;
-    RDP's figure (``what`` it is, in the note) when the child passes its budget."""
+    RDP's figure (``what`` it is, in the note) when the child passes its budget. For a
+    noise: ``in_process`` answers (noise, epsilon), and ``rdp_epsilon`` is RDP's at ``rdp``."""
     if small:
-        return Accounted(in_process(), "prv")
-    prv, why = _prv_in_child(request, memory_bytes, seconds)
+        got = in_process()
+        return Accounted(got[0], "prv", epsilon=got[1]) if isinstance(got, tuple) else Accounted(got, "prv")
+    prv, why, eps = _prv_in_child(request, memory_bytes, seconds)
     if prv is None:
-        return Accounted(rdp, "rdp", f"{why}: RDP's {what} is used instead")
-    return Accounted(prv, "prv")
+        return Accounted(rdp, "rdp", f"{why}: RDP's {what} is used instead", rdp_epsilon)
+    return Accounted(prv, "prv", epsilon=eps)
 
 
 def bounded_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str, *,
@@ -156,21 +162,22 @@ def bounded_composition(history: History, delta: float, accountant: str = "prv",
 def bounded_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str, *,
                   memory_bytes: int = PRV_MEMORY_BYTES, seconds: float = PRV_SECONDS) -> Accounted:
     """The smallest noise multiplier within ``target_epsilon``: RDP's (more noise than
-    needed, never less) where PRV's search would pass its budget. A ValueError when no
+    needed, never less) where PRV's search would pass its budget, with the epsilon the search
+    computed at it (``epsilon``: planning need not account it again). A ValueError when no
     noise meets the target."""
-    from train.dp.accountant import noise_for
+    from train.dp.accountant import noise_and_epsilon
 
-    rdp = noise_for(target_epsilon, delta, sample_rate, steps, "rdp")
+    rdp, rdp_eps = noise_and_epsilon(target_epsilon, delta, sample_rate, steps, "rdp")
     if accountant == "rdp":
-        return Accounted(rdp, "rdp")
+        return Accounted(rdp, "rdp", epsilon=rdp_eps)
     # PRV's answer is below RDP's: the search starts there and probes no lower than half of
     # it, which bounds the grid
     return _prv_or_rdp(rdp, "noise", _small(rdp / 2, sample_rate, steps, delta),
-                       lambda: noise_for(target_epsilon, delta, sample_rate, steps, "prv", start=rdp,
-                                         floor=rdp / 2),
+                       lambda: noise_and_epsilon(target_epsilon, delta, sample_rate, steps, "prv", start=rdp,
+                                                 floor=rdp / 2),
                        {"op": "noise", "target": target_epsilon, "q": sample_rate, "steps": steps, "delta": delta,
                         "start": rdp, "floor": rdp / 2},
-                       memory_bytes, seconds)
+                       memory_bytes, seconds, rdp_eps)
 
 
 def _child() -> None:
@@ -180,16 +187,18 @@ def _child() -> None:
     # the child limits itself before it imports anything large: its data segment, numpy's
     # arrays included (preexec_fn is unsafe in a parent with threads, as Ray's driver is)
     resource.setrlimit(resource.RLIMIT_DATA, (req["memory_bytes"], req["memory_bytes"]))
-    from train.dp.accountant import composed_epsilon, epsilon, noise_for
+    from train.dp.accountant import composed_epsilon, epsilon, noise_and_epsilon
 
+    eps = None
     if req["op"] == "compose":
         value = composed_epsilon([tuple(h) for h in req["history"]], req["delta"], "prv")
     elif req["op"] == "epsilon":
         value = epsilon(req["sigma"], req["q"], req["steps"], req["delta"], "prv")
     else:
-        value = noise_for(req["target"], req["delta"], req["q"], req["steps"], "prv", start=req["start"],
-                          floor=req["floor"])
-    print(json.dumps({"value": value if math.isfinite(value) else None}))
+        value, eps = noise_and_epsilon(req["target"], req["delta"], req["q"], req["steps"], "prv",
+                                       start=req["start"], floor=req["floor"])
+    print(json.dumps({"value": value if math.isfinite(value) else None,
+                      "epsilon": eps if eps is not None and math.isfinite(eps) else None}))
 
 
 if __name__ == "__main__":
