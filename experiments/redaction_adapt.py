@@ -5,8 +5,10 @@ training pool (``privatize train-ner --annotated``, rehearsal on), each scored o
 held-out slice (the records ``privatize.redaction.adapt.held_out`` puts aside, by a hash of
 their text, never trained on), beside the default detector on that slice in the same run.
 Recall (gold spans fully covered), character precision, the one-sided 95% bound on the
-miss rate, and training seconds. Development figures: the held-out halves of the corpora
-are the judge.
+miss rate, and training seconds; on TAB also TAB's own measures (``tab``: entity recall of
+direct and quasi identifiers, token precision, recall and F1, as ``redaction_real.py``
+scores them) of the adapted and the default detector on the same slice. Development
+figures: the held-out halves of the corpora are the judge.
 
 ``--complete on`` adapts with ``--complete`` (the sample annotates everything the tenant
 redacts: no rehearsal of the labels it does not cover, and the detector redacts only the
@@ -78,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 det = adapt(f, Path(work) / "detector", fmt=fmt, label_map=label_map or None, complete=complete,
                             **kw, progress=lambda m: print(f"  {tag}: {m}", file=sys.stderr, flush=True))
                 seconds = time.perf_counter() - t0
+                tab = _tab_measures(dev, str(Path(work) / "detector"), det) if domain == "tab" else None
             ev, base = det["evaluation"], det["base_evaluation"]
             row = {"docs": k, "complete": complete, "recall": ev["recall"], "char_precision": ev["char_precision"],
                    "char_recall": ev.get("char_recall"),
@@ -87,19 +90,43 @@ def main(argv: list[str] | None = None) -> int:
                    "misses": ev.get("misses"), "gold_spans": ev.get("gold_spans"),
                    "trusted_labels": det.get("trusted_labels", []), "score_threshold": det.get("score_threshold"),
                    "train_spans": det.get("provenance", {}).get("train_spans")}
+            if tab is not None:
+                row["tab"] = tab
             rows.append(row)
             print(f"{domain}: {k:>4} annotated docs{' (complete)' if complete else ''}: recall {row['recall']:.3f}, "
                   f"character precision {row['char_precision']:.3f} (default detector {base['recall']:.3f} / {base['char_precision']:.3f}), "
                   f"trusted NER labels {row['trusted_labels'] or 'none'}, "
-                  f"{seconds:.0f} s", flush=True)
+                  f"{seconds:.0f} s" + (f"; TAB token F1 {tab['token_f1']:.3f}, direct entity recall "
+                                        f"{tab['entity_recall_direct']:.3f}" if tab else ""), flush=True)
+        default = {"recall": base["recall"], "char_precision": base["char_precision"]}
+        if domain == "tab":
+            default["tab"] = _tab_measures(dev, None, None)
+            print(f"tab: default detector: TAB token F1 {default['tab']['token_f1']:.3f}, direct entity recall "
+                  f"{default['tab']['entity_recall_direct']:.3f}", flush=True)
         out["domains"][domain] = {"held_out_docs": len(dev), "pool_docs": len(pool), "curve": rows,
-                                  "default": {"recall": base["recall"], "char_precision": base["char_precision"]}}
+                                  "default": default}
     out["machine_note"] = machine()
     out["complete"] = args.complete
     name = "redaction_adapt" if args.complete == "off" else "redaction_adapt_complete"
     _keep_other_domains(out, ROOT / "benchmarks" / "results" / f"{name}.json")
     save_result(name, out)
     return 0
+
+
+def _tab_measures(dev_lines: list[str], folder: str | None, det: dict | None) -> dict:
+    """TAB's own measures (``redaction_real.score_tab``) on the held-out judgments: of the
+    adapted detector in ``folder`` at the threshold and trusted labels its evaluation chose
+    (``det``), or of the default detector (``folder`` None)."""
+    from experiments.redaction_real import legal_doc, score_tab
+    from privatize.redaction.detect import Detector
+    from privatize.redaction.engine import DEFAULT_MODEL
+
+    docs = [legal_doc(json.loads(x)) for x in dev_lines]
+    detector = (Detector(DEFAULT_MODEL) if folder is None else
+                Detector(folder, score_threshold=det["score_threshold"], trusted_labels=det.get("trusted_labels")))
+    found = detector.detect([d["text"] for d in docs])
+    preds = [[(s["start"], s["end"], s["entity_type"]) for s in r.spans] for r in found]
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in score_tab(docs, preds).items()}
 
 
 def _keep_other_domains(out: dict, previous: Path) -> None:

@@ -94,16 +94,18 @@ def load_clinical(folder: Path, limit: int | None) -> list[dict]:
     return out[:limit] if limit else out
 
 
+def legal_doc(x: dict) -> dict:
+    """One TAB judgment (a line of ``legal_tab_train.jsonl``) as the scorers read it."""
+    gold, negatives, mentions = [], [], []
+    for e in x["entities"]:
+        span = (e["start_offset"], e["end_offset"], e["entity_type"])
+        (negatives if e["identifier_type"] == "NO_MASK" else gold).append(span)
+        mentions.append((*span, e["identifier_type"], e["entity_id"]))
+    return {"text": x["text"], "gold": gold, "neutral": [], "negatives": negatives, "mentions": mentions}
+
+
 def load_legal(folder: Path, limit: int | None) -> list[dict]:
-    out = []
-    for line in open(folder / "legal_tab_train.jsonl", encoding="utf-8"):
-        x = json.loads(line)
-        gold, negatives, mentions = [], [], []
-        for e in x["entities"]:
-            span = (e["start_offset"], e["end_offset"], e["entity_type"])
-            (negatives if e["identifier_type"] == "NO_MASK" else gold).append(span)
-            mentions.append((*span, e["identifier_type"], e["entity_id"]))
-        out.append({"text": x["text"], "gold": gold, "neutral": [], "negatives": negatives, "mentions": mentions})
+    out = [legal_doc(json.loads(line)) for line in open(folder / "legal_tab_train.jsonl", encoding="utf-8")]
     return out[:limit] if limit else out
 
 

@@ -23,3 +23,17 @@ def test_tab_measures_by_hand():
     # tokens: gold DIRECT+QUASI = John, Smith, Smith, Oslo, 3, May, 2001 (7); predicted = John, Smith, 3, May,
     # 2001, Court (6); true positives 5
     assert m["token_precision"] == pytest.approx(5 / 6) and m["token_recall"] == pytest.approx(5 / 7)
+
+
+def test_a_tab_line_becomes_the_scorers_document():
+    """``legal_doc`` (shared by ``redaction_real.py`` and the TAB rows of
+    ``redaction_adapt.py``): DIRECT and QUASI mentions are gold, NO_MASK ones negatives, every
+    mention keeps its identifier type and entity id."""
+    from experiments.redaction_real import legal_doc
+
+    line = {"text": "Mr Smith v. the Court", "metadata": {}, "entities": [
+        {"start_offset": 3, "end_offset": 8, "entity_type": "PERSON", "identifier_type": "DIRECT", "entity_id": "a"},
+        {"start_offset": 16, "end_offset": 21, "entity_type": "ORG", "identifier_type": "NO_MASK", "entity_id": "b"}]}
+    d = legal_doc(line)
+    assert d["gold"] == [(3, 8, "PERSON")] and d["negatives"] == [(16, 21, "ORG")] and d["neutral"] == []
+    assert d["mentions"] == [(3, 8, "PERSON", "DIRECT", "a"), (16, 21, "ORG", "NO_MASK", "b")]
