@@ -96,6 +96,8 @@ SLOW_TESTS = {
         "starts two torch.distributed worker processes and their TCP store",
     "tests/attacks/test_exposure_trie.py::test_trie_equals_naive_on_every_5_digit_candidate":
         "naive scoring of all 10^5 candidates (about 20 s)",
+    "tests/train/test_privacy.py::test_the_bounded_prv_child_answers_the_noise_and_its_epsilon":
+        "starts the bounded PRV child (a fresh interpreter importing torch and Opacus, about 9 s)",
 }
 
 # markers that imply `slow` (a test marked `ray` needs a real Ray, `server` a server process)

@@ -233,34 +233,40 @@ def test_the_noise_search_meets_opacus_contract_in_fewer_evaluations(accountant,
 
 @pytest.mark.parametrize("accountant", ["rdp", "prv"])
 def test_the_plan_takes_the_searchs_epsilon_which_is_the_accountants_at_its_noise(accountant, monkeypatch):
-    """The oracle: the epsilon a target plan reports without accounting it again is what
-    Opacus' accountant gives at the plan's noise (``epsilon``, a fresh accountant), and
-    what ``bounded_epsilon`` would have given; the same through the bounded child. Planning
-    no longer accounts the chosen noise a second time."""
+    """The oracle: the epsilon the target search returns with its noise is what Opacus'
+    accountant gives at that noise (``epsilon``, a fresh accountant; the bounded form is the
+    same figure within its budget: test_prv_runs_within_its_budget_or_gives_way_to_rdp), and
+    a target plan reports it without accounting the noise again (``bounded_epsilon`` is not
+    called)."""
     from train.config import parse_config
     from train.dp import accounting
-    from train.dp.accounting import bounded_epsilon, bounded_noise
+    from train.dp.accounting import bounded_noise
 
     q, steps, delta = 0.04, 25, 2.5e-4
     acc = bounded_noise(2.0, delta, q, steps, accountant)
     assert acc.accountant == accountant and acc.epsilon is not None
     assert acc.epsilon == epsilon(acc.value, q, steps, delta, accountant)  # exactly: the same computation
-    assert acc.epsilon == bounded_epsilon(acc.value, q, steps, delta, accountant).value
     assert 2.0 - EPSILON_TOLERANCE <= acc.epsilon <= 2.0
     cfg = parse_config({"version": 1, "kind": "dp", "dp": {"target_epsilon": 2.0, "accountant": accountant,
                                                            "delta": delta}})
-    calls = {"n": 0}
-    real = accounting.bounded_epsilon
-    monkeypatch.setattr(accounting, "bounded_epsilon", lambda *a, **k: calls.__setitem__("n", calls["n"] + 1)
-                        or real(*a, **k))
+    asked = []
+    monkeypatch.setattr(accounting, "bounded_noise", lambda *a, **k: asked.append(a) or acc)
+    monkeypatch.setattr(accounting, "bounded_epsilon", lambda *a, **k: pytest.fail("accounted the noise again"))
     b = plan_budget(cfg.dp, n=625, sample_rate=q, steps=steps)
+    assert asked == [(2.0, delta, q, steps, accountant)]
     assert (b.noise_multiplier, b.planned_epsilon, b.accountant) == (acc.value, acc.epsilon, accountant)
-    assert calls["n"] == 0
-    if accountant == "prv":  # the child answers the noise and its epsilon too
-        value, why, eps = accounting._prv_in_child({"op": "noise", "target": 2.0, "q": q, "steps": steps,
-                                                    "delta": delta, "start": acc.value * 1.2,
-                                                    "floor": acc.value / 2}, 1 << 30, 60)
-        assert why is None and eps == epsilon(value, q, steps, delta, "prv")
+
+
+def test_the_bounded_prv_child_answers_the_noise_and_its_epsilon():
+    """The PRV child (a grid too large for the parent) answers the noise and the epsilon its
+    search computed there, which is Opacus' PRV figure at that noise."""
+    from train.dp import accounting
+
+    q, steps, delta = 0.04, 25, 2.5e-4
+    value, why, eps = accounting._prv_in_child({"op": "noise", "target": 2.0, "q": q, "steps": steps,
+                                                "delta": delta, "start": 1.0, "floor": 0.5}, 1 << 30, 120)
+    assert why is None and 2.0 - EPSILON_TOLERANCE <= eps <= 2.0
+    assert eps == epsilon(value, q, steps, delta, "prv")
 
 
 def test_the_noise_search_stops_at_its_floor_and_refuses_an_impossible_target():
