@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from privatize.redaction.adapt import DEFAULT_HOLDOUT, adapt, held_out
+    from privatize.redaction.engine import DEFAULT_MODEL
 
     real = Path(args.data) / "real_dev"
     if not real.is_dir():
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                 det = adapt(f, Path(work) / "detector", fmt=fmt, label_map=label_map or None, complete=complete,
                             **kw, progress=lambda m: print(f"  {tag}: {m}", file=sys.stderr, flush=True))
                 seconds = time.perf_counter() - t0
-                tab = _tab_measures(dev, str(Path(work) / "detector"), det) if domain == "tab" else None
+                tab = _tab_measures(dev, str(Path(work) / "detector")) if domain == "tab" else None
             ev, base = det["evaluation"], det["base_evaluation"]
             row = {"docs": k, "complete": complete, "recall": ev["recall"], "char_precision": ev["char_precision"],
                    "char_recall": ev.get("char_recall"),
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                                         f"{tab['entity_recall_direct']:.3f}" if tab else ""), flush=True)
         default = {"recall": base["recall"], "char_precision": base["char_precision"]}
         if domain == "tab":
-            default["tab"] = _tab_measures(dev, None, None)
+            default["tab"] = _tab_measures(dev, DEFAULT_MODEL)
             print(f"tab: default detector: TAB token F1 {default['tab']['token_f1']:.3f}, direct entity recall "
                   f"{default['tab']['entity_recall_direct']:.3f}", flush=True)
         out["domains"][domain] = {"held_out_docs": len(dev), "pool_docs": len(pool), "curve": rows,
@@ -113,18 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _tab_measures(dev_lines: list[str], folder: str | None, det: dict | None) -> dict:
-    """TAB's own measures (``redaction_real.score_tab``) on the held-out judgments: of the
-    adapted detector in ``folder`` at the threshold and trusted labels its evaluation chose
-    (``det``), or of the default detector (``folder`` None)."""
+def _tab_measures(dev_lines: list[str], model: str) -> dict:
+    """TAB's own measures (``redaction_real.score_tab``) on the held-out judgments of the
+    detector ``model``: an adapted folder (at the threshold and trusted labels its
+    ``detector.json`` holds, as ``--model DIR`` uses it) or the default model."""
     from experiments.redaction_real import legal_doc, score_tab
     from privatize.redaction.detect import Detector
-    from privatize.redaction.engine import DEFAULT_MODEL
 
     docs = [legal_doc(json.loads(x)) for x in dev_lines]
-    detector = (Detector(DEFAULT_MODEL) if folder is None else
-                Detector(folder, score_threshold=det["score_threshold"], trusted_labels=det.get("trusted_labels")))
-    found = detector.detect([d["text"] for d in docs])
+    found = Detector(model).detect([d["text"] for d in docs])
     preds = [[(s["start"], s["end"], s["entity_type"]) for s in r.spans] for r in found]
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in score_tab(docs, preds).items()}
 

@@ -110,11 +110,12 @@ def _prv_in_child(request: dict, memory_bytes: int, seconds: float) -> tuple[flo
 def _prv_or_rdp(rdp: float, what: str, small: bool, in_process, request: dict, memory_bytes: int,
                 seconds: float, rdp_epsilon: float | None = None) -> Accounted:
     """PRV's figure, in process when its grid is ``small``, else from the bounded child;
-    RDP's figure (``what`` it is, in the note) when the child passes its budget. For a
-    noise: ``in_process`` answers (noise, epsilon), and ``rdp_epsilon`` is RDP's at ``rdp``."""
+    RDP's figure (``what`` it is, in the note) when the child passes its budget.
+    ``in_process`` answers (figure, epsilon at it or None); for a noise, ``rdp_epsilon`` is
+    RDP's epsilon at ``rdp``."""
     if small:
-        got = in_process()
-        return Accounted(got[0], "prv", epsilon=got[1]) if isinstance(got, tuple) else Accounted(got, "prv")
+        value, eps = in_process()
+        return Accounted(value, "prv", epsilon=eps)
     prv, why, eps = _prv_in_child(request, memory_bytes, seconds)
     if prv is None:
         return Accounted(rdp, "rdp", f"{why}: RDP's {what} is used instead", rdp_epsilon)
@@ -131,7 +132,7 @@ def bounded_epsilon(noise_multiplier: float, sample_rate: float, steps: int, del
     if accountant == "rdp" or not math.isfinite(rdp) or steps <= 0:
         return Accounted(rdp, "rdp")
     return _prv_or_rdp(rdp, "bound", _small(noise_multiplier, sample_rate, steps, delta),
-                       lambda: epsilon(noise_multiplier, sample_rate, steps, delta, "prv"),
+                       lambda: (epsilon(noise_multiplier, sample_rate, steps, delta, "prv"), None),
                        {"op": "epsilon", "sigma": noise_multiplier, "q": sample_rate, "steps": steps, "delta": delta},
                        memory_bytes, seconds)
 
@@ -155,16 +156,16 @@ def bounded_composition(history: History, delta: float, accountant: str = "prv",
     if accountant == "rdp" or not math.isfinite(rdp):
         return Accounted(rdp, "rdp")
     return _prv_or_rdp(rdp, "bound", _small_history(history, delta),
-                       lambda: composed_epsilon(history, delta, "prv"),
+                       lambda: (composed_epsilon(history, delta, "prv"), None),
                        {"op": "compose", "history": history, "delta": delta}, memory_bytes, seconds)
 
 
 def bounded_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str, *,
                   memory_bytes: int = PRV_MEMORY_BYTES, seconds: float = PRV_SECONDS) -> Accounted:
     """The smallest noise multiplier within ``target_epsilon``: RDP's (more noise than
-    needed, never less) where PRV's search would pass its budget, with the epsilon the search
-    computed at it (``epsilon``: planning need not account it again). A ValueError when no
-    noise meets the target."""
+    needed, never less) where PRV's search would pass its budget, always with the epsilon the
+    search computed at it (``epsilon``: planning need not account it again). A ValueError
+    when no noise meets the target."""
     from train.dp.accountant import noise_and_epsilon
 
     rdp, rdp_eps = noise_and_epsilon(target_epsilon, delta, sample_rate, steps, "rdp")

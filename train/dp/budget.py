@@ -151,8 +151,7 @@ def plan_budget(dp, n: int, sample_rate: float, steps: int, *, units: int | None
         except ValueError as exc:
             raise SpecError(f"dp.target_epsilon: {dp.target_epsilon} cannot be met{grouped} ({exc})") from None
         sigma = acc.value
-        # the search's own figure at that noise (bounded_epsilon's, without a second accounting)
-        eps = acc.epsilon if acc.epsilon is not None else bounded_epsilon(sigma, q, steps, delta, acc.accountant).value
+        eps = acc.epsilon  # the search's own figure at that noise: bounded_epsilon's, not accounted again
     if acc.note:
         log.warning("DP plan: %s", acc.note)
     return Budget(sigma, q, steps, delta, acc.accountant, dp.target_epsilon, eps, big_n, acc.note,
