@@ -15,9 +15,11 @@ item 1). ``privatize train-ner --annotated FILE --output DIR``.
   mentions are the spans (typed by ``entity_type``); NO_MASK mentions are not.
 * ``multiwoz``: one dialogue per line (``turns``: ``speaker``, ``text``, ``spans`` with
   ``start``, ``end``, ``slot``), turns joined by newlines into one record; the PII-like
-  slots (:data:`MULTIWOZ_SLOTS`) are the spans; the city slots (:data:`MULTIWOZ_NEUTRAL`)
-  and every other whole-word mention of their values in the dialogue, in any case, are
-  neutral (as ``experiments/redaction_real.py`` scores the zero-shot detector).
+  slots (:data:`MULTIWOZ_SLOTS`) are the spans, and so are the other mentions of their
+  values in the dialogue (:func:`_other_mentions`); the city slots (:data:`MULTIWOZ_NEUTRAL`)
+  and every other whole-word mention of their values in the dialogue, in any case, outside
+  those spans, are neutral (as ``experiments/redaction_real.py`` scores the zero-shot
+  detector, which takes no other mentions as gold).
 
 A bad record (not JSON, no text, no spans list, a span out of range or with no type)
 is an :class:`InputError` naming the file and line: nothing is trained.
@@ -63,8 +65,8 @@ mentions, that the base model found); with R = 0.5, 14 (character precision 0.72
 **Complete samples** (``complete``, ``--complete``; the adapt job's ``complete``): the
 sample annotates everything the tenant redacts (MultiWOZ annotates addresses, phones,
 postcodes, references, train ids and venues; its station names are not personal and never
-annotated, its city names are neutral spans, below; a value annotated once in a dialogue is a
-span at its other mentions too: :func:`_other_mentions`). Then every base-model prediction that
+annotated, its city names are neutral spans, below; a value annotated in a dialogue is a
+span at its other mentions there too: :func:`_other_mentions`). Then every base-model prediction that
 overlaps no annotated (or neutral) span is taught as outside, whatever its label (no
 rehearsal), and ``detector.json`` records ``complete: true`` (and ``provenance.complete``):
 the detector redacts only the entity types the sample's types map to
@@ -346,26 +348,29 @@ def _multiwoz(obj: dict, where: str) -> dict:
 def _other_mentions(text: str, spans: list[tuple[int, int, str]],
                     slots: list[tuple[int, int]] = ()) -> list[tuple[int, int, str]]:
     """MultiWOZ annotates a slot's value where a dialogue act names it, not at every mention:
-    in its validation dialogues 95 mentions of an annotated venue name (and 29 of addresses,
+    in its validation dialogues 95 mentions of an annotated venue name (and 28 of addresses,
     train ids and references) recur unannotated in the same dialogue (``Can you change the
     Wartworth booking``). Each such whole-word mention, in any case, becomes a span of the
     value's type; longest values first, none over an annotated span, another mention or
     an annotated neutral slot (``slots``: a taxi's ``Dest`` naming a venue stays neutral).
-    Values shorter than 3 characters are left alone, and so is a value's form without a
-    leading ``the`` when it is one common word (``the place``; :func:`privatize.redaction.filters.zipf`
-    at least 3.5), which would otherwise take every ``place``."""
+    Values shorter than 3 characters are left alone, and so is a one-word form that is a
+    common word (:func:`privatize.redaction.filters.zipf` at least 3.5): a venue annotated as
+    ``the place`` would otherwise take every ``place``, and a phone slot that holds ``yes``
+    every ``yes``. Words of a value are matched across spaces and tabs, never across a turn's
+    end."""
     from privatize.redaction.filters import zipf
 
     forms: dict[str, str] = {}
     for s, e, typ in spans:
         v = " ".join(text[s:e].split()).lower()
         for f in (v, v[4:] if v.startswith("the ") else None):
-            if f and len(f) >= 3 and (f == v or " " in f or zipf(f) < 3.5):
+            if f and len(f) >= 3 and (" " in f or zipf(f) < 3.5):
                 forms.setdefault(f, typ)
     taken = [(s, e) for s, e, _ in spans] + list(slots)
     out = []
     for f in sorted(forms, key=len, reverse=True):
-        rx = re.compile(r"(?<![\w'])" + r"\s+".join(re.escape(w) for w in f.split()) + r"(?![\w'])", re.IGNORECASE)
+        rx = re.compile(r"(?<![\w'])" + r"[^\S\n]+".join(re.escape(w) for w in f.split()) + r"(?![\w'])",
+                        re.IGNORECASE)
         for m in rx.finditer(text):
             if not any(s < m.end() and m.start() < e for s, e in taken):
                 out.append((m.start(), m.end(), forms[f]))

@@ -312,12 +312,12 @@ def test_multiwoz_city_slots_and_their_other_mentions_are_neutral(tmp_path):
 def test_other_mentions_of_an_annotated_multiwoz_value_are_gold(tmp_path):
     """MultiWOZ annotates a value where a dialogue act names it: its other whole-word
     mentions in the dialogue, in any case, become spans of its type (by hand below); a
-    value's form without a leading "the" only when that is not one common word, and
-    never over a neutral slot (the taxi's Depart)."""
+    value's form without a leading "the" only when that is not one common word ("place",
+    alone at the end, is not taken), and never over a neutral slot (the taxi's Depart)."""
     from privatize.redaction.adapt import read_annotated
 
     t1 = "try the ashley hotel or The Place ."
-    t2 = "Ashley Hotel it is . is the place open ? other places are . a taxi from ashley hotel , please ."
+    t2 = "Ashley Hotel it is . is the place open ? other places are . a taxi from ashley hotel , please . a place ."
     woz = {"turns": [{"text": t1, "spans": [{"start": 4, "end": 20, "slot": "Name"},
                                             {"start": 24, "end": 33, "slot": "Name"}]},
                      {"text": t2, "spans": [{"start": 72, "end": 84, "slot": "Depart"}]}]}
@@ -333,14 +333,14 @@ def test_other_mentions_of_an_annotated_multiwoz_value_are_gold(tmp_path):
 
 def test_a_leading_the_need_not_be_masked():
     """An article identifies no one: "the Ashley Hotel" is detected when "Ashley Hotel" is
-    masked; the "The" of "Theatre Royal" is no article, and a bare "the" masked detects
-    nothing. By hand: 1 of 3 spans detected."""
+    masked; the "The" of "Theatre Royal" is no article ("atre Royal" masked misses it), and
+    a bare "the" masked detects nothing. By hand: 1 of 3 spans detected."""
     from privatize.redaction.adapt import evaluate
 
     text = "at the Ashley Hotel , Theatre Royal or the Cocum"
     gold = [(3, 19, "VENUE"), (22, 35, "VENUE"), (39, 48, "VENUE")]
     assert [text[s:e] for s, e, _ in gold] == ["the Ashley Hotel", "Theatre Royal", "the Cocum"]
-    pred = [[{"start": 7, "end": 19, "score": 0.9}, {"start": 30, "end": 35, "score": 0.9},
+    pred = [[{"start": 7, "end": 19, "score": 0.9}, {"start": 25, "end": 35, "score": 0.9},
              {"start": 39, "end": 42, "score": 0.9}]]
     ev = evaluate([{"text": text, "spans": gold}], pred)
     assert (ev["detected"], ev["misses"], ev["recall"]) == (1, 2, round(1 / 3, 4))
