@@ -334,12 +334,9 @@ def _multiwoz(obj: dict, where: str) -> dict:
     text = "\n".join(parts)
     raw += _other_mentions(text, raw, [(s, e) for s, e, _ in neutral])
     rec = {"text": text, "spans": _check_spans(where, text, sorted(raw))}
-    values = {text[s:e].strip().lower() for s, e, _ in neutral}
-    values = sorted((v for v in values if len(v) >= 3), key=len, reverse=True)
-    if values:  # every other whole-word mention of a city value, in any case
-        rx = re.compile(r"(?<![\w'])(?:" + "|".join(re.escape(v) for v in values) + r")(?![\w'])", re.IGNORECASE)
-        neutral += [(m.start(), m.end(), "neutral") for m in rx.finditer(text)
-                    if not any(s < m.end() and m.start() < e for s, e, _ in raw)]
+    # every other mention of a city value is neutral too, where it is not part of a gold span
+    cities = {f: "neutral" for f in (" ".join(text[s:e].split()).lower() for s, e, _ in neutral) if len(f) >= 3}
+    neutral += _mentions(text, cities, [(s, e) for s, e, _ in raw])
     if neutral:
         rec["neutral"] = _union([(s, e) for s, e, _ in neutral])
     return rec
@@ -366,8 +363,15 @@ def _other_mentions(text: str, spans: list[tuple[int, int, str]],
         for f in (v, v[4:] if v.startswith("the ") else None):
             if f and len(f) >= 3 and (" " in f or zipf(f) < 3.5):
                 forms.setdefault(f, typ)
-    taken = [(s, e) for s, e, _ in spans] + list(slots)
-    out = []
+    return _mentions(text, forms, [(s, e) for s, e, _ in spans] + list(slots))
+
+
+def _mentions(text: str, forms: dict[str, str], taken: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
+    """Each whole-word mention, in any case, of a form (lower case, its words one space
+    apart) as ``(start, end, forms[form])``: longest forms first, a form's words matched
+    across spaces and tabs but never a line's end, none overlapping ``taken`` or a mention
+    found before it."""
+    taken, out = list(taken), []
     for f in sorted(forms, key=len, reverse=True):
         rx = re.compile(r"(?<![\w'])" + r"[^\S\n]+".join(re.escape(w) for w in f.split()) + r"(?![\w'])",
                         re.IGNORECASE)
