@@ -98,6 +98,10 @@ SLOW_TESTS = {
         "naive scoring of all 10^5 candidates (about 20 s)",
     "tests/train/test_privacy.py::test_the_bounded_prv_child_answers_the_noise_and_its_epsilon":
         "starts the bounded PRV child (a fresh interpreter importing torch and Opacus, about 9 s)",
+    "tests/train/test_privacy.py::test_prv_runs_within_its_budget_or_gives_way_to_rdp":
+        "starts the bounded PRV child twice, once to its memory limit (about 16 s)",
+    "tests/privatize/test_ner_adapt.py::test_rehearsal_keeps_names_and_dates":
+        "trains two more spaCy detectors, without rehearsal and with general sentences only (about 23 s)",
 }
 
 # markers that imply `slow` (a test marked `ray` needs a real Ray, `server` a server process)
