@@ -3,7 +3,7 @@ autocast (fp32 master weights, AdamW), the step the Ray Train workers run
 (``train.loop.train_step``) on one device: tokens/s, model FLOPs utilisation, peak GPU
 memory, and DP-SGD over plain per grad-sample mode, all in the same run.
 
-    python benchmarks/gpu_train.py [--models small,paper-551m] [--modes bk,hooks,ghost]
+    python benchmarks/gpu_train.py [--modes bk,hooks,ghost]
         [--shapes small=16x128,small=32x1024,paper-551m=16x128,paper-551m=8x2048] [--steps 10]
 
 Model FLOPs per token follow PaLM (Chowdhery et al. 2022, appendix B): 6 N (N the

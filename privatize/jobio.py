@@ -1,4 +1,4 @@
-"""What the three job entrypoints (``python -m privatize.job``, ``train.job``, ``attacks.job``)
+"""What the job entrypoints (``python -m privatize.job``, ``privatize.adapt_job``, ``train.job``, ``attacks.job``)
 share: localise the input, check or clear the output, upload a finished folder with its result
 file last (a reader that finds the result finds everything it names), and one-line errors that
 name storage-relative locations (``<input>``, ``<output>``) rather than this machine's paths.

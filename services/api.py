@@ -5,7 +5,7 @@ same as an id that does not exist.
 Adding an endpoint: a function in its resource's module under ``services/routes/`` (a new
 resource: a module with its own ``router``, listed below) with ``tenant: TenantRef =
 Depends(current_tenant)`` and ``ctx: ServiceContext = Depends(get_ctx)``
-(``services.routes.common``), domain logic in its module (``corpora``, ``keys``, ``jobs``),
+(``services.dependencies``), domain logic in its module (``corpora``, ``keys``, ``jobs``),
 domain errors from ``services.errors`` (``services.app`` turns them into status codes), an
 audit action in ``services.audit.ACTIONS`` if it changes state, and a test in
 ``tests/services``. A job kind's resource (``/v1/trainings``...) is generated from its

@@ -132,7 +132,7 @@ class AdaptKind(JobKind):
         from fastapi import Depends
         from fastapi.responses import Response
 
-        from services.routes.common import current_tenant, fresh_job_of, get_ctx
+        from services.dependencies import current_tenant, fresh_job_of, get_ctx
 
         def detector_json(job_id: str, tenant=Depends(current_tenant), ctx=Depends(get_ctx)):
             """The detector's ``detector.json`` (its threshold, labels, held-out evaluation and

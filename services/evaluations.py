@@ -479,7 +479,7 @@ class EvaluateKind(JobKind):
         from fastapi.responses import StreamingResponse
 
         from services import audit
-        from services.routes.common import current_tenant, fresh_job_of, get_ctx
+        from services.dependencies import current_tenant, fresh_job_of, get_ctx
 
         def result_file(request, ctx, tenant_id: str, job_id: str, name: str, media: str):
             audit.note(request, file=name)

@@ -374,7 +374,7 @@ class TrainKind(JobKind):
         from fastapi import Depends
         from fastapi.responses import StreamingResponse
 
-        from services.routes.common import current_tenant, fresh_job_of, get_ctx
+        from services.dependencies import current_tenant, fresh_job_of, get_ctx
 
         def download_model(job_id: str, tenant=Depends(current_tenant), ctx=Depends(get_ctx)):
             """The trained model (a Hugging Face folder with its tokenizer) as a ``.tar.gz`` of

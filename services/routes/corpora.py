@@ -14,7 +14,7 @@ from services import corpora as corpora_mod
 from services import jobs as jobs_mod
 from services.context import ServiceContext
 from services.db import session_scope
-from services.routes.common import Out, TenantRef, clean_request, current_tenant, get_ctx
+from services.dependencies import Out, TenantRef, clean_request, current_tenant, get_ctx
 
 
 router = APIRouter(dependencies=[Depends(clean_request)])

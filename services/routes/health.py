@@ -16,7 +16,7 @@ from services.jobs import slots_held
 from services.metrics import CONTENT_TYPE
 from services.models import ACTIVE_JOB_STATES, Job
 from services.tenants import storage_used
-from services.routes.common import Out, TenantRef, clean_request, current_tenant, get_ctx
+from services.dependencies import Out, TenantRef, clean_request, current_tenant, get_ctx
 
 
 router = APIRouter(dependencies=[Depends(clean_request)])

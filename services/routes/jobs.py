@@ -20,7 +20,7 @@ from services.context import ServiceContext
 from services.db import session_scope
 from services.jobkinds import PRIVATIZE, job_kind
 from services.models import ACTIVE_JOB_STATES, Corpus, Job
-from services.routes.common import Out, TenantRef, bearer, clean_request, current_tenant, get_ctx, polled_row
+from services.dependencies import Out, TenantRef, bearer, clean_request, current_tenant, get_ctx, polled_row
 from services.routes.kinds import ConfigSchema
 
 

@@ -15,7 +15,7 @@ from services.context import ServiceContext
 from services.db import checkpoint_sqlite, session_scope
 from services.errors import Conflict, InvalidRequest
 from services.models import Key
-from services.routes.common import Out, TenantRef, clean_request, current_tenant, get_ctx
+from services.dependencies import Out, TenantRef, clean_request, current_tenant, get_ctx
 
 
 router = APIRouter(dependencies=[Depends(clean_request)])

@@ -27,7 +27,7 @@ from services.db import session_scope
 from services.errors import NotFound
 from services.jobkinds import JobKind, job_kind, job_kinds
 from services.models import ACTIVE_JOB_STATES
-from services.routes.common import TenantRef, bearer, clean_request, current_tenant, get_ctx, polled_row
+from services.dependencies import TenantRef, bearer, clean_request, current_tenant, get_ctx, polled_row
 
 INPUT_FIELDS = {"corpus": ("corpus_id", "corpus_id"), "job": ("job_id", "input_job_id")}
 """What a kind reads -> (the request's field naming it, the audit detail's name)."""

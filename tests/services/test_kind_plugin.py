@@ -87,7 +87,7 @@ class WordCount(JobKind):
         from fastapi import Depends
         from fastapi.responses import Response
 
-        from services.routes.common import current_tenant, fresh_job_of, get_ctx
+        from services.dependencies import current_tenant, fresh_job_of, get_ctx
 
         def count_file(job_id: str, tenant=Depends(current_tenant), ctx=Depends(get_ctx)):
             job = fresh_job_of(self, ctx, tenant.id, job_id)

@@ -1,5 +1,7 @@
-"""What every route module shares: the service context, the tenant of a request, the base of
-the Out models, and reading a job of one kind reconciled with Ray."""
+"""The FastAPI dependencies every route module and job kind shares: the service context, the
+tenant of a request, the base of the Out models, and reading a job of one kind reconciled
+with Ray. Below the routes and the job kinds (the services layers contract), so a job kind
+that declares its own routes imports it downward."""
 
 from __future__ import annotations
 
