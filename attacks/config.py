@@ -43,14 +43,14 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Iterator, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from typing_extensions import TypeAliasType
 
 from attacks.registry import ATTACKS, in_order
 from privatize.io.configfile import read_mapping, validate
-from privatize.policy import Quota
+from privatize.policy import Quota, ServerPath
 
 
 class _Strict(BaseModel):
@@ -181,7 +181,9 @@ for _name, _settings in _BUILT:  # importable by name, as pickle finds a class (
 AttackConfig = create_model(
     "AttackConfig", __base__=_AttackConfig, __module__=__name__, __doc__=_AttackConfig.__doc__,
     **{name: (Optional[ATTACKS.get(name).Settings], None) for name in SECTIONS},
-    corpus_stats=(Optional[CorpusStatsSpec], None),
+    corpus_stats=(Annotated[Optional[CorpusStatsSpec], ServerPath(why=(
+        "not offered by the service yet (it reads corpora and a tokenizer by path): run it with `privatize "
+        "attack` on your own copy"))], None),
     attacks=_attacks_field(_BUILT),
     scoring=(ScoringSpec, ScoringSpec()),
     output=(str, "evaluation"))
@@ -202,6 +204,25 @@ def config_model() -> type:
     too (the entry points', or one a test registered). :func:`parse_config` validates with it."""
     now = registered()
     return AttackConfig if now == _BUILT else _rebuilt(now)
+
+
+def data_sources(data: dict) -> Iterator[tuple[str, Any]]:
+    """(field path, value) of every field of a config (a raw mapping) that names texts to read
+    (marked ``privatize.policy.DataSource`` in an attack's settings), in the named sections
+    (``mia.members``) and in the ``attacks`` entries (``attacks.0.data``) alike; the models
+    and ``mia.reference`` are models, not texts."""
+    from privatize.policy import DataSource, marked
+
+    if not isinstance(data, dict):
+        return
+    for name in SECTIONS:
+        for path, value, _ in marked(data.get(name), ATTACKS.get(name).Settings, (DataSource,)):
+            yield ".".join((name, *path)), value
+    entries = data.get("attacks")
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        if isinstance(entry, dict) and isinstance(entry.get("kind"), str) and entry["kind"] in ATTACKS:
+            for path, value, _ in marked(entry, ATTACKS.get(entry["kind"]).Settings, (DataSource,)):
+                yield ".".join(("attacks", str(i), *path)), value
 
 
 def config_schema() -> dict:

@@ -40,22 +40,18 @@ log = logging.getLogger(__name__)
 
 EVALUATION = "evaluation.json"
 REPORT = "report.html"
-SOURCES = (("mia", "members"), ("mia", "non_members"), ("perplexity", "data"), ("extraction", "prompts"),
-           ("extraction", "training_data"))
-"""Config fields that name texts to read (besides the models and ``mia.reference``)."""
 
 
 def locations(data: dict) -> list[tuple[str, str]]:
     """(field path, location) of everything a config (as a dict) reads: each model, the
-    MIA reference model and every data source."""
+    MIA reference model and every data source (``attacks.config.data_sources``)."""
+    from attacks.config import data_sources
+
     out = [(f"models.{i}.path", m["path"]) for i, m in enumerate(data.get("models") or [])
            if isinstance(m, dict) and isinstance(m.get("path"), str)]
     if isinstance(data.get("mia"), dict) and isinstance(data["mia"].get("reference"), str):
         out.append(("mia.reference", data["mia"]["reference"]))
-    for section, field in SOURCES:
-        value = (data.get(section) or {}).get(field) if isinstance(data.get(section), dict) else None
-        if isinstance(value, str):
-            out.append((f"{section}.{field}", value))
+    out += [(path, value) for path, value in data_sources(data) if isinstance(value, str)]
     return out
 
 
@@ -103,9 +99,15 @@ def localize(cfg, root: str, tmp: Path) -> tuple[object, dict[str, str]]:
         m["path"] = swap(m["path"])
     if data.get("mia") and data["mia"].get("reference"):
         data["mia"]["reference"] = swap(data["mia"]["reference"])
-    for section, field in SOURCES:
-        if data.get(section):
-            data[section][field] = swap(data[section][field])
+    from attacks.config import data_sources
+
+    for path, value in list(data_sources(data)):
+        if isinstance(value, str):
+            *parents, last = path.split(".")
+            node = data
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            node[last] = swap(value)
     return type(cfg).model_validate(data), {path: rel for rel, path in local.items()}
 
 

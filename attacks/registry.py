@@ -91,6 +91,11 @@ class Attack:
     section: ClassVar[bool] = False
     """The config may also name it as a section of its own (``mia: {...}``, the papers'
     attacks, for older configs); its errors then name the section's fields themselves."""
+    local_only: ClassVar[str | None] = None
+    """Why the service does not offer it (what it reads that a tenant cannot name by
+    reference), or None: the service runs it, its settings' ``privatize.policy`` markers
+    saying how (a ``DataSource`` field takes a corpus or job reference, a ``ServerPath``
+    field is refused, a ``Quota`` bounds)."""
 
     def prepare(self, settings, ctx: Context) -> Any:
         return None

@@ -323,9 +323,17 @@ def from_dict(data: dict) -> Evaluation:
 
 # ---- what a training run says about itself ------------------------------------------------
 
-PROTECTION = {"pretrain": "none (plain training)", "continue": "none (continual pre-training)",
-              "dp": "DP-SGD", "crt": "CRT: public split plain, private split DP-SGD"}
-"""A run's ``kind`` -> the protection the report shows when the config names none."""
+def kind_protection(kind: str) -> str:
+    """The protection the report shows for a run of training kind ``kind`` when the config
+    names none: the kind's own label (``train.kinds.TrainKind.protection``), or the kind's
+    name for one not registered here (a plugin's run read elsewhere)."""
+    from privatize.registry import UnknownName
+    from train.kinds import train_kind
+
+    try:
+        return train_kind(kind).protection
+    except UnknownName:
+        return kind
 
 UNIT_TEXT = {
     "record": ("one record ({units} in the DP split, up to {blocks_per_unit_max} blocks of {block_tokens} tokens "
@@ -363,7 +371,7 @@ def training_info(path: str, protection: str | None) -> TrainingInfo | None:
                 curve.append([float(m["step"]), float(m["loss"])])
     conf = s.get("confidentiality") or {}
     kind = s.get("kind", "unknown")
-    default = PROTECTION.get(kind, kind)
+    default = kind_protection(kind)
     audit = s.get("audit") or {}
     basis = None
     prov = conf.get("provenance") or {}

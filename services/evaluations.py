@@ -50,9 +50,6 @@ REPORT = "report.html"
 CANARY_KEY_KINDS = ("hmac",)
 _SOURCE_HINT = ('name one of your corpora ({"corpus_id": ...}) or succeeded privatization jobs '
                 '({"job_id": ...})')
-LOCAL_ONLY = ("reconstruction", "true_prefix", "cipher_outputs", "corpus_stats", "identifiers")
-"""Attack config sections whose inputs (gold-span files, name lists, entity keys) the
-service has no references for yet: refused (422) rather than passed through as paths."""
 _REF = {"training_id": "training", "corpus_id": "corpus", "job_id": "job", "model": "base"}
 """Reference field -> the scheme of its placeholder (``training:<id>``, ``base:<name>``) until
 admission."""
@@ -60,10 +57,19 @@ _REF_FIELD = {scheme: field for field, scheme in _REF.items()}
 _LOCATION = re.compile(r"(?:jobs|corpora|models)/([^/]+)(?:/|$)|catalog:([0-9a-f]{16})$")
 
 
-def _sources():
-    from attacks.job import SOURCES
+def local_only() -> dict[str, str]:
+    """Config sections the service does not offer -> why: the attacks that say so
+    (``Attack.local_only``: what they read has no reference a tenant could give) and the
+    config's own sections marked ``ServerPath`` (``corpus_stats``). Refused (422) rather than
+    passed through as paths, and left out of the service's schema."""
+    from attacks.config import config_model
+    from attacks.registry import ATTACKS
+    from privatize.policy import ServerPath, marked_fields
 
-    return SOURCES
+    out = {name: f"not offered by the service yet ({a.local_only}): run it with `privatize attack` on your own "
+                 "copy of the model" for name, a in ATTACKS.items() if a.local_only}
+    out.update((path[0], m.why) for path, m in marked_fields(config_model(), (ServerPath,)) if len(path) == 1)
+    return out
 
 
 @dataclass(frozen=True)
@@ -132,10 +138,9 @@ def validate_config(data) -> EvaluationSpec:
                                                       "(or model: base:<name>, a base model you may use)"))
             continue
         m["path"] = f"training:{rid}"
-    for section in LOCAL_ONLY:
+    for section, why in local_only().items():
         if data.get(section) not in (None, []):
-            errors.append((section, "not offered by the service yet (it reads files by path): run it with "
-                                    "`privatize attack` on your own copy of the model"))
+            errors.append((section, why))
     errors += registered_attack_errors(data.get("attacks"))
     mia = data.get("mia")
     if isinstance(mia, dict) and mia.get("reference") is not None:
@@ -147,16 +152,17 @@ def validate_config(data) -> EvaluationSpec:
                               else "")))
         else:
             mia["reference"] = ref
-    for section, field in _sources():
-        part = data.get(section)
-        if not isinstance(part, dict) or part.get(field) is None:
-            continue  # absent: the config's own validation says whether it is required
-        ref = _reference(part[field], ("corpus_id", "job_id"))
+    from attacks.config import data_sources
+
+    for path, value in list(data_sources(data)):  # named sections and attacks entries alike
+        if value is None:
+            continue  # the config's own validation says whether it is required
+        ref = _reference(value, ("corpus_id", "job_id"))
         if ref is None:
-            where = "a location on the server: " if isinstance(part[field], str) else ""
-            errors.append((f"{section}.{field}", where + _SOURCE_HINT))
+            where = "a location on the server: " if isinstance(value, str) else ""
+            errors.append((path, where + _SOURCE_HINT))
         else:
-            part[field] = ref
+            _set(data, path, ref)
     if errors:
         raise config_invalid(errors)
     try:
@@ -184,10 +190,13 @@ def service_schema(schema: dict, resolve) -> dict:
     """The evaluation config's JSON schema (``attacks.config``'s) as :func:`validate_config`
     takes it: models name a training (``training_id``) or a base model (``model``) instead of
     a ``path``; the sections' data sources and ``mia.reference`` are references; no
-    ``output``, nor the sections the service does not offer (:data:`LOCAL_ONLY`)."""
+    ``output``, nor the sections the service does not offer (:func:`local_only`)."""
+    from attacks.registry import ATTACKS
+    from privatize.policy import DataSource, marked_fields
+
     top = resolve(schema) if "$ref" in schema else schema
     props = top.get("properties", {})
-    for name in ("output", *LOCAL_ONLY):
+    for name in ("output", *local_only()):
         props.pop(name, None)
     models = props.get("models", {}).get("items", {})
     spec = resolve(models) if "$ref" in models else models
@@ -201,14 +210,30 @@ def service_schema(schema: dict, resolve) -> dict:
         spec["properties"]["model"] = {"type": "string", "description": "a base model you may use: base:<name> "
                                                                         "(GET /v1/models)"}
         spec["oneOf"] = [{"required": ["training_id"]}, {"required": ["model"]}]
-    for section, field in (("mia", "reference"), *_sources()):
-        d = _section_def(props.get(section), resolve)
-        if d is None or field not in d.get("properties", {}):
-            continue
-        d["properties"][field] = (_ref_object("training_id", description="one of your succeeded trainings")
-                                  if field == "reference" else _ref_object("corpus_id", "job_id",
-                                                                           description=_SOURCE_HINT))
+    mia = _section_def(props.get("mia"), resolve)
+    if mia is not None and "reference" in mia.get("properties", {}):
+        mia["properties"]["reference"] = _ref_object("training_id", description="one of your succeeded trainings")
+    entries = _entry_defs(props.get("attacks"), resolve)
+    for name, a in ATTACKS.items():  # every DataSource field, in its named section and its attacks entry
+        for d in (_section_def(props.get(name), resolve), entries.get(name)):
+            for path, _ in marked_fields(a.Settings, (DataSource,)):
+                if d is not None and len(path) == 1 and path[0] in d.get("properties", {}):
+                    d["properties"][path[0]] = _ref_object("corpus_id", "job_id", description=_SOURCE_HINT)
     return schema
+
+
+def _entry_defs(prop: dict | None, resolve) -> dict[str, dict]:
+    """The ``attacks`` list's entry definitions by kind (its items: a ``oneOf`` of entries, each
+    with a constant ``kind``)."""
+    items = (prop or {}).get("items") or {}
+    union = resolve(items) if "$ref" in items else items
+    out = {}
+    for ref in union.get("oneOf", union.get("anyOf", [])):
+        d = resolve(ref) if "$ref" in ref else ref
+        kind = d.get("properties", {}).get("kind", {}).get("const")
+        if isinstance(kind, str):
+            out[kind] = d
+    return out
 
 
 def registered_attack_errors(entries) -> list[tuple[str, str]]:
@@ -225,9 +250,9 @@ def registered_attack_errors(entries) -> list[tuple[str, str]]:
         if not isinstance(entry, dict) or entry.get("kind") not in ATTACKS:
             continue
         a = ATTACKS.get(entry["kind"])
-        if a.name in LOCAL_ONLY:
-            errors.append((f"attacks.{i}.kind", f"{a.name} is not offered by the service yet (it reads files by "
-                                                "path): run it with `privatize attack`"))
+        if a.local_only:
+            errors.append((f"attacks.{i}.kind", f"{a.name} is not offered by the service yet ({a.local_only}): "
+                                                "run it with `privatize attack`"))
             continue
         for path, value, m in marked(entry, a.Settings, (ServerPath,)):
             if value not in (None, []):

@@ -38,6 +38,9 @@ class TrainKind:
     """May train the shared tokenizer on further corpora (``tokenizer.also_on``)."""
     confidentiality: ClassVar[bool] = False
     """Reports CRT's confidentiality (epsilon, delta from gamma and delta_2): takes a ``crt`` section."""
+    protection: ClassVar[str] = "none"
+    """What protects the data in a run of this kind, as the privacy report says it when the
+    evaluation config names none."""
 
     def splits(self, cfg: Any) -> dict[str, str]:
         """{phase data name: split of the privatized data} this kind reads."""
@@ -110,6 +113,7 @@ class Pretrain(TrainKind):
     """Pre-training from scratch (a preset, or a checkpoint's architecture with fresh weights)."""
 
     name = "pretrain"
+    protection = "none (plain training)"
     fresh_weights = True
     trains_tokenizer = True
 
@@ -119,6 +123,7 @@ class Continue(TrainKind):
     """Continual pre-training of a checkpoint."""
 
     name = "continue"
+    protection = "none (continual pre-training)"
     needs_checkpoint = True
 
 
@@ -127,6 +132,7 @@ class DP(TrainKind):
     """DP-SGD over the whole split."""
 
     name = "dp"
+    protection = "DP-SGD"
     dp = True
 
 
@@ -136,6 +142,7 @@ class CRT(TrainKind):
     private one, every epoch (the public split may be empty: then DP-SGD on everything)."""
 
     name = "crt"
+    protection = "CRT: public split plain, private split DP-SGD"
     dp = True
     confidentiality = True
 
@@ -162,6 +169,7 @@ class MLM(TrainKind):
     """A masked LM, from a preset or fine-tuning a masked-LM checkpoint with its tokenizer."""
 
     name = "mlm"
+    protection = "none (a masked LM, plain training)"
     masked_lm = True
 
     def presets(self) -> dict:

@@ -47,6 +47,7 @@ def _training_pii(c: CipherOutputsSettings) -> list[str]:
 class CipherOutputs(Attack):
     name, title, Settings = "cipher_outputs", "Entity tokens in generations", CipherOutputsSettings
     Result, order, section = CipherOutputsResult, 70, True
+    local_only = "it reads files by path (prompts, the training set's plaintext PII)"
 
     def prepare(self, c: CipherOutputsSettings, ctx: Context) -> dict:
         """The entity stage's key (aes-siv, or aes-ecb when reproducing the paper) that

@@ -12,12 +12,14 @@ from attacks.data import read_texts
 from attacks.registry import Attack, AttackSettings, Context, Target, register_attack
 from attacks.report_format import esc, fmt_num
 from attacks.results import ExtractionResult
-from privatize.policy import Quota
+from privatize.policy import DataSource, Quota
 
 
 class ExtractionSettings(AttackSettings):
-    prompts: str = Field(description="public text the 5-token prompts are cut from (e.g. wikitext)")
-    training_data: str = Field(description="the training texts generations are matched against")
+    prompts: Annotated[str, DataSource()] = Field(description="public text the 5-token prompts are cut from "
+                                                               "(e.g. wikitext)")
+    training_data: Annotated[str, DataSource()] = Field(description="the training texts generations are matched "
+                                                                     "against")
     text_column: str = "text"
     count: Annotated[int, Quota("eval_max_examples")] = Field(200, ge=1, le=1_000_000)
     prompt_tokens: int = Field(5, ge=1, le=64)

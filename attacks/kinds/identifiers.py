@@ -47,6 +47,7 @@ class IdentifiersSettings(AttackSettings):
 class Identifiers(Attack):
     name, title, Settings, Result = "identifiers", "Identifiers (paper 003)", IdentifiersSettings, IdentifierLeakage
     order, section = 80, True
+    local_only = "it reads records with their identifier spans by path"
 
     def prepare(self, s: IdentifiersSettings, ctx: Context) -> dict:
         """The members' records and, when given, the held-out individuals' (none of whom

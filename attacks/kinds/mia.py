@@ -13,12 +13,12 @@ from attacks.report_format import esc, fmt_pct, support_note, tpr_at, tpr_cell
 from attacks.results import MiaResult, RocResult
 from attacks.scoring import score
 from privatize.errors import SpecError
-from privatize.policy import Quota
+from privatize.policy import DataSource, Quota
 
 
 class MiaSettings(AttackSettings):
-    members: str
-    non_members: str
+    members: Annotated[str, DataSource()]
+    non_members: Annotated[str, DataSource()]
     text_column: str = "text"
     limit: Annotated[int, Quota("eval_max_examples")] = Field(1000, ge=10, le=1_000_000,
                                                          description="examples per side (a random sample)")

@@ -12,11 +12,11 @@ from attacks.data import read_texts, read_texts_with_spans
 from attacks.registry import Attack, AttackSettings, Context, Target, register_attack
 from attacks.report_format import cost_of_protection, esc
 from attacks.results import PerplexityResult
-from privatize.policy import Quota
+from privatize.policy import DataSource, Quota
 
 
 class PerplexitySettings(AttackSettings):
-    data: str
+    data: Annotated[str, DataSource()]
     text_column: str = "text"
     limit: Annotated[int, Quota("eval_max_examples")] = Field(500, ge=1, le=1_000_000)
     spans_column: Optional[str] = Field(None, min_length=1, max_length=64, description=(

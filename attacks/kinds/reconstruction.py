@@ -24,6 +24,7 @@ class ReconstructionSettings(NameTrialsSettings):
 class Reconstruction(Attack):
     name, title, Settings, Result = "reconstruction", "Name reconstruction", ReconstructionSettings, SuccessRate
     order, section = 40, True
+    local_only = "it reads files by path (records with gold spans, a list of candidate names)"
 
     def prepare(self, r: ReconstructionSettings, ctx: Context) -> dict:
         """The trials, and candidate names checked to leave every trial ``n_candidates - 1``

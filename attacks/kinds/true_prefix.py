@@ -24,6 +24,7 @@ class TruePrefixSettings(NameTrialsSettings):
 class TruePrefix(Attack):
     name, title, Settings, Result = "true_prefix", "True-prefix reconstruction", TruePrefixSettings, TruePrefixResult
     order, section = 50, True
+    local_only = "it reads records with gold spans by path"
 
     def prepare(self, t: TruePrefixSettings, ctx: Context) -> dict:
         from attacks.similarity import DEFAULT_MODEL, load_nlp

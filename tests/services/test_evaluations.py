@@ -26,7 +26,7 @@ from typing import Annotated, Optional
 from pydantic import Field
 
 from attacks.registry import Attack, AttackSettings
-from privatize.policy import Quota, ServerPath
+from privatize.policy import DataSource, Quota, ServerPath
 from services.errors import SpecInvalid
 from tests.secrets_scan import leaks
 from tests.services.conftest import CANARIES
@@ -80,16 +80,19 @@ class _MarkedProbe(Attack):
         prompts: list[str] = Field(min_length=1, max_length=10)
         examples: Annotated[int, Quota("eval_max_examples")] = Field(10, ge=1, le=10_000_000)
         wordlist: Annotated[Optional[str], ServerPath(why="a file on the server: give prompts instead")] = None
+        corpus: Annotated[Optional[str], DataSource()] = None
 
 
 def test_a_plugin_attack_runs_through_the_service_within_its_markers():
     """Issue 49, part 3: the service runs registered attacks, plugins included, reading what
     it refuses from the markers on each attack's settings (``privatize.policy``): a field
     naming a file on the server (``ServerPath``) is refused when set, a size beyond a
-    service quota (``Quota``) is refused at its field, and an unmarked one passes."""
+    service quota (``Quota``) is refused at its field, a field naming texts to read
+    (``DataSource``) takes a corpus or job reference as the papers' sections do (a location,
+    at its field, is refused), and an unmarked one passes."""
     from attacks import registry
     from attacks.registry import register_attack
-    from services.evaluations import check_limits, validate_config
+    from services.evaluations import check_limits, inputs_of, validate_config
     from services.settings import Settings
 
     restore = registry.ATTACKS.snapshot()
@@ -103,6 +106,31 @@ def test_a_plugin_attack_runs_through_the_service_within_its_markers():
             == ["attacks.0.wordlist"]
         assert _refusal(dict(ok, attacks=[{"kind": "probe_marked", "prompts": ["x"], "examples": 10**6}])) \
             == ["attacks.0.examples"]
+        # a DataSource field: a reference becomes its placeholder, then a location the job reads
+        # (and an input an active evaluation holds); a location from the tenant is refused
+        read = validate_config(dict(ok, attacks=[{"kind": "probe_marked", "prompts": ["x"], "corpus": {"corpus_id": C}}]))
+        assert read.to_dict()["attacks"][0]["corpus"] == f"corpus:{C}"
+        stored = {**read.to_dict(), "models": [{"name": "a", "path": f"jobs/{T}/output"}], "mia": None,
+                  "perplexity": None, "attacks": [{**read.to_dict()["attacks"][0], "corpus": f"corpora/{C}/data.jsonl"}]}
+        assert inputs_of(stored) == {T, C}
+        assert _refusal(dict(ok, attacks=[{"kind": "probe_marked", "prompts": ["x"], "corpus": "/etc/passwd"}])) \
+            == ["attacks.0.corpus"]
+        assert _refusal(dict(ok, attacks=[{"kind": "probe_marked", "prompts": ["x"], "corpus": {"job_id": J},
+                                           "wordlist": "/etc/hosts"}])) == ["attacks.0.wordlist"]
+        # the service's schema says so: the entry's corpus is a reference, and the sections it
+        # does not offer are not in it
+        from attacks.config import config_model
+        from services.evaluations import service_schema
+
+        schema = config_model().model_json_schema()
+        defs = schema["$defs"]
+        out = service_schema(schema, lambda ref: defs[ref["$ref"].rsplit("/", 1)[1]])
+        corpus = defs["ProbeMarkedEntry"]["properties"]["corpus"]
+        assert [set(o["required"]) for o in corpus["oneOf"]] == [{"corpus_id"}, {"job_id"}]
+        assert defs["MiaSettings"]["properties"]["members"]["oneOf"] == corpus["oneOf"]
+        assert "prompts" not in str(defs["ProbeMarkedEntry"]["properties"]["prompts"].get("oneOf", ""))
+        assert not {"reconstruction", "true_prefix", "cipher_outputs", "identifiers", "corpus_stats",
+                    "output"} & set(out["properties"])
         # a built-in attack the service does not offer is refused in the list form too
         assert _refusal(dict(ok, attacks=[{"kind": "reconstruction"}])) == ["attacks.0.kind"]
     finally:

@@ -18,6 +18,7 @@ class PublicOnly(TrainKind):
     """A toy: the public split only (what a data owner might train before any DP budget)."""
 
     name = "test-public-only"
+    protection = "none (the public split only)"
 
     def splits(self, cfg):
         return {"public": "public"}
@@ -37,7 +38,12 @@ def _cfg(**kw) -> dict:
 
 
 def test_the_kind_is_registered_and_its_own_rules_hold():
+    from attacks.results import kind_protection
+
     assert "test-public-only" in train_kinds()
+    # the report's protection label is the kind's own (issue 49: no list of kinds in attacks)
+    assert kind_protection("test-public-only") == "none (the public split only)"
+    assert kind_protection("dp") == "DP-SGD" and kind_protection("a-kind-not-installed") == "a-kind-not-installed"
     assert plan_phases("test-public-only", {"public": 17}, 8)[0].steps == 3
     from privatize.errors import SpecError
 
@@ -58,5 +64,8 @@ def test_a_config_of_the_new_kind_runs_in_ray_train(train_ray, crt_shards, tmp_p
                      progress=False)
     assert s["kind"] == "test-public-only" and set(s["examples"]) == {"public"} and s["examples"]["public"] > 0
     assert s["steps"] == -(-s["examples"]["public"] // 8) and "epsilon" not in s
+    from attacks.results import training_info
+
+    assert training_info(str(tmp_path / "run"), None).protection == "none (the public split only)"
     phases = {json.loads(x)["phase"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()}
     assert phases == {"public"}
