@@ -3,8 +3,9 @@
 Exit codes: 0 success, 1 failed verification or a job that failed, 2 bad input or usage.
 The last line of ``run`` is a one-line JSON summary. Every subcommand lives in a module
 with a ``register(subparsers)`` function: the built-in ones in ``privatize/commands/``
-(``BUILTIN_COMMANDS``, in the order ``--help`` lists them), others through the
-``privatize.commands`` entry-point group.
+(every module there, found as the registries find their kinds: nothing to list; ``--help``
+lists them by each module's ``ORDER``), others through the ``privatize.commands``
+entry-point group.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import pkgutil
 import sys
 import warnings
 from importlib.metadata import entry_points
@@ -20,8 +22,15 @@ from privatize.errors import PrivatizeError
 
 log = logging.getLogger("privatize")
 
-BUILTIN_COMMANDS = ["privatize.commands.run", "privatize.commands.corpus", "privatize.commands.crypto",
-                    "privatize.commands.detect", "privatize.commands.ner"]
+
+
+def builtin_commands() -> list:
+    """Every module of :mod:`privatize.commands`, in the order ``--help`` lists them (each
+    module's ``ORDER``, then its name)."""
+    import privatize.commands as package
+
+    mods = [importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
+    return sorted(mods, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    for modname in BUILTIN_COMMANDS:
-        importlib.import_module(modname).register(sub)
+    for mod in builtin_commands():
+        mod.register(sub)
     for ep in entry_points(group="privatize.commands"):
         ep.load()(sub)
     return p

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+ORDER = 20  # where `privatize --help` lists this module's commands
+
 
 def _make_corpus(args: argparse.Namespace) -> int:
     from privatize.corpus import make_corpus

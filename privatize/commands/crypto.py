@@ -26,6 +26,8 @@ import sys
 from privatize.errors import InputError, KeyMaterialError
 from privatize.keys import KINDS, import_key, load_key_file, new_key, write_key_file
 
+ORDER = 30  # where `privatize --help` lists this module's commands
+
 ALPHABETS = ("letters52", "latin")
 REDACTION_MISSING = ("entity encryption needs the redaction component (privatize.redaction), not installed yet; "
                      "pass --spans FILE to encrypt given spans")

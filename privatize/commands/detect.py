@@ -20,6 +20,8 @@ import sys
 
 from privatize.errors import InputError
 
+ORDER = 40  # where `privatize --help` lists this module's commands
+
 BATCH = 256
 
 

@@ -16,6 +16,8 @@ import argparse
 import json
 import sys
 
+ORDER = 50  # where `privatize --help` lists this module's commands
+
 
 def _adapt(args: argparse.Namespace) -> int:
     from privatize.redaction.adapt import DEFAULT_EPOCHS_ADAPT, adapt, check_arguments, parse_map

@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+ORDER = 10  # where `privatize --help` lists this module's commands
+
 
 def _run(args: argparse.Namespace) -> int:
     from privatize.api import RunOptions, run

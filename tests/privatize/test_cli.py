@@ -176,3 +176,18 @@ def test_run_quarantines_lines_that_are_not_standard_json(tmp_path):
     assert summary["input_records"] == 5 and summary["output_records"] == 1
     q = [json.loads(line) for line in open(summary["quarantine"], encoding="utf-8")]
     assert len(q) == 4 and all("invalid JSON" in json.dumps(x) for x in q)
+
+
+def test_every_command_module_is_found_and_listed_in_its_order():
+    """Issue 49: no hand-kept list of the CLI's modules; each module of privatize/commands is
+    found, and ``--help`` lists them by their ``ORDER`` (run first), the plugins' after."""
+    import pkgutil
+
+    import privatize.commands as package
+    from privatize.cli import build_parser, builtin_commands
+
+    names = [m.__name__.rsplit(".", 1)[1] for m in builtin_commands()]
+    assert sorted(names) == sorted(m.name for m in pkgutil.iter_modules(package.__path__))
+    assert names == ["run", "corpus", "crypto", "detect", "ner"]
+    commands = list(build_parser()._subparsers._group_actions[0].choices)
+    assert commands[:3] == ["run", "verify", "make-corpus"] and commands.index("train-ner") < commands.index("attack")
