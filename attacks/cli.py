@@ -11,6 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
+from attacks.results import REPORT
+
 
 def summary(ev, output: str) -> dict:
     models = []
@@ -32,7 +34,7 @@ def summary(ev, output: str) -> dict:
         if m.cipher_outputs:
             row["cipher_failure_ratio"] = round(m.cipher_outputs.failure_ratio, 4)
         models.append(row)
-    return {"status": "ok", "evaluation": ev.id, "report": str(Path(output) / "report.html"), "models": models}
+    return {"status": "ok", "evaluation": ev.id, "report": str(Path(output) / REPORT), "models": models}
 
 
 def _attack(args: argparse.Namespace) -> int:

@@ -32,14 +32,13 @@ import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 
+from attacks.results import EVALUATION, REPORT
 from privatize.entrypoint import JobParser, run_entrypoint
 from privatize.errors import OutputError, PrivatizeError, SpecError
 from privatize.jobio import clear_output, is_remote, local_path, localize_input, redact_paths, upload_files
 
 log = logging.getLogger(__name__)
 
-EVALUATION = "evaluation.json"
-REPORT = "report.html"
 
 
 def locations(data: dict) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-from attacks.results import Evaluation, ModelResult, from_dict, to_json
+from attacks.results import EVALUATION, REPORT, Evaluation, ModelResult, from_dict, to_json
 from attacks.report_format import (DASH, TARGET_FPR, ModelResults, best_auc, best_tpr, esc, fmt_num, fmt_pct,
                                    log2_candidates, reference_model, tpr_at)
 from attacks.report_plots import plots_html
@@ -241,8 +241,8 @@ def write_report(evaluation: Evaluation, out_dir: str | os.PathLike) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     page = render_report(evaluation)
-    _write_atomic(out / "evaluation.json", to_json(evaluation) + "\n")
-    html_path = out / "report.html"
+    _write_atomic(out / EVALUATION, to_json(evaluation) + "\n")
+    html_path = out / REPORT
     _write_atomic(html_path, page)
     return html_path
 
@@ -252,7 +252,7 @@ def render_from_json(path_to_evaluation_json: str | os.PathLike,
     """Re-render a stored ``evaluation.json``; by default to ``report.html`` beside it."""
     src = Path(path_to_evaluation_json)
     evaluation = from_dict(json.loads(src.read_text(encoding="utf-8")))
-    dest = Path(out_html) if out_html is not None else src.with_name("report.html")
+    dest = Path(out_html) if out_html is not None else src.with_name(REPORT)
     _write_atomic(dest, render_report(evaluation))
     return dest
 

@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
+EVALUATION = "evaluation.json"
+REPORT = "report.html"
+"""An evaluation's result files: the results (what the service reads), and the report's page."""
+
 
 @dataclass
 class TprAtFpr:
@@ -355,12 +359,14 @@ class _Blank(dict):
 def training_info(path: str, protection: str | None) -> TrainingInfo | None:
     """What the run's ``summary.json`` and ``metrics.jsonl`` say (None for a bare checkpoint)."""
     run = Path(path)
-    summ = run / "summary.json"
+    from train.progress import METRICS, SUMMARY
+
+    summ = run / SUMMARY
     if not summ.is_file():
         return TrainingInfo(kind="unknown", protection=protection or "unknown") if protection else None
     s = json.loads(summ.read_text())
     curve = []
-    metrics = run / "metrics.jsonl"
+    metrics = run / METRICS
     if metrics.is_file():
         for line in metrics.read_text().splitlines():
             try:

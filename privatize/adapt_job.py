@@ -119,6 +119,7 @@ def adapt_to(config: AdaptConfig, input_location: str, output_location: str) -> 
     """Localise the input, adapt, write ``detector/`` then ``summary.json`` at the output;
     returns the summary (what runs on the worker)."""
     from privatize.redaction.adapt import adapt
+    from privatize.redaction.defaults import DETECTOR_FILE
 
     remote_out = is_remote(output_location)
     with tempfile.TemporaryDirectory(prefix="privatize-adapt-") as tmpname:
@@ -141,7 +142,7 @@ def adapt_to(config: AdaptConfig, input_location: str, output_location: str) -> 
         except InputError as exc:  # name the input, never this machine's path
             raise InputError(str(exc).replace(str(annotated), "<input>").replace("--annotated ", "")) from None
         doc["provenance"]["source"] = "<input>"
-        (folder / "detector.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        (folder / DETECTOR_FILE).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         (folder / "README.md").write_text(
             (folder / "README.md").read_text(encoding="utf-8").replace(str(annotated), "<input>"), encoding="utf-8")
         summary = summary_of(doc)

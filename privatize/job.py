@@ -99,6 +99,7 @@ def run_job(spec_location: str, input_location: str, output_location: str, *, ba
             strict: bool = False, overwrite: bool = False) -> dict:
     """Run the job; returns the summary that ``main`` prints."""
     from privatize.api import RunOptions, run
+    from privatize.output import MANIFEST
 
     remote_out = is_remote(output_location)
     with tempfile.TemporaryDirectory(prefix="privatize-job-") as tmpname:
@@ -113,10 +114,10 @@ def run_job(spec_location: str, input_location: str, output_location: str, *, ba
         manifest = run(spec, input_path, out, runner="ray", spec_dir=spec_dir, options=options)
         if remote_out:
             quarantine = upload_output(out, output_location, overwrite=overwrite)
-            where, manifest_at = output_location, f"{output_location.rstrip('/')}/manifest.json"
+            where, manifest_at = output_location, f"{output_location.rstrip('/')}/{MANIFEST}"
         else:
             quarantine = manifest["quarantine"]["path"]
-            where, manifest_at = str(out.resolve()), str((out / "manifest.json").resolve())
+            where, manifest_at = str(out.resolve()), str((out / MANIFEST).resolve())
     _remove(progress_location(output_location))
     return {"status": "ok", "runner": "ray", "output": where, "manifest": manifest_at, **manifest["counts"],
             "quarantine": quarantine, "seconds": manifest.get("seconds")}

@@ -31,10 +31,11 @@ import json
 from pydantic import Field
 
 from services.errors import Conflict, NotFound, config_error, config_invalid
-from services.jobkinds import ADAPT, SUMMARY, JobKind, KindOut, register_job_kind
+from privatize.adapt_job import SUMMARY
+from privatize.redaction.defaults import DETECTOR_FILE as DETECTOR_JSON
+from services.jobkinds import ADAPT, JobKind, KindOut, register_job_kind
 
 DETECTOR_DIR = "detector"
-DETECTOR_JSON = "detector.json"
 REFERENCE = "detector:{id}"
 
 

@@ -42,11 +42,11 @@ from pydantic import Field
 from sqlalchemy.orm import Session
 
 from services.errors import Conflict, NotFound, config_error, config_invalid
-from services.jobkinds import EVALUATE, EVALUATION, PRIVATIZE, TRAIN, JobKind, KindOut, job_kind, register_job_kind
+from attacks.results import EVALUATION, REPORT
+from services.jobkinds import EVALUATE, PRIVATIZE, TRAIN, JobKind, KindOut, job_kind, register_job_kind
 from services.models import Job
 from services.storage import tenant_prefix
 
-REPORT = "report.html"
 CANARY_KEY_KINDS = ("hmac",)
 _SOURCE_HINT = ('name one of your corpora ({"corpus_id": ...}) or succeeded privatization jobs '
                 '({"job_id": ...})')
@@ -528,7 +528,7 @@ class EvaluateKind(JobKind):
 
         for path, fn, media, what in (("report", evaluation_report, "text/html", "the self-contained HTML report"),
                                       ("report.json", evaluation_report_json, "application/json",
-                                       "evaluation.json")):
+                                       EVALUATION)):
             audit.register_action(fn.__name__, "evaluation.report", "job", read=True)
             router.add_api_route(f"/v1/evaluations/{{job_id}}/{path}", fn, methods=["GET"],
                                  response_class=StreamingResponse,

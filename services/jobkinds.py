@@ -50,9 +50,6 @@ PRIVATIZE = "privatize"
 TRAIN = "train"
 EVALUATE = "evaluate"
 ADAPT = "adapt"
-MANIFEST = "manifest.json"
-SUMMARY = "summary.json"
-EVALUATION = "evaluation.json"
 JOBRUN = "python -m services.jobrun"
 
 
@@ -100,7 +97,10 @@ class JobKind:
     """What one job of the kind is called in messages and audit actions (``training``)."""
     resource: ClassVar[str | None] = None
     """``/v1/<resource>`` routes generated for it; None: only the ``/v1/jobs`` routes."""
-    result_file: ClassVar[str] = MANIFEST
+    result_file: ClassVar[str]
+    """The file its job writes last, named by the package that writes it (a privatization's
+    ``privatize.output.MANIFEST``, a training's ``train.progress.SUMMARY``): its presence
+    means the job's output is whole."""
     input_kind: ClassVar[str | None] = None
     discard_unless_succeeded: ClassVar[tuple[str, ...]] = ()
     """Folders of the job's output, relative to it, removed when the job ends any other way
@@ -229,6 +229,9 @@ def register_job_kind(cls: type[JobKind]) -> type[JobKind]:
     name = getattr(cls, "name", None)
     if cls.resource is not None and not _NAME.fullmatch(cls.resource):
         raise ValueError(f"job kind {name!r}: resource {cls.resource!r} is not a path segment")
+    if not isinstance(getattr(cls, "result_file", None), str) or not cls.result_file:
+        raise ValueError(f"job kind {name!r}: no result_file (the file its job writes last, named by the package "
+                         "that writes it)")
     KINDS.add(name, cls(), cls)
     return cls
 

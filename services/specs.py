@@ -24,7 +24,8 @@ from privatize.refs import DETECTOR_REF, MODEL_REF
 from services import jobs as jobs_mod
 from services.context import ServiceContext
 from services.errors import Conflict, NotFound, SpecInvalid
-from services.jobkinds import ADAPT, MANIFEST, PRIVATIZE, JobKind, job_kind, register_job_kind
+from privatize.output import MANIFEST
+from services.jobkinds import ADAPT, PRIVATIZE, JobKind, job_kind, register_job_kind
 from services.limits import check_pipeline_limits
 from services.models import Job, Key
 
@@ -270,6 +271,7 @@ class PrivatizeKind(JobKind):
 
     name = PRIVATIZE
     module = "privatize.job"
+    result_file = MANIFEST
 
     def validate(self, data) -> PipelineSpec:
         return validate_spec(data)

@@ -39,11 +39,11 @@ from sqlalchemy.orm import Session
 from privatize.refs import MODEL_REF
 from services.catalog import BASE_REF, base_name
 from services.errors import Conflict, NotFound, config_error, config_invalid
-from services.jobkinds import PRIVATIZE, SUMMARY, TRAIN, JobKind, KindOut, RootPath, job_kind, register_job_kind
+from services.jobkinds import PRIVATIZE, TRAIN, JobKind, KindOut, RootPath, job_kind, register_job_kind
+from train.progress import METRICS, SUMMARY
 from services.jobs import succeeded_job
 from services.models import Job
 
-METRICS = "metrics.jsonl"
 MODEL_DIR = "model"
 PROGRESS_FIELDS = ("step", "epoch", "phase", "loss", "lr", "tokens", "tokens_per_s", "epsilon", "dp_steps", "time")
 TAIL_BYTES = 64 << 10

@@ -36,16 +36,16 @@ from pathlib import Path
 
 from privatize.entrypoint import JobParser, run_entrypoint
 from privatize.errors import InputError, PrivatizeError, SpecError
+from privatize.output import MANIFEST
 from privatize.policy import ServerPath, marked_values
 from privatize.jobio import (clear_output, delete_dir, is_remote, local_path, localize_input, open_location, redact_paths,
                              upload_files)
 
+from train.progress import METRICS, SUMMARY
+
 log = logging.getLogger(__name__)
 
-SUMMARY = "summary.json"
-METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
-MANIFEST = "manifest.json"
 
 
 def load_config_any(location: str):

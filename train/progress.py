@@ -8,6 +8,8 @@ import os
 import time
 
 METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+"""A run's result files: its metrics, one JSON line per report, and its summary, written last."""
 WORKERS = "workers.jsonl"
 
 

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from privatize.errors import OutputError, SpecError
+from privatize.output import MANIFEST
 from train.config import TrainConfig
 from train.kinds import train_kind
 from train.dp.audit import SEED_FIELD
@@ -43,16 +44,15 @@ from train.final import base_of, check_lora, save_final
 from train.planning import PLAN, plan_run
 from train.plan import Prepared, RunPlan
 from train.setup import ModelSource
-from train.progress import ProgressBar, sink_class
+from train.progress import SUMMARY, ProgressBar, sink_class
 
 log = logging.getLogger(__name__)
 
-SUMMARY = "summary.json"
 RAY_RUN_NAME = "train"
 
 
 def _manifest(data: str) -> dict | None:
-    p = Path(data) / "manifest.json"
+    p = Path(data) / MANIFEST
     try:
         return json.loads(p.read_text()) if p.is_file() else None
     except (OSError, ValueError):

@@ -23,6 +23,7 @@ ORDER = 10  # where `privatize --help` lists this module's commands
 
 def _run(args: argparse.Namespace) -> int:
     from privatize.api import RunOptions, run
+    from privatize.output import MANIFEST
 
     tty = sys.stderr.isatty()
     if args.quiet:
@@ -36,7 +37,7 @@ def _run(args: argparse.Namespace) -> int:
     manifest = run(args.spec, args.input, args.output, runner="local" if args.ray is None else "ray",
                    spec_dir=str(Path(args.spec).parent), address=args.ray or None, options=options)
     summary = {"status": "ok", "output": str(Path(args.output).resolve()),
-               "manifest": str((Path(args.output) / "manifest.json").resolve()),
+               "manifest": str((Path(args.output) / MANIFEST).resolve()),
                **manifest["counts"], "quarantine": manifest["quarantine"]["path"],
                "seconds": manifest.get("seconds")}
     print(json.dumps(summary))

@@ -173,6 +173,8 @@ def test_registration_refuses_a_taken_name_and_odd_names(registry):
         register_job_kind(type("Odd", (ECHO,), {"name": "Echo job"}))
     with pytest.raises(ValueError, match="not a path segment"):
         register_job_kind(type("Slashed", (ECHO,), {"name": "slashed", "resource": "a/b"}))
+    with pytest.raises(ValueError, match="job kind 'quiet': no result_file"):  # every kind names its own
+        register_job_kind(type("Quiet", (JobKind,), {"name": "quiet", "module": "quiet"}))
     with pytest.raises(LookupError, match="unknown job kind 'nope'"):
         job_kind("nope")
 
