@@ -206,23 +206,37 @@ def config_model() -> type:
     return AttackConfig if now == _BUILT else _rebuilt(now)
 
 
-def data_sources(data: dict) -> Iterator[tuple[str, Any]]:
-    """(field path, value) of every field of a config (a raw mapping) that names texts to read
-    (marked ``privatize.policy.DataSource`` in an attack's settings), in the named sections
-    (``mia.members``) and in the ``attacks`` entries (``attacks.0.data``) alike; the models
-    and ``mia.reference`` are models, not texts."""
-    from privatize.policy import DataSource, marked
+def marked_in(data: dict, kinds: tuple[type, ...]) -> Iterator[tuple[str, Any, Any]]:
+    """(field path, value, marker) of every field of a config (a raw mapping) that an attack's
+    settings mark with one of ``kinds`` (``privatize.policy``), in the named sections
+    (``mia.members``) and in the ``attacks`` entries (``attacks.0.members``) alike."""
+    from privatize.policy import marked
 
     if not isinstance(data, dict):
         return
     for name in SECTIONS:
-        for path, value, _ in marked(data.get(name), ATTACKS.get(name).Settings, (DataSource,)):
-            yield ".".join((name, *path)), value
+        for path, value, m in marked(data.get(name), ATTACKS.get(name).Settings, kinds):
+            yield ".".join((name, *path)), value, m
     entries = data.get("attacks")
     for i, entry in enumerate(entries if isinstance(entries, list) else []):
         if isinstance(entry, dict) and isinstance(entry.get("kind"), str) and entry["kind"] in ATTACKS:
-            for path, value, _ in marked(entry, ATTACKS.get(entry["kind"]).Settings, (DataSource,)):
-                yield ".".join(("attacks", str(i), *path)), value
+            for path, value, m in marked(entry, ATTACKS.get(entry["kind"]).Settings, kinds):
+                yield ".".join(("attacks", str(i), *path)), value, m
+
+
+def data_sources(data: dict) -> list[tuple[str, Any]]:
+    """(field path, value) of every field that names texts to read (``DataSource``)."""
+    from privatize.policy import DataSource
+
+    return [(path, value) for path, value, _ in marked_in(data, (DataSource,))]
+
+
+def model_references(data: dict) -> list[tuple[str, Any]]:
+    """(field path, value) of every field that names a model besides ``models`` (a
+    ``ServerPath`` with ``model_ref``: ``mia``'s reference model)."""
+    from privatize.policy import ServerPath
+
+    return [(path, value) for path, value, m in marked_in(data, (ServerPath,)) if m.model_ref]
 
 
 def config_schema() -> dict:

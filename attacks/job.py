@@ -42,15 +42,14 @@ log = logging.getLogger(__name__)
 
 
 def locations(data: dict) -> list[tuple[str, str]]:
-    """(field path, location) of everything a config (as a dict) reads: each model, the
-    MIA reference model and every data source (``attacks.config.data_sources``)."""
-    from attacks.config import data_sources
+    """(field path, location) of everything a config (as a dict) reads: each model, every
+    other model it names (``mia``'s reference, in its section or an ``attacks`` entry) and
+    every data source (``attacks.config.model_references``, ``data_sources``)."""
+    from attacks.config import data_sources, model_references
 
     out = [(f"models.{i}.path", m["path"]) for i, m in enumerate(data.get("models") or [])
            if isinstance(m, dict) and isinstance(m.get("path"), str)]
-    if isinstance(data.get("mia"), dict) and isinstance(data["mia"].get("reference"), str):
-        out.append(("mia.reference", data["mia"]["reference"]))
-    out += [(path, value) for path, value in data_sources(data) if isinstance(value, str)]
+    out += [(path, value) for path, value in (*model_references(data), *data_sources(data)) if isinstance(value, str)]
     return out
 
 
@@ -96,12 +95,8 @@ def localize(cfg, root: str, tmp: Path) -> tuple[object, dict[str, str]]:
 
     for m in data["models"]:
         m["path"] = swap(m["path"])
-    if data.get("mia") and data["mia"].get("reference"):
-        data["mia"]["reference"] = swap(data["mia"]["reference"])
-    from attacks.config import data_sources
-
-    for path, value in list(data_sources(data)):
-        if isinstance(value, str):
+    for path, value in locations(data):
+        if not path.startswith("models."):
             *parents, last = path.split(".")
             node = data
             for part in parents:

@@ -335,7 +335,7 @@ def kind_protection(kind: str) -> str:
     from train.kinds import train_kind
 
     try:
-        return train_kind(kind).protection
+        return train_kind(kind).protection or kind
     except UnknownName:
         return kind
 

@@ -25,12 +25,14 @@ log = logging.getLogger("privatize")
 
 
 def builtin_commands() -> list:
-    """Every module of :mod:`privatize.commands`, in the order ``--help`` lists them (each
-    module's ``ORDER``, then its name)."""
+    """Every module of :mod:`privatize.commands` with a ``register`` function (a helper module
+    there without one is not a command), in the order ``--help`` lists them (each module's
+    ``ORDER``, then its name)."""
     import privatize.commands as package
 
     mods = [importlib.import_module(f"{package.__name__}.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
-    return sorted(mods, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
+    return sorted((m for m in mods if callable(getattr(m, "register", None))),
+                  key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
 
 class _Parser(argparse.ArgumentParser):

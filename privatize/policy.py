@@ -72,7 +72,10 @@ class ServiceSets:
 @dataclass(frozen=True)
 class Credential:
     """A credential reference (``env:``, ``file:``, ``keystore:``): through the service only
-    ``keystore:<id>`` of one of the tenant's own keys."""
+    ``keystore:<id>`` of one of the tenant's own keys, of one of ``kinds`` (any kind when
+    None)."""
+
+    kinds: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

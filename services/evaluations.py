@@ -47,7 +47,6 @@ from services.jobkinds import EVALUATE, PRIVATIZE, TRAIN, JobKind, KindOut, job_
 from services.models import Job
 from services.storage import tenant_prefix
 
-CANARY_KEY_KINDS = ("hmac",)
 _SOURCE_HINT = ('name one of your corpora ({"corpus_id": ...}) or succeeded privatization jobs '
                 '({"job_id": ...})')
 _REF = {"training_id": "training", "corpus_id": "corpus", "job_id": "job", "model": "base"}
@@ -106,6 +105,7 @@ def validate_config(data) -> EvaluationSpec:
     placeholders); SpecInvalid with field paths."""
     from attacks.config import parse_config
     from privatize.errors import SpecError
+    from privatize.policy import ServerPath
 
     if not isinstance(data, dict):
         raise config_invalid([("", "config: must be a JSON object (an evaluation config: models, canaries, mia, "
@@ -142,19 +142,17 @@ def validate_config(data) -> EvaluationSpec:
         if data.get(section) not in (None, []):
             errors.append((section, why))
     errors += registered_attack_errors(data.get("attacks"))
-    mia = data.get("mia")
-    if isinstance(mia, dict) and mia.get("reference") is not None:
-        ref = _reference(mia["reference"], ("training_id",))
-        if ref is None:
-            errors.append(("mia.reference", 'a reference model is one of your succeeded trainings: '
-                                            '{"training_id": ...}'
-                           + (" (a string is a location on the server)" if isinstance(mia["reference"], str)
-                              else "")))
-        else:
-            mia["reference"] = ref
-    from attacks.config import data_sources
+    from attacks.config import data_sources, marked_in
 
-    for path, value in list(data_sources(data)):  # named sections and attacks entries alike
+    for path, value, m in list(marked_in(data, (ServerPath,))):  # mia's reference model, wherever it is
+        if not m.model_ref or value is None:
+            continue
+        ref = _reference(value, ("training_id",))
+        if ref is None:
+            errors.append((path, m.why + (" (a string is a location on the server)" if isinstance(value, str) else "")))
+        else:
+            _set(data, path, ref)
+    for path, value in data_sources(data):  # named sections and attacks entries alike
         if value is None:
             continue  # the config's own validation says whether it is required
         ref = _reference(value, ("corpus_id", "job_id"))
@@ -192,7 +190,7 @@ def service_schema(schema: dict, resolve) -> dict:
     a ``path``; the sections' data sources and ``mia.reference`` are references; no
     ``output``, nor the sections the service does not offer (:func:`local_only`)."""
     from attacks.registry import ATTACKS
-    from privatize.policy import DataSource, marked_fields
+    from privatize.policy import DataSource, ServerPath, marked_fields
 
     top = resolve(schema) if "$ref" in schema else schema
     props = top.get("properties", {})
@@ -210,16 +208,26 @@ def service_schema(schema: dict, resolve) -> dict:
         spec["properties"]["model"] = {"type": "string", "description": "a base model you may use: base:<name> "
                                                                         "(GET /v1/models)"}
         spec["oneOf"] = [{"required": ["training_id"]}, {"required": ["model"]}]
-    mia = _section_def(props.get("mia"), resolve)
-    if mia is not None and "reference" in mia.get("properties", {}):
-        mia["properties"]["reference"] = _ref_object("training_id", description="one of your succeeded trainings")
     entries = _entry_defs(props.get("attacks"), resolve)
-    for name, a in ATTACKS.items():  # every DataSource field, in its named section and its attacks entry
-        for d in (_section_def(props.get(name), resolve), entries.get(name)):
-            for path, _ in marked_fields(a.Settings, (DataSource,)):
-                if d is not None and len(path) == 1 and path[0] in d.get("properties", {}):
-                    d["properties"][path[0]] = _ref_object("corpus_id", "job_id", description=_SOURCE_HINT)
+    training = _ref_object("training_id", description="one of your succeeded trainings")
+    for name, a in ATTACKS.items():  # in each attack's named section and its attacks entry: every
+        for d in (_section_def(props.get(name), resolve), entries.get(name)):  # data source, model reference
+            for path, m in marked_fields(a.Settings, (DataSource, ServerPath)):
+                if d is None or len(path) != 1 or path[0] not in d.get("properties", {}):
+                    continue
+                if isinstance(m, DataSource):
+                    d["properties"][path[0]] = _nullable(d["properties"][path[0]], _ref_object(
+                        "corpus_id", "job_id", description=_SOURCE_HINT))
+                elif m.model_ref:
+                    d["properties"][path[0]] = _nullable(d["properties"][path[0]], training)
     return schema
+
+
+def _nullable(was: dict, now: dict) -> dict:
+    """``now``, also null where the property it replaces (``was``) took null (an optional field)."""
+    if any(s.get("type") == "null" for s in was.get("anyOf", [])):
+        return {"anyOf": [now, {"type": "null"}], "default": None}
+    return now
 
 
 def _entry_defs(prop: dict | None, resolve) -> dict[str, dict]:
@@ -255,7 +263,7 @@ def registered_attack_errors(entries) -> list[tuple[str, str]]:
                                                 "run it with `privatize attack`"))
             continue
         for path, value, m in marked(entry, a.Settings, (ServerPath,)):
-            if value not in (None, []):
+            if value not in (None, []) and not m.model_ref:  # a model reference is converted, not refused
                 errors.append((f"attacks.{i}." + ".".join(path), m.why))
     return errors
 
@@ -347,20 +355,24 @@ def models_of(spec: dict) -> dict[str, str]:
 
 def prepare(s: Session, tenant_id: str, spec: EvaluationSpec) -> tuple[EvaluationSpec, list[str]]:
     """In the admission transaction: each reference checked and replaced by its location,
-    the canary key checked (one of the tenant's enabled hmac keys, 422 at ``canaries.key``
-    otherwise); returns the spec the job runs and its keystore key ids."""
+    every key an attack's settings mark ``Credential`` checked (the canary key: one of the
+    tenant's enabled hmac keys, 422 at its field otherwise); returns the spec the job runs
+    and its keystore key ids."""
+    from attacks.config import marked_in
     from attacks.job import locations
+    from privatize.policy import Credential
     from services.specs import check_key_reference
 
     data = spec.to_dict()
     for field, placeholder in locations(data):
         _set(data, field, _location(s, tenant_id, field, placeholder))
     key_ids: list[str] = []
-    if spec.config.canaries:
-        key_id, why = check_key_reference(s, tenant_id, spec.config.canaries.key, CANARY_KEY_KINDS)
+    for path, ref, m in marked_in(spec.to_dict(), (Credential,)):  # the canary key, section or entry
+        key_id, why = check_key_reference(s, tenant_id, ref, m.kinds)
         if why is not None:
-            raise config_invalid([("canaries.key", why)])
-        key_ids.append(key_id)
+            raise config_invalid([(path, why)])
+        if key_id not in key_ids:
+            key_ids.append(key_id)
     return EvaluationSpec(type(spec.config).model_validate(data)), key_ids
 
 

@@ -38,9 +38,10 @@ class TrainKind:
     """May train the shared tokenizer on further corpora (``tokenizer.also_on``)."""
     confidentiality: ClassVar[bool] = False
     """Reports CRT's confidentiality (epsilon, delta from gamma and delta_2): takes a ``crt`` section."""
-    protection: ClassVar[str] = "none"
+    protection: ClassVar[str | None] = None
     """What protects the data in a run of this kind, as the privacy report says it when the
-    evaluation config names none."""
+    evaluation config names none (None: the report shows the kind's name; a label starting
+    with "none" makes the run a candidate for the unprotected reference)."""
 
     def splits(self, cfg: Any) -> dict[str, str]:
         """{phase data name: split of the privatized data} this kind reads."""

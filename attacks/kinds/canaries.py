@@ -12,14 +12,15 @@ from attacks.registry import Attack, AttackSettings, Context, Target, register_a
 from attacks.report_format import esc, log2_candidates
 from attacks.results import ExposureResult
 from attacks.scoring import progress_bar
-from privatize.policy import Quota
+from privatize.policy import Credential, Quota
 
 
 class CanarySettings(AttackSettings):
     """The canary set inserted by the ``canaries`` stage: the same key and settings
     derive the same secrets."""
 
-    key: str = Field(min_length=1, description="the canary stage's key reference")
+    key: Annotated[str, Credential(kinds=("hmac",))] = Field(min_length=1, description="the canary stage's key "
+                                                                                        "reference")
     format: str = "My ID is: {secret}"
     digits: Annotated[int, Quota("eval_max_exact_digits", when={"method": "exact"})] = Field(6, ge=1, le=9)
     count: Annotated[int, Quota("eval_max_canaries")] = Field(10, ge=1, le=1000)

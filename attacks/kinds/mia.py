@@ -13,7 +13,7 @@ from attacks.report_format import esc, fmt_pct, support_note, tpr_at, tpr_cell
 from attacks.results import MiaResult, RocResult
 from attacks.scoring import score
 from privatize.errors import SpecError
-from privatize.policy import DataSource, Quota
+from privatize.policy import DataSource, Quota, ServerPath
 
 
 class MiaSettings(AttackSettings):
@@ -25,7 +25,9 @@ class MiaSettings(AttackSettings):
     k: float = Field(0.2, gt=0, le=1, description="min-k%: the share of lowest-probability tokens")
     group_size: int = Field(20, ge=2, le=1000)
     context: str = Field("{text}", description="how an example is scored, e.g. 'USR: My name is {text}.'")
-    reference: Optional[str] = Field(None, description="a reference model for the likelihood-ratio score")
+    reference: Annotated[Optional[str], ServerPath(model_ref=True, why=(
+        'a reference model is one of your succeeded trainings: {"training_id": ...}'))] = Field(
+        None, description="a reference model for the likelihood-ratio score")
     seed: int = 0
 
     @field_validator("context")

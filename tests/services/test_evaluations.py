@@ -125,9 +125,11 @@ def test_a_plugin_attack_runs_through_the_service_within_its_markers():
         schema = config_model().model_json_schema()
         defs = schema["$defs"]
         out = service_schema(schema, lambda ref: defs[ref["$ref"].rsplit("/", 1)[1]])
-        corpus = defs["ProbeMarkedEntry"]["properties"]["corpus"]
-        assert [set(o["required"]) for o in corpus["oneOf"]] == [{"corpus_id"}, {"job_id"}]
-        assert defs["MiaSettings"]["properties"]["members"]["oneOf"] == corpus["oneOf"]
+        corpus = defs["ProbeMarkedEntry"]["properties"]["corpus"]  # optional: a reference or null
+        assert corpus["anyOf"][1] == {"type": "null"}
+        assert [set(o["required"]) for o in corpus["anyOf"][0]["oneOf"]] == [{"corpus_id"}, {"job_id"}]
+        assert defs["MiaSettings"]["properties"]["members"]["oneOf"] == corpus["anyOf"][0]["oneOf"]
+        assert defs["MiaEntry"]["properties"]["reference"]["anyOf"][0]["required"] == ["training_id"]
         assert "prompts" not in str(defs["ProbeMarkedEntry"]["properties"]["prompts"].get("oneOf", ""))
         assert not {"reconstruction", "true_prefix", "cipher_outputs", "identifiers", "corpus_stats",
                     "output"} & set(out["properties"])
@@ -301,6 +303,17 @@ def test_what_an_active_evaluation_reads_cannot_be_deleted(tmp_path, monkeypatch
                      (f"keystore:{text_key}", "is a vigenere key; this field takes hmac keys")):
         err = refused(_with("canaries", {"key": key, **CANARIES}), SpecInvalid)
         assert err.extra["errors"][0]["path"] == "canaries.key" and why in err.message
+        # the same attack as an entry of ``attacks``: its key is checked the same way (a review
+        # found it was not: a file: key read on the worker)
+        err = refused(_with("attacks", [{"kind": "canaries", "key": key, **CANARIES}]), SpecInvalid)
+        assert err.extra["errors"][0]["path"] == "attacks.0.key" and why in err.message
+    # mia as an entry: its reference model is a training of the tenant's, never a path
+    entry = {"kind": "mia", "members": {"job_id": J}, "non_members": {"corpus_id": C}, "limit": 20, "group_size": 5}
+    as_entry = {k: v for k, v in CONFIG.items() if k != "mia"}
+    err = refused(dict(as_entry, attacks=[dict(entry, reference="/srv/storage/tenants/u/jobs/x/output")]), SpecInvalid)
+    assert [e["path"] for e in err.extra["errors"]] == ["attacks.0.reference"]
+    err = refused(dict(as_entry, attacks=[dict(entry, reference={"training_id": "4" * 16})]), NotFound)
+    assert err.extra == {"path": "attacks.0.reference.training_id"}
     with session_scope(ctx.sessions) as s:
         assert s.query(Job).filter_by(kind=EVALUATE).count() == 0
     # admitted: every reference a location in the tenant's folder, which is the job's input
@@ -308,6 +321,14 @@ def test_what_an_active_evaluation_reads_cannot_be_deleted(tmp_path, monkeypatch
     assert (ev.kind, ev.corpus_id, ev.input_job_id, ev.status, ev.key_ids) == (EVALUATE, None, None, "pending",
                                                                                [hmac_key])
     assert ev.spec["models"][0]["path"] == f"jobs/{T}/output" and "output" not in ev.spec
+    ev2 = create_job(ctx, tid, None, dict(as_entry, attacks=[dict(entry, reference={"training_id": T}),
+                                                           {"kind": "canaries", "key": f"keystore:{hmac_key}",
+                                                            **CANARIES}]), kind=EVALUATE)
+    assert ev2.spec["attacks"][0]["reference"] == f"jobs/{T}/output" and ev2.key_ids == [hmac_key]
+    assert ev2.spec["attacks"][0]["members"] == f"jobs/{J}/output"
+    was, ctx.cluster.status = ctx.cluster.status, "STOPPED"
+    assert cancel(ctx, tid, ev2.id).status == "cancelled"  # (what follows is about ev's inputs alone)
+    ctx.cluster.status = was
     assert ev.spec["mia"]["members"] == f"jobs/{J}/output"
     assert ev.spec["perplexity"]["data"] == ev.spec["mia"]["non_members"] == f"corpora/{C}/data.jsonl"
     sent = ctx.cluster.submitted[ev.id]

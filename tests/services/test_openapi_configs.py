@@ -89,7 +89,9 @@ def test_each_kinds_config_is_its_model_and_every_ref_resolves(api):
     assert {"training_id", "model"} <= set(model["properties"]) and "path" not in model["properties"]
     mia = _resolve(doc, evaluation["properties"]["mia"]["anyOf"][0]["$ref"])  # data sources are references
     assert [set(o["required"]) for o in mia["properties"]["members"]["oneOf"]] == [{"corpus_id"}, {"job_id"}]
-    assert mia["properties"]["reference"]["required"] == ["training_id"]
+    # the reference model: one of the tenant's trainings, or null (it is optional)
+    assert mia["properties"]["reference"]["anyOf"] == [{**mia["properties"]["reference"]["anyOf"][0],
+                                                        "required": ["training_id"]}, {"type": "null"}]
     training = _body_config(doc, "/v1/trainings")
     assert {"kind", "optim", "dp", "data", "model"} <= set(training["properties"])
     assert "target_epsilon" in _resolve(doc, training["properties"]["dp"]["anyOf"][0]["$ref"])["properties"]
