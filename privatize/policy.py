@@ -132,7 +132,8 @@ def _models(annotation) -> list[type[BaseModel]]:
 def marked(data: Any, model: type[BaseModel], kinds: tuple[type, ...], prefix: tuple[str, ...] = ()
            ) -> Iterator[tuple[tuple[str, ...], Any, Any]]:
     """(field path, value, marker) for every field of ``model`` that ``data`` (a raw mapping)
-    gives and that carries a marker of one of ``kinds``, at any depth of nested models."""
+    gives and that carries a marker of one of ``kinds``, at any depth of nested models, a
+    list's items included (their index in the path: ``sources.1.path``)."""
     if not isinstance(data, dict):
         return
     for name, field in model.model_fields.items():
@@ -142,14 +143,17 @@ def marked(data: Any, model: type[BaseModel], kinds: tuple[type, ...], prefix: t
         for m in field.metadata:
             if isinstance(m, kinds):
                 yield path, data[name], m
-        for sub in _models(field.annotation):
-            yield from marked(data[name], sub, kinds, path)
+        value = data[name]
+        items = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for i, item in items:
+            for sub in _models(field.annotation):
+                yield from marked(item, sub, kinds, path if i is None else (*path, str(i)))
 
 
 def marked_values(obj: BaseModel, kinds: tuple[type, ...], prefix: tuple[str, ...] = ()
                   ) -> Iterator[tuple[tuple[str, ...], Any, Any, BaseModel]]:
     """(field path, value, marker, the model holding it) for every marked field of a validated
-    model, at any depth of nested models."""
+    model, at any depth of nested models, a list's items included (their index in the path)."""
     for name, field in type(obj).model_fields.items():
         value = getattr(obj, name)
         path = (*prefix, name)
@@ -158,6 +162,10 @@ def marked_values(obj: BaseModel, kinds: tuple[type, ...], prefix: tuple[str, ..
                 yield path, value, m, obj
         if isinstance(value, BaseModel):
             yield from marked_values(value, kinds, path)
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    yield from marked_values(item, kinds, (*path, str(i)))
 
 
 def marked_fields(model: type[BaseModel], kinds: tuple[type, ...], prefix: tuple[str, ...] = ()

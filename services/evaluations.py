@@ -275,9 +275,7 @@ def check_limits(settings, spec: EvaluationSpec) -> None:
     canaries and their digits)."""
     from services.limits import field_quotas
 
-    errors = field_quotas(settings, spec.config)
-    for i, entry in enumerate(spec.config.attacks):  # each entry is its attack's own settings, marked alike
-        errors += field_quotas(settings, entry, prefix=f"attacks.{i}.")
+    errors = field_quotas(settings, spec.config)  # the attacks entries too: each is its attack's own settings
     if errors:
         raise config_invalid(errors)
 
