@@ -224,6 +224,19 @@ def marked_in(data: dict, kinds: tuple[type, ...]) -> Iterator[tuple[str, Any, A
                 yield ".".join(("attacks", str(i), *path)), value, m
 
 
+def set_at(data: dict, path: str, value) -> None:
+    """Set the field at a dotted path of a config (a raw mapping; list items by index:
+    ``attacks.0.members``), as :func:`marked_in` names them."""
+    *parents, last = path.split(".")
+    node: Any = data
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
 def data_sources(data: dict) -> list[tuple[str, Any]]:
     """(field path, value) of every field that names texts to read (``DataSource``)."""
     from privatize.policy import DataSource

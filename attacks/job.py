@@ -40,7 +40,6 @@ from privatize.jobio import clear_output, is_remote, local_path, localize_input,
 log = logging.getLogger(__name__)
 
 
-
 def locations(data: dict) -> list[tuple[str, str]]:
     """(field path, location) of everything a config (as a dict) reads: each model, every
     other model it names (``mia``'s reference, in its section or an ``attacks`` entry) and
@@ -95,13 +94,11 @@ def localize(cfg, root: str, tmp: Path) -> tuple[object, dict[str, str]]:
 
     for m in data["models"]:
         m["path"] = swap(m["path"])
+    from attacks.config import set_at
+
     for path, value in locations(data):
         if not path.startswith("models."):
-            *parents, last = path.split(".")
-            node = data
-            for part in parents:
-                node = node[int(part)] if isinstance(node, list) else node[part]
-            node[last] = swap(value)
+            set_at(data, path, swap(value))
     return type(cfg).model_validate(data), {path: rel for rel, path in local.items()}
 
 

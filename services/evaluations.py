@@ -142,7 +142,7 @@ def validate_config(data) -> EvaluationSpec:
         if data.get(section) not in (None, []):
             errors.append((section, why))
     errors += registered_attack_errors(data.get("attacks"))
-    from attacks.config import data_sources, marked_in
+    from attacks.config import data_sources, marked_in, set_at
 
     for path, value, m in list(marked_in(data, (ServerPath,))):  # mia's reference model, wherever it is
         if not m.model_ref or value is None:
@@ -151,7 +151,7 @@ def validate_config(data) -> EvaluationSpec:
         if ref is None:
             errors.append((path, m.why + (" (a string is a location on the server)" if isinstance(value, str) else "")))
         else:
-            _set(data, path, ref)
+            set_at(data, path, ref)
     for path, value in data_sources(data):  # named sections and attacks entries alike
         if value is None:
             continue  # the config's own validation says whether it is required
@@ -160,7 +160,7 @@ def validate_config(data) -> EvaluationSpec:
             where = "a location on the server: " if isinstance(value, str) else ""
             errors.append((path, where + _SOURCE_HINT))
         else:
-            _set(data, path, ref)
+            set_at(data, path, ref)
     if errors:
         raise config_invalid(errors)
     try:
@@ -282,22 +282,6 @@ def check_limits(settings, spec: EvaluationSpec) -> None:
 
 # ---- admission: references -> locations in the tenant's folder ---------------------------
 
-def _get(data: dict, path: str):
-    node: Any = data
-    for part in path.split("."):
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    return node
-
-
-def _set(data: dict, path: str, value) -> None:
-    *parents, last = path.split(".")
-    node = _get(data, ".".join(parents)) if parents else data
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-
-
 def _location(s: Session, tenant_id: str, field: str, placeholder: str) -> str:
     """Where the resource a placeholder names lives, relative to the tenant's folder; the
     same NotFound for another tenant's id as for one that does not exist. Errors name the
@@ -356,14 +340,14 @@ def prepare(s: Session, tenant_id: str, spec: EvaluationSpec) -> tuple[Evaluatio
     every key an attack's settings mark ``Credential`` checked (the canary key: one of the
     tenant's enabled hmac keys, 422 at its field otherwise); returns the spec the job runs
     and its keystore key ids."""
-    from attacks.config import marked_in
+    from attacks.config import marked_in, set_at
     from attacks.job import locations
     from privatize.policy import Credential
     from services.specs import check_key_reference
 
     data = spec.to_dict()
     for field, placeholder in locations(data):
-        _set(data, field, _location(s, tenant_id, field, placeholder))
+        set_at(data, field, _location(s, tenant_id, field, placeholder))
     key_ids: list[str] = []
     for path, ref, m in marked_in(spec.to_dict(), (Credential,)):  # the canary key, section or entry
         key_id, why = check_key_reference(s, tenant_id, ref, m.kinds)
