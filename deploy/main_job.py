@@ -234,7 +234,7 @@ def main() -> int:
             pub_c = c.upload_corpus(pub_text, name="public-text")
             pub_job = c.create_job(pub_c["id"], packaged_spec("public"))["id"]
             _wait_all(c, {"public": pub_job}, "job")
-            base_id = c.create_training(pub_job, _base_config(trained_on))["id"]
+            base_id = c.submit("train", job_id=pub_job, config=_base_config(trained_on))["id"]
             base, base_eval = f"training:{base_id}", {"training_id": base_id}
             base_line = f"tiny (train/configs/base-tiny.yaml) pre-trained here on {trained_on}: {base}"
             print(f"== main job 3/4: a public base, then three fine-tunings of it ({epochs} epochs each, Ray Train)\n"
@@ -247,7 +247,7 @@ def main() -> int:
                   flush=True)
         plan = {"plain": (jobs["raw"], "pretrain"), "redacted": (jobs["crt"], "pretrain"),
                 "crt": (jobs["crt"], "crt")}
-        trainings = {name: c.create_training(job, _train_config(kind, epochs, base))["id"]
+        trainings = {name: c.submit("train", job_id=job, config=_train_config(kind, epochs, base))["id"]
                      for name, (job, kind) in plan.items()}
         _wait_all(c, trainings, "training")
 
@@ -265,10 +265,10 @@ def main() -> int:
                   "mia": {"members": {"corpus_id": train_c["id"]}, "non_members": {"corpus_id": held_c["id"]},
                           "limit": 200, "group_size": 10},
                   "perplexity": {"data": {"corpus_id": held_s["id"]}, "limit": 1000, "spans_column": "spans"}}
-        ev = c.create_evaluation(ev_cfg)
+        ev = c.submit("evaluate", config=ev_cfg)
         _wait_all(c, {"attacks": ev["id"]}, "evaluation")
-        paths = c.download_report(ev["id"], out / "report")
-        summary = c.evaluation(ev["id"])
+        paths = c.download_outputs("evaluate", ev["id"], out / "report")
+        summary = c.get("evaluate", ev["id"])
 
     from attacks.results import keyed_results
 

@@ -20,8 +20,8 @@ Where things live:
 * ``jobkinds`` – the ``JobKind`` base and registry; its kinds, one class each with what is
   particular to it (validation, quotas, results, its ``Out`` model and routes):
   ``specs`` (privatize), ``trainings``, ``evaluations``;
-* ``cli``, ``admin``, ``client`` – ``privatize serve|submit|submit-training|
-  submit-evaluation|admin`` and an HTTP client.
+* ``cli``, ``admin``, ``client`` – ``privatize serve|submit|models|admin`` and an HTTP
+  client.
 
 Nothing in ``privatize``, ``train`` or ``attacks`` imports this package.
 """

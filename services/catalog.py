@@ -343,11 +343,11 @@ class Source:
         return sorted((n, z) for n, z in out if not _hidden(n))
 
     def read(self, rel: str, n: int | None = None) -> bytes:
-        with self.fs.open_input_stream(f"{self.root}/{rel}") as f:
+        with self.fs.open_input_stream(f"{self.root}/{rel}", compression=None) as f:
             return f.read(n) if n is not None else f.read()
 
     def chunks(self, rel: str) -> Iterator[bytes]:
-        with self.fs.open_input_stream(f"{self.root}/{rel}") as f:
+        with self.fs.open_input_stream(f"{self.root}/{rel}", compression=None) as f:
             while b := f.read(1 << 20):
                 yield b
 

@@ -10,16 +10,12 @@ entry point (``services = "services.cli:register"``):
   cancelled, 2 for bad input (an invalid spec or corpus, a refused request). The
   service URL and token come from ``--url``/``--token`` or ``PRIVATIZE_URL`` /
   ``PRIVATIZE_TOKEN``. The last line of output is a one-line JSON summary;
-* ``privatize submit-training CONFIG --job JOB_ID [--wait]`` trains a language model on
-  the output of a succeeded privatization job (a training config as in
-  ``train/configs/``, without paths): the same exit codes; the summary line carries the
-  run's summary (steps, final loss, tokens, epsilon...), and ``--download DIR`` unpacks
-  the model into ``DIR/model``;
-* ``privatize submit-evaluation CONFIG [--wait]`` attacks some of the tenant's succeeded
-  trainings (an evaluation config as ``privatize attack`` takes, with ``training_id``,
-  ``{"corpus_id": ...}``/``{"job_id": ...}`` and ``keystore:<id>`` where that takes
-  locations): the same exit codes; the summary line carries the per-model summary, and
-  ``--download DIR`` saves ``report.html`` and ``evaluation.json`` into ``DIR``;
+* ``privatize submit train CONFIG --job JOB_ID [--wait] [--download DIR --extract]``
+  trains a language model on a privatization job's output (a training config as in
+  ``train/configs/``, without paths; the summary carries the run's figures, ``--extract``
+  unpacks the model into ``DIR/model``); ``privatize submit evaluate CONFIG`` attacks
+  trainings (models by ``training_id``, data by ``{"corpus_id": ...}``/``{"job_id": ...}``,
+  keys as ``keystore:<id>``; ``--download`` saves ``report.html`` and ``evaluation.json``);
 * ``privatize models list|upload NAME PATH|delete NAME``: the base models the tenant
   may fine-tune (``model.checkpoint: base:NAME``), the service's catalog and its own uploads
   (a Hugging Face folder, packed and streamed, or a ``.tar.gz`` of one); one JSON object a
@@ -96,6 +92,8 @@ def _submit(args: argparse.Namespace) -> int:
     the service lists at ``GET /v1/kinds``)."""
     if len(args.args) > 2:
         raise PrivatizeError("submit takes [KIND] FILE: a pipeline spec, or a job kind and its config")
+    if args.extract and not (args.download and args.wait):
+        raise PrivatizeError("--extract unpacks what --download fetches: give --wait --download DIR with it")
     if len(args.args) == 2:
         return _submit_kind(args, *args.args)
     return _submit_pipeline(args, args.args[0])
@@ -169,22 +167,30 @@ def _submit_kind(args: argparse.Namespace, kind: str, path: str) -> int:
                 say(line)
             if args.wait:
                 j = c.wait(j["id"], timeout=args.timeout, poll=args.poll, get=lambda i: c.get(kind, i),
-                           on_change=lambda x: say(f"{info['noun']} {x['id']}: {x['status']}"))
+                           on_change=lambda x: say(f"{info['noun']} {x['id']}: {x['status']}{_at_step(x)}"))
                 if j["status"] == "succeeded" and (line := privacy_line(c, j)) is not None:
                     say(line)
             if args.download and j["status"] == "succeeded":
-                downloaded = c.download_outputs(kind, j["id"], args.download)
-                say(f"downloaded {len(downloaded)} file(s) to {args.download}")
+                downloaded = c.download_outputs(kind, j["id"], args.download, extract=args.extract)
+                say(f"downloaded {len(downloaded)} file(s) to {args.download}"
+                    + (f": {', '.join(p.name for p in downloaded)}" if args.extract else ""))
         except ApiError as exc:
             return _refused(exc, "config")
+    # what it read and how far it got, where the kind's resource answers them
     summary = {"id": j["id"], "kind": kind, "status": j["status"], "message": j.get("message"),
-               "summary": j.get("summary")}
+               **{k: j[k] for k in ("corpus_id", "input_job_id", "progress") if k in j}, "summary": j.get("summary")}
     if downloaded is not None:
         summary["downloaded"] = [str(p.resolve()) for p in downloaded]
     print(json.dumps(summary))
     if not args.wait:
         return 0
     return 0 if j["status"] == "succeeded" else 1
+
+
+def _at_step(job: dict) -> str:
+    """`` (step 4, loss 5.1234)`` for a job whose resource reports training progress."""
+    p = job.get("progress") or {}
+    return f" (step {p['step']}, loss {p['loss']:.4f})" if p.get("step") and p.get("loss") else ""
 
 
 def privacy_line(c, job: dict) -> str | None:
@@ -240,70 +246,6 @@ def read_config_file(path: str, what: str = "a training config is a mapping (kin
     return data
 
 
-def _submit_training(args: argparse.Namespace) -> int:
-    from services.client import ApiError
-
-    config = read_config_file(args.config)
-    say = (lambda m: print(f"privatize: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None)
-    downloaded = None
-    with _client(args) as c:
-        try:
-            t = c.create_training(args.job, config)
-            say(f"submitted training {t['id']} on job {args.job}")
-            if (line := privacy_line(c, t)) is not None:
-                say(line)
-            if args.wait:
-                def changed(t):
-                    p = t.get("progress") or {}
-                    step = f" (step {p['step']}, loss {p['loss']:.4f})" if p.get("step") and p.get("loss") else ""
-                    say(f"training {t['id']}: {t['status']}{step}")
-
-                t = c.wait(t["id"], timeout=args.timeout, poll=args.poll, on_change=changed, get=c.training)
-                if t["status"] == "succeeded" and (line := privacy_line(c, t)) is not None:
-                    say(line)
-            if args.download and t["status"] == "succeeded":
-                downloaded = c.extract_model(t["id"], args.download)
-                say(f"model in {downloaded}")
-        except ApiError as exc:
-            return _refused(exc, "config")
-    summary = {"training_id": t["id"], "job_id": t.get("job_id"), "status": t["status"],
-               "message": t.get("message"), "progress": t.get("progress"), "summary": t.get("summary")}
-    if downloaded is not None:
-        summary["downloaded"] = str(downloaded.resolve())
-    print(json.dumps(summary))
-    if not args.wait:
-        return 0
-    return 0 if t["status"] == "succeeded" else 1
-
-
-def _submit_evaluation(args: argparse.Namespace) -> int:
-    from services.client import ApiError
-
-    config = read_config_file(args.config, "an evaluation config is a mapping (models, canaries, mia, perplexity...)")
-    say = (lambda m: print(f"privatize: {m}", file=sys.stderr)) if not args.quiet else (lambda m: None)
-    downloaded = None
-    with _client(args) as c:
-        try:
-            ev = c.create_evaluation(config)
-            say(f"submitted evaluation {ev['id']} of training(s) {', '.join(map(str, ev['training_ids']))}")
-            if args.wait:
-                ev = c.wait(ev["id"], timeout=args.timeout, poll=args.poll, get=c.evaluation,
-                            on_change=lambda e: say(f"evaluation {e['id']}: {e['status']}"))
-            if args.download and ev["status"] == "succeeded":
-                downloaded = c.download_report(ev["id"], args.download)
-                say(f"report in {downloaded[0]}")
-        except ApiError as exc:
-            return _refused(exc, "config")
-    summary = {"evaluation_id": ev["id"], "training_ids": ev.get("training_ids"), "status": ev["status"],
-               "message": ev.get("message"), "summary": ev.get("summary")}
-    if downloaded is not None:
-        summary["downloaded"] = str(downloaded[0].resolve())
-    print(json.dumps(summary))
-    if not args.wait:
-        return 0
-    return 0 if ev["status"] == "succeeded" else 1
-
-
 def _models(args: argparse.Namespace) -> int:
     """``privatize models list|upload|delete``: the base models a tenant may fine-tune. One
     JSON object a line (list: one per model; upload and delete: what was done)."""
@@ -349,38 +291,15 @@ def register(sub) -> None:
     j.add_argument("--url", help="service URL (default PRIVATIZE_URL)")
     j.add_argument("--token", help="API token (default PRIVATIZE_TOKEN; prefer the variable)")
     j.add_argument("--wait", action="store_true", help="wait for the job; exit 1 if it fails")
-    j.add_argument("--timeout", type=float, default=24 * 3600, help="seconds to wait (default a day)")
+    j.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="seconds to wait (default a week: "
+                                                                       "trainings run for days)")
     j.add_argument("--poll", type=float, default=2.0, help="seconds between status checks")
     j.add_argument("--download", metavar="DIR", help="with --wait: download the results to DIR (a pipeline's "
                                                     "manifest and shards; what KIND serves)")
+    j.add_argument("--extract", action="store_true", help="with --download: unpack what KIND serves as an "
+                                                          "archive (a training's model: DIR/model)")
     j.add_argument("-q", "--quiet", action="store_true")
     j.set_defaults(func=_submit)
-
-    t = sub.add_parser("submit-training", help="train a language model on a privatization job's output, on the "
-                                              "service")
-    t.add_argument("config", help="training config (YAML or JSON; see train/configs/) without data.path or output")
-    t.add_argument("--job", required=True, metavar="JOB_ID", help="a succeeded privatization job: the training data")
-    t.add_argument("--url", help="service URL (default PRIVATIZE_URL)")
-    t.add_argument("--token", help="API token (default PRIVATIZE_TOKEN; prefer the variable)")
-    t.add_argument("--wait", action="store_true", help="wait for the training; exit 1 if it fails")
-    t.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="seconds to wait (default a week)")
-    t.add_argument("--poll", type=float, default=5.0, help="seconds between status checks")
-    t.add_argument("--download", metavar="DIR", help="with --wait: unpack the trained model into DIR/model")
-    t.add_argument("-q", "--quiet", action="store_true")
-    t.set_defaults(func=_submit_training)
-
-    e = sub.add_parser("submit-evaluation", help="attack trained models on the service (canary exposure, "
-                                                 "membership inference, perplexity) and get one report")
-    e.add_argument("config", help="evaluation config (YAML or JSON): models by training_id, data by "
-                                  "corpus_id/job_id, the canary key as keystore:<id>")
-    e.add_argument("--url", help="service URL (default PRIVATIZE_URL)")
-    e.add_argument("--token", help="API token (default PRIVATIZE_TOKEN; prefer the variable)")
-    e.add_argument("--wait", action="store_true", help="wait for the evaluation; exit 1 if it fails")
-    e.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="seconds to wait (default a week)")
-    e.add_argument("--poll", type=float, default=5.0, help="seconds between status checks")
-    e.add_argument("--download", metavar="DIR", help="with --wait: save report.html and evaluation.json in DIR")
-    e.add_argument("-q", "--quiet", action="store_true")
-    e.set_defaults(func=_submit_evaluation)
 
     m = sub.add_parser("models", help="the base models you may fine-tune on the service (model.checkpoint: "
                                       "base:NAME): list, upload one of yours, delete it")

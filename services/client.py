@@ -1,5 +1,6 @@
-"""A small HTTP client for the service (``privatize submit``, ``submit-training`` and
-``submit-evaluation``, the demo, tests and the upload benchmark use it). Uploads and downloads stream in chunks."""
+"""A small HTTP client for the service (``privatize submit``, the demo, tests and the upload
+benchmark use it): the generic methods reach every job kind the service lists (``submit``,
+``get``, ``list``, ``download_outputs``). Uploads and downloads stream in chunks."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import httpx
 
@@ -238,52 +239,42 @@ class ServiceClient:
     def list(self, kind: str) -> list[dict]:
         return self.request("GET", self._resource(kind)).json()
 
-    def download_outputs(self, kind: str, job_id: str, dest_dir: str | os.PathLike) -> list[Path]:
-        """Every file the kind serves for a succeeded job (its ``downloads``) into ``dest_dir``."""
+    def download_outputs(self, kind: str, job_id: str, dest_dir: str | os.PathLike, *,
+                         extract: bool = False) -> list[Path]:
+        """Every file the kind serves for a succeeded job (its ``downloads``) into ``dest_dir``;
+        with ``extract``, a ``.tar.gz`` among them is unpacked there instead (a training's
+        ``model.tar.gz`` becomes ``dest_dir/model``) and its top-level entries are returned."""
         base = f"{self._resource(kind)}/{job_id}"
-        return [self._stream_to(f"{base}/{d['path']}", Path(dest_dir) / d["file"])
-                for d in self.kinds()[kind]["downloads"]]
+        out: list[Path] = []
+        for d in self.kinds()[kind]["downloads"]:
+            if extract and d["file"].endswith(".tar.gz"):
+                out += self._unpack_to(f"{base}/{d['path']}", Path(dest_dir))
+            else:
+                out.append(self._stream_to(f"{base}/{d['path']}", Path(dest_dir) / d["file"]))
+        return out
 
-    # ---- trainings ----------------------------------------------------------------------
-    def create_training(self, job_id: str, config: dict) -> dict:
-        return self.submit("train", job_id=job_id, config=config)
-
-    def training(self, training_id: str) -> dict:
-        return self.get("train", training_id)
-
-    def trainings(self) -> list[dict]:
-        return self.list("train")
-
-    def download_model(self, training_id: str, dest: str | os.PathLike) -> Path:
-        """The trained model as a ``.tar.gz`` of ``model/`` (streamed to ``dest``)."""
-        return self._stream_to(f"{self._resource('train')}/{training_id}/model", dest)
-
-    def extract_model(self, training_id: str, dest_dir: str | os.PathLike) -> Path:
-        """Download the model and unpack it: ``dest_dir/model`` (a Hugging Face folder)."""
+    def _unpack_to(self, url: str, dest: Path) -> list[Path]:
+        """Stream an archive into a temporary folder inside ``dest``, unpack it there and
+        move its top-level entries into ``dest``. Only folders and regular files are taken
+        (the ``data`` filter, and no links: one inside the archive could point beside
+        ``dest`` once moved); an entry that exists in ``dest`` already is refused before
+        anything is unpacked."""
         import tarfile
         import tempfile
 
-        dest = Path(dest_dir)
-        if (dest / "model").exists():
-            raise PrivatizeError(f"{dest / 'model'} exists; choose another folder")
+        def files_only(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
+            if member.issym() or member.islnk():
+                raise PrivatizeError(f"{url}: the archive holds a link ({member.name}); refused")
+            return tarfile.data_filter(member, path)
+
         dest.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=dest, prefix=".model-") as tmp:
-            archive = self.download_model(training_id, Path(tmp) / "model.tar.gz")
+        with tempfile.TemporaryDirectory(dir=dest, prefix=".unpack-") as tmp:
+            archive = self._stream_to(url, Path(tmp) / "archive.tar.gz")
             with tarfile.open(archive, "r:gz") as tf:
-                tf.extractall(Path(tmp) / "x", filter="data")
-            os.replace(Path(tmp) / "x" / "model", dest / "model")
-        return dest / "model"
-
-    # ---- evaluations --------------------------------------------------------------------
-    def create_evaluation(self, config: dict) -> dict:
-        return self.submit("evaluate", config=config)
-
-    def evaluation(self, evaluation_id: str) -> dict:
-        return self.get("evaluate", evaluation_id)
-
-    def evaluations(self) -> list[dict]:
-        return self.list("evaluate")
-
-    def download_report(self, evaluation_id: str, dest_dir: str | os.PathLike) -> list[Path]:
-        """``report.html`` and ``evaluation.json`` of a succeeded evaluation into ``dest_dir``."""
-        return self.download_outputs("evaluate", evaluation_id, dest_dir)
+                top = sorted({PurePosixPath(n).parts[0] for n in tf.getnames() if PurePosixPath(n).parts})
+                if clash := [dest / n for n in top if os.path.lexists(dest / n)]:
+                    raise PrivatizeError(f"{clash[0]} exists; choose another folder")
+                tf.extractall(Path(tmp) / "x", filter=files_only)
+            for n in top:
+                os.replace(Path(tmp) / "x" / n, dest / n)
+        return [dest / n for n in top]

@@ -49,7 +49,7 @@ def bundle_json(tenant_id: str, keys: list[dict]) -> bytes:
 
 def read_location(location: str) -> bytes:
     fs, path = pafs.FileSystem.from_uri(location)
-    with fs.open_input_stream(path) as f:
+    with fs.open_input_stream(path, compression=None) as f:  # the bytes as stored, whatever the name
         return f.read()
 
 

@@ -113,7 +113,7 @@ class Storage:
             return
         tmp = f"{dest}.partial-{uuid.uuid4().hex[:8]}"
         try:
-            with open(local, "rb") as src, self.fs.open_output_stream(tmp) as out:
+            with open(local, "rb") as src, self.fs.open_output_stream(tmp, compression=None) as out:
                 shutil.copyfileobj(src, out, READ_CHUNK)
             self.fs.move(tmp, dest)
         except BaseException:
@@ -129,7 +129,7 @@ class Storage:
         self.fs.create_dir(str(PurePosixPath(dest).parent), recursive=True)
         tmp = f"{dest}.partial-{uuid.uuid4().hex[:8]}"
         try:
-            with self.fs.open_output_stream(tmp) as out:
+            with self.fs.open_output_stream(tmp, compression=None) as out:
                 for chunk in chunks:
                     out.write(chunk)
             self.fs.move(tmp, dest)
@@ -152,15 +152,15 @@ class Storage:
                 Path(tmp).unlink(missing_ok=True)
                 raise
             return
-        with self.fs.open_output_stream(dest) as out:
+        with self.fs.open_output_stream(dest, compression=None) as out:
             out.write(data)
 
     def read_bytes(self, rel: str) -> bytes:
-        with self.fs.open_input_stream(self._full(rel)) as f:
+        with self.fs.open_input_stream(self._full(rel), compression=None) as f:
             return f.read()
 
     def open_chunks(self, rel: str, chunk: int = READ_CHUNK) -> Iterator[bytes]:
-        with self.fs.open_input_stream(self._full(rel)) as f:
+        with self.fs.open_input_stream(self._full(rel), compression=None) as f:
             while True:
                 b = f.read(chunk)
                 if not b:

@@ -23,7 +23,7 @@ def read_mapping(location: str, what: str = "the config") -> object:
             from privatize.io.locations import open_location
 
             fs, path = open_location(location)
-            with fs.open_input_stream(path) as fh:
+            with fs.open_input_stream(path, compression=None) as fh:  # as a local file reads
                 text = fh.read().decode("utf-8")
         else:
             path = location.removeprefix("file://")

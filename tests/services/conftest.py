@@ -83,7 +83,7 @@ class Files:
         return self.fs.get_file_info(f"{self.root}/{rel}").type != pafs.FileType.NotFound
 
     def read(self, rel: str) -> bytes:
-        with self.fs.open_input_stream(f"{self.root}/{rel}") as f:
+        with self.fs.open_input_stream(f"{self.root}/{rel}", compression=None) as f:  # the bytes stored
             return f.read()
 
 
@@ -381,7 +381,7 @@ CANARIES = {"digits": 3, "count": 2, "repeats": 5, "held_out": 2}
 @pytest.fixture(scope="package")
 def tiny_training(service, corpus_file, tmp_path_factory):
     """A tenant's privatization job (canaries inserted with its HMAC key) and a tiny
-    training on its output run with ``privatize submit-training --wait --download``:
+    training on its output run with ``privatize submit train --wait --download --extract``:
     shared by the training and the evaluation tests (a Ray Train run costs about 15 s
     before its first step, so they share one per back end)."""
     import yaml
@@ -405,14 +405,15 @@ def tiny_training(service, corpus_file, tmp_path_factory):
     head = read_state(service.data)  # the service's embedded head: its workers, not another cluster's
     with Listeners(f"127.0.0.1:{head.gcs_port}" if head else None) as listeners:  # issue 36: the
         # training's process group listened on every interface
-        r = service.cli("submit-training", str(tmp / "tiny.yaml"), "--job", job["id"], "--wait",
-                        "--poll", "0.5", "--download", str(tmp / "dl"), env=env, check=False, timeout=480)
+        r = service.cli("submit", "train", str(tmp / "tiny.yaml"), "--job", job["id"], "--wait",
+                        "--poll", "0.5", "--download", str(tmp / "dl"), "--extract", env=env, check=False,
+                        timeout=480)
     seconds = time.monotonic() - t0
     out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
-    logs = t.http.get(f"/v1/jobs/{out['training_id']}/logs").text if out.get("training_id") else ""
+    logs = t.http.get(f"/v1/jobs/{out['id']}/logs").text if out.get("id") else ""
     assert r.returncode == 0, (r.stderr[-2000:], out.get("message"), logs[-6000:])
     return {"tenant": t, "job": job, "key": key, "cli": out, "stderr": r.stderr, "dir": tmp, "env": env,
-            "seconds": seconds, "logs": logs, "training": t.wait(out["training_id"]), "listeners": listeners}
+            "seconds": seconds, "logs": logs, "training": t.wait(out["id"]), "listeners": listeners}
 
 
 @pytest.fixture(scope="package")

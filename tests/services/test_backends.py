@@ -12,6 +12,7 @@ The migrations run on both databases in ``test_db``."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import secrets
@@ -52,6 +53,16 @@ def _contract(st, tmp: Path) -> dict:
     local.write_bytes(b"put me")
     st.put_file(local, "a/put.txt")
     out["read"] = st.read_bytes("a/b/two.bin") == bytes(range(256))
+    # a name that looks compressed is stored and read byte for byte (pyarrow's streams would
+    # otherwise gzip or gunzip by the extension: a model's .tar.gz came back a plain tar)
+    packed = gzip.compress(b"a model archive " * 100)
+    st.write_bytes("a/z/model.tar.gz", packed)
+    st.write_stream("a/z/streamed.gz", iter([packed]))
+    (tmp / "put.gz").write_bytes(b"not gzip at all")
+    st.put_file(tmp / "put.gz", "a/z/put.gz")
+    out["gz"] = (st.read_bytes("a/z/model.tar.gz") == packed, b"".join(st.open_chunks("a/z/streamed.gz")) == packed,
+                 st.read_bytes("a/z/put.gz"), st.size("a/z/model.tar.gz") == len(packed))
+    st.delete_tree("a/z")
     out["chunks"] = b"".join(st.open_chunks("a/c/streamed.txt", chunk=4096)) == b"x" * 70_000 + b"y" * 10
     out["tail"] = st.read_tail("a/b/one.txt", 24)
     out["list"] = sorted(st.list_files("a/b"))
@@ -77,6 +88,7 @@ def test_the_storage_contract_holds_on_local_files_and_s3(tmp_path, monkeypatch)
     assert local["tail"] == b"hello world\nhello world\n" and local["list"] == [("one.txt", 12_000), ("two.bin", 256)]
     assert local["size"] == (12_000, None) and local["tree"] == 12_000 + 256 + 70_010 + 6
     assert local["children"] == 1 and local["after"] == (False, False, 0)
+    assert local["gz"] == (True, True, b"not gzip at all", True)
 
 
 @pytest.mark.server

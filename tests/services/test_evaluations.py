@@ -1,7 +1,7 @@
 """Evaluations through the service: ``POST /v1/evaluations`` attacks some of a tenant's
 succeeded trainings with ``attacks.job`` on Ray (the ``evaluate`` job kind),
 ``GET /v1/evaluations/{id}`` shows the per-model summary, ``.../report`` and
-``.../report.json`` serve the report, and ``privatize submit-evaluation`` drives it.
+``.../report.json`` serve the report, and ``privatize submit evaluate`` drives it.
 
 What must hold: a real evaluation (perplexity, MIA, canary exposure) of a real tiny
 training on a real privatization output with canaries succeeds with its figures on the
@@ -359,7 +359,7 @@ def _secrets(key: bytes) -> list[str]:
 def evaluated(service, tiny_training, tmp_path_factory):
     """An evaluation (perplexity, MIA, canary exposure) of the shared tiny training on a
     privatization output with canaries (``tests/services/conftest.py``), run with
-    ``privatize submit-evaluation --wait --download`` (shared by the server tests below)."""
+    ``privatize submit evaluate --wait --download`` (shared by the server tests below)."""
     import yaml
 
     from privatize.corpus import make_corpus
@@ -377,11 +377,11 @@ def evaluated(service, tiny_training, tmp_path_factory):
     (tmp / "evaluation.yaml").write_text(yaml.safe_dump(config))
     env = {"PRIVATIZE_URL": service.url, "PRIVATIZE_TOKEN": t.token}
     t0 = time.monotonic()
-    r = service.cli("submit-evaluation", str(tmp / "evaluation.yaml"), "--wait", "--poll", "0.5", "--download",
+    r = service.cli("submit", "evaluate", str(tmp / "evaluation.yaml"), "--wait", "--poll", "0.5", "--download",
                     str(tmp / "dl"), env=env, check=False, timeout=300)
     seconds = time.monotonic() - t0
     out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
-    logs = t.http.get(f"/v1/jobs/{out['evaluation_id']}/logs").text if out.get("evaluation_id") else ""
+    logs = t.http.get(f"/v1/jobs/{out['id']}/logs").text if out.get("id") else ""
     assert r.returncode == 0, (r.stderr[-2000:], out.get("message"), logs[-6000:])
     return {"tenant": t, "job": job, "training": training, "heldout": heldout, "key": key, "cli": out,
             "stderr": r.stderr, "dir": tmp, "seconds": seconds, "logs": logs}
@@ -390,14 +390,15 @@ def evaluated(service, tiny_training, tmp_path_factory):
 @server_test
 def test_an_evaluation_of_a_tiny_training(service, evaluated):
     t, out, training = evaluated["tenant"], evaluated["cli"], evaluated["training"]
-    eid = out["evaluation_id"]
-    assert (out["status"], out["training_ids"]) == ("succeeded", [training["id"]]), out
+    eid = out["id"]
+    assert (out["kind"], out["status"]) == ("evaluate", "succeeded"), out
+    assert t.http.get(f"/v1/evaluations/{eid}").json()["training_ids"] == [training["id"]]
     (m,) = out["summary"]["models"]
     assert (m["name"], m["training_id"]) == ("tiny crt", training["id"])
     assert math.isfinite(m["perplexity"]) and m["perplexity"] > 1
     assert 0 <= m["max_exposure"] <= math.log2(10 ** CANARIES["digits"]) + 1e-9
     assert m["mia_auc"]["score"] in ("loss", "zlib", "min_k", "min_k_pp") and 0 <= m["mia_auc"]["auc"] <= 1
-    assert f"submitted evaluation {eid} of training(s) {training['id']}" in evaluated["stderr"]
+    assert f"submitted evaluation {eid}\n" in evaluated["stderr"]
     # the API's view agrees; the evaluation is a job of kind evaluate reading the tenant's folder
     got = t.http.get(f"/v1/evaluations/{eid}").json()
     assert (got["status"], got["summary"], got["key_ids"]) == ("succeeded", out["summary"], [evaluated["key"]["id"]])
@@ -437,7 +438,7 @@ def test_an_evaluation_of_a_tiny_training(service, evaluated):
 
 @server_test
 def test_the_audit_log_has_the_evaluation_and_every_report_read(service, evaluated):
-    t, eid = evaluated["tenant"], evaluated["cli"]["evaluation_id"]
+    t, eid = evaluated["tenant"], evaluated["cli"]["id"]
     before = t.http.get("/v1/audit", params={"resource_id": eid, "action": "evaluation.report"}).json()["events"]
     assert t.http.get(f"/v1/evaluations/{eid}/report.json").status_code == 200
     events = t.http.get("/v1/audit", params={"resource_id": eid}).json()["events"]
@@ -456,7 +457,7 @@ def test_the_audit_log_has_the_evaluation_and_every_report_read(service, evaluat
 def test_no_key_material_or_canary_reaches_the_evaluation(service, evaluated):
     from privatize.keys import key_from_json
 
-    t, eid = evaluated["tenant"], evaluated["cli"]["evaluation_id"]
+    t, eid = evaluated["tenant"], evaluated["cli"]["id"]
     secret = key_from_json(t.http.post(f"/v1/keys/{evaluated['key']['id']}/export").json(), "export").secret
     canaries = [c.encode() for c in _secrets(secret)]
     row = service.query("select * from jobs where id = :id", id=eid)
@@ -487,7 +488,7 @@ def test_no_key_material_or_canary_reaches_the_evaluation(service, evaluated):
 
 @server_test
 def test_refusals(service, evaluated):
-    t, eid = evaluated["tenant"], evaluated["cli"]["evaluation_id"]
+    t, eid = evaluated["tenant"], evaluated["cli"]["id"]
     job, training, heldout = evaluated["job"], evaluated["training"], evaluated["heldout"]
     ok = {"models": [{"name": "m", "training_id": training["id"]}], "perplexity": {"data": {"corpus_id":
                                                                                           heldout["id"]}}}

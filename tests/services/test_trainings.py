@@ -1,7 +1,7 @@
 """Trainings through the service: ``POST /v1/trainings`` on a privatization job's output runs
 ``train.job`` on Ray (the ``train`` job kind), ``GET /v1/trainings/{id}`` shows its progress
 and summary, ``GET /v1/trainings/{id}/model`` streams the model as a ``.tar.gz``, and
-``privatize submit-training`` drives it from a CI pipeline.
+``privatize submit train`` drives it from a CI pipeline.
 
 What must hold: a real tiny training on a real privatization job's output succeeds with
 its figures on the job's row; the downloaded model loads with ``transformers``; a config
@@ -231,16 +231,16 @@ def _tiny_yaml(path: Path, **changes) -> Path:
 @pytest.fixture
 def trained(tiny_training):
     """The shared tiny training (``tests/services/conftest.py``): a privatization job with
-    canaries, and a tiny training on its output run with ``privatize submit-training --wait
-    --download``."""
+    canaries, and a tiny training on its output run with ``privatize submit train --wait
+    --download --extract``."""
     return tiny_training
 
 
 @server_test
 def test_a_tiny_training_on_a_privatization_output(service, trained):
     t, job, out = trained["tenant"], trained["job"], trained["cli"]
-    tid = out["training_id"]
-    assert out["status"] == "succeeded" and out["job_id"] == job["id"], out
+    tid = out["id"]
+    assert (out["kind"], out["status"], out["input_job_id"]) == ("train", "succeeded", job["id"]), out
     s = out["summary"]
     assert s["kind"] == "pretrain" and s["steps"] == 4 and s["workers"] == 1 and s["seq_len"] == 32
     assert math.isfinite(s["final_loss"]) and 0 < s["final_loss"] < 20 and s["tokens"] > 0
@@ -277,8 +277,9 @@ def test_a_tiny_training_on_a_privatization_output(service, trained):
     assert got["output_bytes"] >= sum(service.files.fs.get_file_info(f"{service.files.root}/{base}/{p}").size
                                       for p in stored)
     # the downloaded model is the stored one, and a Hugging Face checkpoint that loads and runs
-    dl = Path(out["downloaded"])
+    (dl,) = map(Path, out["downloaded"])  # --extract: the archive unpacked, nothing else beside it
     assert dl == (trained["dir"] / "dl" / "model").resolve()
+    assert sorted(p.name for p in dl.parent.iterdir()) == ["model"]
     for p in stored:
         if p.startswith("model/"):
             assert (dl.parent / p).read_bytes() == service.files.read(f"{base}/{p}"), p
@@ -310,7 +311,7 @@ def test_a_tiny_training_on_a_privatization_output(service, trained):
 
 @server_test
 def test_the_audit_log_has_the_training(trained):
-    t, tid = trained["tenant"], trained["cli"]["training_id"]
+    t, tid = trained["tenant"], trained["cli"]["id"]
     events = t.http.get("/v1/audit", params={"resource_id": tid}).json()["events"]
     created = [e for e in events if e["action"] == "training.create"]
     assert len(created) == 1 and created[0]["status"] == 201 and created[0]["actor"].startswith("token:")
@@ -323,7 +324,7 @@ def test_the_audit_log_has_the_training(trained):
 def test_no_key_material_reaches_the_training(service, trained):
     from privatize.keys import key_from_json
 
-    t, tid = trained["tenant"], trained["cli"]["training_id"]
+    t, tid = trained["tenant"], trained["cli"]["id"]
     secret = key_from_json(t.http.post(f"/v1/keys/{trained['key']['id']}/export").json(), "export").secret
     assert len(secret) == 32
     row = service.query("select * from jobs where id = :id", id=tid)
@@ -347,7 +348,7 @@ def _job_columns(service) -> list[str]:
 
 @server_test
 def test_refusals(service, trained):
-    t, job, tid = trained["tenant"], trained["job"], trained["cli"]["training_id"]
+    t, job, tid = trained["tenant"], trained["job"], trained["cli"]["id"]
 
     def post(config, job_id=job["id"], who=t):
         return who.http.post("/v1/trainings", json={"job_id": job_id, "config": config})
@@ -392,7 +393,7 @@ def test_refusals(service, trained):
 def test_cli_a_training_that_fails_exits_1_and_a_refused_one_2(service, trained):
     env, job, tmp = trained["env"], trained["job"], trained["dir"]
     # valid for the service, wrong for the data (the shards have no 'body' column): fails on Ray
-    r = service.cli("submit-training", str(_tiny_yaml(tmp / "body.yaml", data__text_column="body")), "--job",
+    r = service.cli("submit", "train", str(_tiny_yaml(tmp / "body.yaml", data__text_column="body")), "--job",
                     job["id"], "--wait", "--poll", "0.5", env=env, check=False, timeout=300)
     assert r.returncode == 1, (r.stdout[-2000:], r.stderr[-2000:])
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -401,10 +402,10 @@ def test_cli_a_training_that_fails_exits_1_and_a_refused_one_2(service, trained)
     assert len(line) == 1 and line[0].startswith("train: error: data.text_column: <input>/shards/"), out["message"]
     assert "no column 'body'" in line[0] and str(service.data) not in line[0]  # no server path in the error
     # refused by the service: exit 2, the field path on stderr
-    r = service.cli("submit-training", str(_tiny_yaml(tmp / "bad.yaml", output="/etc")), "--job", job["id"],
+    r = service.cli("submit", "train", str(_tiny_yaml(tmp / "bad.yaml", output="/etc")), "--job", job["id"],
                     env=env, check=False)
     assert r.returncode == 2 and "privatize: output: set by the service" in r.stderr, r.stderr
-    r = service.cli("submit-training", str(_tiny_yaml(tmp / "ok.yaml")), "--job", "0" * 16, env=env, check=False)
+    r = service.cli("submit", "train", str(_tiny_yaml(tmp / "ok.yaml")), "--job", "0" * 16, env=env, check=False)
     assert r.returncode == 2 and "HTTP 404" in r.stderr
 
 
@@ -416,7 +417,7 @@ def test_continual_pre_training_from_a_succeeded_training(service, trained):
     never written in the config), keeps its tokenizer, and the base training cannot be
     deleted while it runs; another tenant's or an unfinished training is refused at the
     field."""
-    t, job, base = trained["tenant"], trained["job"], trained["cli"]["training_id"]
+    t, job, base = trained["tenant"], trained["job"], trained["cli"]["id"]
     cont = _with("model", {"preset": None, "checkpoint": f"training:{base}"}, _with("kind", "continue"))
     other = service.new_tenant("snoop-continue")
     r = other.http.post("/v1/trainings", json={"job_id": job["id"], "config": cont})
@@ -451,7 +452,7 @@ def test_refill_with_a_filler_trained_through_the_service(service, trained, corp
     location in the job's runtime environment; a path, another tenant's or an unknown
     training and a training of another kind are refused at the field; the filler cannot be
     deleted while the job runs."""
-    t, job, pretrain = trained["tenant"], trained["job"], trained["cli"]["training_id"]
+    t, job, pretrain = trained["tenant"], trained["job"], trained["cli"]["id"]
     r = t.http.post("/v1/trainings", json={"job_id": job["id"], "config": _with("kind", "mlm")})
     assert r.status_code == 201, r.text
     mid = r.json()["id"]
