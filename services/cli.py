@@ -99,16 +99,14 @@ def _submit(args: argparse.Namespace) -> int:
     return _submit_pipeline(args, args.args[0])
 
 
-def _submit_pipeline(args: argparse.Namespace, path: str, c=None) -> int:
-    """A pipeline spec on a corpus (``POST /v1/jobs``), on client ``c`` if one is open (the
-    spec is read first: a bad one fails before the service is asked anything)."""
+def _submit_pipeline(args: argparse.Namespace, path: str) -> int:
+    """A pipeline spec on a corpus (``POST /v1/jobs``); the spec is read first: a bad one
+    fails before the service is asked anything."""
     from privatize.spec import read_spec_file
 
     spec = read_spec_file(path)
-    if c is None:
-        with _client(args) as c:
-            return _post_pipeline(args, spec, c)
-    return _post_pipeline(args, spec, c)
+    with _client(args) as c:
+        return _post_pipeline(args, spec, c)
 
 
 def _post_pipeline(args: argparse.Namespace, spec, c) -> int:
@@ -140,8 +138,8 @@ def _post_pipeline(args: argparse.Namespace, spec, c) -> int:
 
 def _submit_kind(args: argparse.Namespace, kind: str, path: str) -> int:
     """A job of a kind with its own resource: its config, and what it reads (a corpus:
-    ``--corpus``/``--corpus-id``; another job's output: ``--job``). A kind without one
-    (``privatize``) is a pipeline spec."""
+    ``--corpus``/``--corpus-id``; another job's output: ``--job``). ``privatize submit
+    privatize SPEC`` is a pipeline spec sent as it is (the service validates it)."""
     from services.client import ApiError
 
     say = _say(args)
@@ -152,7 +150,7 @@ def _submit_kind(args: argparse.Namespace, kind: str, path: str) -> int:
             if info is None:
                 raise PrivatizeError(f"unknown job kind {kind!r} (this service runs: {', '.join(sorted(c.kinds()))})")
             if info["resource"] is None:
-                return _submit_pipeline(args, path, c)
+                raise PrivatizeError(f"{kind} jobs are not submitted through the API (GET /v1/kinds: no resource)")
             config = read_config_file(path, f"a {kind} config is a mapping")
             body: dict = {"config": config}
             if info["reads"] == "corpus":

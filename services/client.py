@@ -225,7 +225,7 @@ class ServiceClient:
         if info is None:
             raise PrivatizeError(f"unknown job kind {kind!r} on {self.url} (known: {', '.join(sorted(self.kinds()))})")
         if info["resource"] is None:
-            raise PrivatizeError(f"{kind} jobs are created with POST /v1/jobs (create_job)")
+            raise PrivatizeError(f"{kind} jobs have no resource on {self.url}: they are not created through the API")
         return f"/v1/{info['resource']}"
 
     def submit(self, kind: str, **body) -> dict:
@@ -241,16 +241,24 @@ class ServiceClient:
 
     def download_outputs(self, kind: str, job_id: str, dest_dir: str | os.PathLike, *,
                          extract: bool = False) -> list[Path]:
-        """Every file the kind serves for a succeeded job (its ``downloads``) into ``dest_dir``;
-        with ``extract``, a ``.tar.gz`` among them is unpacked there instead (a training's
+        """Every file the kind serves for a succeeded job into ``dest_dir``: its ``downloads``,
+        then what its ``listing`` lists (a privatization's manifest and shards); with
+        ``extract``, a ``.tar.gz`` among them is unpacked there instead (a training's
         ``model.tar.gz`` becomes ``dest_dir/model``) and its top-level entries are returned."""
-        base = f"{self._resource(kind)}/{job_id}"
+        base, info = f"{self._resource(kind)}/{job_id}", self.kinds()[kind]
         out: list[Path] = []
-        for d in self.kinds()[kind]["downloads"]:
+        for d in info["downloads"]:
             if extract and d["file"].endswith(".tar.gz"):
                 out += self._unpack_to(f"{base}/{d['path']}", Path(dest_dir))
             else:
                 out.append(self._stream_to(f"{base}/{d['path']}", Path(dest_dir) / d["file"]))
+        if info.get("listing"):
+            for f in self.request("GET", f"{base}/{info['listing']}").json()["files"]:
+                name = PurePosixPath(f["name"])
+                if name.is_absolute() or ".." in name.parts:
+                    raise PrivatizeError(f"{kind} {job_id}: the service lists {f['name']!r}, a path outside "
+                                         "the download folder; refused")
+                out.append(self._stream_to(f"{base}/{info['listing']}/{name}", Path(dest_dir) / name))
         return out
 
     def _unpack_to(self, url: str, dest: Path) -> list[Path]:

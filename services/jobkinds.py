@@ -110,6 +110,10 @@ class JobKind:
     downloads: ClassVar[tuple[tuple[str, str], ...]] = ()
     """(path under ``/v1/<resource>/{id}/``, file name) of what a succeeded job serves (its
     own routes): what the client's ``download_outputs`` and ``submit --download`` fetch."""
+    listing: ClassVar[str | None] = None
+    """For a job whose files vary (a privatization's shards): the path under
+    ``/v1/<resource>/{id}/`` of its own route answering ``{"files": [{"name": ...}]}``, each
+    served at ``<listing>/<name>``; fetched by ``download_outputs`` after ``downloads``."""
     config_help: ClassVar[str] = "the job's config as JSON"
 
     inputs: Callable[[dict], set[str]] | None = None

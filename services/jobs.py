@@ -74,6 +74,34 @@ def list_jobs(s: Session, tenant_id: str, corpus_id: str | None = None, kind: st
     return list(s.scalars(q.order_by(Job.created_at, Job.id)))
 
 
+def corpus_records(ctx: ServiceContext, job) -> int | None:
+    """The records of the corpus a job reads (a polled row carries them; else one read)."""
+    if not job.corpus_id:
+        return None
+    if (n := getattr(job, "corpus_records", None)) is not None:
+        return n
+    with session_scope(ctx.sessions) as s:
+        c = s.get(Corpus, job.corpus_id)
+        return c.records if c else None
+
+
+def job_progress(job, corpus_records: int | None, live: dict | None = None) -> dict:
+    """A job's ``progress``: its corpus's records; while it runs what it reports (``live``,
+    :meth:`JobKind.live_progress`), its share of the corpus told here when the run could
+    not (the Ray runner streams its input); once it ended, its row's counts."""
+    progress: dict = {"corpus_records": corpus_records}
+    if live:
+        progress.update(live)
+        if progress.get("records_total") is None and corpus_records and live.get("records_read") is not None:
+            share = min(1.0, live["records_read"] / corpus_records)
+            el = live.get("elapsed_s")
+            progress.update(records_total=corpus_records, percent=round(100 * share, 1),
+                            eta_s=round(el * (1 - share) / share, 1) if share and el is not None else None)
+    if job.counts:
+        progress.update(job.counts)
+    return progress
+
+
 # ---- admission and submission ---------------------------------------------------------
 
 def create_job(ctx: ServiceContext, tenant_id: str, corpus_id: str | None, spec_data, *, kind: str = PRIVATIZE,

@@ -6,13 +6,14 @@ a file on the server (a word list, a filler model) are refused before the spec i
 so a tenant cannot probe the server's file system through validation errors. Which fields
 those are is declared on the fields (``privatize.policy``); nothing here names a stage kind.
 
-Also the ``privatize`` job kind (:class:`PrivatizeKind`) and its results: the manifest and
-the shards it lists (``/v1/jobs/{id}/results``)."""
+Also the ``privatize`` job kind (:class:`PrivatizeKind`, ``/v1/privatizations``) and its
+results: the manifest and the shards it lists (``.../{id}/results``, under ``/v1/jobs`` too)."""
 
 from __future__ import annotations
 
 import json
 
+from pydantic import Field
 from sqlalchemy.orm import Session
 
 from privatize.errors import SpecError
@@ -25,7 +26,7 @@ from services import jobs as jobs_mod
 from services.context import ServiceContext
 from services.errors import Conflict, NotFound, SpecInvalid
 from privatize.output import MANIFEST
-from services.jobkinds import ADAPT, PRIVATIZE, JobKind, job_kind, register_job_kind
+from services.jobkinds import ADAPT, PRIVATIZE, JobKind, KindOut, job_kind, register_job_kind
 from services.limits import check_pipeline_limits
 from services.models import Job, Key
 
@@ -254,6 +255,27 @@ def result_files(manifest: dict, manifest_bytes: int | None) -> list[dict]:
     return files
 
 
+def results_listing(ctx: ServiceContext, tenant_id: str, job_id: str) -> dict:
+    """What ``GET .../{id}/results`` answers: the manifest's counts and every file served."""
+    job, manifest = results(ctx, tenant_id, job_id)
+    size = ctx.storage.size(f"{job.output_path}/{MANIFEST}")
+    return {"job_id": job.id, "counts": manifest.get("counts", {}), "spec_sha256": manifest.get("spec_sha256"),
+            "files": result_files(manifest, size)}
+
+
+def result_response(ctx: ServiceContext, tenant_id: str, job_id: str, name: str):
+    """``GET .../{id}/results/{name}``: the manifest or one shard it lists, streamed."""
+    from fastapi.responses import StreamingResponse
+
+    rel = result_path(ctx, tenant_id, job_id, name)
+    size = ctx.storage.size(rel)
+    media = "application/json" if name.endswith(".json") else "application/vnd.apache.parquet"
+    headers = {"Content-Disposition": f'attachment; filename="{name.rsplit("/", 1)[-1]}"'}
+    if size is not None:
+        headers["Content-Length"] = str(size)
+    return StreamingResponse(ctx.storage.open_chunks(rel), media_type=media, headers=headers)
+
+
 def result_path(ctx: ServiceContext, tenant_id: str, job_id: str, name: str) -> str:
     """Storage path of a downloadable result: the manifest or a shard it lists. Nothing
     else (the quarantine least of all) is ever served."""
@@ -264,14 +286,25 @@ def result_path(ctx: ServiceContext, tenant_id: str, job_id: str, name: str) -> 
 
 
 
+class PrivatizationOut(KindOut):
+    progress: dict = Field(description="the corpus's records; while it runs what it reports (records read, "
+                                       "per stage records in and out, percent, ETA); once it ended its counts")
+
+
 @register_job_kind
 class PrivatizeKind(JobKind):
-    """A pipeline spec run on a corpus by ``privatize.job``. Its routes are ``/v1/jobs``,
-    every job's (``services.routes.jobs``): it has no resource of its own."""
+    """A pipeline spec (a ``privatize.spec.PipelineSpec``, keys as ``keystore:<id>``) run on
+    a corpus by ``privatize.job``: ``/v1/privatizations``, its manifest and shards under
+    ``/results`` (``POST /v1/jobs`` creates one too, with the spec as ``spec``)."""
 
     name = PRIVATIZE
     module = "privatize.job"
+    noun = "privatization"
+    resource = "privatizations"
     result_file = MANIFEST
+    Out = PrivatizationOut
+    listing = "results"
+    config_help = "a pipeline spec (version, stages, output...); keys as keystore:<id>"
 
     def validate(self, data) -> PipelineSpec:
         return validate_spec(data)
@@ -295,6 +328,35 @@ class PrivatizeKind(JobKind):
 
     def also_reads(self, spec: dict) -> set[str]:
         return set(model_references(spec).values()) | set(detector_references(spec).values())
+
+    def out(self, ctx, job, live: bool = True) -> PrivatizationOut:
+        running = self.live_progress(ctx, job) if live and job.status == "running" else None
+        return PrivatizationOut(**PrivatizationOut.fields_of(job),
+                                progress=jobs_mod.job_progress(job, jobs_mod.corpus_records(ctx, job), running))
+
+    def routes(self, router) -> None:
+        from fastapi import Depends
+
+        from services.dependencies import current_tenant, get_ctx
+
+        def results_of(job_id: str, tenant=Depends(current_tenant), ctx=Depends(get_ctx)):
+            """The manifest's counts and every file it serves (409 until it succeeded)."""
+            self._own(ctx, tenant.id, job_id)
+            return results_listing(ctx, tenant.id, job_id)
+
+        def result_of(job_id: str, name: str, tenant=Depends(current_tenant), ctx=Depends(get_ctx)):
+            """The manifest or one shard it lists, streamed. The quarantine is never served."""
+            self._own(ctx, tenant.id, job_id)
+            return result_response(ctx, tenant.id, job_id, name)
+
+        router.add_api_route(f"/v1/{self.resource}/{{job_id}}/results", results_of, methods=["GET"])
+        router.add_api_route(f"/v1/{self.resource}/{{job_id}}/results/{{name:path}}", result_of, methods=["GET"])
+
+    def _own(self, ctx, tenant_id: str, job_id: str) -> None:
+        from services.db import session_scope
+
+        with session_scope(ctx.sessions) as s:
+            jobs_mod.job_of_kind(s, self, tenant_id, job_id)  # "no privatization ..." for another kind's
 
     def live_progress(self, ctx, job) -> dict | None:
         """The figures ``privatize.job`` keeps beside its output while it runs

@@ -131,6 +131,8 @@ class KindInfo(BaseModel):
     reads: str = Field(description="corpus, job (another job's output) or spec (what its config names)")
     input_kind: str | None = Field(description="the kind of job whose output it reads")
     downloads: list[dict] = Field(description="{path, file}: GET /v1/<resource>/{id}/<path> once it succeeded")
+    listing: str | None = Field(description="GET /v1/<resource>/{id}/<listing>: the files of a job whose files "
+                                            "vary ({files: [{name}]}), each at <listing>/<name>")
     body: dict = Field(description="the JSON schema of its create request")
 
 
@@ -142,7 +144,7 @@ def list_kinds(tenant: TenantRef = Depends(current_tenant)):
     """The kinds of job this service runs: the client's ``submit``/``get``/``list`` and
     ``privatize submit KIND`` find a kind's resource and its request body here."""
     return [KindInfo(name=k.name, noun=k.noun, resource=k.resource, reads=k.reads, input_kind=k.input_kind,
-                     downloads=[{"path": p, "file": f} for p, f in k.downloads],
+                     downloads=[{"path": p, "file": f} for p, f in k.downloads], listing=k.listing,
                      body=create_body(k).model_json_schema() if k.resource else {})
             for k in map(job_kind, job_kinds())]
 

@@ -49,6 +49,43 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def in_process_service(tmp: Path, cluster, tenant: str = "toy"):
+    """The service on a real port in this process (uvicorn in a thread; SQLite and local
+    files under ``tmp``) with ``cluster`` in place of the Ray Jobs API (a test double the
+    caller labels), and one tenant: yields (url, token, ctx). In the fast tier: no
+    process, no Ray."""
+    import threading
+
+    import uvicorn
+
+    from services.app import create_app
+    from services.context import build_context
+    from services.db import session_scope
+    from services.settings import Settings
+    from services.tenants import create_tenant
+
+    settings = Settings(env="development", data_dir=tmp / "data", ray_address="http://127.0.0.1:9",
+                        poll_interval_s=0.2, port=free_port())
+    ctx = build_context(settings)
+    ctx.cluster = cluster
+    srv = uvicorn.Server(uvicorn.Config(create_app(settings, ctx), host="127.0.0.1", port=settings.port,
+                                       log_config=None, access_log=False))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    with session_scope(ctx.sessions) as s:
+        _, _, token = create_tenant(s, tenant, storage_limit_bytes=1 << 30, max_concurrent_jobs=10)
+    try:
+        yield f"http://127.0.0.1:{settings.port}", token, ctx
+    finally:
+        srv.should_exit = True
+        thread.join(30)
+
+
 BACKENDS = ("sqlite-local", "postgres-s3")
 
 

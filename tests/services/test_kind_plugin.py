@@ -18,8 +18,6 @@ import io
 import json
 import shlex
 import tarfile
-import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -120,6 +118,9 @@ class RunsInProcess:
     def connect(self) -> str:
         return "in-process"
 
+    def reset(self) -> None:  # the reconciler drops a lost connection with it: none here
+        return None
+
     def submit(self, *, submission_id, entrypoint, runtime_env, metadata):
         args = shlex.split(entrypoint)
         assert args[:4] == ["python", "-m", "services.jobrun", WordCount.name], args
@@ -143,40 +144,17 @@ class RunsInProcess:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The service with the toy kind registered (only for this module), on a real port."""
-    import uvicorn
-
-    from services.app import create_app
-    from services.context import build_context
-    from services.db import session_scope
-    from services.settings import Settings
-    from services.tenants import create_tenant
-    from tests.services.conftest import free_port
+    from tests.services.conftest import in_process_service
 
     restore = jobkinds.KINDS.snapshot()
     register_job_kind(WordCount)
     tmp = tmp_path_factory.mktemp("kinds")
-    settings = Settings(env="development", data_dir=tmp / "data", ray_address="http://127.0.0.1:9",
-                        poll_interval_s=0.2, port=free_port())
-    ctx = build_context(settings)
-    ctx.cluster = RunsInProcess()
-    srv = uvicorn.Server(uvicorn.Config(create_app(settings, ctx), host="127.0.0.1", port=settings.port,
-                                       log_config=None, access_log=False))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    with session_scope(ctx.sessions) as s:
-        _, _, token = create_tenant(s, "toy", storage_limit_bytes=1 << 30, max_concurrent_jobs=10)
     corpus = tmp / "c.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("the cat sat", "the cat ran", "a dog")))
     try:
-        yield SimpleNamespace(url=f"http://127.0.0.1:{settings.port}", token=token, ctx=ctx, corpus=corpus,
-                              tmp=tmp)
+        with in_process_service(tmp, RunsInProcess()) as (url, token, ctx):
+            yield SimpleNamespace(url=url, token=token, ctx=ctx, corpus=corpus, tmp=tmp)
     finally:
-        srv.should_exit = True
-        thread.join(30)
         restore()
 
 
@@ -197,9 +175,13 @@ def test_the_kind_has_its_routes_and_openapi_entries(server, client):
     paths = client.request("GET", "/openapi.json").json()["paths"]
     assert set(paths["/v1/counts"]) == {"get", "post"} and "get" in paths["/v1/counts/{job_id}"]
     assert "get" in paths["/v1/counts/{job_id}/counts"]
-    # the service's own kinds are still there, and privatize stays on /v1/jobs
-    assert {"train", "evaluate", "privatize"} <= set(client.kinds())
-    assert client.kinds()["privatize"]["resource"] is None
+    # the service's own kinds are still there, privatize among them with its generated
+    # resource and its listed results (and POST /v1/jobs, the route it was first created by)
+    assert {"train", "evaluate", "privatize", "adapt"} <= set(client.kinds())
+    privatize = client.kinds()["privatize"]
+    assert (privatize["resource"], privatize["listing"], privatize["reads"]) == ("privatizations", "results", "corpus")
+    assert {"/v1/privatizations", "/v1/privatizations/{job_id}/results", "/v1/jobs"} <= set(paths)
+    assert "post" in paths["/v1/jobs"]
 
 
 def test_the_client_submits_gets_and_lists_it(server, client):

@@ -1,0 +1,156 @@
+"""Issue 49: the privatization is an ordinary job kind. ``/v1/privatizations`` is generated
+like every kind's resource (create, list, get with its progress) with its own results routes;
+the client's ``download_outputs`` fetches its manifest and shards through its listing and
+``privatize submit privatize SPEC`` runs it, while ``/v1/jobs`` stays the view of every kind
+(and ``POST /v1/jobs`` still creates one).
+
+The Ray Jobs API is the one thing replaced: :class:`PipelineInProcess` (a TEST DOUBLE for
+Ray, labelled as such) runs the spec the service wrote on the input it located, with
+privatize's local runner, in this process. That the Ray runner writes the same output is
+``tests/integration/test_ray_parity.py``'s business; that the service runs real Ray jobs,
+``tests/services/test_server.py``'s."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from types import SimpleNamespace
+
+import pyarrow.parquet as pq
+import pytest
+
+TEXTS = ["the cat sat on the mat", "a dog ran in the park", "the cat sat on the mat", "birds sing at dawn"]
+SPEC = {"version": 1, "stages": [{"kind": "dedup", "unit": "document", "action": "drop"}],
+        "output": {"num_shards": 2}}
+"""Four documents, one a repeat: three come out (the second copy dropped), in two shards."""
+
+
+class PipelineInProcess:
+    """TEST DOUBLE for the Ray Jobs API: ``submit`` runs the entrypoint's pipeline here."""
+
+    def __init__(self):
+        self.submitted: dict[str, str] = {}
+
+    def connect(self) -> str:
+        return "in-process"
+
+    def reset(self) -> None:
+        return None
+
+    def submit(self, *, submission_id, entrypoint, runtime_env, metadata):
+        from privatize.api import run
+        from privatize.job import load_spec_any
+
+        args = shlex.split(entrypoint)
+        assert args[:4] == ["python", "-m", "services.jobrun", "privatize"], args
+        spec, spec_dir = load_spec_any(args[4])
+        run(spec, args[5], args[6], runner="local", spec_dir=spec_dir)
+        self.submitted[submission_id] = entrypoint
+        return True
+
+    def info(self, submission_id):
+        if submission_id not in self.submitted:
+            return None
+        return SimpleNamespace(status="SUCCEEDED", start_time=1_000, end_time=2_000, message="")
+
+    def stop(self, submission_id):
+        return True
+
+    def logs(self, submission_id):
+        return ""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from tests.services.conftest import in_process_service
+
+    tmp = tmp_path_factory.mktemp("privatizations")
+    corpus = tmp / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(TEXTS)))
+    cluster = PipelineInProcess()
+    with in_process_service(tmp, cluster, tenant="owner") as (url, token, ctx):
+        yield SimpleNamespace(url=url, token=token, ctx=ctx, corpus=corpus, tmp=tmp, cluster=cluster)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from services.client import ServiceClient
+
+    with ServiceClient(server.url, server.token) as c:
+        yield c
+
+
+def _texts(paths) -> list[str]:
+    return sorted(t for p in paths if p.suffix == ".parquet" for t in pq.read_table(p).column("text").to_pylist())
+
+
+def test_a_privatization_through_its_generated_resource(server, client, tmp_path):
+    from services.client import ApiError
+
+    corpus = client.upload_corpus(server.corpus, fmt="jsonl")
+    with pytest.raises(ApiError) as refused:  # the kind's validation, with the field's path under config
+        client.submit("privatize", corpus_id=corpus["id"], config={**SPEC, "stages": [{"kind": "nosuch"}]})
+    assert refused.value.status == 422 and refused.value.body["errors"][0]["path"].startswith("stages.0")
+    job = client.submit("privatize", corpus_id=corpus["id"], config=SPEC)
+    assert (job["kind"], job["corpus_id"]) == ("privatize", corpus["id"])
+    assert job["id"] in server.cluster.submitted  # it went to the (double of the) cluster
+    done = client.wait(job["id"], timeout=30, poll=0.1, get=lambda i: client.get("privatize", i))
+    assert done["status"] == "succeeded", done["message"]
+    s = done["summary"]
+    assert (s["input_records"], s["output_records"], s["dropped"], s["shards"]) == (4, 3, 1, 2)
+    assert [(st["kind"], st["records_in"], st["records_out"], st["dropped"]) for st in s["stages"]] == [("dedup", 4, 3, 1)]
+    assert done["progress"]["corpus_records"] == 4 and done["progress"]["output_records"] == 3
+    assert [j["id"] for j in client.list("privatize")] == [job["id"]]
+    # /v1/jobs: the same job, with the names it first answered with
+    as_job = client.job(job["id"])
+    assert (as_job["kind"], as_job["spec"], as_job["spec_sha256"]) == ("privatize", done["config"],
+                                                                         done["config_sha256"])
+    assert as_job["progress"] == done["progress"] and as_job["summary"] == done["summary"]
+    # its manifest and shards through the kind's listing, and the same under /v1/jobs
+    got = client.download_outputs("privatize", job["id"], tmp_path / "dl")
+    manifest = json.loads((tmp_path / "dl" / "manifest.json").read_text())
+    assert sorted(str(p.relative_to(tmp_path / "dl")) for p in got) == sorted(
+        ["manifest.json", *(s["file"] for s in manifest["shards"])])
+    for s in manifest["shards"]:
+        assert hashlib.sha256((tmp_path / "dl" / s["file"]).read_bytes()).hexdigest() == s["sha256"]
+    assert _texts(got) == sorted(set(TEXTS))
+    listing = client.request("GET", f"/v1/privatizations/{job['id']}/results").json()
+    assert listing == client.results(job["id"])
+    # another kind's resource does not answer for it, nor it for an unknown id
+    for path, noun in ((f"/v1/trainings/{job['id']}", "training"),
+                       (f"/v1/privatizations/{'0' * 16}", "privatization"),
+                       (f"/v1/privatizations/{'0' * 16}/results", "privatization")):
+        with pytest.raises(ApiError) as other:
+            client.request("GET", path)
+        assert other.value.status == 404 and f"no {noun}" in other.value.detail, path
+    # created through the generated route: audited under the kind's own action
+    events = client.request("GET", "/v1/audit", params={"resource_id": job["id"]}).json()["events"]
+    assert [e["action"] for e in events if e["action"].endswith(".create")] == ["privatization.create"]
+
+
+def test_post_v1_jobs_still_creates_one(server, client):
+    corpus = client.upload_corpus(server.corpus, fmt="jsonl")
+    job = client.create_job(corpus["id"], SPEC)
+    done = client.wait(job["id"], timeout=30, poll=0.1)
+    assert (done["kind"], done["status"], done["summary"]["output_records"]) == ("privatize", "succeeded", 3)
+    assert client.get("privatize", job["id"])["summary"] == done["summary"]
+    events = client.request("GET", "/v1/audit", params={"resource_id": job["id"]}).json()["events"]
+    assert [e["action"] for e in events if e["action"].endswith(".create")] == ["job.create"]
+
+
+def test_privatize_submit_privatize_runs_it_from_the_cli(server, capsys, tmp_path):
+    import yaml
+
+    from services.cli import main
+
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    rc = main(["submit", "privatize", str(tmp_path / "spec.yaml"), "--corpus", str(server.corpus), "--url",
+               server.url, "--token", server.token, "--wait", "--poll", "0.1", "--timeout", "30", "--download",
+               str(tmp_path / "out")])
+    out = capsys.readouterr()
+    summary = json.loads(out.out.strip().splitlines()[-1])
+    assert rc == 0, out.err
+    assert (summary["kind"], summary["status"], summary["summary"]["output_records"]) == ("privatize", "succeeded", 3)
+    assert f"submitted privatization {summary['id']}" in out.err
+    assert _texts(map(__import__("pathlib").Path, summary["downloaded"])) == sorted(set(TEXTS))
