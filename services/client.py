@@ -28,6 +28,20 @@ class ApiError(PrivatizeError, RuntimeError):
         self.body = body or {}
 
 
+def _inside(what: str, names: list[str]) -> list[PurePosixPath]:
+    """File names a service listed for download, each a relative path that stays inside the
+    download folder on any system (no ``..``, no root, no drive or backslash, not empty);
+    every name is checked before anything is downloaded."""
+    out = []
+    for n in names:
+        p = PurePosixPath(n) if isinstance(n, str) else None
+        if p is None or not p.parts or p.is_absolute() or ".." in p.parts or "\\" in n or ":" in n:
+            raise PrivatizeError(f"{what}: the service lists {n!r} for download, not a path inside the download "
+                                 "folder; nothing downloaded")
+        out.append(p)
+    return out
+
+
 def _file_chunks(path: Path, chunk: int = UPLOAD_CHUNK) -> Iterator[bytes]:
     with open(path, "rb") as fh:
         while True:
@@ -190,10 +204,8 @@ class ServiceClient:
         return self._stream_to(f"/v1/jobs/{job_id}/results/{name}", dest)
 
     def download_all(self, job_id: str, dest_dir: str | os.PathLike) -> list[Path]:
-        out = []
-        for f in self.results(job_id)["files"]:
-            out.append(self.download(job_id, f["name"], Path(dest_dir) / f["name"]))
-        return out
+        names = _inside(f"job {job_id}", [f["name"] for f in self.results(job_id)["files"]])
+        return [self.download(job_id, str(n), Path(dest_dir) / n) for n in names]
 
     def _stream_to(self, url: str, dest: str | os.PathLike) -> Path:
         d = Path(dest)
@@ -253,11 +265,8 @@ class ServiceClient:
             else:
                 out.append(self._stream_to(f"{base}/{d['path']}", Path(dest_dir) / d["file"]))
         if info.get("listing"):
-            for f in self.request("GET", f"{base}/{info['listing']}").json()["files"]:
-                name = PurePosixPath(f["name"])
-                if name.is_absolute() or ".." in name.parts:
-                    raise PrivatizeError(f"{kind} {job_id}: the service lists {f['name']!r}, a path outside "
-                                         "the download folder; refused")
+            listed = self.request("GET", f"{base}/{info['listing']}").json()["files"]
+            for name in _inside(f"{kind} {job_id}", [f["name"] for f in listed]):
                 out.append(self._stream_to(f"{base}/{info['listing']}/{name}", Path(dest_dir) / name))
         return out
 

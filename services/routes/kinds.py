@@ -90,7 +90,7 @@ def kind_router(kind: JobKind) -> APIRouter:
 
     def list_(tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
         with session_scope(ctx.sessions) as s:
-            jobs = jobs_mod.list_jobs(s, tenant.id, None, kind.name)
+            jobs = jobs_mod.list_jobs(s, tenant.id, None, kind.name, with_corpus_records=True)
         return [kind.out(ctx, j, live=False) for j in jobs]
 
     async def get(job_id: str, request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
@@ -127,7 +127,7 @@ def kind_router(kind: JobKind) -> APIRouter:
 class KindInfo(BaseModel):
     name: str
     noun: str
-    resource: str | None = Field(description="/v1/<resource>; None: its jobs are created with POST /v1/jobs")
+    resource: str | None = Field(description="/v1/<resource>; None: not created through the API")
     reads: str = Field(description="corpus, job (another job's output) or spec (what its config names)")
     input_kind: str | None = Field(description="the kind of job whose output it reads")
     downloads: list[dict] = Field(description="{path, file}: GET /v1/<resource>/{id}/<path> once it succeeded")

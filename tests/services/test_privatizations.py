@@ -154,3 +154,38 @@ def test_privatize_submit_privatize_runs_it_from_the_cli(server, capsys, tmp_pat
     assert (summary["kind"], summary["status"], summary["summary"]["output_records"]) == ("privatize", "succeeded", 3)
     assert f"submitted privatization {summary['id']}" in out.err
     assert _texts(map(__import__("pathlib").Path, summary["downloaded"])) == sorted(set(TEXTS))
+
+
+@pytest.mark.parametrize("name", ["../up.parquet", "/etc/passwd", "shards/../../x", "", ".", "c:evil", "a\\b"])
+def test_a_listed_name_outside_the_folder_is_refused_before_anything_downloads(server, client, tmp_path,
+                                                                                monkeypatch, name):
+    """What a service lists is checked, every name before the first download (a server is
+    not trusted to keep its names inside the folder the user chose)."""
+    from privatize.errors import PrivatizeError
+
+    fetched = []
+    monkeypatch.setattr(client, "results", lambda job_id: {"files": [{"name": "manifest.json"}, {"name": name}]})
+    monkeypatch.setattr(client, "_stream_to", lambda url, dest: fetched.append(url))
+    with pytest.raises(PrivatizeError, match=r"^job j1: the service lists .* for download, not a path inside"):
+        client.download_all("j1", tmp_path / "dl")
+    assert fetched == [] and not (tmp_path / "dl").exists()
+
+
+def test_another_tenant_gets_404_for_a_privatization_and_its_results(server, client):
+    from services.client import ApiError, ServiceClient
+    from services.db import session_scope
+    from services.tenants import create_tenant
+
+    corpus = client.upload_corpus(server.corpus, fmt="jsonl")
+    job = client.submit("privatize", corpus_id=corpus["id"], config=SPEC)
+    assert client.wait(job["id"], timeout=30, poll=0.1, get=lambda i: client.get("privatize", i))["status"] == "succeeded"
+    with session_scope(server.ctx.sessions) as s:
+        _, _, token = create_tenant(s, "other", storage_limit_bytes=1 << 20, max_concurrent_jobs=1)
+    with ServiceClient(server.url, token) as other:
+        for path in (f"/v1/privatizations/{job['id']}", f"/v1/privatizations/{job['id']}/results",
+                     f"/v1/privatizations/{job['id']}/results/manifest.json", f"/v1/jobs/{job['id']}"):
+            with pytest.raises(ApiError) as refused:
+                other.request("GET", path)
+            assert refused.value.status == 404, path
+        assert other.list("privatize") == []
+    assert client.request("GET", f"/v1/privatizations/{job['id']}/results/manifest.json").status_code == 200
