@@ -285,7 +285,7 @@ class TrainingOut(KindOut):
 
 
 @register_job_kind
-class TrainKind(JobKind):
+class TrainJobKind(JobKind):
     """A training (``train.job`` on Ray Train) on a succeeded privatization job's output:
     ``/v1/trainings``, its progress from ``metrics.jsonl``, its model as a ``.tar.gz``."""
 
