@@ -159,8 +159,8 @@ def _wait_all(c, ids: dict[str, str], what: str) -> dict[str, dict]:
                 done[name] = j
                 print(f"   {what} {name:<9} {j['status']} after {time.time() - t0:.0f} s", flush=True)
                 if j["status"] != "succeeded":
-                    sys.exit(f"{what} {name} ({i}) {j['status']}: {j.get('error') or ''}\n"
-                             f"logs: privatize logs {i}")
+                    sys.exit(f"{what} {name} ({i}) {j['status']}: {j.get('message') or ''}\n"
+                             f"logs: GET /v1/jobs/{i}/logs")
         time.sleep(2)
     return done
 

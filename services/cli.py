@@ -28,6 +28,7 @@ entry point (``services = "services.cli:register"``):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -92,8 +93,9 @@ def _submit(args: argparse.Namespace) -> int:
     the service lists at ``GET /v1/kinds``)."""
     if len(args.args) > 2:
         raise PrivatizeError("submit takes [KIND] FILE: a pipeline spec, or a job kind and its config")
-    if args.extract and not (args.download and args.wait):
-        raise PrivatizeError("--extract unpacks what --download fetches: give --wait --download DIR with it")
+    if args.extract and not (args.download and args.wait and len(args.args) == 2):
+        raise PrivatizeError("--extract unpacks the archive a KIND serves: give it with KIND CONFIG --wait --download "
+                             "DIR")
     if len(args.args) == 2:
         return _submit_kind(args, *args.args)
     return _submit_pipeline(args, args.args[0])
@@ -103,29 +105,25 @@ def _submit_pipeline(args: argparse.Namespace, path: str) -> int:
     """A pipeline spec on a corpus (``POST /v1/jobs``); the spec is read first: a bad one
     fails before the service is asked anything."""
     from privatize.spec import read_spec_file
-
-    spec = read_spec_file(path)
-    with _client(args) as c:
-        return _post_pipeline(args, spec, c)
-
-
-def _post_pipeline(args: argparse.Namespace, spec, c) -> int:
     from services.client import ApiError
 
+    spec = read_spec_file(path)
     say = _say(args)
-    try:
-        corpus_id = _corpus_id(c, args, say)
-        job = c.create_job(corpus_id, spec)
-        say(f"submitted job {job['id']}")
-        if args.wait:
-            job = c.wait(job["id"], timeout=args.timeout, poll=args.poll,
-                         on_change=lambda j: say(f"job {j['id']}: {j['status']}"))
-        downloaded = None
-        if args.download and job["status"] == "succeeded":
-            downloaded = c.download_all(job["id"], args.download)
-            say(f"downloaded {len(downloaded)} file(s) to {args.download}")
-    except ApiError as exc:
-        return _refused(exc, "spec")
+    downloaded = None
+    with _client(args) as c:
+        try:
+            corpus_id = _corpus_id(c, args, say)
+            with _unless_refused(c, args, corpus_id, say):
+                job = c.create_job(corpus_id, spec)
+            say(f"submitted job {job['id']}")
+            if args.wait:
+                job = c.wait(job["id"], timeout=args.timeout, poll=args.poll,
+                             on_change=lambda j: say(f"job {j['id']}: {j['status']}"))
+            if args.download and job["status"] == "succeeded":
+                downloaded = c.download_all(job["id"], args.download)
+                say(f"downloaded {len(downloaded)} file(s) to {args.download}")
+        except ApiError as exc:
+            return _refused(exc, "spec")
     summary = {"job_id": job["id"], "corpus_id": corpus_id, "status": job["status"],
                "message": job.get("message"), "progress": job.get("progress")}
     if downloaded is not None:
@@ -134,6 +132,25 @@ def _post_pipeline(args: argparse.Namespace, spec, c) -> int:
     if not args.wait:
         return 0
     return 0 if job["status"] == "succeeded" else 1
+
+
+@contextlib.contextmanager
+def _unless_refused(c, args: argparse.Namespace, corpus_id: str | None, say):
+    """Around a job's creation: when the service refuses it (4xx) and the corpus was
+    uploaded for it here (``--corpus FILE``), the upload is deleted again, so a refused
+    submission leaves no stray corpus counting against the tenant's storage."""
+    from services.client import ApiError
+
+    try:
+        yield
+    except ApiError as exc:
+        if args.corpus and corpus_id and 400 <= exc.status < 500:
+            try:
+                c.delete_corpus(corpus_id)
+                say(f"deleted corpus {corpus_id}, uploaded for this refused job")
+            except ApiError as gone:
+                say(f"could not delete corpus {corpus_id}, uploaded for this refused job: {gone}")
+        raise
 
 
 def _submit_kind(args: argparse.Namespace, kind: str, path: str) -> int:
@@ -159,7 +176,8 @@ def _submit_kind(args: argparse.Namespace, kind: str, path: str) -> int:
                 if not args.job:
                     raise PrivatizeError(f"a {kind} job reads a {info['input_kind']} job's output: give --job JOB_ID")
                 body["job_id"] = args.job
-            j = c.submit(kind, **body)
+            with _unless_refused(c, args, body.get("corpus_id"), say):
+                j = c.submit(kind, **body)
             say(f"submitted {info['noun']} {j['id']}")
             if (line := privacy_line(c, j)) is not None:
                 say(line)
@@ -233,7 +251,7 @@ def _client(args: argparse.Namespace):
     return ServiceClient(args.url or cs.url, token)
 
 
-def read_config_file(path: str, what: str = "a training config is a mapping (kind, data, model, optim...)") -> dict:
+def read_config_file(path: str, what: str) -> dict:
     """A config file (YAML, or JSON by its name), unvalidated: the service checks it."""
     from privatize.io.configfile import read_mapping
     from privatize.errors import SpecError

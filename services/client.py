@@ -227,7 +227,7 @@ class ServiceClient:
     # ---- every job kind with a resource (GET /v1/kinds) ---------------------------------
     def kinds(self) -> dict[str, dict]:
         """The service's job kinds by name (``noun``, ``resource``, ``reads``, ``downloads``,
-        ``body``: the JSON schema of a create request), read once."""
+        ``listing``, ``body``: the JSON schema of a create request), read once."""
         if self._kinds is None:
             self._kinds = {k["name"]: k for k in self.request("GET", "/v1/kinds").json()}
         return self._kinds
@@ -258,16 +258,18 @@ class ServiceClient:
         ``extract``, a ``.tar.gz`` among them is unpacked there instead (a training's
         ``model.tar.gz`` becomes ``dest_dir/model``) and its top-level entries are returned."""
         base, info = f"{self._resource(kind)}/{job_id}", self.kinds()[kind]
-        out: list[Path] = []
-        for d in info["downloads"]:
-            if extract and d["file"].endswith(".tar.gz"):
-                out += self._unpack_to(f"{base}/{d['path']}", Path(dest_dir))
-            else:
-                out.append(self._stream_to(f"{base}/{d['path']}", Path(dest_dir) / d["file"]))
+        # every name checked before the first byte is fetched: (path, file name) pairs
+        fixed = list(zip((d["path"] for d in info["downloads"]),
+                         _inside(f"{kind} {job_id}", [d["file"] for d in info["downloads"]])))
         if info.get("listing"):
             listed = self.request("GET", f"{base}/{info['listing']}").json()["files"]
-            for name in _inside(f"{kind} {job_id}", [f["name"] for f in listed]):
-                out.append(self._stream_to(f"{base}/{info['listing']}/{name}", Path(dest_dir) / name))
+            fixed += [(f"{info['listing']}/{n}", n) for n in _inside(f"{kind} {job_id}", [f["name"] for f in listed])]
+        out: list[Path] = []
+        for path, name in fixed:
+            if extract and name.name.endswith(".tar.gz"):
+                out += self._unpack_to(f"{base}/{path}", Path(dest_dir))
+            else:
+                out.append(self._stream_to(f"{base}/{path}", Path(dest_dir) / name))
         return out
 
     def _unpack_to(self, url: str, dest: Path) -> list[Path]:

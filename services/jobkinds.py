@@ -37,7 +37,6 @@ and the kind modules, which may, are imported on the first lookup.
 from __future__ import annotations
 
 import datetime as dt
-import re
 import shlex
 from typing import Any, Callable, ClassVar
 
@@ -96,7 +95,8 @@ class JobKind:
     noun: ClassVar[str] = "job"
     """What one job of the kind is called in messages and audit actions (``training``)."""
     resource: ClassVar[str | None] = None
-    """``/v1/<resource>`` routes generated for it; None: only the ``/v1/jobs`` routes."""
+    """``/v1/<resource>`` routes generated for it; None: not created through the API (its
+    jobs still listed, cancelled and deleted through ``/v1/jobs``)."""
     result_file: ClassVar[str]
     """The file its job writes last, named by the package that writes it (a privatization's
     ``privatize.output.MANIFEST``, a training's ``train.progress.SUMMARY``): its presence
@@ -182,8 +182,9 @@ class JobKind:
         return self.Out(**self.Out.fields_of(job))
 
     def live_progress(self, ctx, job) -> dict | None:
-        """What a running job reports of its progress beyond its row (``/v1/jobs``'s
-        ``progress``), read at most once a second per job; None: nothing."""
+        """What a running job reports of its progress beyond its row (in its ``progress``
+        under ``/v1/jobs`` and its kind's resource), read at most once a second per job;
+        None: nothing."""
         return None
 
     def audit_detail(self, job) -> dict:

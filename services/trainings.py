@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session
 from privatize.refs import MODEL_REF
 from services.catalog import BASE_REF, base_name
 from services.errors import Conflict, NotFound, config_error, config_invalid
-from services.jobkinds import PRIVATIZE, TRAIN, JobKind, KindOut, RootPath, job_kind, register_job_kind
+from services.jobkinds import PRIVATIZE, TRAIN, JobKind, KindOut, RootPath, register_job_kind
 from train.progress import METRICS, SUMMARY
 from services.jobs import succeeded_job
 from services.models import Job

@@ -14,7 +14,6 @@ from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from services import audit as audit_mod
-from services import corpora as corpora_mod
 from services import jobs as jobs_mod
 from services import specs as specs_mod
 from services.context import ServiceContext
@@ -68,11 +67,10 @@ def create_job(body: JobCreate, request: Request, tenant: TenantRef = Depends(cu
 @router.get("/v1/jobs", response_model=list[JobOut])
 def list_jobs(corpus_id: str | None = None, kind: str | None = Query(None, max_length=32),
               tenant: TenantRef = Depends(current_tenant), ctx: ServiceContext = Depends(get_ctx)):
-    """Every job of the tenant (privatizations and trainings), or those of one ``kind``."""
+    """Every job of the tenant, whatever its kind, or those of one ``kind``."""
     with session_scope(ctx.sessions) as s:
-        jobs = jobs_mod.list_jobs(s, tenant.id, corpus_id, kind)
-        records = {c.id: c.records for c in corpora_mod.list_corpora(s, tenant.id)}
-    return [JobOut.of(j, records.get(j.corpus_id)) for j in jobs]
+        jobs = jobs_mod.list_jobs(s, tenant.id, corpus_id, kind, with_corpus_records=True)
+    return [JobOut.of(j, j.corpus_records) for j in jobs]
 
 
 @router.get("/v1/jobs/{job_id}", response_model=JobOut)

@@ -44,9 +44,14 @@ def test_a_running_privatization_shows_what_its_run_reports(ledger_api):  # noqa
     assert p["records_read"] == half and p["stages"] == figures["stages"]
     assert p["records_total"] == corpus["records"] and p["percent"] == round(100 * share, 1)
     assert p["eta_s"] == round(8.0 * (1 - share) / share, 1)
+    # the kind's own resource answers the same progress (and lists it without the live figures)
+    assert c.get(f"/v1/privatizations/{job['id']}").json()["progress"] == p
+    listed = {x["id"]: x for x in c.get("/v1/privatizations").json()}
+    assert listed[job["id"]]["progress"] == {"corpus_records": corpus["records"]}
     # once it has ended, its row's counts; what it last reported is not shown
     _set_status(ledger_api, job["id"], "failed")
     assert c.get(f"/v1/jobs/{job['id']}").json()["progress"] == {"corpus_records": corpus["records"]}
+    assert c.get(f"/v1/privatizations/{job['id']}").json()["progress"] == {"corpus_records": corpus["records"]}
 
 
 def test_job_out_keeps_a_total_the_run_told():

@@ -292,9 +292,14 @@ def test_extract_takes_files_only_and_refuses_an_existing_entry_before_unpacking
     assert c._unpack_to("/v1/t/1/model", dest) == [dest / "model", dest / "notes.txt"]
     assert (dest / "model" / "config.json").read_text() == "{}" and (dest / "notes.txt").read_text() == "n"
     (dest / "model" / "config.json").write_text("mine")
-    (dest / "notes.txt").unlink()
-    (dest / "notes.txt").symlink_to(tmp_path / "nowhere")  # a dangling link is an entry too
     with pytest.raises(PrivatizeError, match=r"dest/model exists; choose another folder"):
         c._unpack_to("/v1/t/1/model", dest)
     assert (dest / "model" / "config.json").read_text() == "mine"  # untouched
     assert sorted(p.name for p in dest.iterdir()) == ["model", "notes.txt"]
+    # a dangling link is an entry too (exists() would say no): the only clash, still refused
+    (dest / "notes.txt").unlink()
+    (dest / "notes.txt").symlink_to(tmp_path / "nowhere")
+    served["archive"] = _archive(tmp_path / "notes.tar.gz", {"notes.txt": "n"})
+    with pytest.raises(PrivatizeError, match=r"dest/notes.txt exists; choose another folder"):
+        c._unpack_to("/v1/t/1/notes", dest)
+    assert (dest / "notes.txt").is_symlink() and sorted(p.name for p in dest.iterdir()) == ["model", "notes.txt"]

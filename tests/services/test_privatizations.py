@@ -116,7 +116,9 @@ def test_a_privatization_through_its_generated_resource(server, client, tmp_path
         assert hashlib.sha256((tmp_path / "dl" / s["file"]).read_bytes()).hexdigest() == s["sha256"]
     assert _texts(got) == sorted(set(TEXTS))
     listing = client.request("GET", f"/v1/privatizations/{job['id']}/results").json()
-    assert listing == client.results(job["id"])
+    assert [f["name"] for f in listing["files"]] == ["manifest.json", *(s["file"] for s in manifest["shards"])]
+    assert [f["sha256"] for f in listing["files"][1:]] == [s["sha256"] for s in manifest["shards"]]
+    assert listing == client.results(job["id"])  # the same under /v1/jobs
     # another kind's resource does not answer for it, nor it for an unknown id
     for path, noun in ((f"/v1/trainings/{job['id']}", "training"),
                        (f"/v1/privatizations/{'0' * 16}", "privatization"),
@@ -160,15 +162,47 @@ def test_privatize_submit_privatize_runs_it_from_the_cli(server, capsys, tmp_pat
 def test_a_listed_name_outside_the_folder_is_refused_before_anything_downloads(server, client, tmp_path,
                                                                                 monkeypatch, name):
     """What a service lists is checked, every name before the first download (a server is
-    not trusted to keep its names inside the folder the user chose)."""
+    not trusted to keep its names inside the folder the user chose): the results of
+    ``/v1/jobs`` and a kind's listing, after its fixed downloads."""
     from privatize.errors import PrivatizeError
 
     fetched = []
-    monkeypatch.setattr(client, "results", lambda job_id: {"files": [{"name": "manifest.json"}, {"name": name}]})
+    files = {"files": [{"name": "manifest.json"}, {"name": name}]}
+    monkeypatch.setattr(client, "results", lambda job_id: files)
     monkeypatch.setattr(client, "_stream_to", lambda url, dest: fetched.append(url))
     with pytest.raises(PrivatizeError, match=r"^job j1: the service lists .* for download, not a path inside"):
         client.download_all("j1", tmp_path / "dl")
+    kinds = {**client.kinds(), "toy": {"resource": "toys", "downloads": [{"path": "a", "file": "a.json"}],
+                                       "listing": "results"}}
+    monkeypatch.setattr(client, "kinds", lambda: kinds)
+    monkeypatch.setattr(client, "request", lambda method, url: SimpleNamespace(json=lambda: files))
+    with pytest.raises(PrivatizeError, match=r"^toy j1: the service lists .* for download, not a path inside"):
+        client.download_outputs("toy", "j1", tmp_path / "dl")
+    kinds["toy"] = {**kinds["toy"], "downloads": [{"path": "a", "file": name}], "listing": None}
+    with pytest.raises(PrivatizeError, match=r"^toy j1: the service lists .* for download, not a path inside"):
+        client.download_outputs("toy", "j1", tmp_path / "dl")
     assert fetched == [] and not (tmp_path / "dl").exists()
+
+
+def test_a_refused_submission_deletes_the_corpus_it_uploaded(server, client, capsys, tmp_path):
+    """``privatize submit privatize SPEC --corpus FILE`` uploads the corpus first; when the
+    service then refuses the job (422), the upload is deleted again (exit 2, the field on
+    stderr), and a corpus given by ``--corpus-id`` is never deleted."""
+    import yaml
+
+    from services.cli import main
+
+    before = {c["id"] for c in client.corpora()}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**SPEC, "stages": [{"kind": "nosuch"}]}))
+    common = ["--url", server.url, "--token", server.token]
+    rc = main(["submit", "privatize", str(tmp_path / "bad.yaml"), "--corpus", str(server.corpus), *common])
+    err = capsys.readouterr().err
+    assert rc == 2 and "privatize: stages.0" in err and "deleted corpus " in err, err
+    assert {c["id"] for c in client.corpora()} == before
+    kept = client.upload_corpus(server.corpus, fmt="jsonl")
+    rc = main(["submit", "privatize", str(tmp_path / "bad.yaml"), "--corpus-id", kept["id"], *common])
+    assert rc == 2 and "deleted corpus" not in capsys.readouterr().err
+    assert kept["id"] in {c["id"] for c in client.corpora()}
 
 
 def test_another_tenant_gets_404_for_a_privatization_and_its_results(server, client):
