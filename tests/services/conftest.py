@@ -49,6 +49,49 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class JobsInProcess:
+    """TEST DOUBLE for the Ray Jobs API (a boundary: Ray runs the entrypoint elsewhere):
+    ``submit`` checks the entrypoint names ``kind`` and hands its three locations (spec,
+    input, output) to :meth:`run`, here, in this process; every job then reports SUCCEEDED.
+    A test module subclasses it with its ``kind`` and ``run``."""
+
+    kind: str
+
+    def __init__(self):
+        self.submitted: dict[str, str] = {}
+
+    def connect(self) -> str:
+        return "in-process"
+
+    def reset(self) -> None:  # the reconciler drops a lost connection with it: none here
+        return None
+
+    def run(self, spec: str, input: str, output: str) -> None:
+        raise NotImplementedError
+
+    def submit(self, *, submission_id, entrypoint, runtime_env, metadata):
+        import shlex
+
+        args = shlex.split(entrypoint)
+        assert args[:4] == ["python", "-m", "services.jobrun", self.kind], args
+        self.run(*args[4:7])
+        self.submitted[submission_id] = entrypoint
+        return True
+
+    def info(self, submission_id):
+        from types import SimpleNamespace
+
+        if submission_id not in self.submitted:
+            return None
+        return SimpleNamespace(status="SUCCEEDED", start_time=1_000, end_time=2_000, message="")
+
+    def stop(self, submission_id):
+        return True
+
+    def logs(self, submission_id):
+        return ""
+
+
 @contextlib.contextmanager
 def in_process_service(tmp: Path, cluster, tenant: str = "toy"):
     """The service on a real port in this process (uvicorn in a thread; SQLite and local

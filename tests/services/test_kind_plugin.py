@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import shlex
 import tarfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from services import jobkinds
 from services.errors import config_invalid
 from services.jobkinds import JobKind, register_job_kind
+from tests.services.conftest import JobsInProcess
 
 RESULT = "counts.json"
 ARCHIVE = "top.tar.gz"
@@ -108,37 +108,15 @@ class WordCount(JobKind):
         router.add_api_route("/v1/counts/{job_id}/top", top_archive, methods=["GET"])
 
 
-class RunsInProcess:
-    """TEST DOUBLE for the Ray Jobs API (a boundary: Ray runs the entrypoint elsewhere).
-    ``submit`` runs the toy's job function on the entrypoint's locations, here."""
+class RunsInProcess(JobsInProcess):
+    """TEST DOUBLE for the Ray Jobs API: runs the toy's job function on the entrypoint's
+    locations, here."""
 
-    def __init__(self):
-        self.submitted: dict[str, dict] = {}
+    kind = WordCount.name
 
-    def connect(self) -> str:
-        return "in-process"
-
-    def reset(self) -> None:  # the reconciler drops a lost connection with it: none here
-        return None
-
-    def submit(self, *, submission_id, entrypoint, runtime_env, metadata):
-        args = shlex.split(entrypoint)
-        assert args[:4] == ["python", "-m", "services.jobrun", WordCount.name], args
-        assert jobkinds.job_kind(args[3]).module == __name__
-        count_words(*args[4:7])
-        self.submitted[submission_id] = {"entrypoint": entrypoint}
-        return True
-
-    def info(self, submission_id):
-        if submission_id not in self.submitted:
-            return None
-        return SimpleNamespace(status="SUCCEEDED", start_time=1_000, end_time=2_000, message="")
-
-    def stop(self, submission_id):
-        return True
-
-    def logs(self, submission_id):
-        return ""
+    def run(self, spec: str, input: str, output: str) -> None:
+        assert jobkinds.job_kind(self.kind).module == __name__
+        count_words(spec, input, output)
 
 
 @pytest.fixture(scope="module")

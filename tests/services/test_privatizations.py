@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
+
+from tests.services.conftest import JobsInProcess
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "the cat sat on the mat", "birds sing at dawn"]
 SPEC = {"version": 1, "stages": [{"kind": "dedup", "unit": "document", "action": "drop"}],
@@ -26,39 +27,17 @@ SPEC = {"version": 1, "stages": [{"kind": "dedup", "unit": "document", "action":
 """Four documents, one a repeat: three come out (the second copy dropped), in two shards."""
 
 
-class PipelineInProcess:
-    """TEST DOUBLE for the Ray Jobs API: ``submit`` runs the entrypoint's pipeline here."""
+class PipelineInProcess(JobsInProcess):
+    """TEST DOUBLE for the Ray Jobs API: runs the entrypoint's pipeline here."""
 
-    def __init__(self):
-        self.submitted: dict[str, str] = {}
+    kind = "privatize"
 
-    def connect(self) -> str:
-        return "in-process"
-
-    def reset(self) -> None:
-        return None
-
-    def submit(self, *, submission_id, entrypoint, runtime_env, metadata):
+    def run(self, spec_location: str, input: str, output: str) -> None:
         from privatize.api import run
         from privatize.job import load_spec_any
 
-        args = shlex.split(entrypoint)
-        assert args[:4] == ["python", "-m", "services.jobrun", "privatize"], args
-        spec, spec_dir = load_spec_any(args[4])
-        run(spec, args[5], args[6], runner="local", spec_dir=spec_dir)
-        self.submitted[submission_id] = entrypoint
-        return True
-
-    def info(self, submission_id):
-        if submission_id not in self.submitted:
-            return None
-        return SimpleNamespace(status="SUCCEEDED", start_time=1_000, end_time=2_000, message="")
-
-    def stop(self, submission_id):
-        return True
-
-    def logs(self, submission_id):
-        return ""
+        spec, spec_dir = load_spec_any(spec_location)
+        run(spec, input, output, runner="local", spec_dir=spec_dir)
 
 
 @pytest.fixture(scope="module")
