@@ -1,11 +1,12 @@
 """Paper 003's metrics (issue 22): Privacy and the low-cost membership inference against
-hand-computed answers, then the evaluation end to end at tiny scale: a model trained
-plainly on CustomerSim dialogues gives away indirect identifiers that the PPCLM model,
-trained on the same records with those tokens never prediction targets, does not."""
+hand-computed answers, then every step of the evaluation end to end at tiny scale (plain
+and PPCLM continual pre-training on CustomerSim dialogues; the claim that PPCLM gives
+away fewer identifiers is the experiment's measurement)."""
 
+import json
 import math
 
-from experiments.identifier_eval import IdentifierPlan, customersim_by_customer, evaluate, markdown, plot
+from experiments.identifier_eval import IdentifierPlan, checks, customersim_by_customer, evaluate, markdown, plot
 from experiments.refill_eval import write_jsonl
 from attacks.identifiers import Leaks, Record, low_cost_mia, privacy
 from privatize.stages.identifiers import IdentifiersSettings, term_strings
@@ -43,22 +44,34 @@ def test_term_strings_match_what_the_stage_writes():
         "call", "me", "at", "555-1234", "thanks", "call me", "me at", "at 555-1234"}
 
 
-def test_ppclm_gives_away_fewer_identifiers_than_plain_training(shared_data, wikitext_docs, wikitext_base, tmp_path):
+def test_the_evaluation_end_to_end_at_tiny_scale(shared_data, wikitext_docs, wikitext_base, tmp_path):
+    """Every step of the evaluation (the identifiers stage over the members' and everyone's
+    records, the plain and PPCLM continual pre-trainings in Ray Train, the attacks, the
+    checks, the table and the plot) at 16 steps a model. Paper 003's claim itself (PPCLM
+    gives away fewer identifiers) needs memorisation, 240 steps or more (at 120 one block's
+    difference decided it, DIARY session 35): that is the experiment's measurement
+    (``python -m experiments.identifier_eval``, RESULTS.md), not this test's; that PPCLM's
+    identifier tokens carry no loss is unit-tested on the packer (tests/train/test_train_units.py)."""
     corpus = write_jsonl(customersim_by_customer(shared_data / "customersim" / "train.jsonl", 32), tmp_path / "c.jsonl")
     plan = IdentifierPlan(corpus=corpus, base_corpus=wikitext_docs["valid"], work=tmp_path / "eval",
-                          base_model=wikitext_base, seq_len=128, batch_size=8, adapt_steps=240, samples=1)
+                          base_model=wikitext_base, seq_len=128, batch_size=8, adapt_steps=16, samples=1)
     r = evaluate(plan, progress=False)
     g = r["graph"]
     assert g["direct_spans"] > 0 and g["indirect_spans"] > 0 and 0 < g["share_of_distinct_words"] < 1
+    assert set(r["models"]) == {"base", "plain", "ppclm"} and r["members"] < r["individuals"] == 32
     plain, pp = r["models"]["plain"], r["models"]["ppclm"]
-    # 240 steps: the plain model memorised 102-118 of 343 indirect identifiers whichever way the
-    # blocks were packed (Ray Data or the driver); at 120 steps it was 0-3, one block's difference
-    # decided the claim (DIARY, session 35)
-    assert plain["privacy"]["indirect"]["leaked"] >= 20
-    assert pp["privacy"]["indirect"]["privacy"] > plain["privacy"]["indirect"]["privacy"]
-    assert pp["low_cost_mia"]["recall"] < plain["low_cost_mia"]["recall"]
-    assert r["checks"]["ppclm_indirect_privacy_higher"] and r["checks"]["ppclm_low_cost_mia_recall_lower"]
+    # each model is asked about the same members' records: the same identifiers to find
+    for kind in ("direct", "indirect", "all"):
+        assert plain["privacy"][kind]["identifiers"] == pp["privacy"][kind]["identifiers"] > 0
+    # the two runs differ only in what carries loss: PPCLM's data ignores every identifier span
+    runs = tmp_path / "eval" / "runs"
+    data = {m: json.loads((runs / m / "summary.json").read_text())["config"]["data"] for m in ("plain", "ppclm")}
+    assert data["plain"].get("ignore_spans") is None
+    assert data["ppclm"]["ignore_spans"] == "identifier_spans" and not data["ppclm"]["ignore_kinds"]
+    assert r["checks"] == checks(r) and {"ppclm_indirect_privacy_higher", "ppclm_low_cost_mia_recall_lower"} \
+        <= set(r["checks"])
     for row in r["models"].values():
         assert math.isfinite(row["perplexity"]) and 0 <= row["loss_mia"]["auc"] <= 1
+        assert 0 <= row["privacy"]["all"]["privacy"] <= 1
     assert "| PPCLM |" in markdown(r)
     assert plot(r, tmp_path / "p.png").stat().st_size > 10_000

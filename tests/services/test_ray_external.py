@@ -115,11 +115,17 @@ class ExternalHead:
             time.sleep(0.5)
         raise AssertionError(f"the external head did not come up in {timeout:.0f} s ({last!r}): {self.tail()}")
 
-    def stop(self, kill: bool = False) -> None:
+    def terminate(self) -> None:
         """SIGTERM to its process group (``--block`` stops every Ray process of this head),
-        SIGKILL after 45 s; then whatever still carries its mark. ``kill``: SIGKILL at once
-        (the clean-up at the end, where nothing of the head is kept: Ray's SIGTERM winds
-        down for about 30 s once a job has run)."""
+        without waiting: Ray's SIGTERM winds down for about 30 s once a job has run, which
+        the scenario spends on what the service does meanwhile; :meth:`stop` waits."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGTERM)
+
+    def stop(self, kill: bool = False) -> None:
+        """SIGTERM to its process group (again, if :meth:`terminate` sent it), SIGKILL after
+        45 s; then whatever still carries its mark. ``kill``: SIGKILL at once (the clean-up at
+        the end, where nothing of the head is kept)."""
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
@@ -199,7 +205,7 @@ def test_an_external_cluster_that_goes_away_is_waited_for_and_reconnected(extern
     assert first["id"] in {j.submission_id for j in _jobs(head)}
     assert not (svc.data / raycluster.STATE_FILE).exists()
 
-    head.stop()
+    head.terminate()
     stopped_at = time.monotonic()
     down, to_503 = _until("/readyz 503 naming Ray", 30,
                           lambda: (r := httpx.get(f"{url}/readyz", timeout=5)).status_code == 503 and r.json(),
@@ -233,7 +239,9 @@ def test_an_external_cluster_that_goes_away_is_waited_for_and_reconnected(extern
     assert not any(svc.ray_temp.iterdir()), list(svc.ray_temp.iterdir())
     assert httpx.get(f"{url}/readyz", timeout=5).status_code == 503
 
-    # the head is back on the same ports: the service reconnects by itself
+    # the head is back on the same ports (once the old one has wound down): the service
+    # reconnects by itself
+    head.stop()
     head_up = head.start()
     restarted_at = time.monotonic()
     _, to_ready = _until("/readyz 200 after the head is back", 120,
