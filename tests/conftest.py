@@ -3,8 +3,10 @@ but fail under CI=true: CI must never go green having tested nothing."""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,59 @@ def need(condition: bool, reason: str) -> None:
     if in_ci():
         pytest.fail(f"required in CI: {reason}")
     pytest.skip(reason)
+
+
+WATCHDOG_GRACE_S = float(os.environ.get("PRIVATIZE_TEST_WATCHDOG_GRACE_S", "120"))
+"""How long past its pytest-timeout a test may still run before the watchdog ends the run."""
+
+
+def _test_timeout(item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    return float(item.config.getini("timeout") or 0)
+
+
+_REAL_STDERR: list[int] = []
+"""A duplicate of the process's stderr taken before any test's output is captured: where
+the watchdog writes (pytest's fd capture has fd 2 in a temporary file during a test)."""
+
+
+def pytest_configure(config):
+    if not _REAL_STDERR:  # capture is suspended here: fd 2 is the terminal (or CI's log)
+        _REAL_STDERR.append(os.dup(2))
+
+
+def _end_hung_run(nodeid: str, limit: float) -> None:
+    """The watchdog's end of a run whose test outlived its timeout and the grace: every
+    thread's stack, then one line naming the test (the last line CI shows), exit code 3.
+    Without it, a test blocked where pytest-timeout's signal cannot reach it (a C call that
+    does not return to the interpreter) holds CI until its own limit, the test unnamed."""
+    try:
+        fd = _REAL_STDERR[0] if _REAL_STDERR else 2
+        os.write(fd, f"\n==== watchdog: {nodeid} still running after {limit:.0f} s; every thread's stack:\n".encode())
+        faulthandler.dump_traceback(file=fd, all_threads=True)
+        os.write(fd, f"==== watchdog: HUNG TEST {nodeid}: ran past its timeout and {WATCHDOG_GRACE_S:g} s more; "
+                     "the run ends here (exit 3)\n".encode())
+    finally:
+        os._exit(3)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Arm the watchdog for the test's setup, call and teardown (see :func:`_end_hung_run`)."""
+    timeout = _test_timeout(item)
+    timer = None
+    if timeout > 0:
+        limit = timeout + WATCHDOG_GRACE_S
+        timer = threading.Timer(limit, _end_hung_run, args=(item.nodeid, limit))
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 @pytest.fixture(autouse=True)
