@@ -120,8 +120,10 @@ def _cli(*args, cwd) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_cli_runs_an_evaluation_and_reports_bad_configs_in_one_line(trained, tmp_path):
+def test_cli_runs_an_evaluation_and_reports_bad_configs_in_one_line(trained, tmp_path, capsys):
     import yaml
+
+    from privatize.cli import main
 
     w, run = trained
     cfg = _config(w, run, tmp_path / "cli-eval")
@@ -140,14 +142,17 @@ def test_cli_runs_an_evaluation_and_reports_bad_configs_in_one_line(trained, tmp
     ins = [c["exposure"] for c in exp["canaries"] if c["repeats"]]
     assert sum(ins) / len(ins) > max(c["exposure"] for c in exp["canaries"] if not c["repeats"])
 
+    # bad configs: the same entry point in process (the real process ran above), exit 2, one line
+    def run_bad(name: str, data: dict) -> str:
+        (w / name).write_text(yaml.safe_dump(data))
+        capsys.readouterr()
+        assert main(["attack", str(w / name)]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1, err
+        return err[0]
+
     bad = dict(cfg, canaries={**CANARIES, "format": "no placeholder"}, output=str(tmp_path / "never"))
-    (w / "bad.yaml").write_text(yaml.safe_dump(bad))
-    got = _cli(str(w / "bad.yaml"), cwd=w)
-    assert got.returncode == 2
-    err = [line for line in got.stderr.splitlines() if line.strip()]
-    assert err[-1].endswith("canaries.format: must contain {secret} exactly once"), got.stderr
+    assert run_bad("bad.yaml", bad).endswith("canaries.format: must contain {secret} exactly once")
     missing = dict(cfg, models=[{"name": "x", "path": str(tmp_path / "nothing")}], output=str(tmp_path / "never"))
-    (w / "missing.yaml").write_text(yaml.safe_dump(missing))
-    got = _cli(str(w / "missing.yaml"), cwd=w)
-    assert got.returncode == 2 and "models.0.path:" in got.stderr
+    assert "models.0.path:" in run_bad("missing.yaml", missing)
     assert not (tmp_path / "never").exists()

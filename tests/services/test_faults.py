@@ -192,7 +192,9 @@ class Faults:
 
     # ---- the faults ------------------------------------------------------------------------
 
-    def kill_api(self, corpus_id: str) -> None:
+    def kill_api(self, corpus_id: str) -> str:
+        """The API killed while a privatization job runs; that job (succeeded) is returned:
+        the trainings' input."""
         jid = self.job(corpus_id)
         self.running(jid)
         t0 = time.monotonic()
@@ -202,6 +204,7 @@ class Faults:
         assert done["status"] == "succeeded", (done, self.logs(jid))
         self.check("the API kill")
         self.fault("API process SIGKILL", "a privatization job running", t0, time.monotonic(), job=done["status"])
+        return jid
 
     def train_worker(self, tid: str) -> int | None:
         """The pid of the training's Ray Train worker (its environment names the job)."""
@@ -321,10 +324,7 @@ def run_faults(svc, work: Path, say=print) -> dict:
     r = f.t.upload(corpus_path)
     assert r.status_code == 201, r.text
     corpus_id = r.json()["id"]
-    source = f.job(corpus_id)  # a training's input
-    assert f.wait(source)["status"] == "succeeded", f.logs(source)
-
-    f.kill_api(corpus_id)
+    source = f.kill_api(corpus_id)  # its job, succeeded: the trainings' input
     f.kill_worker_and_database(corpus_id, source)
     f.kill_head(source, corpus_id)
 
