@@ -36,10 +36,15 @@ WATCHDOG_GRACE_S = float(os.environ.get("PRIVATIZE_TEST_WATCHDOG_GRACE_S", "120"
 
 
 def _test_timeout(item) -> float:
-    marker = item.get_closest_marker("timeout")
-    if marker is not None and marker.args:
-        return float(marker.args[0])
-    return float(item.config.getini("timeout") or 0)
+    """The item's pytest-timeout as pytest-timeout itself reads it (marker, then
+    ``--timeout`` / ``PYTEST_TIMEOUT`` / the ini); 0 (no watchdog) without the plugin."""
+    try:
+        from pytest_timeout import _get_item_settings
+    except ImportError:
+        return 0.0
+    if not hasattr(item.config, "_env_timeout"):  # the plugin is installed but not loaded
+        return 0.0
+    return float(_get_item_settings(item).timeout or 0)
 
 
 _REAL_STDERR: list[int] = []
@@ -53,35 +58,40 @@ def pytest_configure(config):
 
 
 def _end_hung_run(nodeid: str, limit: float) -> None:
-    """The watchdog's end of a run whose test outlived its timeout and the grace: every
-    thread's stack, then one line naming the test (the last line CI shows), exit code 3.
-    Without it, a test blocked where pytest-timeout's signal cannot reach it (a C call that
-    does not return to the interpreter) holds CI until its own limit, the test unnamed."""
+    """The watchdog's end of a pytest process whose test outlived its timeout and the
+    grace: every thread's stack, then one line naming the test (the last line CI shows),
+    exit code 3. Without it, a test blocked where pytest-timeout's signal cannot reach it (a
+    C call that does not return to the interpreter) holds CI until its own limit, the test
+    unnamed. (Under pytest-xdist, the worker ends and xdist reports it crashed.)"""
     try:
         fd = _REAL_STDERR[0] if _REAL_STDERR else 2
         os.write(fd, f"\n==== watchdog: {nodeid} still running after {limit:.0f} s; every thread's stack:\n".encode())
         faulthandler.dump_traceback(file=fd, all_threads=True)
         os.write(fd, f"==== watchdog: HUNG TEST {nodeid}: ran past its timeout and {WATCHDOG_GRACE_S:g} s more; "
-                     "the run ends here (exit 3)\n".encode())
+                     "this pytest process ends here (exit 3)\n".encode())
     finally:
         os._exit(3)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Arm the watchdog for the test's setup, call and teardown (see :func:`_end_hung_run`)."""
+    """Arm the watchdog for the test's setup, call and teardown (see :func:`_end_hung_run`).
+    Its timer is a Python thread, which needs the GIL; a C call that blocks holding it is
+    caught 30 s later by faulthandler's own C thread (the stacks, exit 1)."""
     timeout = _test_timeout(item)
-    timer = None
-    if timeout > 0:
-        limit = timeout + WATCHDOG_GRACE_S
-        timer = threading.Timer(limit, _end_hung_run, args=(item.nodeid, limit))
-        timer.daemon = True
-        timer.start()
+    if timeout <= 0 or item.config.getoption("usepdb", False) or item.config.getoption("trace", False):
+        yield
+        return
+    limit = timeout + WATCHDOG_GRACE_S
+    timer = threading.Timer(limit, _end_hung_run, args=(item.nodeid, limit))
+    timer.daemon = True
+    timer.start()
+    faulthandler.dump_traceback_later(limit + 30, file=_REAL_STDERR[0] if _REAL_STDERR else 2, exit=True)
     try:
         yield
     finally:
-        if timer is not None:
-            timer.cancel()
+        timer.cancel()
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(autouse=True)
@@ -147,6 +157,8 @@ SLOW_MODULES = {
 # Single tests that start processes themselves or compute for tens of seconds in process (the
 # fast tier's budget is 4 minutes on 2 cores; `--durations` of `make test-fast` names candidates):
 SLOW_TESTS = {
+    "tests/test_watchdog.py::test_a_test_the_timeout_signal_cannot_reach_ends_the_run_naming_it":
+        "runs pytest in a subprocess until its watchdog ends it",
     "tests/train/test_train_units.py::test_book_keeping_under_ddp_takes_the_one_process_plain_steps":
         "starts two torch.distributed worker processes and their TCP store",
     "tests/attacks/test_exposure_trie.py::test_trie_equals_naive_on_every_5_digit_candidate":

@@ -6,7 +6,7 @@ away fewer identifiers is the experiment's measurement)."""
 import json
 import math
 
-from experiments.identifier_eval import IdentifierPlan, checks, customersim_by_customer, evaluate, markdown, plot
+from experiments.identifier_eval import IdentifierPlan, customersim_by_customer, evaluate, markdown, plot
 from experiments.refill_eval import write_jsonl
 from attacks.identifiers import Leaks, Record, low_cost_mia, privacy
 from privatize.stages.identifiers import IdentifiersSettings, term_strings
@@ -58,18 +58,19 @@ def test_the_evaluation_end_to_end_at_tiny_scale(shared_data, wikitext_docs, wik
     r = evaluate(plan, progress=False)
     g = r["graph"]
     assert g["direct_spans"] > 0 and g["indirect_spans"] > 0 and 0 < g["share_of_distinct_words"] < 1
-    assert set(r["models"]) == {"base", "plain", "ppclm"} and r["members"] < r["individuals"] == 32
+    assert set(r["models"]) == {"base", "plain", "ppclm"} and 0 < r["members"] < r["individuals"]
     plain, pp = r["models"]["plain"], r["models"]["ppclm"]
-    # each model is asked about the same members' records: the same identifiers to find
-    for kind in ("direct", "indirect", "all"):
-        assert plain["privacy"][kind]["identifiers"] == pp["privacy"][kind]["identifiers"] > 0
-    # the two runs differ only in what carries loss: PPCLM's data ignores every identifier span
+    assert plain["privacy"]["indirect"]["identifiers"] > 0
+    # the two runs differ only in what carries loss: PPCLM's data ignores every identifier
+    # span, and in its Ray Train run the same batches carried fewer loss tokens than plain's
     runs = tmp_path / "eval" / "runs"
-    data = {m: json.loads((runs / m / "summary.json").read_text())["config"]["data"] for m in ("plain", "ppclm")}
+    summaries = {m: json.loads((runs / m / "summary.json").read_text()) for m in ("plain", "ppclm")}
+    data = {m: s["config"]["data"] for m, s in summaries.items()}
     assert data["plain"].get("ignore_spans") is None
     assert data["ppclm"]["ignore_spans"] == "identifier_spans" and not data["ppclm"]["ignore_kinds"]
-    assert r["checks"] == checks(r) and {"ppclm_indirect_privacy_higher", "ppclm_low_cost_mia_recall_lower"} \
-        <= set(r["checks"])
+    assert summaries["plain"]["steps"] == summaries["ppclm"]["steps"] == 16
+    assert 0 < summaries["ppclm"]["tokens"] < summaries["plain"]["tokens"]
+    assert {"ppclm_indirect_privacy_higher", "ppclm_low_cost_mia_recall_lower"} <= set(r["checks"])
     for row in r["models"].values():
         assert math.isfinite(row["perplexity"]) and 0 <= row["loss_mia"]["auc"] <= 1
         assert 0 <= row["privacy"]["all"]["privacy"] <= 1

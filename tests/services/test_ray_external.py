@@ -139,6 +139,10 @@ class ExternalHead:
         left = raycluster.processes_with_env(MARK, self.mark)
         if left:
             raycluster.terminate_processes(left, 0.0 if kill else 5.0)
+            # gone before a restart binds the same ports
+            deadline = time.monotonic() + 10
+            while raycluster.processes_with_env(MARK, self.mark) and time.monotonic() < deadline:
+                time.sleep(0.2)
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
