@@ -30,7 +30,9 @@ import logging
 import math
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -445,6 +447,11 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
         # one start try is at most start_timeout_s (so a short budget is not rounded up to 60 s)
         if _START_TRY_S not in os.environ and cfg.workers.start_timeout_s < 60:
             os.environ[_START_TRY_S] = f"{cfg.workers.start_timeout_s:g}"
+        # Ray Train's fit() leaves its SIGINT handler installed (it aborts this run's
+        # controller, then sys.exit(0)): a Ctrl-C after the run (the audit, an experiment's
+        # next step) would exit 0 as if all went well. The handler is this run's only.
+        main_thread = threading.current_thread() is threading.main_thread()
+        sigint = signal.getsignal(signal.SIGINT) if main_thread else None
         t0 = time.perf_counter()
         with ProgressBar(sink, plan.worker.total_steps, progress):
             try:
@@ -455,6 +462,8 @@ def run_training(cfg: TrainConfig, *, progress: bool = True, address: str | None
             finally:
                 if no_watcher:
                     os.environ.pop(_WATCHER, None)
+                if main_thread and sigint is not None:
+                    signal.signal(signal.SIGINT, sigint)
     timings["fit_s"] = time.perf_counter() - t0
     # the final model, with its tokenizer, then the summary: a reader that finds the
     # summary finds the model

@@ -73,8 +73,17 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
                                                                        "unit": "individual", "lr": 0.001},
                             crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"},
                             workers={"num_workers": 2}))
-    with Listeners(train_ray.get_runtime_context().gcs_address) as listeners:
-        s = run_training(cfg, progress=False)
+    def ours(signum, frame):  # the process's own Ctrl-C handler, as a CLI has
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, ours)
+    try:
+        with Listeners(train_ray.get_runtime_context().gcs_address) as listeners:
+            s = run_training(cfg, progress=False)
+        # Ray Train's fit() installs a handler of its own (abort the run, exit 0): gone after the run
+        assert signal.getsignal(signal.SIGINT) is ours
+    finally:
+        signal.signal(signal.SIGINT, before)
     run = tmp_path / "run"
     pids = {w["pid"] for w in _worker_lines(run)}
     assert s["workers"]["ranks"] == [0, 1] and len(pids) == 2 and os.getpid() not in pids
