@@ -23,6 +23,23 @@ from services.storage import Storage
 log = logging.getLogger(__name__)
 
 
+def jobs_client(url: str, headers: dict, timeout_s: float):
+    """Ray's ``JobSubmissionClient`` for ``url``, every request of it (its version check
+    at construction included) bounded by ``timeout_s`` (connecting: at most 10 s): Ray's
+    client passes no timeout to ``requests``. A request that runs out raises
+    ``requests.Timeout``, which :meth:`Cluster._call` answers as the cluster unavailable (a
+    submission that timed out is submitted again under the same id: Ray refuses a second
+    start)."""
+    from ray.job_submission import JobSubmissionClient
+
+    class BoundedJobSubmissionClient(JobSubmissionClient):
+        def _do_request(self, method, endpoint, **kwargs):
+            kwargs.setdefault("timeout", (min(10.0, timeout_s), timeout_s))
+            return super()._do_request(method, endpoint, **kwargs)
+
+    return BoundedJobSubmissionClient(url, headers=headers)
+
+
 class Cluster:
     """The Ray Jobs API, through ``ray.job_submission.JobSubmissionClient``. Every call
     maps connection failures to ``ClusterUnavailable`` and drops the cached client so
@@ -41,12 +58,11 @@ class Cluster:
     def _get(self, start: bool = False):
         with self._lock:
             if self._client is None:
-                from ray.job_submission import JobSubmissionClient
-
                 url = raycluster.dashboard_url(self.settings, start=start)
                 self.gcs_address = raycluster.gcs_address(self.settings)
                 try:
-                    self._client = JobSubmissionClient(url, headers=raycluster.auth_headers(self.settings))
+                    self._client = jobs_client(url, raycluster.auth_headers(self.settings),
+                                               self.settings.ray_api_timeout_s)
                 except (ConnectionError, RuntimeError, OSError) as exc:
                     raise ClusterUnavailable(f"cannot reach the Ray Jobs API at {url}: "
                                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") \

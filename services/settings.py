@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     """Ray's session directory root for the embedded head (kept short: Ray puts Unix
     sockets under it). Default ``/tmp/privatize-ray-<hash of data_dir>``."""
     ray_start_timeout_s: float = 90.0
+    ray_api_timeout_s: float = Field(60.0, gt=0)
+    """How long one request to the Ray Jobs API may take (connecting: at most 10 s of it)
+    before the cluster counts as unavailable for it. Ray's client sets no timeout: a
+    dashboard that accepts and never answers held the request, and every other behind the
+    client's lock, for good."""
     ray_auth_token_file: Path | None = None
     """Ray's token (``RAY_AUTH_MODE=token``). For the embedded head: where it is made once
     (mode 0600); default ``ray-auth-token`` beside the master key file (else in the data

@@ -1,0 +1,80 @@
+"""The service's Ray Jobs API client bounds every request (``ray_api_timeout_s``): Ray's
+``JobSubmissionClient`` passes no timeout to ``requests``, and a dashboard that accepts a
+connection and never answers held the request, and every other request behind the
+client's lock, for good. Against real sockets on loopback: one that never answers at all,
+and an HTTP server that answers Ray's version check, then hangs on a job's status."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from services.context import Cluster, ClusterUnavailable
+from services.settings import Settings
+
+
+def _settings(tmp_path, port: int) -> Settings:
+    return Settings(env="development", data_dir=tmp_path / "data", ray_address=f"http://127.0.0.1:{port}",
+                    ray_api_timeout_s=1.0)
+
+
+def test_a_dashboard_that_never_answers_is_unavailable_within_the_timeout(tmp_path):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes the connection; nothing ever reads or answers
+    try:
+        cluster = Cluster(_settings(tmp_path, silent.getsockname()[1]))
+        t0 = time.monotonic()
+        with pytest.raises(ClusterUnavailable, match="cannot reach the Ray Jobs API at http://127.0.0.1:"):
+            cluster.info("J1")
+        assert time.monotonic() - t0 < 5  # 1 s, not Ray's unbounded wait
+    finally:
+        silent.close()
+
+
+class _VersionThenHang(BaseHTTPRequestHandler):
+    release = threading.Event()
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if self.path == "/api/version":
+            import ray
+
+            body = json.dumps({"version": "4", "ray_version": ray.__version__, "ray_commit": ray.__commit__,
+                               "session_name": "s"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.release.wait(30)  # a job's status: never answered while the test runs
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_status_request_that_hangs_is_unavailable_and_the_next_call_reconnects(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _VersionThenHang)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cluster = Cluster(_settings(tmp_path, server.server_address[1]))
+        t0 = time.monotonic()
+        with pytest.raises(ClusterUnavailable, match="the Ray Jobs API did not answer"):
+            cluster.info("J1")
+        assert time.monotonic() - t0 < 5
+        assert cluster._client is None  # dropped: the next call connects again
+        # a second caller is not queued behind a hung one: it too ends within the timeout
+        t0 = time.monotonic()
+        with pytest.raises(ClusterUnavailable):
+            cluster.logs("J1")
+        assert time.monotonic() - t0 < 5
+    finally:
+        _VersionThenHang.release.set()
+        server.shutdown()
+        server.server_close()
