@@ -478,8 +478,19 @@ def cancel(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
         if job.status in TERMINAL_JOB_STATES:
             raise Conflict(f"job {job_id} already {job.status}")
         if job.status == "queued":
+            # a submission whose answer never came (a timeout) may have reached Ray: stopped
+            # there too, or it would run on outside the tenant's slots
+            maybe_in_ray = job.submit_attempts > 0
             _finish(ctx, job, "cancelled", "cancelled before it was submitted")
-            return job
+            if not maybe_in_ray:
+                return job
+    if job.status == "cancelled":
+        try:
+            ctx.cluster.stop(job_id)
+        except ClusterUnavailable as exc:
+            log.warning("job %s: cancelled while queued; Ray could not be asked to stop it (%s)", job_id,
+                        exc.message)
+        return job
     try:
         ctx.cluster.stop(job_id)
     except ClusterUnavailable:

@@ -332,3 +332,30 @@ def test_job_logs_show_locations_as_the_tenant_knows_them(api):
     assert storage_relative(s3, "T1", "path=bucket/pre/tenants/T1/jobs/J/output/checkpoints, s3://bucket/pre/"
                                       "tenants/T1/jobs/J/output and bucket/pre/tenants/T2/x") == \
         "path=jobs/J/output/checkpoints, jobs/J/output and <storage>/tenants/T2/x"
+
+
+class StoppingCluster(FakeCluster):
+    def __init__(self):
+        super().__init__()
+        self.stopped: list[str] = []
+
+    def stop(self, submission_id):
+        self.stopped.append(submission_id)
+        return True
+
+
+@pytest.mark.parametrize("attempts", [0, 1])
+def test_cancelling_a_queued_job_stops_it_in_ray_when_a_submission_may_have_reached_it(ctx, corpus, attempts):
+    """A queued job whose submission timed out (``submit_attempts`` > 0) may be in Ray:
+    cancelling it stops it there too; one never submitted asks Ray nothing."""
+    from services.jobs import cancel
+
+    ctx.cluster = StoppingCluster()
+    job = _job(ctx, corpus, PRIVATIZE)
+    with session_scope(ctx.sessions) as s:
+        s.get(Job, job.id).submit_attempts = attempts
+    got = cancel(ctx, corpus.tenant_id, job.id)
+    assert got.status == "cancelled"
+    assert ctx.cluster.stopped == ([job.id] if attempts else [])
+    with session_scope(ctx.sessions) as s:
+        assert s.get(Job, job.id).status == "cancelled"
