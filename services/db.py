@@ -20,9 +20,11 @@ log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
-def make_engine(url: str, pool_size: int = 40, busy_timeout_s: float = 30.0) -> Engine:
+def make_engine(url: str, pool_size: int = 40, busy_timeout_s: float = 30.0, connect_timeout_s: int = 10) -> Engine:
     """An engine whose pool keeps up to ``pool_size`` connections (plus 10 transient ones);
-    on SQLite a write waits up to ``busy_timeout_s`` for another connection's lock."""
+    on SQLite a write waits up to ``busy_timeout_s`` for another connection's lock; on
+    PostgreSQL a connection that is not made in ``connect_timeout_s`` fails (libpq waits for
+    good by default: a server that accepts and never answers held every request)."""
     u = make_url(url)
     pool = {"pool_size": pool_size, "max_overflow": 10}
     if u.get_backend_name() == "sqlite":
@@ -40,7 +42,8 @@ def make_engine(url: str, pool_size: int = 40, busy_timeout_s: float = 30.0) -> 
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, **pool)
+    connect_args = {"connect_timeout": connect_timeout_s} if u.get_backend_name() == "postgresql" else {}
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args, **pool)
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
