@@ -35,8 +35,12 @@ install: $(STAMP)
 PYTEST_WORKERS ?= 2
 PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q --durations=15
 
+# The slow tier names each test as it starts (`-v`, unbuffered): if CI's own limit ends the
+# run, its log's tail says which test was running (a hung one is named by tests/conftest.py's
+# watchdog).
 test: $(STAMP)
-	rc=0; $(PYTEST) -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile || rc=1; $(PYTEST) -m slow || rc=1; exit $$rc
+	rc=0; $(PYTEST) -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile || rc=1; \
+		PYTHONUNBUFFERED=1 $(PYTEST) -m slow -v || rc=1; exit $$rc
 
 # The in-process tier alone, the developer loop: no Ray, Ray Train, service, database or LLM server
 # (tests/conftest.py marks those `slow` from the fixtures they use).

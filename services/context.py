@@ -23,9 +23,14 @@ from services.storage import Storage
 log = logging.getLogger(__name__)
 
 
+VERSION_CHECK_S = 10.0
+"""At most how long the Jobs API's version check (and any connection) may take."""
+
+
 def jobs_client(url: str, headers: dict, timeout_s: float):
-    """Ray's ``JobSubmissionClient`` for ``url``, every request of it (its version check
-    at construction included) bounded by ``timeout_s`` (connecting: at most 10 s): Ray's
+    """Ray's ``JobSubmissionClient`` for ``url``, every request of it bounded by
+    ``timeout_s`` (connecting, and the version check at construction: at most
+    :data:`VERSION_CHECK_S`): Ray's
     client passes no timeout to ``requests``. A request that runs out raises
     ``requests.Timeout``, which :meth:`Cluster._call` answers as the cluster unavailable (a
     submission that timed out is submitted again under the same id: Ray refuses a second
@@ -34,7 +39,10 @@ def jobs_client(url: str, headers: dict, timeout_s: float):
 
     class BoundedJobSubmissionClient(JobSubmissionClient):
         def _do_request(self, method, endpoint, **kwargs):
-            kwargs.setdefault("timeout", (min(10.0, timeout_s), timeout_s))
+            # the version check (twice at construction, under the cluster's lock) is trivial:
+            # a dashboard that does not answer it in 10 s is not waited on for the full timeout
+            short = min(VERSION_CHECK_S, timeout_s)
+            kwargs.setdefault("timeout", (short, short if endpoint == "/api/version" else timeout_s))
             return super()._do_request(method, endpoint, **kwargs)
 
     return BoundedJobSubmissionClient(url, headers=headers)

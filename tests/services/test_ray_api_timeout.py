@@ -79,3 +79,23 @@ def test_a_status_request_that_hangs_is_unavailable_and_the_next_call_reconnects
         _VersionThenHang.release.set()
         server.shutdown()
         server.server_close()
+
+
+def test_the_version_check_gives_up_sooner_than_a_request(tmp_path, monkeypatch):
+    """Building the client (its version check, under the cluster's lock) waits at most
+    ``VERSION_CHECK_S``, not the whole request timeout."""
+    from services import context
+
+    monkeypatch.setattr(context, "VERSION_CHECK_S", 0.5)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        settings = Settings(env="development", data_dir=tmp_path / "data",
+                            ray_address=f"http://127.0.0.1:{silent.getsockname()[1]}", ray_api_timeout_s=30.0)
+        t0 = time.monotonic()
+        with pytest.raises(ClusterUnavailable, match="cannot reach the Ray Jobs API"):
+            Cluster(settings).info("J1")
+        assert time.monotonic() - t0 < 5  # 0.5 s, not the 30 s a status request may take
+    finally:
+        silent.close()
