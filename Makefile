@@ -33,19 +33,19 @@ install: $(STAMP)
 # op (the fast tier took 4.5-6.3 min with them, 1.8 min without, measured on the same machine).
 # `make test` runs both tiers (the fast one first, for its quick answer) and fails if either does.
 PYTEST_WORKERS ?= 2
-PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q --durations=15
+PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest --durations=15
 
 # The slow tier names each test as it starts (`-v`, unbuffered): if CI's own limit ends the
 # run, its log's tail says which test was running (a hung one is named by tests/conftest.py's
 # watchdog).
 test: $(STAMP)
-	rc=0; $(PYTEST) -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile || rc=1; \
-		PYTHONUNBUFFERED=1 $(PYTEST) -m slow -v || rc=1; exit $$rc
+	rc=0; $(PYTEST) -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile || rc=1; \
+		PYTHONUNBUFFERED=1 $(PYTEST) -v -m slow || rc=1; exit $$rc
 
 # The in-process tier alone, the developer loop: no Ray, Ray Train, service, database or LLM server
 # (tests/conftest.py marks those `slow` from the fixtures they use).
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
+	$(PYTEST) -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" ./deploy/demo.sh
