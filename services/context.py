@@ -30,8 +30,7 @@ VERSION_CHECK_S = 10.0
 def jobs_client(url: str, headers: dict, timeout_s: float):
     """Ray's ``JobSubmissionClient`` for ``url``, every request of it bounded by
     ``timeout_s`` (connecting, and the version check at construction: at most
-    :data:`VERSION_CHECK_S`): Ray's
-    client passes no timeout to ``requests``. A request that runs out raises
+    :data:`VERSION_CHECK_S`): Ray's client passes no timeout to ``requests``. A request that runs out raises
     ``requests.Timeout``, which :meth:`Cluster._call` answers as the cluster unavailable (a
     submission that timed out is submitted again under the same id: Ray refuses a second
     start)."""
@@ -40,7 +39,7 @@ def jobs_client(url: str, headers: dict, timeout_s: float):
     class BoundedJobSubmissionClient(JobSubmissionClient):
         def _do_request(self, method, endpoint, **kwargs):
             # the version check (twice at construction, under the cluster's lock) is trivial:
-            # a dashboard that does not answer it in 10 s is not waited on for the full timeout
+            # a dashboard that does not answer it soon is not waited on for the full timeout
             short = min(VERSION_CHECK_S, timeout_s)
             kwargs.setdefault("timeout", (short, short if endpoint == "/api/version" else timeout_s))
             return super()._do_request(method, endpoint, **kwargs)

@@ -477,14 +477,14 @@ def cancel(ctx: ServiceContext, tenant_id: str, job_id: str) -> Job:
         job = get_job(s, tenant_id, job_id)
         if job.status in TERMINAL_JOB_STATES:
             raise Conflict(f"job {job_id} already {job.status}")
-        if job.status == "queued":
-            # a submission whose answer never came (a timeout) may have reached Ray: stopped
-            # there too, or it would run on outside the tenant's slots
-            maybe_in_ray = job.submit_attempts > 0
+        queued = job.status == "queued"
+        if queued:
             _finish(ctx, job, "cancelled", "cancelled before it was submitted")
-            if not maybe_in_ray:
+            if job.submit_attempts == 0:
                 return job
-    if job.status == "cancelled":
+    if queued:
+        # a submission whose answer never came (a timeout) may have reached Ray: stopped
+        # there too, or it would run on outside the tenant's slots
         try:
             ctx.cluster.stop(job_id)
         except ClusterUnavailable as exc:

@@ -57,6 +57,10 @@ def pytest_configure(config):
         _REAL_STDERR.append(os.dup(2))
 
 
+def _stderr_fd() -> int:
+    return _REAL_STDERR[0] if _REAL_STDERR else 2
+
+
 def _end_hung_run(nodeid: str, limit: float) -> None:
     """The watchdog's end of a pytest process whose test outlived its timeout and the
     grace: every thread's stack, then one line naming the test (the last line CI shows),
@@ -64,7 +68,7 @@ def _end_hung_run(nodeid: str, limit: float) -> None:
     C call that does not return to the interpreter) holds CI until its own limit, the test
     unnamed. (Under pytest-xdist, the worker ends and xdist reports it crashed.)"""
     try:
-        fd = _REAL_STDERR[0] if _REAL_STDERR else 2
+        fd = _stderr_fd()
         os.write(fd, f"\n==== watchdog: {nodeid} still running after {limit:.0f} s; every thread's stack:\n".encode())
         faulthandler.dump_traceback(file=fd, all_threads=True)
         os.write(fd, f"==== watchdog: HUNG TEST {nodeid}: ran past its timeout and {WATCHDOG_GRACE_S:g} s more; "
@@ -86,7 +90,7 @@ def pytest_runtest_protocol(item, nextitem):
     timer = threading.Timer(limit, _end_hung_run, args=(item.nodeid, limit))
     timer.daemon = True
     timer.start()
-    faulthandler.dump_traceback_later(limit + 30, file=_REAL_STDERR[0] if _REAL_STDERR else 2, exit=True)
+    faulthandler.dump_traceback_later(limit + 30, file=_stderr_fd(), exit=True)
     try:
         yield
     finally:

@@ -43,6 +43,19 @@ from tests.conftest import ROOT, need
 PY = sys.executable
 
 
+@pytest.fixture
+def silent_port():
+    """A loopback port that accepts connections (the kernel completes them) and never
+    reads or answers: a hung server, for the client timeouts' tests."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

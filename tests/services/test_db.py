@@ -73,23 +73,16 @@ def test_downgrade_and_upgrade_again(tmp_path):
     assert "tenants" in inspect(engine).get_table_names()
 
 
-def test_a_postgresql_server_that_never_answers_fails_the_connection_in_its_timeout():
+def test_a_postgresql_server_that_never_answers_fails_the_connection_in_its_timeout(silent_port):
     """libpq waits for good by default; the engine's ``connect_timeout`` bounds it (a
     listening socket that never answers stands for a hung server)."""
-    import socket
     import time
 
     from sqlalchemy.exc import OperationalError
 
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
-    try:
-        engine = make_engine(f"postgresql+psycopg://u@127.0.0.1:{silent.getsockname()[1]}/db", connect_timeout_s=2)
-        t0 = time.monotonic()
-        with pytest.raises(OperationalError, match="timeout"):
-            engine.connect()
-        assert time.monotonic() - t0 < 8
-        engine.dispose()
-    finally:
-        silent.close()
+    engine = make_engine(f"postgresql+psycopg://u@127.0.0.1:{silent_port}/db", connect_timeout_s=2)
+    t0 = time.monotonic()
+    with pytest.raises(OperationalError, match="timeout"):
+        engine.connect()
+    assert time.monotonic() - t0 < 8
+    engine.dispose()

@@ -1,13 +1,13 @@
 """The service's Ray Jobs API client bounds every request (``ray_api_timeout_s``): Ray's
 ``JobSubmissionClient`` passes no timeout to ``requests``, and a dashboard that accepts a
 connection and never answers held the request, and every other request behind the
-client's lock, for good. Against real sockets on loopback: one that never answers at all,
+client's lock, for good. Against real sockets on loopback: one that never answers at all
+(``silent_port``),
 and an HTTP server that answers Ray's version check, then hangs on a job's status."""
 
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,23 +20,17 @@ from services.context import Cluster, ClusterUnavailable
 from services.settings import Settings
 
 
-def _settings(tmp_path, port: int) -> Settings:
+def _settings(tmp_path, port: int, timeout_s: float = 1.0) -> Settings:
     return Settings(env="development", data_dir=tmp_path / "data", ray_address=f"http://127.0.0.1:{port}",
-                    ray_api_timeout_s=1.0)
+                    ray_api_timeout_s=timeout_s)
 
 
-def test_a_dashboard_that_never_answers_is_unavailable_within_the_timeout(tmp_path):
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)  # the kernel completes the connection; nothing ever reads or answers
-    try:
-        cluster = Cluster(_settings(tmp_path, silent.getsockname()[1]))
-        t0 = time.monotonic()
-        with pytest.raises(ClusterUnavailable, match="cannot reach the Ray Jobs API at http://127.0.0.1:"):
-            cluster.info("J1")
-        assert time.monotonic() - t0 < 5  # 1 s, not Ray's unbounded wait
-    finally:
-        silent.close()
+def test_a_dashboard_that_never_answers_is_unavailable_within_the_timeout(tmp_path, silent_port):
+    cluster = Cluster(_settings(tmp_path, silent_port))
+    t0 = time.monotonic()
+    with pytest.raises(ClusterUnavailable, match="cannot reach the Ray Jobs API at http://127.0.0.1:"):
+        cluster.info("J1")
+    assert time.monotonic() - t0 < 5  # 1 s, not Ray's unbounded wait
 
 
 class _VersionThenHang(BaseHTTPRequestHandler):
@@ -81,21 +75,14 @@ def test_a_status_request_that_hangs_is_unavailable_and_the_next_call_reconnects
         server.server_close()
 
 
-def test_the_version_check_gives_up_sooner_than_a_request(tmp_path, monkeypatch):
+def test_the_version_check_gives_up_sooner_than_a_request(tmp_path, monkeypatch, silent_port):
     """Building the client (its version check, under the cluster's lock) waits at most
     ``VERSION_CHECK_S``, not the whole request timeout."""
     from services import context
 
     monkeypatch.setattr(context, "VERSION_CHECK_S", 0.5)
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
-    try:
-        settings = Settings(env="development", data_dir=tmp_path / "data",
-                            ray_address=f"http://127.0.0.1:{silent.getsockname()[1]}", ray_api_timeout_s=30.0)
-        t0 = time.monotonic()
-        with pytest.raises(ClusterUnavailable, match="cannot reach the Ray Jobs API"):
-            Cluster(settings).info("J1")
-        assert time.monotonic() - t0 < 5  # 0.5 s, not the 30 s a status request may take
-    finally:
-        silent.close()
+    cluster = Cluster(_settings(tmp_path, silent_port, timeout_s=30.0))
+    t0 = time.monotonic()
+    with pytest.raises(ClusterUnavailable, match="cannot reach the Ray Jobs API"):
+        cluster.info("J1")
+    assert time.monotonic() - t0 < 5  # 0.5 s, not the 30 s a status request may take
