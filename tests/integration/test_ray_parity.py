@@ -318,24 +318,43 @@ ONE_CPU = textwrap.dedent("""
     import json, sys
     from privatize import run
     from privatize.spec import parse_spec
-    spec, corpus, out, spec_dir = sys.argv[1:]
-    m = run(parse_spec(json.loads(spec)), corpus, out, runner="ray", spec_dir=spec_dir, num_cpus=1,
-            batch_size=64, read_range_bytes=2000, progress=False)
-    print(json.dumps({"shards": m["shards"], "counts": m["counts"]}))
+    specs, corpus, out, spec_dir = sys.argv[1:]
+    got = {}
+    for name, spec in json.loads(specs).items():  # every spec on the one cluster the first run starts
+        m = run(parse_spec(spec), corpus, f"{out}/{name}", runner="ray", spec_dir=spec_dir, num_cpus=1,
+                batch_size=64, read_range_bytes=2000, progress=False)
+        got[name] = {"shards": m["shards"], "counts": m["counts"]}
+    print(json.dumps(got))
 """)
 
 
-def test_one_cpu_cluster_completes_with_identical_shards(ray_session, workdir, tmp_path):
-    """An embedded cluster of one CPU (actor pools and reads must share it; the naive plan
-    hangs), in a separate process so the suite's Ray stays up."""
-    base_out, base_m = in_process(workdir, CRT, "crt")
-    out = tmp_path / "one-cpu"
-    proc = subprocess.run([sys.executable, "-c", ONE_CPU, json.dumps(CRT), str(workdir / "corpus"), str(out),
-                           str(workdir)], cwd=ROOT, env=ray_env(), capture_output=True, text=True, timeout=240)
+def _identifiers_plain() -> dict:
+    """The identifiers spec without the detector (its terms are the graph's; spaCy would
+    only add time on one CPU)."""
+    plain = json.loads(json.dumps(IDENTIFIERS))
+    plain["stages"][1]["direct"] = "none"
+    return plain
+
+
+@pytest.fixture(scope="module")
+def one_cpu(ray_session, workdir, tmp_path_factory):
+    """The CRT recipe and the identifiers stage on an embedded cluster of one CPU (actor
+    pools and reads must share it; the naive plan hangs), in one separate process so the
+    suite's Ray stays up: the output folder of each and what the process printed."""
+    out = tmp_path_factory.mktemp("one-cpu")
+    specs = {"crt": CRT, "identifiers": _identifiers_plain()}
+    proc = subprocess.run([sys.executable, "-c", ONE_CPU, json.dumps(specs), str(workdir / "corpus"), str(out),
+                           str(workdir)], cwd=ROOT, env=ray_env(), capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["counts"] == base_m["counts"]
-    assert shard_hashes(out) == shard_hashes(base_out)
+    return out, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_one_cpu_cluster_completes_with_identical_shards(workdir, one_cpu):
+    """An embedded cluster of one CPU completes the CRT recipe with the in-process shards."""
+    base_out, base_m = in_process(workdir, CRT, "crt")
+    out, got = one_cpu
+    assert got["crt"]["counts"] == base_m["counts"]
+    assert shard_hashes(out / "crt") == shard_hashes(base_out)
 
 
 def _job(args, env, timeout=240):
@@ -497,7 +516,7 @@ IDENTIFIERS = {"stages": [{"kind": "split"}, {"kind": "identifiers", "max_n": 3,
                "output": {"num_shards": 3, "pseudonym_key": "file:keys/pseudo.key"}}
 
 
-def test_identifiers_stage_same_shards_on_ray_at_one_and_two_cpus(ray_session, workdir, monkeypatch, tmp_path):
+def test_identifiers_stage_same_shards_on_ray_at_one_and_two_cpus(ray_session, workdir, monkeypatch, one_cpu):
     """The multi-key GlobalStage: every term of every record hash-partitioned, decided per
     partition, a list of decisions per row. Ray (2 CPUs, small batches and byte ranges, the
     detector in an actor pool) and a one-CPU cluster write the in-process run's shards."""
@@ -508,14 +527,10 @@ def test_identifiers_stage_same_shards_on_ray_at_one_and_two_cpus(ray_session, w
     stats = {s["kind"]: s["stats"] for s in got[1]["stages"]}["identifiers"]
     assert 0 < stats["identifiers_n1"] < stats["terms_n1"] and stats["identifiers_n3"] > 0
     assert ("1_identifiers", True) in [(n, a) for n, a in pools if "identifiers" in n]  # apply in an actor pool
-    # one CPU, without the detector (its terms are the graph's; spaCy would only add time)
-    plain = json.loads(json.dumps(IDENTIFIERS))
-    plain["stages"][1]["direct"] = "none"
-    out = tmp_path / "one-cpu"
-    proc = subprocess.run([sys.executable, "-c", ONE_CPU, json.dumps(plain), str(workdir / "corpus"), str(out),
-                           str(workdir)], cwd=ROOT, env=ray_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert shard_hashes(out) == shard_hashes(in_process(workdir, plain, "identifiers-plain")[0])
+    # one CPU (the module's one-CPU process), without the detector
+    out, _ = one_cpu
+    assert shard_hashes(out / "identifiers") == shard_hashes(in_process(workdir, _identifiers_plain(),
+                                                                         "identifiers-plain")[0])
 
 
 def test_synthesize_stage_same_shards_on_ray_from_the_cache(ray_session, tmp_path, monkeypatch):
