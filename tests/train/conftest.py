@@ -27,14 +27,12 @@ def _train_ray_session():
     return ray
 
 
-@pytest.fixture()
-def train_ray(_train_ray_session):
-    """Ray, with every CPU free: a Ray Train test starts only once what earlier tests ran
-    has released its CPUs (up to 60 s), and fails naming the actors still holding them
-    rather than waiting behind them."""
+def all_cpus_free(ray):
+    """Ray, once every CPU is free: a Ray Train run starts only once what earlier tests ran
+    has released its CPUs (up to 60 s), and the test fails naming the actors still holding
+    them rather than waiting behind them."""
     import time
 
-    ray = _train_ray_session
     total = ray.cluster_resources().get("CPU", 0)
     deadline = time.monotonic() + 60
     while ray.available_resources().get("CPU", 0) < total and time.monotonic() < deadline:
@@ -46,6 +44,12 @@ def train_ray(_train_ray_session):
         pytest.fail(f"{ray.available_resources().get('CPU', 0):g} of {total:g} CPUs free after 60 s; "
                     f"alive actors: {', '.join(alive) or 'none'}")
     return ray
+
+
+@pytest.fixture()
+def train_ray(_train_ray_session):
+    """Ray, with every CPU free (:func:`all_cpus_free`)."""
+    return all_cpus_free(_train_ray_session)
 
 
 def _privatize(spec: Path, corpus: Path, out: Path) -> Path:

@@ -36,6 +36,16 @@ def _worker_lines(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "workers.jsonl").read_text().splitlines()]
 
 
+def _side_by_side(*cfgs) -> list[dict]:
+    """``run_training`` of each config at once, one thread each (the test cluster's 2 CPUs
+    hold two one-worker runs: on 2 cores two runs side by side take about 3/4 of the time
+    of one after the other); the summaries in order, or the first error raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(cfgs)) as pool:
+        return [f.result() for f in [pool.submit(run_training, c, progress=False) for c in cfgs]]
+
+
 @pytest.mark.parametrize("split, unit", [("all", None), ("public", None), ("private", "record"),
                                          ("private", "individual")])
 def test_small_data_packed_in_process_is_ray_datas_blocks(train_ray, crt_shards, tmp_path, split, unit):
@@ -129,26 +139,44 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     assert "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER" not in os.environ
 
 
-def test_two_stage_cipher_then_plaintext_in_both_tokenizer_modes(train_ray, stories, tmp_path):
-    """Stage 1 on ciphertext (key length 10) with the ``shared`` tokenizer (trained on the
-    cipher and the plain text, as the authors' code); stage 2 continues on plaintext with
-    it (``shared``), or trains its own and re-initialises the embeddings (``separate``, as
-    the paper describes). Every checkpoint loads with from_pretrained."""
+CIPHER_BASE = "four public stories, enciphered (key length 10)"
+
+
+@pytest.fixture(scope="module")
+def cipher_base(_train_ray_session, stories, tmp_path_factory):
+    """Stage 1 of the two-stage recipe: a pre-training on the stories' ciphertext (key
+    length 10) with the ``shared`` tokenizer (trained on the cipher and the plain text, as
+    the authors' code). Its summary and its run folder; also the public base the CRT LoRA
+    run starts from."""
+    from tests.train.conftest import all_cpus_free
+
+    all_cpus_free(_train_ray_session)
+    out = tmp_path_factory.mktemp("cipher-base") / "s1"
+    s1 = run_training(parse_config(_cfg(kind="pretrain", data={"path": str(stories["cipher"]),
+                                                               "description": CIPHER_BASE},
+                                        tokenizer={"also_on": [str(stories["plain"])]},
+                                        optim={"max_steps": 6}, output=str(out))), progress=False)
+    return s1, out
+
+
+def test_two_stage_cipher_then_plaintext_in_both_tokenizer_modes(train_ray, stories, cipher_base, tmp_path):
+    """Stage 1 on ciphertext (``cipher_base``); stage 2 continues on plaintext with its
+    tokenizer (``shared``), or trains its own and re-initialises the embeddings
+    (``separate``, as the paper describes). Every checkpoint loads with from_pretrained."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    s1 = run_training(parse_config(_cfg(kind="pretrain", data={"path": str(stories["cipher"])},
-                                        tokenizer={"also_on": [str(stories["plain"])]},
-                                        optim={"max_steps": 6}, output=str(tmp_path / "s1"))), progress=False)
-    m1 = AutoModelForCausalLM.from_pretrained(tmp_path / "s1" / "model")
-    tok1 = AutoTokenizer.from_pretrained(tmp_path / "s1" / "model")
+    s1, s1_dir = cipher_base
+    m1 = AutoModelForCausalLM.from_pretrained(s1_dir / "model")
+    tok1 = AutoTokenizer.from_pretrained(s1_dir / "model")
     plain = stories["plain"].read_text()[:2000]
     # the shared tokenizer knows plain English as well as the ciphertext it was trained beside
     assert len(tok1(plain)["input_ids"]) / len(plain) < 0.5
-    for mode in ("shared", "separate"):
-        s2 = run_training(parse_config(_cfg(kind="continue", data={"path": str(stories["plain"])},
-                                            model={"preset": None, "checkpoint": str(tmp_path / "s1" / "model")},
-                                            tokenizer={"mode": mode, "vocab_size": 600}, optim={"max_steps": 6},
-                                            output=str(tmp_path / mode))), progress=False)
+    modes = ("shared", "separate")
+    stage2 = _side_by_side(*(parse_config(_cfg(kind="continue", data={"path": str(stories["plain"])},
+                                               model={"preset": None, "checkpoint": str(s1_dir / "model")},
+                                               tokenizer={"mode": mode, "vocab_size": 600}, optim={"max_steps": 6},
+                                               output=str(tmp_path / mode))) for mode in modes))
+    for mode, s2 in zip(modes, stage2):
         m2 = AutoModelForCausalLM.from_pretrained(tmp_path / mode / "model")
         same_tok = s1["tokenizer"]["fingerprint"] == s2["tokenizer"]["fingerprint"]
         assert same_tok == (mode == "shared") and s2["tokenizer"]["trained"] == (mode == "separate"), mode
@@ -170,11 +198,15 @@ def _dp_cfg(stories, out: Path) -> dict:
 def test_a_killed_worker_resumes_to_the_uninterrupted_result(train_ray, stories, tmp_path):
     """SIGKILL the Ray Train worker after its first checkpoint: the run restarts from the
     checkpoint and ends with the weights and epsilon of an uninterrupted run."""
-    ref = run_training(parse_config(_dp_cfg(stories, tmp_path / "ref")), progress=False)
     run = tmp_path / "killed"
     box: dict = {}
+    # the reference trains beside the run that is killed (one CPU each; the restarted worker
+    # takes the CPU the killed one held)
+    t_ref = threading.Thread(target=lambda: box.update(ref=run_training(parse_config(_dp_cfg(stories, tmp_path / "ref")),
+                                                                         progress=False)))
     t = threading.Thread(target=lambda: box.update(s=run_training(parse_config(_dp_cfg(stories, run)),
                                                                      progress=False)))
+    t_ref.start()
     t.start()
     killed = None
     deadline = time.time() + 240
@@ -188,6 +220,8 @@ def test_a_killed_worker_resumes_to_the_uninterrupted_result(train_ray, stories,
             break
         time.sleep(0.02)
     t.join(timeout=300)
+    t_ref.join(timeout=300)
+    ref = box["ref"]
     assert killed is not None and not killed["finished"] and killed["step"] < ref["steps"]
     s = box["s"]
     pids = [w["pid"] for w in _worker_lines(run)]
@@ -320,7 +354,9 @@ def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray,
         return parse_config(_cfg(kind="dp", data={"path": str(crt_shards), "seq_len": 8}, output=str(tmp_path / out),
                                  dp=dp or {"noise_multiplier": 1.2, "unit": "record"}, **kw))
 
-    base = run_training(cfg("b", optim={"max_steps": 2}), progress=False)
+    base, s = _side_by_side(cfg("b", optim={"max_steps": 2}),
+                            cfg("run", optim={"max_steps": 30, "batch_size": 8}, audit={"canaries": 64},
+                                dp={"noise_multiplier": 1.2, "unit": "individual"}))
     tok = AutoTokenizer.from_pretrained(tmp_path / "b" / "model")
     texts = read_texts(str(crt_shards), "text")
     blocks = [-(-(len(tok(t, add_special_tokens=False)["input_ids"]) + 1) // 8) for t in texts if t]
@@ -337,8 +373,6 @@ def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray,
     assert e == pytest.approx(plan["planned_epsilon"], rel=1e-6) and base["epsilon"] == pytest.approx(
         plan["unit_epsilon"], rel=1e-6)
 
-    s = run_training(cfg("run", optim={"max_steps": 30, "batch_size": 8}, audit={"canaries": 64},
-                         dp={"noise_multiplier": 1.2, "unit": "individual"}), progress=False)
     a = s["audit"]
     seed = json.loads((tmp_path / "run" / "privacy_plan.json").read_text())[SEED_FIELD]
     _, inserted = canaries(seed, 64, 8, 0, s["tokenizer"]["vocab_size"])
@@ -353,9 +387,9 @@ def test_a_dp_run_is_audited_and_the_audit_stays_below_the_accountant(train_ray,
     assert "exceeds_accountant" not in a and a["delta"] == s["delta"] == pytest.approx(1 / (10 * s["unit"]["units"]))
 
 
-def test_crt_with_dp_lora_from_a_public_base(train_ray, stories, crt_shards, tmp_path):
-    """Issue 37, as users train: a base pre-trained on public stories (no entity tokens),
-    then CRT with LoRA adapters on privatized shards. The base's tokenizer gains the data's
+def test_crt_with_dp_lora_from_a_public_base(train_ray, cipher_base, crt_shards, tmp_path):
+    """Issue 37, as users train: a base pre-trained on public stories (``cipher_base``: their
+    ciphertext, no entity tokens), then CRT with LoRA adapters on privatized shards. The base's tokenizer gains the data's
     entity tokens, only the adapters train (book-keeping DP-SGD), the saved model is the
     merged checkpoint and loads as a plain causal LM, the adapter sits beside it, and the
     summary names the base and what it was trained on."""
@@ -364,10 +398,7 @@ def test_crt_with_dp_lora_from_a_public_base(train_ray, stories, crt_shards, tmp
 
     from privatize.ciphers.entity import TOKEN_RE
 
-    run_training(parse_config(_cfg(kind="pretrain", data={"path": str(stories["plain"]),
-                                                          "description": "four public stories"},
-                                   optim={"max_steps": 4}, output=str(tmp_path / "base"))), progress=False)
-    base_dir = tmp_path / "base" / "model"
+    base_dir = cipher_base[1] / "model"
     base_tok = AutoTokenizer.from_pretrained(base_dir)
     assert not any(TOKEN_RE.fullmatch(t) for t in base_tok.get_vocab())
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
@@ -393,6 +424,6 @@ def test_crt_with_dp_lora_from_a_public_base(train_ray, stories, crt_shards, tmp
     assert not torch.equal(m["model.layers.0.self_attn.q_proj.weight"], b["model.layers.0.self_attn.q_proj.weight"])
     assert (run / "adapter" / "adapter_config.json").is_file() and (run / "adapter" / "adapter_model.safetensors").is_file()
     assert s["lora"]["adapter_max_change"] > 0 and s["lora"]["base_unchanged"] and s["lora"]["r"] == 4
-    assert s["base"]["kind"] == "pretrain" and s["base"]["trained_on"] == "four public stories"
-    assert json.loads((run / "model" / "training.json").read_text())["base"]["trained_on"] == "four public stories"
+    assert s["base"]["kind"] == "pretrain" and s["base"]["trained_on"] == CIPHER_BASE
+    assert json.loads((run / "model" / "training.json").read_text())["base"]["trained_on"] == CIPHER_BASE
     assert 0 < s["epsilon"] < 50 and s["dp_steps"] > 0
