@@ -410,8 +410,19 @@ def test_cli_a_training_that_fails_exits_1_and_a_refused_one_2(service, trained)
 
 
 
+@pytest.fixture(scope="module")
+def filler_training(tiny_training):
+    """The refill test's filler: a tiny masked LM (kind ``mlm``) trained through the service
+    on the shared privatization job. Submitted when the continual pre-training test starts,
+    so the two trainings run side by side (the tenant's 2 slots, the head's 2 CPUs); its id."""
+    t, job = tiny_training["tenant"], tiny_training["job"]
+    r = t.http.post("/v1/trainings", json={"job_id": job["id"], "config": _with("kind", "mlm")})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
 @server_test
-def test_continual_pre_training_from_a_succeeded_training(service, trained):
+def test_continual_pre_training_from_a_succeeded_training(service, trained, filler_training):
     """``kind: continue`` with ``model.checkpoint: training:<id>``: the job starts from that
     training's model (its location handed to ``train.job --checkpoint`` by the service,
     never written in the config), keeps its tokenizer, and the base training cannot be
@@ -445,17 +456,14 @@ def test_continual_pre_training_from_a_succeeded_training(service, trained):
 
 
 @server_test
-def test_refill_with_a_filler_trained_through_the_service(service, trained, corpus_file):
+def test_refill_with_a_filler_trained_through_the_service(service, trained, corpus_file, filler_training):
     """Issue 21 through the service: a tenant trains a tiny masked LM (kind ``mlm``) on a
     privatization job's output, then runs ``mask`` + ``refill`` with ``checkpoint:
     training:<id>``. The spec keeps the reference; every worker gets the model's storage
     location in the job's runtime environment; a path, another tenant's or an unknown
     training and a training of another kind are refused at the field; the filler cannot be
     deleted while the job runs."""
-    t, job, pretrain = trained["tenant"], trained["job"], trained["cli"]["id"]
-    r = t.http.post("/v1/trainings", json={"job_id": job["id"], "config": _with("kind", "mlm")})
-    assert r.status_code == 201, r.text
-    mid = r.json()["id"]
+    t, job, pretrain, mid = trained["tenant"], trained["job"], trained["cli"]["id"], filler_training
     assert t.wait(mid, timeout=480)["status"] == "succeeded", t.http.get(f"/v1/jobs/{mid}/logs").text[-4000:]
 
     def spec(checkpoint: str) -> dict:
