@@ -1,5 +1,7 @@
 """Several Ray nodes, and one of them killed mid-run: the output is still byte-identical
-to the in-process runner's.
+to the in-process runner's. On two nodes, the CRT recipe with redaction and then a
+two-worker DP training on its output (issue 36: the workers meet through the actor store
+and gloo binds to each node's own address).
 
 ``ray.cluster_utils.Cluster`` starts a head and two worker nodes on this machine, in a
 separate process (the suite's own Ray stays up). The stage probe (see ``conftest.py``)
@@ -139,7 +141,7 @@ TWO_NODES = textwrap.dedent("""
     from privatize import run
     from privatize.spec import parse_spec
 
-    spec, corpus, out, spec_dir, probe, result = sys.argv[1:]
+    spec, corpus, out, spec_dir, probe, result, train_out = sys.argv[1:]
     store = 150 * 1024 * 1024
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": store,
                                                             "include_dashboard": False})
@@ -155,8 +157,28 @@ TWO_NODES = textwrap.dedent("""
     # a plan that cannot be scheduled fails within the stall timeout instead of waiting forever
     m = run(parse_spec(json.loads(spec)), corpus, out, runner="ray", spec_dir=spec_dir, batch_size=16,
             progress=False, stall_timeout_s=90)
-    Path(result).write_text(json.dumps({"seconds": time.time() - t0, "shards": m["shards"], "counts": m["counts"],
-                                        "stages": m["stages"]}))
+    got = {"seconds": time.time() - t0, "shards": m["shards"], "counts": m["counts"], "stages": m["stages"]}
+
+    # then a DP training on that output, two Ray Train workers, one a node (a new driver
+    # job on the same cluster: its workers without the stage probe)
+    ray.shutdown()
+    ray.init(address=cluster.address)
+    from tests.listeners import Listeners, ray_worker_wildcard_listeners
+    from tests.train.test_train_ray import _cfg
+    from train.config import parse_config
+    from train.run import run_training
+
+    cfg = parse_config(_cfg(kind="dp", data={"path": out}, dp={"noise_multiplier": 1.0}, optim={"max_steps": 3},
+                            workers={"num_workers": 2}, output=train_out))
+    with Listeners(cluster.address) as seen:
+        s = run_training(cfg, progress=False)
+    got["training"] = {"ranks": s["workers"]["ranks"], "digests": s["workers"]["final_param_digests"],
+                       "workers": len(seen.seen_workers), "wildcard": seen.wildcard,
+                       "ray_wildcard": ray_worker_wildcard_listeners(ray),
+                       "beyond_loopback": sorted(ip for ip, _ in seen.beyond_loopback),
+                       "node_ips": sorted({n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}),
+                       "nodes": len([n for n in ray.nodes() if n["Alive"]])}
+    Path(result).write_text(json.dumps(got))
     ray.shutdown()
     cluster.shutdown()
 """)
@@ -166,14 +188,15 @@ CRT_REDACT = {"stages": [{"kind": "split"}, {"kind": "dedup", "min_length": 20},
               "output": {"num_shards": 4}}
 
 
-@pytest.mark.presidio
-def test_crt_recipe_with_redaction_on_two_one_cpu_nodes(tmp_path):
-    """Two one-CPU nodes (a head and a worker, separate raylets): budgeted on cluster totals,
-    each node's redaction actor left 0.25 CPU beside it and the 0.5-CPU tasks waited
-    forever. Budgeted per node it finishes, byte-identical to the in-process runner, and the
-    one input file is cut so that both nodes' redaction actors get work."""
-    write_key_file(new_key("vigenere", length=40), tmp_path / "keys" / "text.key")
-    corpus = tmp_path / "dialogues.jsonl"
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    """Two one-CPU nodes (a head and a worker, separate raylets) in a separate process: the
+    CRT recipe with redaction on about 150 KB of dialogues, then a two-worker DP training
+    on its output. The work folder, the in-process run's manifest and what the process
+    wrote."""
+    tmp = tmp_path_factory.mktemp("two-nodes")
+    write_key_file(new_key("vigenere", length=40), tmp / "keys" / "text.key")
+    corpus = tmp / "dialogues.jsonl"
     names = ["Alice Johnson", "Bruno Diaz", "Chen Wei", "Dana Smith", "Emeka Obi"]
     with open(corpus, "w", encoding="utf-8") as fh:  # one file of about 150 KB
         for k in range(500):
@@ -181,16 +204,24 @@ def test_crt_recipe_with_redaction_on_two_one_cpu_nodes(tmp_path):
                     f"Please call me back on 020 7946 {k % 10000:04d} or write to user{k}@example.com. "
                     f"{doc_text(k)} Thank you for your help with the reservation today.")
             fh.write(json.dumps({"id": f"d{k}", "text": text}) + "\n")
-    spec = parse_spec(CRT_REDACT)
-    base = run(spec, corpus, tmp_path / "inproc", spec_dir=str(tmp_path))
-    probe = tmp_path / "probe"
+    base = run(parse_spec(CRT_REDACT), corpus, tmp / "inproc", spec_dir=str(tmp))
+    probe = tmp / "probe"
     probe.mkdir()
-    out = tmp_path / "ray"
-    proc = subprocess.run([sys.executable, "-c", TWO_NODES, json.dumps(CRT_REDACT), str(corpus), str(out),
-                           str(tmp_path), str(probe), str(tmp_path / "result.json")], cwd=ROOT, env=ray_env(probe),
-                          capture_output=True, text=True, timeout=400)
+    proc = subprocess.run([sys.executable, "-c", TWO_NODES, json.dumps(CRT_REDACT), str(corpus), str(tmp / "ray"),
+                           str(tmp), str(probe), str(tmp / "result.json"), str(tmp / "train")], cwd=ROOT,
+                          env=ray_env(probe), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    got = json.loads((tmp_path / "result.json").read_text())
+    return tmp, base, json.loads((tmp / "result.json").read_text())
+
+
+@pytest.mark.presidio
+def test_crt_recipe_with_redaction_on_two_one_cpu_nodes(two_nodes):
+    """Two one-CPU nodes: budgeted on cluster totals, each node's redaction actor left 0.25
+    CPU beside it and the 0.5-CPU tasks waited forever. Budgeted per node it finishes,
+    byte-identical to the in-process runner, and the one input file is cut so that both
+    nodes' redaction actors get work."""
+    tmp_path, base, got = two_nodes
+    out, probe = tmp_path / "ray", tmp_path / "probe"
     assert got["counts"] == base["counts"]
     assert [s["sha256"] for s in got["shards"]] == [s["sha256"] for s in base["shards"]]
     for entry in base["shards"]:
@@ -200,3 +231,19 @@ def test_crt_recipe_with_redaction_on_two_one_cpu_nodes(tmp_path):
     # redaction ran on both nodes (probe files are named <pid>-<node>-<stage.method>)
     redact_nodes = {p.name.split("-")[1] for p in probe.iterdir() if "redact.process_batch" in p.name}
     assert len(redact_nodes) == 2, sorted(p.name for p in probe.iterdir())
+
+
+@pytest.mark.presidio
+def test_training_workers_on_two_nodes_meet_through_the_actor_store_and_bind_to_the_node_address(two_nodes):
+    """Issue 36 on a cluster of several nodes (the DP training on the two-node output):
+    Ray Train's workers meet through the actor store (no store listens anywhere), one on
+    each node, and gloo binds to the node's own address, never to every interface."""
+    tmp_path, _, got = two_nodes
+    got = got["training"]
+    assert got["nodes"] == 2 and got["ranks"] == [0, 1] and len(got["digests"]) == 1 and got["workers"] == 2
+    lines = [json.loads(x) for x in (tmp_path / "train" / "workers.jsonl").read_text().splitlines()]
+    assert len({w["node"] for w in lines}) == 2  # one worker on each node
+    assert all(w["rendezvous"]["store"] == "ActorStore" and w["rendezvous"]["gloo_ifname"] for w in lines), lines
+    # gloo listens at the node's address only; no wildcard listener beside Ray's own
+    assert got["beyond_loopback"] and set(got["beyond_loopback"]) <= set(got["node_ips"]), got
+    assert got["wildcard"] <= got["ray_wildcard"], got

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import all_cpus_free
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,28 +29,9 @@ def _train_ray_session():
     return ray
 
 
-def all_cpus_free(ray):
-    """Ray, once every CPU is free: a Ray Train run starts only once what earlier tests ran
-    has released its CPUs (up to 60 s), and the test fails naming the actors still holding
-    them rather than waiting behind them."""
-    import time
-
-    total = ray.cluster_resources().get("CPU", 0)
-    deadline = time.monotonic() + 60
-    while ray.available_resources().get("CPU", 0) < total and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if ray.available_resources().get("CPU", 0) < total:
-        from ray._private.state import actors  # the GCS's table: this cluster runs no dashboard
-
-        alive = [f"{a['ActorClassName']} (pid {a['Pid']})" for a in actors().values() if a["State"] == "ALIVE"]
-        pytest.fail(f"{ray.available_resources().get('CPU', 0):g} of {total:g} CPUs free after 60 s; "
-                    f"alive actors: {', '.join(alive) or 'none'}")
-    return ray
-
-
 @pytest.fixture()
 def train_ray(_train_ray_session):
-    """Ray, with every CPU free (:func:`all_cpus_free`)."""
+    """Ray, with every CPU free (:func:`tests.conftest.all_cpus_free`)."""
     return all_cpus_free(_train_ray_session)
 
 

@@ -148,7 +148,7 @@ def cipher_base(_train_ray_session, stories, tmp_path_factory):
     length 10) with the ``shared`` tokenizer (trained on the cipher and the plain text, as
     the authors' code). Its summary and its run folder; also the public base the CRT LoRA
     run starts from."""
-    from tests.train.conftest import all_cpus_free
+    from tests.conftest import all_cpus_free
 
     all_cpus_free(_train_ray_session)
     out = tmp_path_factory.mktemp("cipher-base") / "s1"
