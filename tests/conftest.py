@@ -225,6 +225,26 @@ def wikitext_docs(shared_data, tmp_path_factory) -> dict:
     return {split: write_jsonl(paragraphs(src / f"{split}.txt"), d / f"{split}.jsonl") for split in ("valid", "test")}
 
 
+def driver_imports() -> None:
+    """The transformers names a training's driver uses, imported once: transformers' lazy
+    imports are not thread-safe (two threads importing a name for the first time: an
+    ImportError in one), so tests that run trainings in threads call this first."""
+    from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM,  # noqa: F401
+                              AutoTokenizer, BertConfig, LlamaConfig, PreTrainedTokenizerFast)
+
+
+def side_by_side(*calls):
+    """Each of ``calls`` (callables without arguments) at once, one thread each: the results
+    in order, or the first error raised. For Ray Train runs that fit the test cluster's 2
+    CPUs together (on 2 cores two one-worker runs at once take about 3/4 of the time of one
+    after the other)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    driver_imports()
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [f.result() for f in [pool.submit(c) for c in calls]]
+
+
 def all_cpus_free(ray):
     """Ray, once every CPU is free: a Ray Train run starts only once what earlier tests ran
     has released its CPUs (up to 60 s), and the test fails naming the actors still holding
@@ -247,9 +267,7 @@ def all_cpus_free(ray):
 @pytest.fixture(scope="session")
 def _wikitext_models(wikitext_docs, tmp_path_factory) -> tuple[Path, Path]:
     """``wikitext_base`` and ``tiny_filler``, trained side by side (one Ray Train worker
-    each; on 2 cores two runs at once take about 3/4 of the time of one after the other)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    each, :func:`side_by_side`)."""
     from experiments.refill_eval import SmallLM, base_model
     from train.config import parse_config
     from train.run import run_training
@@ -264,13 +282,13 @@ def _wikitext_models(wikitext_docs, tmp_path_factory) -> tuple[Path, Path]:
                         "checkpoint_every": 40, "report_every": 20, "output": str(out)})
     import ray
 
-    if ray.is_initialized():  # the two runs need both CPUs of the test cluster
-        all_cpus_free(ray)
-    with ThreadPoolExecutor(2) as pool:
-        base = pool.submit(base_model, plan, wikitext_docs["valid"], tmp_path_factory.mktemp("base"), common, optim,
-                           False)
-        filler = pool.submit(run_training, cfg, progress=False)
-        base_dir, _ = base.result(), filler.result()
+    from privatize.ray.cluster import connect
+
+    connect(None)  # once, before the two runs (each would start a Ray of its own)
+    all_cpus_free(ray)  # the two runs need both CPUs of the test cluster
+    base_dir, _ = side_by_side(
+        lambda: base_model(plan, wikitext_docs["valid"], tmp_path_factory.mktemp("base"), common, optim, False),
+        lambda: run_training(cfg, progress=False))
     return base_dir, out / "model"
 
 

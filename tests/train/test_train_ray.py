@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -18,6 +19,7 @@ import pytest
 from train.config import parse_config
 from train.dp.budget import crt_confidentiality
 from train.run import run_training
+from tests.conftest import driver_imports, side_by_side
 from tests.listeners import Listeners, ray_worker_wildcard_listeners
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.data]
@@ -37,13 +39,8 @@ def _worker_lines(run: Path) -> list[dict]:
 
 
 def _side_by_side(*cfgs) -> list[dict]:
-    """``run_training`` of each config at once, one thread each (the test cluster's 2 CPUs
-    hold two one-worker runs: on 2 cores two runs side by side take about 3/4 of the time
-    of one after the other); the summaries in order, or the first error raised."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(len(cfgs)) as pool:
-        return [f.result() for f in [pool.submit(run_training, c, progress=False) for c in cfgs]]
+    """``run_training`` of each config at once (:func:`tests.conftest.side_by_side`)."""
+    return side_by_side(*(functools.partial(run_training, c, progress=False) for c in cfgs))
 
 
 @pytest.mark.parametrize("split, unit", [("all", None), ("public", None), ("private", "record"),
@@ -206,6 +203,7 @@ def test_a_killed_worker_resumes_to_the_uninterrupted_result(train_ray, stories,
                                                                          progress=False)))
     t = threading.Thread(target=lambda: box.update(s=run_training(parse_config(_dp_cfg(stories, run)),
                                                                      progress=False)))
+    driver_imports()
     t_ref.start()
     t.start()
     killed = None
