@@ -134,8 +134,8 @@ SLOW_FIXTURES = {
     "_train_ray_session": "starts a local Ray (Ray Train)",
     "ray_probe": "starts a local Ray",
     # Ray Train runs (session fixtures that pretrain a model with train.run)
-    "wikitext_base": "a Ray Train run (the paper 002/003 base)",
-    "tiny_filler": "a Ray Train run (the refill filler)",
+    "wikitext_base": "Ray Train runs (the paper 002/003 base, trained beside the refill filler)",
+    "tiny_filler": "Ray Train runs (the refill filler, trained beside the paper 002/003 base)",
     "_wikitext_models": "two Ray Train runs side by side (the two above)",
     # the API service as a subprocess (uvicorn, its embedded Ray head; PostgreSQL + S3 back end)
     "service": "starts the service (uvicorn subprocess and its Ray head)",

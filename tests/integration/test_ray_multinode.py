@@ -29,7 +29,9 @@ from tests.conftest import ROOT
 from tests.integration.conftest import ray_env
 from tests.integration.test_ray_parity import CRT, doc_text
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# the two-node fixture (a pipeline in process, then a subprocess of up to 480 s) runs in its
+# first test's time
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys, threading, time
@@ -209,7 +211,7 @@ def two_nodes(tmp_path_factory):
     probe.mkdir()
     proc = subprocess.run([sys.executable, "-c", TWO_NODES, json.dumps(CRT_REDACT), str(corpus), str(tmp / "ray"),
                            str(tmp), str(probe), str(tmp / "result.json"), str(tmp / "train")], cwd=ROOT,
-                          env=ray_env(probe), capture_output=True, text=True, timeout=600)
+                          env=ray_env(probe), capture_output=True, text=True, timeout=480)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return tmp, base, json.loads((tmp / "result.json").read_text())
 

@@ -4,9 +4,7 @@ and embedded Ray head, started here: the shared ``service`` fixture's head is no
 At chosen points of privatization jobs and trainings (tiny corpus, ``TINY`` trainings of
 4 steps), one fault at a time:
 
-1. **API process** SIGKILLed while a privatization job runs (Ray goes on with it: it is
-   still running when the service is gone, ends after the kill, and runs once; the
-   restarted service submits nothing again and finds its output); the service started again.
+1. **API process** SIGKILLed while a privatization job runs; the service started again.
 2. **Ray worker process** (the training's Ray Train worker) SIGKILLed while it runs, and
    at once **the database made unavailable**: SQLite held under an exclusive lock past
    the service's 30 s busy timeout (every write fails: the reconciler cannot record what
@@ -199,17 +197,11 @@ class Faults:
         the trainings' input."""
         jid = self.job(corpus_id)
         self.running(jid)
-        t0, killed_at = time.monotonic(), time.time()
+        t0 = time.monotonic()
         self.svc.kill()
-        ray = self.svc.ray_jobs()
-        assert str(ray.get_job_info(jid).status) in ("RUNNING", "JobStatus.RUNNING")  # it goes on without us
         self.svc.start(timeout=180)
         done = self.wait(jid)
         assert done["status"] == "succeeded", (done, self.logs(jid))
-        assert done["submit_attempts"] == 1  # the restarted service did not submit it again
-        assert ray.get_job_info(jid).end_time / 1000 > killed_at  # it ran on while the service was dead
-        assert ray.get_job_logs(jid).count("Running entrypoint for job") == 1
-        assert self.svc.files.exists(f"tenants/{self.t.id}/jobs/{jid}/output/manifest.json")
         self.check("the API kill")
         self.fault("API process SIGKILL", "a privatization job running", t0, time.monotonic(), job=done["status"])
         return jid

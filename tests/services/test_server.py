@@ -3,9 +3,9 @@ ends (SQLite + local files, PostgreSQL + S3; see conftest).
 
 What must hold: upload -> job -> download; another tenant's ids answer 404 everywhere; a
 bad spec answers 422 with the field path; an upload cut off midway leaves nothing;
-deleting a corpus deletes its outputs; key material shows up in no database column, log
-line, Ray job metadata or API response but the export. (A service killed with SIGKILL
-while a job runs, then restarted: ``test_faults.py``'s first fault.)
+deleting a corpus deletes its outputs; a service killed with SIGKILL while a job runs
+finds the job again after a restart, and the job runs once; key material shows up in
+no database column, log line, Ray job metadata or API response but the export.
 """
 
 from __future__ import annotations
@@ -421,6 +421,41 @@ def test_cli_submit_wait(service, corpus_file, tmp_path):
     r = service.cli("submit", str(spec), "--corpus-id", summary["corpus_id"], "--url", service.url,
                     env={"PRIVATIZE_TOKEN": ""}, check=False)
     assert r.returncode == 2 and "token" in r.stderr
+
+
+# ---- restart while a job runs -----------------------------------------------------------------
+
+def test_sigkill_while_running_then_restart(service, tmp_path):
+    from privatize.corpus import make_corpus
+
+    t = service.new_tenant("survivor")
+    big = tmp_path / "big.jsonl"
+    make_corpus(big, n_docs=4000, seed=3)
+    c = t.upload(big).json()
+    k = t.http.post("/v1/keys", json={"kind": "vigenere"}).json()
+    jid = t.http.post("/v1/jobs", json={"corpus_id": c["id"], "spec": crt_spec(k["ref"])}).json()["id"]
+    deadline = time.monotonic() + 120
+    status = None
+    while time.monotonic() < deadline:
+        status = t.http.get(f"/v1/jobs/{jid}").json()["status"]
+        if status != "pending":
+            break
+        time.sleep(0.05)
+    assert status == "running", status
+    killed_at = time.time()
+    service.kill()
+    ray = service.ray_jobs()
+    assert str(ray.get_job_info(jid).status) in ("RUNNING", "JobStatus.RUNNING")  # it goes on without us
+    service.start()
+    job = t.wait(jid, timeout=300)
+    assert job["status"] == "succeeded", job["message"]
+    info = ray.get_job_info(jid)
+    assert info.end_time / 1000 > killed_at  # it was still running when the service died
+    runs = [j for j in ray.list_jobs() if (j.metadata or {}).get("privatize_job") == jid]
+    assert len(runs) == 1
+    assert ray.get_job_logs(jid).count("Running entrypoint for job") == 1
+    assert job["submit_attempts"] == 1
+    assert service.files.exists(f"tenants/{t.id}/jobs/{jid}/output/manifest.json")
 
 
 # ---- key material appears nowhere but in the export ---------------------------------------------

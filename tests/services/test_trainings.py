@@ -418,7 +418,8 @@ def filler_training(tiny_training):
     t, job = tiny_training["tenant"], tiny_training["job"]
     r = t.http.post("/v1/trainings", json={"job_id": job["id"], "config": _with("kind", "mlm")})
     assert r.status_code == 201, r.text
-    return r.json()["id"]
+    yield r.json()["id"]
+    t.wait(r.json()["id"], timeout=480)  # (the refill test deselected: it holds no slot of later tests)
 
 
 @server_test
@@ -427,7 +428,7 @@ def test_continual_pre_training_from_a_succeeded_training(service, trained, fill
     training's model (its location handed to ``train.job --checkpoint`` by the service,
     never written in the config), keeps its tokenizer, and the base training cannot be
     deleted while it runs; another tenant's or an unfinished training is refused at the
-    field."""
+    field. (The refill test's filler trains beside it: ``filler_training``.)"""
     t, job, base = trained["tenant"], trained["job"], trained["cli"]["id"]
     cont = _with("model", {"preset": None, "checkpoint": f"training:{base}"}, _with("kind", "continue"))
     other = service.new_tenant("snoop-continue")

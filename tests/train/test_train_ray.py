@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -195,33 +194,28 @@ def _dp_cfg(stories, out: Path) -> dict:
 def test_a_killed_worker_resumes_to_the_uninterrupted_result(train_ray, stories, tmp_path):
     """SIGKILL the Ray Train worker after its first checkpoint: the run restarts from the
     checkpoint and ends with the weights and epsilon of an uninterrupted run."""
+    from concurrent.futures import ThreadPoolExecutor
+
     run = tmp_path / "killed"
-    box: dict = {}
+    driver_imports()
     # the reference trains beside the run that is killed (one CPU each; the restarted worker
     # takes the CPU the killed one held)
-    t_ref = threading.Thread(target=lambda: box.update(ref=run_training(parse_config(_dp_cfg(stories, tmp_path / "ref")),
-                                                                         progress=False)))
-    t = threading.Thread(target=lambda: box.update(s=run_training(parse_config(_dp_cfg(stories, run)),
-                                                                     progress=False)))
-    driver_imports()
-    t_ref.start()
-    t.start()
-    killed = None
-    deadline = time.time() + 240
-    while time.time() < deadline and t.is_alive():
-        m = run / "metrics.jsonl"
-        steps = [json.loads(x)["step"] for x in m.read_text().splitlines()] if m.exists() else []
-        if steps and steps[-1] >= 20 and list((run / "checkpoints" / "train").glob("checkpoint_*")):
-            killed = {"pid": _worker_lines(run)[0]["pid"], "step": steps[-1],
-                      "finished": (run / "summary.json").exists()}
-            os.kill(killed["pid"], signal.SIGKILL)
-            break
-        time.sleep(0.02)
-    t.join(timeout=300)
-    t_ref.join(timeout=300)
-    ref = box["ref"]
+    with ThreadPoolExecutor(2) as pool:
+        ref_run = pool.submit(run_training, parse_config(_dp_cfg(stories, tmp_path / "ref")), progress=False)
+        killed_run = pool.submit(run_training, parse_config(_dp_cfg(stories, run)), progress=False)
+        killed = None
+        deadline = time.time() + 240
+        while time.time() < deadline and not killed_run.done():
+            m = run / "metrics.jsonl"
+            steps = [json.loads(x)["step"] for x in m.read_text().splitlines()] if m.exists() else []
+            if steps and steps[-1] >= 20 and list((run / "checkpoints" / "train").glob("checkpoint_*")):
+                killed = {"pid": _worker_lines(run)[0]["pid"], "step": steps[-1],
+                          "finished": (run / "summary.json").exists()}
+                os.kill(killed["pid"], signal.SIGKILL)
+                break
+            time.sleep(0.02)
+        ref, s = ref_run.result(timeout=300), killed_run.result(timeout=300)
     assert killed is not None and not killed["finished"] and killed["step"] < ref["steps"]
-    s = box["s"]
     pids = [w["pid"] for w in _worker_lines(run)]
     assert len(pids) == 2 and pids[0] == killed["pid"] and pids[1] != killed["pid"]  # a second worker took over
     assert s["workers"]["final_param_digests"] == ref["workers"]["final_param_digests"]
