@@ -418,8 +418,9 @@ def filler_training(tiny_training):
     t, job = tiny_training["tenant"], tiny_training["job"]
     r = t.http.post("/v1/trainings", json={"job_id": job["id"], "config": _with("kind", "mlm")})
     assert r.status_code == 201, r.text
-    yield r.json()["id"]
-    t.wait(r.json()["id"], timeout=480)  # (the refill test deselected: it holds no slot of later tests)
+    mid = r.json()["id"]
+    yield mid
+    t.wait(mid, timeout=480)  # (the refill test deselected: it holds no slot of later tests)
 
 
 @server_test

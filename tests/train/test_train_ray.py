@@ -18,7 +18,7 @@ import pytest
 from train.config import parse_config
 from train.dp.budget import crt_confidentiality
 from train.run import run_training
-from tests.conftest import driver_imports, side_by_side
+from tests.conftest import all_cpus_free, driver_imports, side_by_side
 from tests.listeners import Listeners, ray_worker_wildcard_listeners
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.data]
@@ -144,8 +144,6 @@ def cipher_base(_train_ray_session, stories, tmp_path_factory):
     length 10) with the ``shared`` tokenizer (trained on the cipher and the plain text, as
     the authors' code). Its summary and its run folder; also the public base the CRT LoRA
     run starts from."""
-    from tests.conftest import all_cpus_free
-
     all_cpus_free(_train_ray_session)
     out = tmp_path_factory.mktemp("cipher-base") / "s1"
     s1 = run_training(parse_config(_cfg(kind="pretrain", data={"path": str(stories["cipher"]),
