@@ -6,8 +6,10 @@ flagged sentences, split_private; operator ``mask`` here, which routes as ``encr
 does) runs in process (``privatize.run``) on each corpus four times: as it shipped before
 issue 50 (sentences judged alone, ``pi_c: strict``), with each sentence read in its
 document's style (``split.doc_style``) and ``pi_c: strict``, with the calibrated pi_c
-(the default threshold), and with the corpus's calibrated domain; its output records
-are scored against the gold secrets:
+(the default threshold), with the corpus's calibrated domain, and twice with masked
+sentences routed public when pi_c passes what pi left in the clear (``crt_stages(masked=
+"public")``, ``pi_c.scope: rest``; default threshold and the corpus's domain); its output
+records are scored against the gold secrets:
 
 * clinical: the ``report`` part of the PhysioNet deid development half (patients hashed
   to 75-99 of 100: neither fitted nor calibrated on), every PHI span a secret;
@@ -18,7 +20,8 @@ are scored against the gold secrets:
 (:mod:`experiments.gold_sentences`). Per corpus and policy: sentences, the secret-free
 share, the public share, split efficiency (secret-free sentences routed public / all
 secret-free sentences), secret sentences made public with the one-sided 95%
-Clopper-Pearson upper bound (delta_2's estimate), and, for secret-free sentences routed
+Clopper-Pearson upper bound (delta_2's estimate; a secret sentence is made public when a
+secret in it is still readable in a public record), and, for secret-free sentences routed
 private, what sent them there (dedup, pi, or pi_c's signal kind). These are development
 figures: the held-out halves are where the issue's targets are judged.
 
@@ -39,14 +42,16 @@ import privatize.stages.redact  # noqa: F401,E402 - registers the stage before s
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from experiments.gold_sentences import CORPORA, load, part_of, secrets_in  # noqa: E402
+from experiments.gold_sentences import CORPORA, left_readable, load, part_of, secrets_in  # noqa: E402
 from privatize import run  # noqa: E402
 from privatize.recipes import crt_stages  # noqa: E402
 from privatize.redaction.calibration import clopper_pearson_upper, load_model  # noqa: E402
 
 POLICIES = {"before (the recipe before issue 50)": "before", "pi_c: strict, doc_style": "strict",
             "after (pi_c: calibrated)": "calibrated",
-            "after, the corpus's domain": "domain"}
+            "after, the corpus's domain": "domain",
+            "masked public (pi_c: rest)": "rest",
+            "masked public, the corpus's domain": "rest_domain"}
 DOMAIN = {"clinical": "clinical", "multiwoz": "booking", "customersim": "support"}
 
 
@@ -65,14 +70,16 @@ def run_recipe(docs, policy) -> tuple[pa.Table, float, dict]:
         with open(corpus, "w", encoding="utf-8") as fh:
             for d in docs:
                 fh.write(json.dumps({"id": d.id, "text": d.text}) + "\n")
-        stages = crt_stages(operator="mask", pi_c="strict" if policy == "before" else policy)
+        rest = isinstance(policy, dict) and policy.get("scope") == "rest"
+        stages = crt_stages(masked="public" if rest else "private", operator="mask",
+                            pi_c="strict" if policy == "before" else policy)
         if policy == "before":  # the recipe as it shipped before issue 50: sentences judged alone, every signal
             stages = [{**s, "doc_style": False} if s["kind"] == "split" else s for s in stages]
         spec = {"stages": stages, "output": {"num_shards": 1}}
         t = time.perf_counter()
         manifest = run(spec, corpus, Path(tmp) / "out", runner="local")
         secs = time.perf_counter() - t
-        cols = ["parent_id", "start", "end", "private", "dedup_hit", "pi_hit", "pi_c_hit", "pi_c_by"]
+        cols = ["parent_id", "start", "end", "private", "dedup_hit", "pi_hit", "pi_c_hit", "pi_c_by", "spans"]
         rows = pa.concat_tables([pq.read_table(p, columns=cols)
                                  for p in sorted((Path(tmp) / "out" / "shards").glob("*.parquet"))])
     return rows, secs, manifest
@@ -83,15 +90,19 @@ def score(rows: pa.Table, docs) -> dict:
     n = secret = public = free_public = misses = 0
     why = Counter()
     miss_types = Counter()
-    for pid, s, e, private, dedup, pi, pic, by in zip(*(rows[c].to_pylist() for c in rows.column_names)):
-        inside = [t for *_, t in secrets_in(by_id[pid], s, e)]
+    for pid, s, e, private, dedup, pi, pic, by, spans in zip(*(rows[c].to_pylist() for c in rows.column_names)):
+        found = secrets_in(by_id[pid], s, e)
+        inside = [t for *_, t in found]
         n += 1
         public += not private
         if inside:
             secret += 1
-            if not private:
+            # made public: a secret still readable in the public record (under the paper's
+            # routing a public record has no pi span, so that is any secret in it)
+            removed = [(sp["start"], sp["end"]) for sp in spans or []]
+            if not private and left_readable(by_id[pid].text[s:e], found, removed):
                 misses += 1
-                miss_types.update(set(inside))
+                miss_types.update({t for a, b, t in found if left_readable(by_id[pid].text[s:e], [(a, b)], removed)})
         elif not private:
             free_public += 1
         else:
@@ -119,7 +130,9 @@ def main() -> None:
         docs = docs_for(corpus, data, args.all_dev)
         res = {"documents": len(docs)}
         for label, policy in POLICIES.items():
-            pic = {"policy": "calibrated", "domain": DOMAIN[corpus]} if policy == "domain" else policy
+            pic = {"domain": {"policy": "calibrated", "domain": DOMAIN[corpus]},
+                   "rest": {"policy": "calibrated", "scope": "rest"},
+                   "rest_domain": {"policy": "calibrated", "domain": DOMAIN[corpus], "scope": "rest"}}.get(policy, policy)
             rows, secs, manifest = run_recipe(docs, pic)
             res[policy] = {**score(rows, docs), "seconds": round(secs, 1)}
             r = res[policy]

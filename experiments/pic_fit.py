@@ -48,11 +48,15 @@ def _overlaps(a: int, b: int, spans) -> bool:
     return any(s < b and a < e for s, e, *_ in spans)
 
 
+def _inside(a: int, b: int, spans) -> bool:
+    return any(s <= a and b <= e for s, e, *_ in spans)
+
+
 def evidence(corpus: str, data: Path, work: Path, *, split: str = "train", limit: int | None = None,
              progress: bool = True) -> list[dict]:
     """Per sentence of ``corpus``: part, secret, pi hit, pi's miss and the candidates
     (kind, features, label), cached in ``work``."""
-    cache = work / f"{corpus}-{split}-{limit}.pkl"
+    cache = work / f"{corpus}-{split}-{limit}-v2.pkl"  # v2: with in_pi
     if cache.is_file():
         return pickle.loads(cache.read_bytes())
     from privatize.redaction.detect import Detector, PiCOptions
@@ -71,10 +75,13 @@ def evidence(corpus: str, data: Path, work: Path, *, split: str = "train", limit
         chunk = sents[k:k + step]
         dets = det.detect([s.text for _, _, s in chunk], want_evidence=True, styles=[st for _, st, _ in chunk])
         for (part, _, s), d in zip(chunk, dets):
-            pi_miss = left_readable(s.text, s.secrets, [(sp["start"], sp["end"]) for sp in d.spans])
+            removed = [(sp["start"], sp["end"]) for sp in d.spans]
+            pi_miss = left_readable(s.text, s.secrets, removed)
             out.append({"part": part, "doc": s.doc, "secret": s.secret, "pi_hit": bool(d.spans), "pi_miss": pi_miss,
                         "types": sorted({t for *_, t in s.secrets}), "chars": len(s.text),
                         "cands": [(kind, feats, int(_overlaps(a, b, s.secrets))) for a, b, kind, feats in d.evidence],
+                        # per candidate: wholly inside a span pi removes (pi_c.scope rest does not score it)
+                        "in_pi": [int(_inside(a, b, removed)) for a, b, _, _ in d.evidence],
                         "strict": d.pi_c_hit})
         if progress:
             print(f"  {corpus}: {min(k + step, len(sents))}/{len(sents)} sentences "
@@ -91,6 +98,100 @@ def sentence_score(model, row: dict) -> float | None:
     if not row["cands"]:
         return None
     return max(model.score(f) for _, f, _ in row["cands"])
+
+
+def rest_score(model, row: dict) -> float | None:
+    """``pi_c.scope: rest``: the strongest score among the candidates pi's spans leave in the
+    clear, ``None`` without one."""
+    scores = [model.score(f) for (_, f, _), inside in zip(row["cands"], row["in_pi"]) if not inside]
+    return max(scores) if scores else None
+
+
+def rest_secret_score(model, row: dict) -> float | None:
+    """A secret sentence's entry for :func:`calibrate` under ``scope: rest``: ``inf`` where
+    pi's spans leave no secret readable (public or not, its text holds none), else its
+    rest score (a miss below the threshold)."""
+    return math.inf if not row["pi_miss"] else rest_score(model, row)
+
+
+def rest_routing(model, rows: list[dict], threshold: float) -> dict:
+    """Split figures under ``scope: rest``: a sentence is public when no candidate pi left
+    in the clear reaches ``threshold``; a miss is a public sentence that keeps a readable
+    secret."""
+    from privatize.redaction.calibration import clopper_pearson_upper
+
+    def public(r):
+        sc = rest_score(model, r)
+        return sc is None or sc < threshold
+
+    secret = [r for r in rows if r["secret"]]
+    free = [r for r in rows if not r["secret"]]
+    pub = sum(public(r) for r in rows)
+    misses = sum(public(r) and r["pi_miss"] for r in secret)
+    return {"sentences": len(rows), "secret": len(secret), "secret_free": len(free), "public": pub,
+            "public_share": pub / len(rows) if rows else 0.0,
+            "efficiency": sum(public(r) for r in free) / len(free) if free else 0.0, "misses": misses,
+            "miss_rate": misses / len(secret) if secret else 0.0,
+            "miss_upper95": clopper_pearson_upper(misses, len(secret)) if secret else None}
+
+
+def calibrate_rest(args, rows: dict) -> None:
+    """``--rest``: thresholds for ``pi_c.scope: rest`` added to the model file ``--out``
+    (its weights kept), calibrated per corpus on the same ``calibration`` part."""
+    from privatize.redaction.calibration import calibrate, clopper_pearson_upper, load_model
+
+    load_model.cache_clear()
+    model = load_model(str(args.out))
+    cal = {c: [r for r in rs if r["part"] == "calibration"] for c, rs in rows.items()}
+    per = {}
+    for c, rs in cal.items():
+        scores = [rest_secret_score(model, r) for r in rs if r["secret"]]
+        try:
+            per[c] = calibrate(scores, target=args.target)
+        except ValueError:
+            per[c] = calibrate(scores, target=clopper_pearson_upper(sum(s is None for s in scores), len(scores))
+                               + 1e-9)
+            print(f"  {c}: {len(scores)} secret sentences cannot show {args.target}; no avoidable miss allowed")
+        print(f"rest calibration {c}: threshold {per[c].threshold:.4f}, misses {per[c].misses}/{per[c].n_secret}, "
+              f"bound {per[c].bound:.4f}")
+    threshold = min(p.threshold for p in per.values())
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip() or None
+    rule = ("per corpus, the largest threshold whose one-sided 95% Clopper-Pearson bound on secret sentences that "
+            "keep a readable secret after pi's spans and have no candidate outside them at or above the threshold "
+            "is at most the target; the default threshold is the smallest of these, each domain's its own")
+
+    def block(data, f, gamma_rows, t):
+        g = sum(r["pi_miss"] for r in gamma_rows)
+        return {"threshold": t, "created": date.today().isoformat(), "commit": commit,
+                "command": f"python -m experiments.pic_fit --rest --target {args.target}",
+                "calibration": {"data": data, "target": args.target, "confidence": 0.95, "misses": f["misses"],
+                                "n_secret": f["secret"], "bound": f["miss_upper95"], "efficiency": f["efficiency"],
+                                "public_share": f["public_share"], "gamma": g / len(gamma_rows),
+                                "gamma_upper95": clopper_pearson_upper(g, len(gamma_rows)), "rule": rule}}
+
+    meta = dict(model.meta)
+    pooled = [r for rs in cal.values() for r in rs]
+    meta["rest"] = block([f"{DATA_DESC[c]}: groups hashed to 50-74 of 100" for c in CORPORA],
+                         rest_routing(model, pooled, threshold), [r for r in pooled if r["secret"]], threshold)
+    domains = {k: dict(v) for k, v in (meta.get("domains") or {}).items()}
+    for c in CORPORA:
+        domains[DOMAIN_NAMES[c]]["rest"] = block([f"{DATA_DESC[c]}: groups hashed to 50-74 of 100"],
+                                                 rest_routing(model, cal[c], per[c].threshold),
+                                                 [r for r in cal[c] if r["secret"]], per[c].threshold)
+    meta["domains"] = domains
+    type(model)(model.weights, model.bias, model.threshold, meta).save(args.out)
+    print(f"rest threshold {threshold:.4f}; pooled: {meta['rest']['calibration']}")
+    for c, rs in rows.items():
+        rep = [r for r in rs if r["part"] == "report"]
+        for name, t in (("record scope, default", model.threshold), ("rest, default", threshold),
+                        (f"rest, {DOMAIN_NAMES[c]}", per[c].threshold)):
+            f = rest_routing(model, rep, t) if name.startswith("rest") else routing(model, rep, t)
+            if f["sentences"]:
+                print(f"report part {c}, {name} ({t:.4f}): efficiency {f['efficiency']:.3f}, "
+                      f"public {f['public_share']:.3f}, misses {f['misses']}/{f['secret']} "
+                      f"(upper95 {f['miss_upper95']:.4f})")
+    print(f"wrote {args.out}")
 
 
 def routing(model, rows: list[dict], threshold: float | None = None) -> dict:
@@ -124,11 +225,16 @@ def main() -> None:
     ap.add_argument("--l2", type=float, default=2.0)
     ap.add_argument("--min-count", type=int, default=5, help="features seen in fewer fit candidates are dropped")
     ap.add_argument("--out", type=Path, default=ROOT / "privatize" / "redaction" / "pic_calibrated.json")
+    ap.add_argument("--rest", action="store_true",
+                    help="keep --out's weights and add thresholds for pi_c.scope rest (what pi leaves in the clear)")
     args = ap.parse_args()
     from privatize.redaction.calibration import PiCModel, calibrate, clopper_pearson_upper, fit
 
     rows = {c: evidence(c, args.data, args.work, limit=CUSTOMERSIM_SAMPLE if c == "customersim" else None)
             for c in CORPORA}
+    if args.rest:
+        calibrate_rest(args, rows)
+        return
     # fit: candidates of the fit part, each corpus weighted equally (by repetition to the largest)
     fit_rows = {c: [(f, y) for r in rs if r["part"] == "fit" for _, f, y in r["cands"]] for c, rs in rows.items()}
     most = max(len(v) for v in fit_rows.values())

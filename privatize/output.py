@@ -312,9 +312,9 @@ def split_summary(spec, stages: list[dict]) -> dict | None:
         if pic.policy == "calibrated":
             from privatize.redaction.calibration import load_model
 
-            out["pi_c"] = load_model(pic.calibration).summary(pic.domain)
+            out["pi_c"] = load_model(pic.calibration).summary(pic.domain, pic.scope)
         else:
-            out["pi_c"] = {"policy": "strict"}
+            out["pi_c"] = {"policy": "strict", "scope": pic.scope}
         redact_stats = stages[kinds.index("redact")]["stats"] if len(stages) > kinds.index("redact") else {}
         out["private_by"] = {k.split(".", 1)[1]: v for k, v in sorted(redact_stats.items())
                              if k.startswith("pi_c_by.") and v}

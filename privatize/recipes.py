@@ -23,14 +23,33 @@ def packaged_spec(name: str) -> dict:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
-def crt_stages(**redact) -> list[dict]:
+def crt_stages(masked: str = "private", **redact) -> list[dict]:
     """The CRT recipe's stages (``crt.yaml``: split into sentences, redact, SHA-1 dedup of
     every flagged sentence with ``skip_clean``, split_private), with the redact stage's
-    settings replaced by ``redact`` (its ``kind`` kept), e.g. ``operator="mask"``."""
+    settings replaced by ``redact`` (its ``kind`` kept), e.g. ``operator="mask"``.
+
+    ``masked``: where a sentence pi removed something from goes. ``private`` (the paper's
+    routing, the recipe as shipped): always to the private split. ``public``: to the public
+    split when pi_c, judging only what pi left in the clear (``pi_c.scope: rest``), flags
+    nothing; dedup then keeps repeats of such sentences (``clean_flags``) and split_private
+    routes by ``dedup_hit`` and ``pi_c_hit`` alone. The model sees the same redacted text
+    either way; delta_2 becomes the measured share of secret sentences that keep a
+    readable secret and are left unflagged (the rest threshold's calibration)."""
+    if masked not in ("private", "public"):
+        raise ValueError(f"masked must be 'private' or 'public' (got {masked!r})")
     stages = copy.deepcopy(packaged_spec("crt")["stages"])
     for i, s in enumerate(stages):
         if s["kind"] == "redact":
             stages[i] = {"kind": "redact", **redact}
+    if masked == "public":
+        for s in stages:
+            if s["kind"] == "redact":
+                pic = s.get("pi_c", "calibrated")
+                s["pi_c"] = {**({"policy": pic} if isinstance(pic, str) else pic), "scope": "rest"}
+            elif s["kind"] == "dedup":
+                s["clean_flags"] = ["pi_c_hit"]
+            elif s["kind"] == "split_private":
+                s["flags"] = ["dedup_hit", "pi_c_hit"]
     return stages
 
 

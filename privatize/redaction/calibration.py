@@ -155,28 +155,41 @@ class PiCModel:
         """The domains with thresholds of their own (``pi_c.domain``)."""
         return tuple(sorted((self.meta.get("domains") or {})))
 
-    def threshold_for(self, domain: str | None) -> float:
-        if domain is None:
-            return self.threshold
-        try:
-            return float(self.meta["domains"][domain]["threshold"])
-        except KeyError:
+    def _calibrated(self, domain: str | None, scope: str) -> dict:
+        """The block holding ``threshold`` and ``calibration`` for (domain, scope)."""
+        if domain is not None and domain not in (self.meta.get("domains") or {}):
             raise ValueError(f"pi_c.domain: {domain!r} has no calibration in {self.path or 'this model'}; "
-                             f"calibrated domains: {', '.join(self.domains()) or 'none'}") from None
+                             f"calibrated domains: {', '.join(self.domains()) or 'none'}")
+        if scope == "record":
+            if domain is None:
+                return {"threshold": self.threshold, "calibration": self.meta.get("calibration") or {}}
+            return self.meta["domains"][domain]
+        if scope != "rest":
+            raise ValueError(f"pi_c.scope must be 'record' or 'rest' (got {scope!r})")
+        block = (self.meta.get("rest") if domain is None else self.meta["domains"][domain].get("rest"))
+        if not block:
+            raise ValueError(f"pi_c.scope: rest needs a threshold calibrated on what pi leaves in the clear, and "
+                             f"{self.path or 'this model'} has none{'' if domain is None else f' for {domain!r}'} "
+                             "(python -m experiments.pic_fit --rest adds one)")
+        return block
 
-    def summary(self, domain: str | None = None) -> dict:
+    def threshold_for(self, domain: str | None, scope: str = "record") -> float:
+        """The threshold of ``domain`` (``None``: the default) for ``scope``: ``record``
+        (every candidate of a record, pi's hits always flagging) or ``rest`` (the candidates
+        pi's spans leave in the clear)."""
+        return float(self._calibrated(domain, scope)["threshold"])
+
+    def summary(self, domain: str | None = None, scope: str = "record") -> dict:
         """What a manifest records: the threshold, delta_2's bound and where they came from
         (the domain's own calibration where one is named)."""
-        cal = self.meta.get("calibration") or {}
-        if domain is not None:
-            self.threshold_for(domain)
-            cal = self.meta["domains"][domain]["calibration"]
-        return {"policy": "calibrated", "model": self.path, "domain": domain or "any",
-                "threshold": self.threshold_for(domain),
+        block = self._calibrated(domain, scope)
+        cal = block.get("calibration") or {}
+        return {"policy": "calibrated", "scope": scope, "model": self.path, "domain": domain or "any",
+                "threshold": float(block["threshold"]),
                 "target": cal.get("target"), "confidence": cal.get("confidence"), "delta_2": cal.get("bound"),
                 "calibration_misses": cal.get("misses"), "calibration_secret_sentences": cal.get("n_secret"),
                 "calibration_data": cal.get("data"), "gamma": cal.get("gamma"), "fitted_on": self.meta.get("fit", {}).get("data"),
-                "created": self.meta.get("created")}
+                "created": block.get("created") or self.meta.get("created")}
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "bias": self.bias, "threshold": self.threshold, "meta": self.meta,

@@ -173,6 +173,16 @@ class PiCOptions(BaseModel):
     model's threshold; the signal switches do not apply."""
     calibration: str | None = Field(None, min_length=1, max_length=4096)
     """With ``calibrated``: the model file (``None``: the shipped one)."""
+    scope: Literal["record", "rest"] = "record"
+    """What pi_c judges. ``record`` (the CRT paper's routing): the whole record, and a
+    record pi removed something from is always flagged, so a sentence holding a
+    ``<MASK>`` is private. ``rest``: only what pi's spans leave in the clear (a signal
+    wholly inside a removed span no longer counts; pi's hits do not flag by themselves),
+    with the calibrated model's threshold for that scope, chosen so that the share of
+    secret sentences that keep a readable secret *and* are left unflagged is bounded
+    (``experiments/pic_fit.py --rest``). CRT's ``split_private`` can then route a masked
+    record public (the recipe's ``masked: public``): what the model sees of it is the
+    redacted text either way."""
     domain: str | None = Field(None, min_length=1, max_length=64)
     """With ``calibrated``: the domain whose own calibration applies (the shipped model:
     ``clinical`` notes, ``booking`` dialogues, customer ``support`` chats); ``None``: the
@@ -184,8 +194,11 @@ class Detection:
     spans: list[dict] = field(default_factory=list)
     """pi: merged, non-overlapping, sorted ``{start, end, entity_type, score, source}``."""
     pi_c_hit: bool = False
+    """The conservative policy flagged the record (``scope: rest``: flagged something
+    pi's spans leave in the clear)."""
     pi_c_intervals: list[tuple[int, int]] = field(default_factory=list)
-    """Merged character intervals the conservative policy flags (pi's spans included)."""
+    """Merged character intervals the conservative policy flags (pi's spans included,
+    except under ``scope: rest``)."""
     style: str = "general"
     """The document style whose rules were used (:mod:`privatize.redaction.styles`)."""
     pi_c_by: str | None = None
@@ -254,7 +267,7 @@ class Detector:
             if calibration is None and (folder.get("pi_c") or {}).get("calibrated"):
                 calibration = str(Path(model) / folder["pi_c"]["file"])  # the adapted folder's own
             self.pic_model = load_model(calibration)
-            self.pic_threshold = self.pic_model.threshold_for(self.pi_c.domain)
+            self.pic_threshold = self.pic_model.threshold_for(self.pi_c.domain, self.pi_c.scope)
         self.style = style
         self._pick_style = style_picker(style)
         self._style_names = frozenset(n for n in style_names() if n != AUTO)
@@ -541,7 +554,8 @@ class Detector:
             # pi_c
             ev = []
             full = want_intervals or want_evidence  # else the first candidate over the threshold decides
-            if want_evidence or (calibrated and not (pi and not full)):
+            rest = pi_c.scope == "rest"  # judge only what pi's spans leave in the clear
+            if want_evidence or (calibrated and (rest or full or not pi)):
                 found = iter_candidates(text, style=style.name, ner=ner[i], case_ner=case_ner.get(i, []),
                                         hits=hits + extra, weak=weak, upper_regions=upper_regions[i],
                                         dropped=dropped)
@@ -549,9 +563,11 @@ class Detector:
                     found = (c for c in found if not any(a < c[1] and c[0] < b for a, b in reserved))
                 ev = found if (calibrated and not want_evidence) else list(found)
             if calibrated:
-                by, best, iv = ("pi" if pi else None), 0.0, [(sp[0], sp[1]) for sp in pi]
+                by, best, iv = ("pi" if pi and not rest else None), 0.0, ([] if rest else [(sp[0], sp[1]) for sp in pi])
                 top = None
                 for s, e, kind, feats in ev:
+                    if rest and _covered(s, e, pi):
+                        continue
                     sc = self.pic_model.score(feats)
                     if sc > best:
                         best, top = sc, kind
@@ -564,6 +580,9 @@ class Detector:
             else:
                 best = 0.0
                 iv, by = self._strict_intervals(text, i, pi, cands, raw, weak, ner, case_ner, upper_regions)
+                if rest:
+                    iv = [x for x in iv if not _covered(x[0], x[1], pi)]
+                    by = "signal" if iv else None
             if reserved and iv:
                 iv = [(x[0], x[1]) for x in _cut_reserved([(a, b, "", 0.0, "", False) for a, b in iv], reserved, text)]
             if not iv:
@@ -580,6 +599,11 @@ class Detector:
             )
             results.append(det)
         return results
+
+
+def _covered(s: int, e: int, spans) -> bool:
+    """Whether [s, e) lies wholly inside one of ``spans`` (merged, non-overlapping)."""
+    return any(a <= s and e <= b for a, b, *_ in spans)
 
 
 def _trim_title(text: str, span: Span) -> Span:

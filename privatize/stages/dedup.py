@@ -104,6 +104,13 @@ class DedupSettings(StageSettings):
     ``pi_c_hit`` both false) take no part: repeats of a clean sentence stay in the clear
     and public, while every sentence that may hold a secret, however short, is masked from
     its second occurrence on. See the module notes."""
+    clean_flags: list[Literal["pi_hit", "pi_c_hit"]] = Field(default_factory=lambda: ["pi_hit", "pi_c_hit"],
+                                                             min_length=1)
+    """With ``skip_clean``: the flags whose absence makes a record clean. The CRT recipe
+    with ``masked: public`` names ``pi_c_hit`` alone (pi_c then judges what pi left in
+    the clear, ``pi_c.scope: rest``): a masked record whose rest pi_c passes is public,
+    holds no secret but with the probability delta_2 already carries, and its repeats
+    stay too."""
     normalize: Literal["none", "whitespace", "whitespace_case"] = "none"
     """``none``: exact bytes; ``whitespace``: runs of whitespace count as one space and
     leading/trailing whitespace is ignored; ``whitespace_case``: also case-insensitive
@@ -139,15 +146,18 @@ def _string_array(col) -> pa.Array:
     return arr
 
 
-def _clean(batch: pa.Table) -> pa.Array:
-    """``skip_clean``: true where redact's policies both passed the record (``pi_hit`` and
-    ``pi_c_hit`` false); a null flag (no verdict) is not clean."""
-    missing = [f for f in ("pi_hit", "pi_c_hit") if f not in batch.column_names]
+def _clean(batch: pa.Table, flags=("pi_hit", "pi_c_hit")) -> pa.Array:
+    """``skip_clean``: true where redact's policies passed the record (every one of
+    ``flags`` false); a null flag (no verdict) is not clean."""
+    missing = [f for f in flags if f not in batch.column_names]
     if missing:
         raise SpecError(f"dedup: skip_clean needs the flag column(s) {missing} that a redact stage records; "
                         "put redact before dedup")
-    passed = [pc.fill_null(pc.invert(pc.cast(_array(batch[f]), pa.bool_())), False) for f in ("pi_hit", "pi_c_hit")]
-    return pc.and_(*passed)
+    passed = [pc.fill_null(pc.invert(pc.cast(_array(batch[f]), pa.bool_())), False) for f in flags]
+    out = passed[0]
+    for p in passed[1:]:
+        out = pc.and_(out, p)
+    return out
 
 
 def _digest_matrix(keys: pa.Array) -> np.ndarray:
@@ -191,7 +201,7 @@ class Dedup(GlobalStage):
         length = pc.binary_length(text) if self.settings.min_length <= 1 else pc.utf8_length(text)
         skip = pc.or_kleene(pc.less(length, max(1, self.settings.min_length)), pc.equal(text, MASK_TOKEN))
         if self.settings.skip_clean:
-            skip = pc.or_kleene(skip, _clean(batch))
+            skip = pc.or_kleene(skip, _clean(batch, tuple(self.settings.clean_flags)))
         skip = pc.fill_null(skip, True).to_numpy(zero_copy_only=False)
         # texts repeated inside the batch are hashed once (a hash table in Arrow's C++
         # finds them); one hashlib call per distinct text is the floor, about 0.6 us

@@ -92,7 +92,7 @@ class PiCSettings(PiCOptions):
     def _policy_word(cls, data):
         if isinstance(data, str):  # pi_c: strict | calibrated
             return {"policy": data}
-        if isinstance(data, dict) and "policy" not in data and set(data) - {"calibration", "domain"}:
+        if isinstance(data, dict) and "policy" not in data and set(data) - {"calibration", "domain", "scope"}:
             return {**data, "policy": "strict"}  # signal switches alone: the policy they always meant
         return data
 
@@ -103,7 +103,7 @@ class PiCSettings(PiCOptions):
         if self.policy == "calibrated" and self.domain is not None and self.calibration is None:
             from privatize.redaction.calibration import load_model
 
-            load_model(None).threshold_for(self.domain)  # the shipped model's domains: known here
+            load_model(None).threshold_for(self.domain, self.scope)  # the shipped model's domains: known here
         return self
 
 
@@ -308,11 +308,14 @@ class Redact(Stage):
                 continue
             out_text.append(new_text)
             spans_col.append(det.spans)
+            flagged, by = bool(det.pi_c_hit), det.pi_c_by  # by: None where nothing flagged the record
+            if missed[i] and self.settings.pi_c.scope == "rest" and not flagged:
+                flagged, by = True, "pi"  # a hit miss_share left in the clear is part of the rest pi_c judges
             pi_hit.append(bool(det.spans))
-            pi_c_hit.append(bool(det.pi_c_hit))
-            pi_c_by.append(det.pi_c_by)  # None where nothing flagged the record
-            if det.pi_c_by in by_counts:
-                by_counts[det.pi_c_by][i] = 1
+            pi_c_hit.append(flagged)
+            pi_c_by.append(by)
+            if by in by_counts:
+                by_counts[by][i] = 1
             reasons.append(None)
             chars[i] = len(text)
             style_counts[det.style][i] = 1

@@ -1,0 +1,172 @@
+"""pi_c judging only what pi leaves in the clear (``pi_c.scope: rest``), and the CRT recipe
+that routes masked sentences public on it (``crt_stages(masked="public")``), issue 50.
+
+The detector tests use a hand-made calibrated model (digit runs score 0.5, everything else
+about 0), so that what flags a record is known without the shipped model's weights."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyarrow as pa
+import pytest
+from pydantic import ValidationError
+
+from experiments.pic_fit import rest_routing, rest_secret_score
+from privatize.recipes import SPECS, crt_stages
+from privatize.redaction.calibration import PiCModel, calibrate, clopper_pearson_upper, load_model
+from privatize.stages.redact import Redact, RedactSettings
+
+EMAIL = "Write to jane.doe@example.com today."  # pi removes the address; no digit is left
+EMAIL_ROOM = "Write to jane.doe@example.com about room 12."  # a digit run outside pi's span
+ROOM = "Room 12 is free."  # no pi hit, a digit run
+PLAIN = "The weather is nice."
+
+
+@pytest.fixture
+def digits_model(tmp_path) -> str:
+    """Digit runs score sigmoid(0) = 0.5, any other candidate sigmoid(-50): thresholds 0.25."""
+    cal = {"target": 0.02, "confidence": 0.95, "misses": 0, "n_secret": 100, "bound": clopper_pearson_upper(0, 100),
+           "data": ["hand-made for tests"]}
+    meta = {"calibration": cal, "rest": {"threshold": 0.25, "calibration": cal},
+            "domains": {"toy": {"threshold": 0.25, "calibration": cal}}}  # no rest threshold for "toy"
+    path = tmp_path / "digits.json"
+    PiCModel({"digits": 50.0}, -50.0, 0.25, meta).save(path)
+    load_model.cache_clear()
+    return str(path)
+
+
+def _route(texts, model, scope, **settings):
+    st = Redact(RedactSettings(operator="mask", pi_c={"policy": "calibrated", "calibration": model, "scope": scope},
+                               **settings))
+    st.setup()
+    return st.process_batch(pa.table({"text": texts})).to_pylist()
+
+
+def test_rest_scope_does_not_count_what_pi_removed(digits_model):
+    texts = [EMAIL, EMAIL_ROOM, ROOM, PLAIN]
+    record = _route(texts, digits_model, "record")
+    rest = _route(texts, digits_model, "rest")
+    assert [o["pi_hit"] for o in rest] == [True, True, False, False]
+    assert [o["text"] for o in rest] == [o["text"] for o in record]  # pi itself is the same
+    # the paper's routing: a record pi removed something from is flagged, by pi
+    assert [(o["pi_c_hit"], o["pi_c_by"]) for o in record] == [(True, "pi"), (True, "pi"), (True, "digits"),
+                                                               (False, None)]
+    # the rest: only the digit run pi left in the clear flags its record
+    assert [(o["pi_c_hit"], o["pi_c_by"]) for o in rest] == [(False, None), (True, "digits"), (True, "digits"),
+                                                             (False, None)]
+
+
+def test_a_hit_miss_share_leaves_in_the_clear_flags_the_rest(digits_model):
+    texts = [f"Write to user{i}x@example.com today." for i in range(40)]  # the digits sit inside pi's span
+    out = _route(texts, digits_model, "rest", miss_share=0.5, miss_seed=3)
+    missed = [o["_stat.pi_missed"] > 0 for o in out]
+    assert 5 < sum(missed) < 35  # both cases occur
+    assert [(o["pi_c_hit"], o["pi_c_by"]) for o in out] == [(True, "pi") if m else (False, None) for m in missed]
+
+
+def test_rest_scope_needs_a_rest_calibration(digits_model):
+    st = Redact(RedactSettings(operator="mask", pi_c={"policy": "calibrated", "calibration": digits_model,
+                                                      "scope": "rest", "domain": "toy"}))
+    with pytest.raises(ValueError, match="pi_c.scope: rest needs a threshold calibrated on what pi leaves"):
+        st.setup()
+    with pytest.raises(ValidationError):
+        RedactSettings(pi_c={"scope": "sentence"})
+    assert RedactSettings(pi_c={"scope": "rest"}).pi_c.policy == "calibrated"  # a scope is no signal switch
+
+
+def test_strict_rest_drops_only_signals_inside_pi_spans():
+    st = Redact(RedactSettings(operator="mask", pi_c={"policy": "strict", "scope": "rest", "capitalized": False}))
+    st.setup()
+    out = st.process_batch(pa.table({"text": ["write to jane.doe@example.com today.",
+                                              "write to jane.doe@example.com about room 12."]})).to_pylist()
+    assert [o["pi_hit"] for o in out] == [True, True]
+    assert [(o["pi_c_hit"], o["pi_c_by"]) for o in out] == [(False, None), (True, "signal")]
+
+
+# ---- the calibration of the rest threshold ------------------------------------------------
+
+def _row(secret, pi_miss, cands):
+    """An evidence row of ``experiments.pic_fit``: candidates (feature, inside a pi span)."""
+    return {"secret": secret, "pi_miss": pi_miss, "cands": [("digits", [f], 0) for f, _ in cands],
+            "in_pi": [int(inside) for _, inside in cands]}
+
+
+def test_rest_calibration_by_hand():
+    m = PiCModel({"hi": 52.0, "mid": 50.0}, -50.0, 0.25)  # "hi": sigmoid(2) = 0.881, "mid": 0.5, else ~0
+    rows = [
+        _row(True, False, [("hi", True)]),    # pi removed every secret: never a miss (inf)
+        _row(True, True, [("hi", True)]),     # readable secret, its only candidate inside pi: no score (None)
+        _row(True, True, [("mid", False)]),   # readable, 0.5 outside pi
+        _row(True, True, [("hi", False), ("mid", True)]),  # readable, 0.881 outside (0.5 inside does not count)
+        _row(False, False, [("mid", False)]),  # secret-free, 0.5 outside: public below 0.5
+        _row(False, False, [("hi", True)]),    # secret-free, a candidate inside pi only: public at any threshold
+    ]
+    scores = [rest_secret_score(m, r) for r in rows if r["secret"]]
+    assert scores[0] == math.inf and scores[1] is None
+    assert scores[2] == pytest.approx(0.5) and scores[3] == pytest.approx(1 / (1 + math.exp(-2)))
+    # 4 secret sentences, 1 unavoidable miss: a target of 0.99 allows 3 misses (bound 1.0 > 0.99 at 4 of 4)
+    cal = calibrate(scores, target=0.99)
+    assert cal.misses == 3 and cal.threshold == 1.0  # every scored one may be missed: nothing flags
+    r = rest_routing(m, rows, 0.6)  # 0.5 public, 0.881 private
+    assert (r["secret"], r["secret_free"], r["public"], r["misses"]) == (4, 2, 5, 2)
+    assert r["efficiency"] == 1.0 and r["miss_upper95"] == pytest.approx(clopper_pearson_upper(2, 4))
+    r = rest_routing(m, rows, 0.4)  # both scored ones flag
+    assert (r["public"], r["misses"], r["efficiency"]) == (3, 1, 0.5)
+
+
+def test_the_shipped_model_has_rest_thresholds_with_their_bounds():
+    m = load_model()
+    blocks = {"default": m.meta["rest"], **{d: v["rest"] for d, v in m.meta["domains"].items()}}
+    for name, b in blocks.items():
+        c = b["calibration"]
+        assert c["bound"] == pytest.approx(clopper_pearson_upper(c["misses"], c["n_secret"])), name
+        assert "50-74 of 100" in " ".join(c["data"]), name  # the calibration part, apart from fitting
+    assert m.threshold_for(None, "rest") == min(v["rest"]["threshold"] for v in m.meta["domains"].values())
+    s = m.summary("clinical", "rest")
+    assert s["scope"] == "rest" and s["delta_2"] == m.meta["domains"]["clinical"]["rest"]["calibration"]["bound"]
+
+
+# ---- the recipe --------------------------------------------------------------------------
+
+def test_crt_stages_masked_public_changes_only_the_routing():
+    import yaml
+
+    on_disk = yaml.safe_load((SPECS / "crt.yaml").read_text())["stages"]
+    got = crt_stages(masked="public", operator="mask", pi_c="strict")
+    assert got[1] == {"kind": "redact", "operator": "mask", "pi_c": {"policy": "strict", "scope": "rest"}}
+    assert got[2] == {**on_disk[2], "clean_flags": ["pi_c_hit"]}
+    assert got[3] == {**on_disk[3], "flags": ["dedup_hit", "pi_c_hit"]}
+    assert got[0] == on_disk[0]
+    assert crt_stages(operator="mask") == crt_stages(masked="private", operator="mask")
+    with pytest.raises(ValueError, match="masked must be 'private' or 'public'"):
+        crt_stages(masked="sometimes")
+
+
+def test_masked_sentences_go_public_when_nothing_is_left(digits_model, tmp_path):
+    """The whole recipe in process: a masked sentence with a clean rest, and its repeats,
+    are public under ``masked: public``; the one with a digit left is private; under the
+    paper's routing every masked sentence is private."""
+    from privatize import run
+
+    import privatize.stages.redact  # noqa: F401 - registered before the spec is parsed
+
+    corpus = tmp_path / "c.jsonl"
+    docs = [f"{EMAIL} {EMAIL} {EMAIL_ROOM} {PLAIN}"]
+    corpus.write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(docs)))
+    got = {}
+    for masked in ("private", "public"):
+        pic = {"policy": "calibrated", "calibration": digits_model}
+        spec = {"stages": crt_stages(masked=masked, operator="mask", pi_c=pic), "output": {"num_shards": 1}}
+        m = run(spec, corpus, tmp_path / masked, runner="local")
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(next((tmp_path / masked / "shards").glob("*.parquet"))).to_pylist()
+        got[masked] = [(r["text"], r["private"]) for r in sorted(rows, key=lambda r: r["start"])]
+        assert m["split"]["pi_c"]["scope"] == ("rest" if masked == "public" else "record")
+    masked_text = "Write to <MASK> today."
+    assert got["private"] == [(masked_text, True), ("<MASK>", True), ("Write to <MASK> about room 12.", True),
+                              (PLAIN, False)]
+    assert got["public"] == [(masked_text, False), (masked_text, False), ("Write to <MASK> about room 12.", True),
+                             (PLAIN, False)]
