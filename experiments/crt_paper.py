@@ -143,13 +143,14 @@ def corpus(name: str, dialogues: int, d: Path) -> Path:
     return d
 
 
-def privatized(d: Path, gamma: float | None, digits: int) -> Path:
-    """``raw`` (gamma None: canaries only) or the CRT recipe at ``gamma``."""
+def privatized(d: Path, gamma: float | None, digits: int, masked: str = "private") -> Path:
+    """``raw`` (gamma None: canaries only) or the CRT recipe at ``gamma`` (``masked``: where
+    it routes masked sentences, :func:`privatize.recipes.crt_stages`)."""
     from privatize import run as run_pipeline
     from privatize.recipes import crt_split, crt_stages
     from privatize.spec import parse_spec
 
-    out = d / ("raw" if gamma is None else f"crt-g{gamma:g}")
+    out = d / ("raw" if gamma is None else f"crt{'m' if masked == 'public' else ''}-g{gamma:g}")
     if (out / "manifest.json").is_file():
         return out
     try:  # the stages register themselves on import; the specs must see them first
@@ -167,7 +168,7 @@ def privatized(d: Path, gamma: float | None, digits: int) -> Path:
         # dedup after redaction, of every sentence the policies flagged, however short: a
         # canary repeated 20 times counts once (the paper's Proposition 7), while repeats of
         # sentences both policies passed stay public (``dedup.skip_clean``)
-        stages = [canaries, *crt_stages(operator="mask", miss_share=gamma, miss_seed=0)]
+        stages = [canaries, *crt_stages(masked=masked, operator="mask", miss_share=gamma, miss_seed=0)]
     t = time.perf_counter()
     m = run_pipeline(parse_spec({"version": 1, "stages": stages, "output": {"num_shards": 4}}),
                      d / "train.jsonl", out)
@@ -300,11 +301,12 @@ def figures(ds: str, rows: list[dict], prefix: str = "crt_paper") -> list[Path]:
 
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.subplots()
-    for kind, marker in (("dp", "s"), ("crt", "o")):
+    for pre, marker, label in (("dp-", "s", "DP-SGD"), ("crt-", "o", "CRT (gamma 0.1)"),
+                               ("crtm-", "^", "CRT, masked sentences public (gamma 0.1)")):
         pts = sorted((r["confidentiality_epsilon"] or r["epsilon"], r["perplexity"]) for r in rows
-                     if r["kind"] == kind and (kind == "dp" or r["model"].endswith("g0.1")))
+                     if r["model"].startswith(pre) and (pre == "dp-" or r["model"].endswith("g0.1")))
         if pts:
-            ax.plot(*zip(*pts), marker=marker, label="DP-SGD" if kind == "dp" else "CRT (gamma 0.1)")
+            ax.plot(*zip(*pts), marker=marker, label=label)
     for name, ls in (("plain", "--"), ("redacted-g0.1", ":")):
         if name in by:
             ax.axhline(by[name]["perplexity"], ls=ls, color="grey", label=name)
@@ -335,18 +337,23 @@ def figures(ds: str, rows: list[dict], prefix: str = "crt_paper") -> list[Path]:
 MODELS = ["plain", *(f"redacted-g{g:g}" for g in GAMMAS), *(f"dp-e{e:g}" for e in EPSILONS),
           *(f"crt-e{e:g}-g{g:g}" for e, g in [(1.0, 0.1), (3.0, 0.0), (3.0, 0.1), (3.0, 0.3), (8.0, 0.1)])]
 """The fine-tunings, in the order a full run trains them (``--models`` picks and orders a subset)."""
+MASKED_PUBLIC = [f"crtm-e{e:g}-g0.1" for e in EPSILONS]
+"""CRT with masked sentences routed public when pi_c passes what pi left in the clear
+(``crt_stages(masked="public")``): asked for by name, not in a full run."""
 
 
-def model_spec(name: str) -> tuple[str, float | None, float | None]:
-    """(training kind, gamma of the recipe's shards or None for the raw text, target epsilon)."""
+def model_spec(name: str) -> tuple[str, float | None, float | None, str]:
+    """(training kind, gamma of the recipe's shards or None for the raw text, target epsilon,
+    where the recipe routes masked sentences: ``private`` as the paper does, or ``public``)."""
     if name == "plain":
-        return "continue", None, None
+        return "continue", None, None, "private"
     if name.startswith("redacted-g"):
-        return "continue", float(name[len("redacted-g"):]), None
+        return "continue", float(name[len("redacted-g"):]), None, "private"
     if name.startswith("dp-e"):
-        return "dp", None, float(name[len("dp-e"):])
-    eps, gamma = name[len("crt-e"):].split("-g")
-    return "crt", float(gamma), float(eps)
+        return "dp", None, float(name[len("dp-e"):]), "private"
+    masked = "public" if name.startswith("crtm-") else "private"
+    eps, gamma = name.split("-e", 1)[1].split("-g")
+    return "crt", float(gamma), float(eps), masked
 
 
 def prepare(ds: str, args) -> tuple[Path, Path, Path]:
@@ -363,8 +370,9 @@ def prepare(ds: str, args) -> tuple[Path, Path, Path]:
     public = public_corpus(work / "public-text", need_data())  # WikiText-2 and the stories, as before
     d = corpus(ds, args.dialogues, work / ds)
     print(f"== {ds}: {sum(1 for _ in open(d / 'train.jsonl'))} training dialogues", flush=True)
-    for g in sorted({model_spec(m)[1] for m in args.models}, key=lambda g: -1.0 if g is None else g):
-        privatized(d, g, args.digits)  # None: the raw text
+    for g, masked in sorted({(model_spec(m)[1], model_spec(m)[3]) for m in args.models},
+                            key=lambda gm: (-1.0 if gm[0] is None else gm[0], gm[1])):
+        privatized(d, g, args.digits, masked)  # None: the raw text
     heldout_sentences(d, ds, args.dialogues)
     return work, d, public
 
@@ -388,9 +396,9 @@ def run_dataset(ds: str, args, t0: float) -> list[dict]:
         if args.budget and time.time() - t0 > args.budget and not (d / "runs" / name / "summary.json").is_file():
             print(f"  skipped {name}: the training budget ({args.budget:.0f} s) is spent", flush=True)
             continue
-        kind, gamma, eps = model_spec(name)
+        kind, gamma, eps, masked = model_spec(name)
         try:
-            runs[name] = train(d, name, kind, privatized(d, gamma, args.digits), base, args, eps)
+            runs[name] = train(d, name, kind, privatized(d, gamma, args.digits, masked), base, args, eps)
         except Exception as exc:  # noqa: BLE001 - one failed fine-tuning is reported; the others still count
             print(f"  FAILED {name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", flush=True)
             args.failed.append(name)
@@ -432,9 +440,9 @@ def main() -> None:
     ap.add_argument("--name", default="crt_paper", help="the result's name (benchmarks/results/NAME.json, figures)")
     args = ap.parse_args()
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in args.models if m not in MODELS]
+    unknown = [m for m in args.models if m not in MODELS + MASKED_PUBLIC]
     if unknown:
-        ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(MODELS)})")
+        ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(MODELS + MASKED_PUBLIC)})")
     args.failed = []
     t0 = time.time()
     result = {"machine": machine(), "args": vars(args)}
