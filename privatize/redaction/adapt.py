@@ -920,36 +920,55 @@ def calibrate_pi_c(folder: str, dev: list[dict], detections, target: float = PI_
     from privatize.redaction.calibration import PiCModel, calibrate, clopper_pearson_upper, load_model
 
     shipped = load_model(None)
-    scores = []
+    scores, rest_scores = [], []
     for rec, det in zip(dev, detections):
         if not rec["spans"]:
             continue
+        removed = [(sp["start"], sp["end"]) for sp in det.spans]
         if det.spans:
             scores.append(math.inf)
         else:
             cands = [shipped.score(f) for _, _, _, f in det.evidence]
             scores.append(max(cands) if cands else None)
+        # pi_c.scope rest: a miss only where a gold span keeps a letter or digit outside pi's spans
+        if not any(any(c.isalnum() and not any(a <= k < b for a, b in removed)
+                       for k, c in enumerate(rec["text"][g[0]:g[1]], start=g[0]))
+                   for g in rec["spans"]):  # (start, end, type)
+            rest_scores.append(math.inf)
+        else:
+            cands = [shipped.score(f) for a, b, _, f in det.evidence
+                     if not any(x <= a and b <= y for x, y in removed)]
+            rest_scores.append(max(cands) if cands else None)
     if not scores:
         return {"calibrated": False, "why": "no held-out record holds a span"}
-    note = None
-    try:
-        cal = calibrate(scores, target=target)
-    except ValueError:  # too few secret records to show the target: allow no avoidable miss
-        unavoidable = sum(x is None for x in scores)
-        cal = calibrate(scores, target=clopper_pearson_upper(unavoidable, len(scores)) + 1e-9)
-        note = (f"{len(scores)} secret records cannot show the target {target}: no avoidable miss allowed, "
-                f"the bound is what the slice shows")
+
+    def _calibrated(sc):
+        try:
+            return calibrate(sc, target=target), None
+        except ValueError:  # too few secret records to show the target: allow no avoidable miss
+            unavoidable = sum(x is None for x in sc)
+            return (calibrate(sc, target=clopper_pearson_upper(unavoidable, len(sc)) + 1e-9),
+                    f"{len(sc)} secret records cannot show the target {target}: no avoidable miss allowed, "
+                    "the bound is what the slice shows")
+    cal, note = _calibrated(scores)
     block = {"threshold": cal.threshold, "misses": cal.misses, "n_secret": cal.n_secret, "bound": round(cal.bound, 4),
              "target": target if note is None else round(cal.target, 4), "confidence": cal.confidence,
              "data": [f"held-out records of the annotated sample ({len(dev)}; {len(scores)} hold spans)"],
              "unit": "record"}
-    meta = {**shipped.meta, "calibration": block, "domains": {}, "fit": shipped.meta.get("fit", {}),
+    rest, rest_note = _calibrated(rest_scores)
+    rest_block = {"threshold": rest.threshold, "calibration": {
+        "misses": rest.misses, "n_secret": rest.n_secret, "bound": round(rest.bound, 4),
+        "target": target if rest_note is None else round(rest.target, 4), "confidence": rest.confidence,
+        "data": block["data"], "unit": "record", "scope": "rest (what pi's spans leave in the clear)"}}
+    meta = {**shipped.meta, "calibration": block, "domains": {}, "rest": rest_block, "fit": shipped.meta.get("fit", {}),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "adapted_from": "the shipped pi_c model's weights, threshold recalibrated by train-ner --annotated"}
     PiCModel(weights=dict(shipped.weights), bias=shipped.bias, threshold=cal.threshold, meta=meta).save(
         Path(folder) / PI_C_FILE)
     return {"calibrated": True, "file": PI_C_FILE, "threshold": cal.threshold, "delta_2": round(cal.bound, 4),
-            "misses": cal.misses, "secret_records": cal.n_secret, "target": block["target"], "note": note}
+            "misses": cal.misses, "secret_records": cal.n_secret, "target": block["target"], "note": note,
+            "rest": {"threshold": rest.threshold, "delta_2": round(rest.bound, 4), "misses": rest.misses,
+                     "note": rest_note}}
 
 
 def choose_trusted(dev: list[dict], detect, candidates: list[str]) -> tuple[list[str], list[dict], list]:

@@ -200,6 +200,10 @@ def test_detector_folder_holds_its_evaluation(adapted, tmp_path, capsys):
     assert 0 <= pic["misses"] <= pic["secret_records"] <= ev["records"]
     det = Detector(str(out), pi_c=PiCOptions(policy="calibrated"))
     assert det.pic_threshold == pic["threshold"] and det.pic_model.path.startswith(str(out))
+    # and its own threshold for what pi leaves in the clear (pi_c.scope rest), not the shipped model's
+    rest = Detector(str(out), pi_c=PiCOptions(policy="calibrated", scope="rest"))
+    assert rest.pic_threshold == pic["rest"]["threshold"] and 0 < pic["rest"]["delta_2"] <= 1
+    assert rest.pic_model.meta["rest"]["calibration"]["data"] == det.pic_model.meta["calibration"]["data"]
     # the held-out slice is the records whose text hashes below the share: never trained on
     from privatize.redaction.adapt import held_out
 
