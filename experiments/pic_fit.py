@@ -21,6 +21,15 @@
 5. The model file records the weights, the threshold, the calibration figures per corpus
    and pooled (delta_2's bound is the pooled one), gamma (pi's miss rate on the same
    sentences) and the provenance; the ``report`` part's figures are printed, not used.
+
+``--rest`` (run after a fit: a fit rewrites the file without it) keeps ``--out``'s weights
+and adds what ``pi_c.scope: rest`` needs: the weights of the ``beside`` candidates (words
+beside a span pi removes, fitted apart on the same fit part) and, per corpus and by
+default, thresholds calibrated on the same calibration part, where a miss is a secret
+sentence that keeps a readable secret after pi's spans and has no candidate outside them
+at or above the threshold::
+
+    python -m experiments.pic_fit --rest [--target 0.02]
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ def evidence(corpus: str, data: Path, work: Path, *, split: str = "train", limit
              progress: bool = True) -> list[dict]:
     """Per sentence of ``corpus``: part, secret, pi hit, pi's miss and the candidates
     (kind, features, label), cached in ``work``."""
-    cache = work / f"{corpus}-{split}-{limit}-v2.pkl"  # v2: with in_pi
+    cache = work / f"{corpus}-{split}-{limit}-v3.pkl"  # v3: with in_pi and the beside candidates
     if cache.is_file():
         return pickle.loads(cache.read_bytes())
     from privatize.redaction.detect import Detector, PiCOptions
@@ -95,9 +104,8 @@ def sentence_score(model, row: dict) -> float | None:
     """``inf`` for a pi hit, the strongest candidate's score, ``None`` without candidates."""
     if row["pi_hit"]:
         return math.inf
-    if not row["cands"]:
-        return None
-    return max(model.score(f) for _, f, _ in row["cands"])
+    scores = [model.score(f) for k, f, _ in row["cands"] if k != "beside"]  # beside: the rest scope's own
+    return max(scores) if scores else None
 
 
 def rest_score(model, row: dict) -> float | None:
@@ -138,10 +146,23 @@ def rest_routing(model, rows: list[dict], threshold: float) -> dict:
 def calibrate_rest(args, rows: dict) -> None:
     """``--rest``: thresholds for ``pi_c.scope: rest`` added to the model file ``--out``
     (its weights kept), calibrated per corpus on the same ``calibration`` part."""
-    from privatize.redaction.calibration import calibrate, clopper_pearson_upper, load_model
+    from privatize.redaction.calibration import calibrate, clopper_pearson_upper, fit, load_model
 
     load_model.cache_clear()
     model = load_model(str(args.out))
+    # the beside candidates' weights, fitted apart on the fit part (each corpus weighted
+    # equally), their own intercept folded into the always-present feature "beside"
+    weights = {f: w for f, w in model.weights.items() if not f.startswith("beside")}
+    fit_rows = {c: [(f, y) for r in rs if r["part"] == "fit" for k, f, y in r["cands"] if k == "beside"]
+                for c, rs in rows.items()}
+    most = max(len(v) for v in fit_rows.values())
+    train = [x for v in fit_rows.values() for x in v * max(1, round(most / max(1, len(v))))]
+    for c, v in fit_rows.items():
+        print(f"fit beside {c}: {len(v)} candidates ({sum(y for _, y in v)} on secrets)")
+    bw, bb = fit(train, l2=args.l2, min_count=args.min_count)
+    weights.update(bw)
+    weights["beside"] = bw.get("beside", 0.0) + bb - model.bias
+    model = type(model)(weights, model.bias, model.threshold, model.meta, model.path)
     cal = {c: [r for r in rs if r["part"] == "calibration"] for c, rs in rows.items()}
     per = {}
     for c, rs in cal.items():
@@ -171,6 +192,10 @@ def calibrate_rest(args, rows: dict) -> None:
                                 "gamma_upper95": clopper_pearson_upper(g, len(gamma_rows)), "rule": rule}}
 
     meta = dict(model.meta)
+    meta["beside_fit"] = {"data": meta.get("fit", {}).get("data"), "l2": args.l2, "min_count": args.min_count,
+                          "candidates": {c: len(v) for c, v in fit_rows.items()}, "weights": len(bw),
+                          "rule": "the beside candidates' own logistic fit on the fit part; record scope never "
+                                  "scores them"}
     pooled = [r for rs in cal.values() for r in rs]
     meta["rest"] = block([f"{DATA_DESC[c]}: groups hashed to 50-74 of 100" for c in CORPORA],
                          rest_routing(model, pooled, threshold), [r for r in pooled if r["secret"]], threshold)
@@ -180,7 +205,7 @@ def calibrate_rest(args, rows: dict) -> None:
                                                  rest_routing(model, cal[c], per[c].threshold),
                                                  [r for r in cal[c] if r["secret"]], per[c].threshold)
     meta["domains"] = domains
-    type(model)(model.weights, model.bias, model.threshold, meta).save(args.out)
+    type(model)(weights, model.bias, model.threshold, meta).save(args.out)
     print(f"rest threshold {threshold:.4f}; pooled: {meta['rest']['calibration']}")
     for c, rs in rows.items():
         rep = [r for r in rs if r["part"] == "report"]
@@ -236,7 +261,8 @@ def main() -> None:
         calibrate_rest(args, rows)
         return
     # fit: candidates of the fit part, each corpus weighted equally (by repetition to the largest)
-    fit_rows = {c: [(f, y) for r in rs if r["part"] == "fit" for _, f, y in r["cands"]] for c, rs in rows.items()}
+    fit_rows = {c: [(f, y) for r in rs if r["part"] == "fit" for k, f, y in r["cands"] if k != "beside"]
+                for c, rs in rows.items()}
     most = max(len(v) for v in fit_rows.values())
     train = []
     for c, v in fit_rows.items():

@@ -558,7 +558,7 @@ class Detector:
             if want_evidence or (calibrated and (rest or full or not pi)):
                 found = iter_candidates(text, style=style.name, ner=ner[i], case_ner=case_ner.get(i, []),
                                         hits=hits + extra, weak=weak, upper_regions=upper_regions[i],
-                                        dropped=dropped)
+                                        dropped=dropped, removed=pi if (rest or want_evidence) else None)
                 if reserved:
                     found = (c for c in found if not any(a < c[1] and c[0] < b for a, b in reserved))
                 ev = found if (calibrated and not want_evidence) else list(found)
@@ -566,8 +566,8 @@ class Detector:
                 by, best, iv = ("pi" if pi and not rest else None), 0.0, ([] if rest else [(sp[0], sp[1]) for sp in pi])
                 top = None
                 for s, e, kind, feats in ev:
-                    if rest and _covered(s, e, pi):
-                        continue
+                    if (_covered(s, e, pi) if rest else kind == "beside"):
+                        continue  # rest: inside a removed span; record: beside candidates are rest's alone
                     sc = self.pic_model.score(feats)
                     if sc > best:
                         best, top = sc, kind

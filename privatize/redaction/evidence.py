@@ -10,7 +10,9 @@ score is its strongest candidate's. The model is fitted on labelled sentences an
 threshold chosen on other labelled sentences so that the share of secret-holding
 sentences it lets through is bounded with 95% confidence.
 
-Candidate kinds: ``ner`` (a spaCy entity, any label), ``ner_case`` (one found in a
+Candidate kinds (``beside`` only when pi's spans are given, for ``pi_c.scope: rest``; its
+features all start with ``beside`` and are fitted apart, so a record-scope score never
+meets them): ``ner`` (a spaCy entity, any label), ``ner_case`` (one found in a
 re-cased caseless region), ``rec`` (a pattern recognizer or style rule hit, before pi's
 filters, at any score), ``weak`` (a context-dependent pattern without its context word),
 ``digits`` (a digit run), ``cap`` (a capitalised word that is not a function word) and
@@ -32,8 +34,14 @@ from privatize.redaction.spans import _CAP_WORD, _DIGITS, _LETTER_WORD, _PRONOUN
 from privatize.redaction.styles.vocab import CLINICAL_ABBREVIATIONS, city_names, is_clinical_word, is_dictionary_word
 from privatize.redaction.words import stop_words
 
-KINDS = ("ner", "ner_case", "rec", "weak", "digits", "cap", "caseless")
+KINDS = ("ner", "ner_case", "rec", "weak", "digits", "cap", "caseless", "beside")
 """Candidate kinds, in the order the stage's ``pi_c_by`` statistics list them."""
+
+BESIDE_REACH = 3
+"""``beside`` candidates: the content words up to this many words before and after a span
+pi removes, within its clause (a secret pi removed only in part leaves its other words
+there: "<MASK> , east road")."""
+_CLAUSE_END = re.compile(r"[.!?;:()\[\]\n]")
 
 _TOKEN_AT = re.compile(r"\S+")
 _WORD = re.compile(r"[\p{L}][\p{L}'’]*|\d+")
@@ -226,8 +234,39 @@ def _digit_feats(text: str, s: int, e: int, style: str) -> list[str]:
     return out
 
 
+def iter_beside(text: str, removed: list, style: str):
+    """``beside`` candidates: each content word (not a function word) within
+    :data:`BESIDE_REACH` words of a span pi removes (``(start, end, type, ...)``), inside
+    the clause, not itself inside a removed span. Features: the span's type, the side and
+    distance, what lies between (a comma or only spaces), the word's case, frequency and
+    lexicon class, the style."""
+    stops = stop_words()
+    seen = set()
+    spans = sorted(removed, key=lambda sp: sp[0])
+    for s, e, etype, *_ in spans:
+        left_lo = max((m.end() for m in _CLAUSE_END.finditer(text, max(0, s - 200), s)), default=max(0, s - 200))
+        right = _CLAUSE_END.search(text, e, min(len(text), e + 200))
+        right_hi = right.start() if right else min(len(text), e + 200)
+        before = list(_WORD.finditer(text, left_lo, s))[::-1][:BESIDE_REACH]  # nearest first
+        after = list(_WORD.finditer(text, e, right_hi))[:BESIDE_REACH]
+        for side, words in (("l", before), ("r", after)):
+            for dist, m in enumerate(words, start=1):
+                a, b = m.span()
+                w = m.group(0)
+                if (a, b) in seen or w.lower() in stops or any(x <= a and b <= y for x, y, *_ in spans):
+                    continue
+                seen.add((a, b))
+                gap = text[b:s] if side == "l" else text[e:a]
+                f = ["beside", f"beside:{etype}", f"beside:{side}{dist}", f"beside:{etype}:{side}",
+                     f"beside:{style}", f"beside:sep={'comma' if ',' in gap else 'space'}",
+                     f"beside:case={'cap' if w[:1].isupper() else 'digit' if w[:1].isdigit() else 'low'}",
+                     f"beside:{_zipf_bucket(w)}", f"beside:voc={vocab_class(w)}", f"beside:w={_lex(w.lower())}"]
+                yield (a, b, "beside", f)
+
+
 def iter_candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], case_ner: list[tuple[int, int, str]],
-                    hits: list, weak: list, upper_regions: list[tuple[int, int]], dropped: dict | None = None):
+                    hits: list, weak: list, upper_regions: list[tuple[int, int]], dropped: dict | None = None,
+                    removed: list | None = None):
     """Every pi_c signal in ``text`` as ``(start, end, kind, features)``, lazily, the
     kinds in the order of :data:`KINDS` (so a caller that needs only the first candidate
     over a threshold builds no more features than it must).
@@ -240,7 +279,8 @@ def iter_candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], c
     <privatize.redaction.styles.base.DocumentStyle.drop>`), by ``(start, end, source)``
     (an NER entity's source is ``spacy`` or ``spacy_case``, a pattern's its recognizer):
     the style's knowledge that a hit is no identifier (a dose, a range, clinical words)
-    is a feature, not a verdict."""
+    is a feature, not a verdict; ``removed``: pi's spans, given under ``pi_c.scope: rest``
+    (and for fitting): then the ``beside`` candidates (:func:`iter_beside`) come last."""
     dropped = dropped or {}
     for kind, ents in (("ner", ner), ("ner_case", case_ner)):
         for s, e, label in ents:
@@ -306,6 +346,8 @@ def iter_candidates(text: str, *, style: str, ner: list[tuple[int, int, str]], c
             f += [f"caseless:voc={voc}", f"caseless:voc={voc}:{style}"]
             f += _context_feats(text, m.start(), m.end(), "caseless")
             yield ((m.start(), m.end(), "caseless", f))
+    if removed:
+        yield from iter_beside(text, removed, style)
 
 
 def candidates(text: str, **kw) -> list[tuple[int, int, str, list[str]]]:

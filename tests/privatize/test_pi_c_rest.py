@@ -124,6 +124,8 @@ def test_the_shipped_model_has_rest_thresholds_with_their_bounds():
         assert c["bound"] == pytest.approx(clopper_pearson_upper(c["misses"], c["n_secret"])), name
         assert "50-74 of 100" in " ".join(c["data"]), name  # the calibration part, apart from fitting
     assert m.threshold_for(None, "rest") == min(v["rest"]["threshold"] for v in m.meta["domains"].values())
+    # the beside candidates' own fit, recorded: its weights are the file's beside features
+    assert m.meta["beside_fit"]["weights"] == sum(f == "beside" or f.startswith("beside:") for f in m.weights) > 1
     s = m.summary("clinical", "rest")
     assert s["scope"] == "rest" and s["delta_2"] == m.meta["domains"]["clinical"]["rest"]["calibration"]["bound"]
 
@@ -170,3 +172,32 @@ def test_masked_sentences_go_public_when_nothing_is_left(digits_model, tmp_path)
                               (PLAIN, False)]
     assert got["public"] == [(masked_text, False), (masked_text, False), ("Write to <MASK> about room 12.", True),
                              (PLAIN, False)]
+
+
+def test_beside_candidates_are_the_content_words_next_to_a_removed_span():
+    from privatize.redaction.evidence import iter_beside
+
+    text = "Their address is the grafton centre , east road , cb11ps . Call us."
+    removed = [(21, 35, "LOCATION"), (50, 56, "UK_POSTCODE")]  # "grafton centre", "cb11ps"
+    got = {text[a:b]: f for a, b, kind, f in iter_beside(text, removed, "chat")}
+    # up to 3 words each side within the clause (stop at "."), function words skipped, each word once
+    assert list(got) == ["address", "east", "road"]
+    assert {"beside:LOCATION", "beside:r1", "beside:sep=comma", "beside:case=low"} <= set(got["east"])
+    assert {"beside:l3", "beside:sep=space"} <= set(got["address"])
+    assert all(f.startswith("beside") for fs in got.values() for f in fs)  # fitted apart from the record scope
+
+
+def test_the_record_scope_never_scores_beside_candidates(tmp_path):
+    """A model that flags every beside candidate changes the rest scope's verdict and not
+    the record scope's (whose pi hit already flags, and whose clean records have none)."""
+    cal = {"target": 0.02, "confidence": 0.95, "misses": 0, "n_secret": 100, "bound": clopper_pearson_upper(0, 100),
+           "data": ["hand-made for tests"]}
+    path = tmp_path / "beside.json"
+    PiCModel({"beside": 100.0}, -50.0, 0.25, {"calibration": cal, "rest": {"threshold": 0.25, "calibration": cal},
+                                              "domains": {}}).save(path)
+    load_model.cache_clear()
+    texts = ["Write to jane.doe@example.com about the garden party.", PLAIN]
+    rest = _route(texts, str(path), "rest")
+    assert [(o["pi_c_hit"], o["pi_c_by"]) for o in rest] == [(True, "beside"), (False, None)]
+    record = _route(texts, str(path), "record")
+    assert [(o["pi_c_hit"], o["pi_c_by"]) for o in record] == [(True, "pi"), (False, None)]
