@@ -287,8 +287,11 @@ def build_manifest(spec, tally: Tally, kinds: list[str], *, shards: list[dict], 
     elif split is not None and split.get("pi_c", {}).get("delta_2") is not None:
         pic = split["pi_c"]
         manifest["quality"] = {"gamma": pic["gamma"], "delta_2": pic["delta_2"],
-                               "source": f"calibrated pi_c ({pic['model']}, domain {pic['domain']}): one-sided 95% "
-                                         f"upper bound on secret sentences routed public, measured on "
+                               "source": f"calibrated pi_c ({pic['model']}, domain {pic['domain']}"
+                                         + (", scope rest: secret sentences that keep a readable secret after pi"
+                                            if pic.get("scope") == "rest" else "")
+                                         + "): one-sided 95% upper bound on secret sentences routed public, "
+                                           "measured on "
                                          f"{'; '.join(pic.get('calibration_data') or [])}; gamma: secret sentences "
                                          "pi leaves readable there (not this corpus: give quality in the spec "
                                          "where the data owner measured its own)"}

@@ -167,6 +167,9 @@ def test_masked_sentences_go_public_when_nothing_is_left(digits_model, tmp_path)
         rows = pq.read_table(next((tmp_path / masked / "shards").glob("*.parquet"))).to_pylist()
         got[masked] = [(r["text"], r["private"]) for r in sorted(rows, key=lambda r: r["start"])]
         assert m["split"]["pi_c"]["scope"] == ("rest" if masked == "public" else "record")
+        # delta_2 is the bound of the scope that routed: the rest calibration's under masked: public
+        assert m["quality"]["delta_2"] == m["split"]["pi_c"]["delta_2"]
+        assert ("scope rest" in m["quality"]["source"]) == (masked == "public")
     masked_text = "Write to <MASK> today."
     assert got["private"] == [(masked_text, True), ("<MASK>", True), ("Write to <MASK> about room 12.", True),
                               (PLAIN, False)]
