@@ -32,11 +32,16 @@ def crt_stages(masked: str = "private", **redact) -> list[dict]:
     routing, the recipe as shipped): always to the private split. ``public``: to the public
     split when pi_c, judging only what pi left in the clear (``pi_c.scope: rest``), flags
     nothing; dedup then keeps repeats of such sentences (``clean_flags``) and split_private
-    routes by ``dedup_hit`` and ``pi_c_hit`` alone. The model sees the same redacted text
-    either way; delta_2 becomes the measured share of secret sentences that keep a
-    readable secret and are left unflagged (the rest threshold's calibration)."""
+    routes by ``dedup_hit`` and ``pi_c_hit`` alone. With a value-free replacement (``mask``
+    or ``tag``; ``encrypt`` is refused) the model sees the same redacted text either way;
+    with the calibrated policy, delta_2 becomes the measured share of secret sentences that
+    keep a readable secret and are left unflagged (the rest threshold's calibration; the
+    strict policy has no such measurement)."""
     if masked not in ("private", "public"):
         raise ValueError(f"masked must be 'private' or 'public' (got {masked!r})")
+    if masked == "public" and redact.get("operator", "mask") == "encrypt":
+        raise ValueError("masked='public' needs operator mask or tag: an encrypted entity token carries its "
+                         "secret's value into the public split")
     stages = copy.deepcopy(packaged_spec("crt")["stages"])
     for i, s in enumerate(stages):
         if s["kind"] == "redact":

@@ -98,6 +98,11 @@ class PipelineSpec(BaseModel):
         d = self.model_dump(mode="json")
         if d.get("quality") is None:  # a spec without it keeps the form (and hash) it always had
             d.pop("quality", None)
+        for st in d.get("stages", []):  # so do specs that leave the rest scope's fields at their defaults
+            if isinstance(st.get("pi_c"), dict) and st["pi_c"].get("scope") == "record":
+                del st["pi_c"]["scope"]
+            if st.get("clean_flags") == ["pi_hit", "pi_c_hit"]:
+                del st["clean_flags"]
         return d
 
     def sha256(self) -> str:

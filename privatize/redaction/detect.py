@@ -181,8 +181,10 @@ class PiCOptions(BaseModel):
     with the calibrated model's threshold for that scope, chosen so that the share of
     secret sentences that keep a readable secret *and* are left unflagged is bounded
     (``experiments/pic_fit.py --rest``). CRT's ``split_private`` can then route a masked
-    record public (the recipe's ``masked: public``): what the model sees of it is the
-    redacted text either way."""
+    record public (the recipe's ``masked: public``): with a value-free replacement (the
+    redact stage refuses ``encrypt`` here) what the model sees of it is the redacted text
+    either way. The strict policy under ``rest`` drops the signals inside pi's spans but
+    has no calibration, so no delta_2."""
     domain: str | None = Field(None, min_length=1, max_length=64)
     """With ``calibrated``: the domain whose own calibration applies (the shipped model:
     ``clinical`` notes, ``booking`` dialogues, customer ``support`` chats); ``None``: the

@@ -60,7 +60,7 @@ from typing import Annotated, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from privatize.bloom import BloomFilter, bloom_bytes
 from privatize.errors import SpecError
@@ -106,6 +106,14 @@ class DedupSettings(StageSettings):
     its second occurrence on. See the module notes."""
     clean_flags: list[Literal["pi_hit", "pi_c_hit"]] = Field(default_factory=lambda: ["pi_hit", "pi_c_hit"],
                                                              min_length=1)
+
+    @field_validator("clean_flags")
+    @classmethod
+    def _pi_c_decides(cls, v):
+        if "pi_c_hit" not in v:  # a record pi_c flags must meet dedup: its repeats count once (Proposition 7)
+            raise ValueError("clean_flags must include pi_c_hit: a record the conservative policy flags is never "
+                             "clean")
+        return v
     """With ``skip_clean``: the flags whose absence makes a record clean. The CRT recipe
     with ``masked: public`` names ``pi_c_hit`` alone (pi_c then judges what pi left in
     the clear, ``pi_c.scope: rest``): a masked record whose rest pi_c passes is public,

@@ -65,7 +65,7 @@ class PiCSettings(PiCOptions):
     ``policy: calibrated`` (the default, issue 50): every signal below is a candidate,
     scored by a logistic model on its features (what found it, its shape, its neighbours,
     how common its words are, the document's style); a record is flagged when pi removed
-    something or a candidate scores at or above the model's threshold, chosen on labelled
+    something (``scope: record``, the default) or a candidate scores at or above the model's threshold, chosen on labelled
     sentences kept apart from fitting so that the share of secret sentences routed public
     is at most the model's target with 95% confidence (the bound is delta_2's estimate and
     goes into the manifest). ``calibration`` names another model file
@@ -170,6 +170,13 @@ class RedactSettings(StageSettings):
             raise ValueError("propagate 'corpus' is not supported: it needs a global stage so that every batch sees "
                              "the strings detected in all others; use 'document' (the default) or 'none'")
         return v
+
+    @model_validator(mode="after")
+    def _rest_needs_value_free_tokens(self) -> "RedactSettings":
+        if self.pi_c.scope == "rest" and self.operator == "encrypt":
+            raise ValueError("pi_c.scope: rest (masked records routed public) needs operator mask or tag: an "
+                             "encrypted entity token carries its secret's value into the public split")
+        return self
 
     @model_validator(mode="after")
     def _check_key(self) -> "RedactSettings":

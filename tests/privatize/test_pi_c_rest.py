@@ -29,7 +29,8 @@ def digits_model(tmp_path) -> str:
     """Digit runs score sigmoid(0) = 0.5, any other candidate sigmoid(-50): thresholds 0.25."""
     cal = {"target": 0.02, "confidence": 0.95, "misses": 0, "n_secret": 100, "bound": clopper_pearson_upper(0, 100),
            "data": ["hand-made for tests"]}
-    meta = {"calibration": cal, "rest": {"threshold": 0.25, "calibration": cal},
+    rest_cal = {**cal, "misses": 1, "bound": clopper_pearson_upper(1, 100)}  # told apart from the record's
+    meta = {"calibration": cal, "rest": {"threshold": 0.25, "calibration": rest_cal},
             "domains": {"toy": {"threshold": 0.25, "calibration": cal}}}  # no rest threshold for "toy"
     path = tmp_path / "digits.json"
     PiCModel({"digits": 50.0}, -50.0, 0.25, meta).save(path)
@@ -168,7 +169,8 @@ def test_masked_sentences_go_public_when_nothing_is_left(digits_model, tmp_path)
         got[masked] = [(r["text"], r["private"]) for r in sorted(rows, key=lambda r: r["start"])]
         assert m["split"]["pi_c"]["scope"] == ("rest" if masked == "public" else "record")
         # delta_2 is the bound of the scope that routed: the rest calibration's under masked: public
-        assert m["quality"]["delta_2"] == m["split"]["pi_c"]["delta_2"]
+        assert m["quality"]["delta_2"] == m["split"]["pi_c"]["delta_2"] == clopper_pearson_upper(
+            1 if masked == "public" else 0, 100)
         assert ("scope rest" in m["quality"]["source"]) == (masked == "public")
     masked_text = "Write to <MASK> today."
     assert got["private"] == [(masked_text, True), ("<MASK>", True), ("Write to <MASK> about room 12.", True),
@@ -191,16 +193,48 @@ def test_beside_candidates_are_the_content_words_next_to_a_removed_span():
 
 
 def test_the_record_scope_never_scores_beside_candidates(tmp_path):
-    """A model that flags every beside candidate changes the rest scope's verdict and not
-    the record scope's (whose pi hit already flags, and whose clean records have none)."""
+    """A model that scores beside candidates 1 and everything else 0: asked for its whole
+    evidence, the record scope builds beside candidates (for fitting) but scores none of
+    them, while the rest scope flags on them."""
+    from privatize.redaction.detect import Detector, PiCOptions
+
     cal = {"target": 0.02, "confidence": 0.95, "misses": 0, "n_secret": 100, "bound": clopper_pearson_upper(0, 100),
            "data": ["hand-made for tests"]}
     path = tmp_path / "beside.json"
     PiCModel({"beside": 100.0}, -50.0, 0.25, {"calibration": cal, "rest": {"threshold": 0.25, "calibration": cal},
                                               "domains": {}}).save(path)
     load_model.cache_clear()
-    texts = ["Write to jane.doe@example.com about the garden party.", PLAIN]
-    rest = _route(texts, str(path), "rest")
-    assert [(o["pi_c_hit"], o["pi_c_by"]) for o in rest] == [(True, "beside"), (False, None)]
-    record = _route(texts, str(path), "record")
-    assert [(o["pi_c_hit"], o["pi_c_by"]) for o in record] == [(True, "pi"), (False, None)]
+    text = "Write to jane.doe@example.com about the garden party."
+    record = Detector(pi_c=PiCOptions(policy="calibrated", calibration=str(path))).detect(
+        [text], want_intervals=True, want_evidence=True)[0]
+    assert any(kind == "beside" for *_, kind, _ in record.evidence)  # built, for fitting
+    assert record.pi_c_score < 0.25 and record.pi_c_by == "pi"  # none scored
+    assert record.pi_c_intervals == [(sp["start"], sp["end"]) for sp in record.spans]
+    rest = Detector(pi_c=PiCOptions(policy="calibrated", calibration=str(path), scope="rest")).detect(
+        [text], want_intervals=True)[0]
+    assert rest.pi_c_by == "beside" and rest.pi_c_score > 0.99
+    assert {text[a:b] for a, b in rest.pi_c_intervals} == {"Write", "garden"}  # within 3 words: "party" is 4th
+
+
+def test_rest_refuses_value_carrying_tokens_and_dedup_keeps_pi_c():
+    from privatize.stages.dedup import DedupSettings
+
+    with pytest.raises(ValidationError, match="needs operator mask or tag"):
+        RedactSettings(operator="encrypt", key="file:k.key", pi_c={"scope": "rest"})
+    with pytest.raises(ValueError, match="needs operator mask or tag"):
+        crt_stages(masked="public", operator="encrypt", key="file:k.key")
+    with pytest.raises(ValidationError, match="clean_flags must include pi_c_hit"):
+        DedupSettings(skip_clean=True, clean_flags=["pi_hit"])
+
+
+def test_a_spec_at_the_defaults_keeps_its_form_and_hash():
+    """The rest scope's fields left at their defaults do not enter the spec's dict (nor so
+    its hash): specs written before them hash as they did."""
+    import privatize.stages.redact  # noqa: F401
+    from privatize.spec import parse_spec
+
+    spec = parse_spec({"version": 1, "stages": crt_stages(operator="mask")})
+    d = spec.to_dict()
+    assert "scope" not in d["stages"][1]["pi_c"] and "clean_flags" not in d["stages"][2]
+    rest = parse_spec({"version": 1, "stages": crt_stages(masked="public", operator="mask")}).to_dict()
+    assert rest["stages"][1]["pi_c"]["scope"] == "rest" and rest["stages"][2]["clean_flags"] == ["pi_c_hit"]
