@@ -314,8 +314,12 @@ def split_summary(spec, stages: list[dict]) -> dict | None:
         pic = redacts[-1].pi_c
         if pic.policy == "calibrated":
             from privatize.redaction.calibration import load_model
+            from privatize.redaction.defaults import pi_c_model_file
+            from privatize.refs import model_folder
 
-            out["pi_c"] = load_model(pic.calibration).summary(pic.domain, pic.scope)
+            # the model the detector routed with: an adapted detector folder's own where it has one
+            folder = model_folder(redacts[-1].model, "redact.model")
+            out["pi_c"] = load_model(pi_c_model_file(folder, pic.calibration)).summary(pic.domain, pic.scope)
         else:
             out["pi_c"] = {"policy": "strict", "scope": pic.scope}
         redact_stats = stages[kinds.index("redact")]["stats"] if len(stages) > kinds.index("redact") else {}

@@ -34,6 +34,21 @@ def detector_file(model: str) -> dict | None:
     return d
 
 
+def pi_c_model_file(model: str, calibration: str | None) -> str | None:
+    """The calibrated pi_c model file a detector on the local folder (or model name)
+    ``model`` uses: ``calibration`` when given, else an adapted detector folder's own
+    (written by ``privatize train-ner --annotated``), else ``None`` (the shipped one). The
+    detector and the manifest both ask here, so the manifest reports the model that routed."""
+    from pathlib import Path
+
+    if calibration is not None:
+        return calibration
+    folder = detector_file(model) or {}
+    if (folder.get("pi_c") or {}).get("calibrated"):
+        return str(Path(model) / folder["pi_c"]["file"])
+    return None
+
+
 TITLE_WORDS = r"(?:dr|drs|doctor|mr|mrs|ms|miss|mx|prof|professor|sir|dame|rev|fr)"
 """Titles before a name: what an adapted detector's ``trim_titles`` cuts off its name spans,
 and what ``privatize train-ner`` looks for before and at the start of the sample's spans."""

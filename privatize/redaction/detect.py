@@ -70,7 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from privatize.ciphers.tokens import reserved_spans
 from privatize.redaction.compiled import (CompiledRecognizer, default_pattern_recognizers, has_context, line_parts,
                                           split_caseless)
-from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD, TITLE_AT, detector_file
+from privatize.redaction.defaults import DEFAULT_SCORE_THRESHOLD, TITLE_AT, detector_file, pi_c_model_file
 from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping
 from privatize.redaction.evidence import iter_candidates
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
@@ -265,10 +265,7 @@ class Detector:
         if self.pi_c.policy == "calibrated":
             from privatize.redaction.calibration import load_model
 
-            calibration = self.pi_c.calibration
-            if calibration is None and (folder.get("pi_c") or {}).get("calibrated"):
-                calibration = str(Path(model) / folder["pi_c"]["file"])  # the adapted folder's own
-            self.pic_model = load_model(calibration)
+            self.pic_model = load_model(pi_c_model_file(model, self.pi_c.calibration))  # or the adapted folder's own
             self.pic_threshold = self.pic_model.threshold_for(self.pi_c.domain, self.pi_c.scope)
         self.style = style
         self._pick_style = style_picker(style)

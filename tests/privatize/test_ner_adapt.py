@@ -228,6 +228,24 @@ def test_redact_stage_uses_the_folder(adapted):
     assert detector_for(RedactSettings(model=str(out), score_threshold=0.9)).score_threshold == 0.9
 
 
+def test_the_manifest_names_the_folders_own_pi_c(adapted):
+    """A CRT recipe redacting with an adapted folder routes with the folder's pi_c model;
+    the manifest's split names that model and its thresholds (record and rest scope), not
+    the shipped one's."""
+    from privatize.output import split_summary
+    from privatize.recipes import crt_stages
+    from privatize.spec import parse_spec
+
+    out, _, _ = adapted
+    pic = json.loads((out / "detector.json").read_text())["pi_c"]
+    stats = [{"stats": {}}] * 4
+    record = split_summary(parse_spec({"version": 1, "stages": crt_stages(operator="mask", model=str(out))}), stats)
+    assert record["pi_c"]["model"].startswith(str(out)) and record["pi_c"]["threshold"] == pic["threshold"]
+    rest = split_summary(parse_spec({"version": 1, "stages": crt_stages(masked="public", operator="mask",
+                                                                          model=str(out))}), stats)
+    assert rest["pi_c"]["threshold"] == pic["rest"]["threshold"] and rest["pi_c"]["delta_2"] == pic["rest"]["delta_2"]
+
+
 def test_records_of_one_group_are_held_out_together(tmp_path):
     """A ``group`` (a patient) decides the hold-out for all its records: the slice is whole
     groups, and the same groups whatever the texts; records without one go by their text."""
