@@ -258,7 +258,10 @@ def all_cpus_free(ray):
     if ray.available_resources().get("CPU", 0) < total:
         from ray._private.state import actors  # the GCS's table: this cluster runs no dashboard
 
-        alive = [f"{a['ActorClassName']} (pid {a['Pid']})" for a in actors().values() if a["State"] == "ALIVE"]
+        # every actor not dead: one still being created holds its CPUs too (a Ray Data pool's
+        # MapWorker left pending once held 0.75 CPU for 20 minutes, session 48)
+        alive = [f"{a['ActorClassName']} (pid {a['Pid']}, {a['State']})" for a in actors().values()
+                 if a["State"] != "DEAD"]
         pytest.fail(f"{ray.available_resources().get('CPU', 0):g} of {total:g} CPUs free after 60 s; "
                     f"alive actors: {', '.join(alive) or 'none'}")
     return ray
