@@ -57,8 +57,24 @@ def _overlaps(a: int, b: int, spans) -> bool:
     return any(s < b and a < e for s, e, *_ in spans)
 
 
-def _inside(a: int, b: int, spans) -> bool:
-    return any(s <= a and b <= e for s, e, *_ in spans)
+def balanced(fit_rows: dict[str, list]) -> tuple[list, dict[str, int]]:
+    """The fit part's rows of every corpus, each corpus weighted equally (repeated up to
+    the largest): the training rows and each corpus's repeat count."""
+    most = max(len(v) for v in fit_rows.values())
+    reps = {c: max(1, round(most / max(1, len(v)))) for c, v in fit_rows.items()}
+    return [x for c, v in fit_rows.items() for x in v * reps[c]], reps
+
+
+def calibrated(scores, target: float, corpus: str):
+    """:func:`calibrate_within`, saying where a corpus is too small for the target."""
+    from privatize.redaction.calibration import calibrate_within
+
+    cal, shown = calibrate_within(scores, target)
+    if not shown:
+        finite = sorted(s for s in scores if s is not None and s != math.inf)
+        print(f"  {corpus}: {len(scores)} secret sentences cannot show {target}; no avoidable miss allowed "
+              f"(lowest score {finite[0] if finite else None})")
+    return cal
 
 
 def evidence(corpus: str, data: Path, work: Path, *, split: str = "train", limit: int | None = None,
@@ -69,6 +85,7 @@ def evidence(corpus: str, data: Path, work: Path, *, split: str = "train", limit
     if cache.is_file():
         return pickle.loads(cache.read_bytes())
     from privatize.redaction.detect import Detector, PiCOptions
+    from privatize.redaction.spans import inside_any
     from privatize.redaction.styles import detect_style
 
     det = Detector(pi_c=PiCOptions(policy="strict"))
@@ -90,7 +107,7 @@ def evidence(corpus: str, data: Path, work: Path, *, split: str = "train", limit
                         "types": sorted({t for *_, t in s.secrets}), "chars": len(s.text),
                         "cands": [(kind, feats, int(_overlaps(a, b, s.secrets))) for a, b, kind, feats in d.evidence],
                         # per candidate: wholly inside a span pi removes (pi_c.scope rest does not score it)
-                        "in_pi": [int(_inside(a, b, removed)) for a, b, _, _ in d.evidence],
+                        "in_pi": [int(inside_any(a, b, removed)) for a, b, _, _ in d.evidence],
                         "strict": d.pi_c_hit})
         if progress:
             print(f"  {corpus}: {min(k + step, len(sents))}/{len(sents)} sentences "
@@ -146,7 +163,7 @@ def rest_routing(model, rows: list[dict], threshold: float) -> dict:
 def calibrate_rest(args, rows: dict) -> None:
     """``--rest``: thresholds for ``pi_c.scope: rest`` added to the model file ``--out``
     (its weights kept), calibrated per corpus on the same ``calibration`` part."""
-    from privatize.redaction.calibration import calibrate, clopper_pearson_upper, fit, load_model
+    from privatize.redaction.calibration import clopper_pearson_upper, fit, load_model
 
     load_model.cache_clear()
     model = load_model(str(args.out))
@@ -155,8 +172,7 @@ def calibrate_rest(args, rows: dict) -> None:
     weights = {f: w for f, w in model.weights.items() if not f.startswith("beside")}
     fit_rows = {c: [(f, y) for r in rs if r["part"] == "fit" for k, f, y in r["cands"] if k == "beside"]
                 for c, rs in rows.items()}
-    most = max(len(v) for v in fit_rows.values())
-    train = [x for v in fit_rows.values() for x in v * max(1, round(most / max(1, len(v))))]
+    train, _ = balanced(fit_rows)
     for c, v in fit_rows.items():
         print(f"fit beside {c}: {len(v)} candidates ({sum(y for _, y in v)} on secrets)")
     bw, bb = fit(train, l2=args.l2, min_count=args.min_count)
@@ -166,13 +182,7 @@ def calibrate_rest(args, rows: dict) -> None:
     cal = {c: [r for r in rs if r["part"] == "calibration"] for c, rs in rows.items()}
     per = {}
     for c, rs in cal.items():
-        scores = [rest_secret_score(model, r) for r in rs if r["secret"]]
-        try:
-            per[c] = calibrate(scores, target=args.target)
-        except ValueError:
-            per[c] = calibrate(scores, target=clopper_pearson_upper(sum(s is None for s in scores), len(scores))
-                               + 1e-9)
-            print(f"  {c}: {len(scores)} secret sentences cannot show {args.target}; no avoidable miss allowed")
+        per[c] = calibrated([rest_secret_score(model, r) for r in rs if r["secret"]], args.target, c)
         print(f"rest calibration {c}: threshold {per[c].threshold:.4f}, misses {per[c].misses}/{per[c].n_secret}, "
               f"bound {per[c].bound:.4f}")
     threshold = min(p.threshold for p in per.values())
@@ -253,7 +263,7 @@ def main() -> None:
     ap.add_argument("--rest", action="store_true",
                     help="keep --out's weights and add thresholds for pi_c.scope rest (what pi leaves in the clear)")
     args = ap.parse_args()
-    from privatize.redaction.calibration import PiCModel, calibrate, clopper_pearson_upper, fit
+    from privatize.redaction.calibration import PiCModel, clopper_pearson_upper, fit
 
     rows = {c: evidence(c, args.data, args.work, limit=CUSTOMERSIM_SAMPLE if c == "customersim" else None)
             for c in CORPORA}
@@ -263,12 +273,9 @@ def main() -> None:
     # fit: candidates of the fit part, each corpus weighted equally (by repetition to the largest)
     fit_rows = {c: [(f, y) for r in rs if r["part"] == "fit" for k, f, y in r["cands"] if k != "beside"]
                 for c, rs in rows.items()}
-    most = max(len(v) for v in fit_rows.values())
-    train = []
+    train, reps = balanced(fit_rows)
     for c, v in fit_rows.items():
-        reps = max(1, round(most / max(1, len(v))))
-        train += v * reps
-        print(f"fit {c}: {len(v)} candidates ({sum(y for _, y in v)} on secrets), weight x{reps}")
+        print(f"fit {c}: {len(v)} candidates ({sum(y for _, y in v)} on secrets), weight x{reps[c]}")
     t0 = time.perf_counter()
     weights, bias = fit(train, l2=args.l2, min_count=args.min_count)
     print(f"fitted {len(weights)} weights in {time.perf_counter() - t0:.1f} s")
@@ -277,15 +284,7 @@ def main() -> None:
     cal = {c: [r for r in rs if r["part"] == "calibration"] for c, rs in rows.items()}
     per = {}
     for c, rs in cal.items():
-        scores = [sentence_score(model, r) for r in rs if r["secret"]]
-        try:
-            per[c] = calibrate(scores, target=args.target)
-        except ValueError:
-            finite = sorted(s for s in scores if s is not None and s != math.inf)
-            per[c] = calibrate(scores, target=clopper_pearson_upper(sum(s is None for s in scores), len(scores))
-                               + 1e-9)  # too few sentences for the target: no avoidable miss
-            print(f"  {c}: {len(scores)} secret sentences cannot show {args.target}; no avoidable miss allowed "
-                  f"(lowest score {finite[0] if finite else None})")
+        per[c] = calibrated([sentence_score(model, r) for r in rs if r["secret"]], args.target, c)
         print(f"calibration {c}: threshold {per[c].threshold:.4f}, misses {per[c].misses}/{per[c].n_secret}, "
               f"bound {per[c].bound:.4f}")
     threshold = min(p.threshold for p in per.values())

@@ -917,7 +917,8 @@ def calibrate_pi_c(folder: str, dev: list[dict], detections, target: float = PI_
     writes ``pi_c.json`` into ``folder`` and returns its summary."""
     import math
 
-    from privatize.redaction.calibration import PiCModel, calibrate, clopper_pearson_upper, load_model
+    from privatize.redaction.calibration import PiCModel, calibrate_within, load_model
+    from privatize.redaction.spans import inside_any
 
     shipped = load_model(None)
     scores, rest_scores = [], []
@@ -936,20 +937,15 @@ def calibrate_pi_c(folder: str, dev: list[dict], detections, target: float = PI_
                    for g in rec["spans"]):  # (start, end, type)
             rest_scores.append(math.inf)
         else:
-            cands = [shipped.score(f) for a, b, _, f in det.evidence
-                     if not any(x <= a and b <= y for x, y in removed)]
+            cands = [shipped.score(f) for a, b, _, f in det.evidence if not inside_any(a, b, removed)]
             rest_scores.append(max(cands) if cands else None)
     if not scores:
         return {"calibrated": False, "why": "no held-out record holds a span"}
 
     def _calibrated(sc):
-        try:
-            return calibrate(sc, target=target), None
-        except ValueError:  # too few secret records to show the target: allow no avoidable miss
-            unavoidable = sum(x is None for x in sc)
-            return (calibrate(sc, target=clopper_pearson_upper(unavoidable, len(sc)) + 1e-9),
-                    f"{len(sc)} secret records cannot show the target {target}: no avoidable miss allowed, "
-                    "the bound is what the slice shows")
+        cal, shown = calibrate_within(sc, target)
+        return cal, None if shown else (f"{len(sc)} secret records cannot show the target {target}: no avoidable "
+                                        "miss allowed, the bound is what the slice shows")
     cal, note = _calibrated(scores)
     block = {"threshold": cal.threshold, "misses": cal.misses, "n_secret": cal.n_secret, "bound": round(cal.bound, 4),
              "target": target if note is None else round(cal.target, 4), "confidence": cal.confidence,

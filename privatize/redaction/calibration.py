@@ -92,6 +92,19 @@ def calibrate(secret_scores: Sequence[float | None], *, target: float, confidenc
                        bound=clopper_pearson_upper(misses, n, confidence), target=target, confidence=confidence)
 
 
+def calibrate_within(secret_scores: Sequence[float | None], target: float,
+                     confidence: float = 0.95) -> tuple[Calibration, bool]:
+    """:func:`calibrate` at ``target``, or, where the sentences are too few to show it, the
+    threshold that allows no avoidable miss (the bound is then what the data show).
+    Returns the calibration and whether the target was shown."""
+    try:
+        return calibrate(secret_scores, target=target, confidence=confidence), True
+    except ValueError:
+        unavoidable = sum(s is None for s in secret_scores)
+        return calibrate(secret_scores, target=clopper_pearson_upper(unavoidable, len(secret_scores), confidence)
+                         + 1e-9, confidence=confidence), False
+
+
 def fit(rows: Iterable[tuple[Sequence[str], int]], *, l2: float = 1.0, min_count: int = 3) -> tuple[dict, float]:
     """Weights and bias of a logistic regression on binary string features.
 

@@ -78,7 +78,7 @@ from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_wor
 from privatize.redaction.styles import AUTO, get_style, style_names, style_picker, trim_article
 from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, _NER_SOURCES, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
-                                       is_speaker_label, merge_intervals, merge_spans, recase)
+                                       inside_any, is_speaker_label, merge_intervals, merge_spans, recase)
 from privatize.redaction.terms import TermSet
 from privatize.redaction.words import stop_words
 from privatize.refs import model_folder
@@ -565,7 +565,7 @@ class Detector:
                 by, best, iv = ("pi" if pi and not rest else None), 0.0, ([] if rest else [(sp[0], sp[1]) for sp in pi])
                 top = None
                 for s, e, kind, feats in ev:
-                    if (_covered(s, e, pi) if rest else kind == "beside"):
+                    if (inside_any(s, e, pi) if rest else kind == "beside"):
                         continue  # rest: inside a removed span; record: beside candidates are rest's alone
                     sc = self.pic_model.score(feats)
                     if sc > best:
@@ -580,7 +580,7 @@ class Detector:
                 best = 0.0
                 iv, by = self._strict_intervals(text, i, pi, cands, raw, weak, ner, case_ner, upper_regions)
                 if rest:
-                    iv = [x for x in iv if not _covered(x[0], x[1], pi)]
+                    iv = [x for x in iv if not inside_any(x[0], x[1], pi)]
                     by = "signal" if iv else None
             if reserved and iv:
                 iv = [(x[0], x[1]) for x in _cut_reserved([(a, b, "", 0.0, "", False) for a, b in iv], reserved, text)]
@@ -598,11 +598,6 @@ class Detector:
             )
             results.append(det)
         return results
-
-
-def _covered(s: int, e: int, spans) -> bool:
-    """Whether [s, e) lies wholly inside one of ``spans`` (merged, non-overlapping)."""
-    return any(a <= s and e <= b for a, b, *_ in spans)
 
 
 def _trim_title(text: str, span: Span) -> Span:

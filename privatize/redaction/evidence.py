@@ -29,7 +29,7 @@ import functools
 import regex as re
 
 from privatize.redaction.filters import is_known_name, zipf
-from privatize.redaction.spans import _CAP_WORD, _DIGITS, _LETTER_WORD, _PRONOUN_I, _SENT_END, is_function_word, \
+from privatize.redaction.spans import _CAP_WORD, _DIGITS, _LETTER_WORD, _PRONOUN_I, _SENT_END, inside_any, is_function_word, \
     is_speaker_label
 from privatize.redaction.styles.vocab import CLINICAL_ABBREVIATIONS, city_names, is_clinical_word, is_dictionary_word
 from privatize.redaction.words import stop_words
@@ -253,7 +253,7 @@ def iter_beside(text: str, removed: list, style: str):
             for dist, m in enumerate(words, start=1):
                 a, b = m.span()
                 w = m.group(0)
-                if (a, b) in seen or w.lower() in stops or any(x <= a and b <= y for x, y, *_ in spans):
+                if (a, b) in seen or w.lower() in stops or inside_any(a, b, spans):
                     continue
                 seen.add((a, b))
                 gap = text[b:s] if side == "l" else text[e:a]

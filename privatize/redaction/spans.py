@@ -87,6 +87,11 @@ def merge_spans(spans: list[Span]) -> list[Span]:
     return out
 
 
+def inside_any(s: int, e: int, spans) -> bool:
+    """Whether ``[s, e)`` lies wholly inside one of ``spans`` (``(start, end, ...)``)."""
+    return any(a <= s and e <= b for a, b, *_ in spans)
+
+
 def merge_intervals(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
     if not iv:
         return []

@@ -107,6 +107,12 @@ class DedupSettings(StageSettings):
     clean_flags: list[Literal["pi_hit", "pi_c_hit"]] = Field(default_factory=lambda: ["pi_hit", "pi_c_hit"],
                                                              min_length=1)
 
+    """With ``skip_clean``: the flags whose absence makes a record clean. The CRT recipe
+    with ``masked: public`` names ``pi_c_hit`` alone (pi_c then judges what pi left in
+    the clear, ``pi_c.scope: rest``): a masked record whose rest pi_c passes is public,
+    holds no secret but with the probability delta_2 already carries, and its repeats
+    stay too."""
+
     @field_validator("clean_flags")
     @classmethod
     def _pi_c_decides(cls, v):
@@ -114,11 +120,6 @@ class DedupSettings(StageSettings):
             raise ValueError("clean_flags must include pi_c_hit: a record the conservative policy flags is never "
                              "clean")
         return v
-    """With ``skip_clean``: the flags whose absence makes a record clean. The CRT recipe
-    with ``masked: public`` names ``pi_c_hit`` alone (pi_c then judges what pi left in
-    the clear, ``pi_c.scope: rest``): a masked record whose rest pi_c passes is public,
-    holds no secret but with the probability delta_2 already carries, and its repeats
-    stay too."""
     normalize: Literal["none", "whitespace", "whitespace_case"] = "none"
     """``none``: exact bytes; ``whitespace``: runs of whitespace count as one space and
     leading/trailing whitespace is ignored; ``whitespace_case``: also case-insensitive
