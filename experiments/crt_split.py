@@ -42,7 +42,8 @@ import privatize.stages.redact  # noqa: F401,E402 - registers the stage before s
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from experiments.gold_sentences import CORPORA, left_readable, load, part_of, secrets_in  # noqa: E402
+from experiments.gold_sentences import CORPORA, load, part_of, secrets_in  # noqa: E402
+from privatize.redaction.spans import left_readable  # noqa: E402
 from privatize import run  # noqa: E402
 from privatize.recipes import crt_stages  # noqa: E402
 from privatize.redaction.calibration import clopper_pearson_upper, load_model  # noqa: E402

@@ -113,8 +113,3 @@ def secrets_in(doc: Doc, s: int, e: int) -> list[tuple[int, int, str]]:
     return inside
 
 
-def left_readable(text: str, secrets, removed) -> bool:
-    """Whether a secret (``(start, end, ...)`` in ``text``) keeps a letter or digit outside
-    every ``removed`` span ``(start, end)``: redaction missed it, at least in part."""
-    return any(any(c.isalnum() and not any(x <= k < y for x, y in removed) for k, c in enumerate(text[a:b], start=a))
-               for a, b, *_ in secrets)

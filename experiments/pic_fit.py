@@ -42,7 +42,8 @@ import time
 from datetime import date
 from pathlib import Path
 
-from experiments.gold_sentences import CORPORA, Sentence, left_readable, load, part_of, sentences
+from experiments.gold_sentences import CORPORA, Sentence, load, part_of, sentences
+from privatize.redaction.spans import left_readable
 
 ROOT = Path(__file__).resolve().parents[1]
 CUSTOMERSIM_SAMPLE = 1500
@@ -139,25 +140,31 @@ def rest_secret_score(model, row: dict) -> float | None:
     return math.inf if not row["pi_miss"] else rest_score(model, row)
 
 
-def rest_routing(model, rows: list[dict], threshold: float) -> dict:
-    """Split figures under ``scope: rest``: a sentence is public when no candidate pi left
-    in the clear reaches ``threshold``; a miss is a public sentence that keeps a readable
-    secret."""
+def split_figures(rows: list[dict], public, missed) -> dict:
+    """The split's figures over labelled ``rows``: ``public(r)`` says where a sentence goes,
+    ``missed(r)`` whether a secret sentence made public counts against delta_2."""
     from privatize.redaction.calibration import clopper_pearson_upper
-
-    def public(r):
-        sc = rest_score(model, r)
-        return sc is None or sc < threshold
 
     secret = [r for r in rows if r["secret"]]
     free = [r for r in rows if not r["secret"]]
     pub = sum(public(r) for r in rows)
-    misses = sum(public(r) and r["pi_miss"] for r in secret)
+    misses = sum(public(r) and missed(r) for r in secret)
     return {"sentences": len(rows), "secret": len(secret), "secret_free": len(free), "public": pub,
             "public_share": pub / len(rows) if rows else 0.0,
             "efficiency": sum(public(r) for r in free) / len(free) if free else 0.0, "misses": misses,
             "miss_rate": misses / len(secret) if secret else 0.0,
             "miss_upper95": clopper_pearson_upper(misses, len(secret)) if secret else None}
+
+
+def rest_routing(model, rows: list[dict], threshold: float) -> dict:
+    """Split figures under ``scope: rest``: a sentence is public when no candidate pi left
+    in the clear reaches ``threshold``; a miss is a public sentence that keeps a readable
+    secret."""
+    def public(r):
+        sc = rest_score(model, r)
+        return sc is None or sc < threshold
+
+    return split_figures(rows, public, lambda r: r["pi_miss"])
 
 
 def calibrate_rest(args, rows: dict) -> None:
@@ -230,26 +237,15 @@ def calibrate_rest(args, rows: dict) -> None:
 
 
 def routing(model, rows: list[dict], threshold: float | None = None) -> dict:
-    """Split figures of ``rows`` under ``model`` (its threshold unless given)."""
-    from privatize.redaction.calibration import clopper_pearson_upper
-
+    """Split figures of ``rows`` under ``model`` (its threshold unless given); every secret
+    sentence made public is a miss."""
     t = model.threshold if threshold is None else threshold
-    n = len(rows)
-    secret = [r for r in rows if r["secret"]]
-    free = [r for r in rows if not r["secret"]]
 
     def public(r):
         s = sentence_score(model, r)
         return s is None or s < t
 
-    pub = sum(public(r) for r in rows)
-    pub_free = sum(public(r) for r in free)
-    misses = sum(public(r) for r in secret)
-    return {"sentences": n, "secret": len(secret), "secret_free": len(free), "public": pub,
-            "public_share": pub / n if n else 0.0,
-            "efficiency": pub_free / len(free) if free else 0.0, "misses": misses,
-            "miss_rate": misses / len(secret) if secret else 0.0,
-            "miss_upper95": clopper_pearson_upper(misses, len(secret)) if secret else None}
+    return split_figures(rows, public, lambda r: True)
 
 
 def main() -> None:

@@ -918,7 +918,7 @@ def calibrate_pi_c(folder: str, dev: list[dict], detections, target: float = PI_
     import math
 
     from privatize.redaction.calibration import PiCModel, calibrate_within, load_model
-    from privatize.redaction.spans import inside_any
+    from privatize.redaction.spans import inside_any, left_readable
 
     shipped = load_model(None)
     scores, rest_scores = [], []
@@ -932,9 +932,7 @@ def calibrate_pi_c(folder: str, dev: list[dict], detections, target: float = PI_
             cands = [shipped.score(f) for _, _, _, f in det.evidence]
             scores.append(max(cands) if cands else None)
         # pi_c.scope rest: a miss only where a gold span keeps a letter or digit outside pi's spans
-        if not any(any(c.isalnum() and not any(a <= k < b for a, b in removed)
-                       for k, c in enumerate(rec["text"][g[0]:g[1]], start=g[0]))
-                   for g in rec["spans"]):  # (start, end, type)
+        if not left_readable(rec["text"], rec["spans"], removed):
             rest_scores.append(math.inf)
         else:
             cands = [shipped.score(f) for a, b, _, f in det.evidence if not inside_any(a, b, removed)]

@@ -92,6 +92,14 @@ def inside_any(s: int, e: int, spans) -> bool:
     return any(a <= s and e <= b for a, b, *_ in spans)
 
 
+def left_readable(text: str, secrets, removed) -> bool:
+    """Whether a secret (``(start, end, ...)`` in ``text``) keeps a letter or digit outside
+    every ``removed`` span ``(start, end)``: redaction missed it, at least in part (what
+    ``pi_c.scope: rest`` must still catch)."""
+    return any(any(c.isalnum() and not any(x <= k < y for x, y in removed) for k, c in enumerate(text[a:b], start=a))
+               for a, b, *_ in secrets)
+
+
 def merge_intervals(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
     if not iv:
         return []

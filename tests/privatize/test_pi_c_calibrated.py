@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
-from experiments.gold_sentences import PARTS, left_readable, load, part_of, sentences
+from experiments.gold_sentences import PARTS, load, part_of, sentences
+from privatize.redaction.spans import left_readable
 from privatize.redaction.calibration import (PiCModel, calibrate, clopper_pearson_upper, fit, load_model)
 from privatize.stages.redact import Redact, RedactSettings
 

@@ -238,3 +238,18 @@ def test_a_spec_at_the_defaults_keeps_its_form_and_hash():
     assert "scope" not in d["stages"][1]["pi_c"] and "clean_flags" not in d["stages"][2]
     rest = parse_spec({"version": 1, "stages": crt_stages(masked="public", operator="mask")}).to_dict()
     assert rest["stages"][1]["pi_c"]["scope"] == "rest" and rest["stages"][2]["clean_flags"] == ["pi_c_hit"]
+
+
+def test_left_readable_counts_a_letter_or_digit_outside_every_removed_span():
+    """What the rest scope must catch, by hand: a secret pi removed in part keeps the part
+    it left; punctuation and spaces left over are not readable."""
+    from privatize.redaction.spans import left_readable
+
+    text = "Call 555-0100 at 12 Lion Yard."
+    phone, street = (5, 13, "PHONE"), (17, 29, "ADDRESS")
+    assert not left_readable(text, [phone], [(5, 13)])
+    assert not left_readable(text, [phone], [(5, 8), (9, 13)])  # only the hyphen is left
+    assert left_readable(text, [phone], [(5, 12)])  # the last "0" is left
+    assert left_readable(text, [phone, street], [(5, 13), (17, 19)])  # "Lion Yard" is left
+    assert not left_readable(text, [phone, street], [(5, 13), (17, 29)])
+    assert not left_readable(text, [], [])
