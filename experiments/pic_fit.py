@@ -199,14 +199,16 @@ def calibrate_rest(args, rows: dict) -> None:
             "keep a readable secret after pi's spans and have no candidate outside them at or above the threshold "
             "is at most the target; the default threshold is the smallest of these, each domain's its own")
 
-    def block(data, f, gamma_rows, t):
+    def block(data, f, gamma_rows, t, per_corpus=None):
         g = sum(r["pi_miss"] for r in gamma_rows)
+        cal = {"data": data, "target": args.target, "confidence": 0.95, "misses": f["misses"],
+               "n_secret": f["secret"], "bound": f["miss_upper95"], "efficiency": f["efficiency"],
+               "public_share": f["public_share"], "gamma": g / len(gamma_rows),
+               "gamma_upper95": clopper_pearson_upper(g, len(gamma_rows)), "rule": rule}
+        if per_corpus:  # the default's figures on each corpus: its stated delta_2 is their largest bound
+            cal["per_corpus"] = per_corpus
         return {"threshold": t, "created": date.today().isoformat(), "commit": commit,
-                "command": f"python -m experiments.pic_fit --rest --target {args.target}",
-                "calibration": {"data": data, "target": args.target, "confidence": 0.95, "misses": f["misses"],
-                                "n_secret": f["secret"], "bound": f["miss_upper95"], "efficiency": f["efficiency"],
-                                "public_share": f["public_share"], "gamma": g / len(gamma_rows),
-                                "gamma_upper95": clopper_pearson_upper(g, len(gamma_rows)), "rule": rule}}
+                "command": f"python -m experiments.pic_fit --rest --target {args.target}", "calibration": cal}
 
     meta = dict(model.meta)
     meta["beside_fit"] = {"data": meta.get("fit", {}).get("data"), "l2": args.l2, "min_count": args.min_count,
@@ -215,7 +217,8 @@ def calibrate_rest(args, rows: dict) -> None:
                                   "scores them"}
     pooled = [r for rs in cal.values() for r in rs]
     meta["rest"] = block([f"{DATA_DESC[c]}: groups hashed to 50-74 of 100" for c in CORPORA],
-                         rest_routing(model, pooled, threshold), [r for r in pooled if r["secret"]], threshold)
+                         rest_routing(model, pooled, threshold), [r for r in pooled if r["secret"]], threshold,
+                         {c: rest_routing(model, rs, threshold) for c, rs in cal.items()})
     domains = {k: dict(v) for k, v in (meta.get("domains") or {}).items()}
     for c in CORPORA:
         domains[DOMAIN_NAMES[c]]["rest"] = block([f"{DATA_DESC[c]}: groups hashed to 50-74 of 100"],

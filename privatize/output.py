@@ -290,7 +290,9 @@ def build_manifest(spec, tally: Tally, kinds: list[str], *, shards: list[dict], 
                                "source": f"calibrated pi_c ({pic['model']}, domain {pic['domain']}"
                                          + (", scope rest: secret sentences that keep a readable secret after pi"
                                             if pic.get("scope") == "rest" else "")
-                                         + "): one-sided 95% upper bound on secret sentences routed public, "
+                                         + "): "
+                                         + ("the largest per-corpus " if pic.get("delta_2_pooled") is not None else "")
+                                         + "one-sided 95% upper bound on secret sentences routed public, "
                                            "measured on "
                                          f"{'; '.join(pic.get('calibration_data') or [])}; gamma: secret sentences "
                                          "pi leaves readable there (not this corpus: give quality in the spec "

@@ -197,9 +197,15 @@ class PiCModel:
         (the domain's own calibration where one is named)."""
         block = self._calibrated(domain, scope)
         cal = block.get("calibration") or {}
+        # A threshold calibrated on several corpora (the default, for text of unknown kind)
+        # states the largest of its per-corpus bounds: the pooled one holds for that mix of
+        # corpora only, and a tenant's text is one domain, not the mix.
+        per = [v["miss_upper95"] for k, v in (cal.get("per_corpus") or {}).items()
+               if k != "pooled" and v.get("miss_upper95") is not None]
         return {"policy": "calibrated", "scope": scope, "model": self.path, "domain": domain or "any",
                 "threshold": float(block["threshold"]),
-                "target": cal.get("target"), "confidence": cal.get("confidence"), "delta_2": cal.get("bound"),
+                "target": cal.get("target"), "confidence": cal.get("confidence"),
+                "delta_2": max(per) if per else cal.get("bound"), "delta_2_pooled": cal.get("bound") if per else None,
                 "calibration_misses": cal.get("misses"), "calibration_secret_sentences": cal.get("n_secret"),
                 "calibration_data": cal.get("data"), "gamma": cal.get("gamma"), "fitted_on": self.meta.get("fit", {}).get("data"),
                 "created": block.get("created") or self.meta.get("created")}

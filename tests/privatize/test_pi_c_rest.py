@@ -253,3 +253,23 @@ def test_left_readable_counts_a_letter_or_digit_outside_every_removed_span():
     assert left_readable(text, [phone, street], [(5, 13), (17, 19)])  # "Lion Yard" is left
     assert not left_readable(text, [phone, street], [(5, 13), (17, 29)])
     assert not left_readable(text, [], [])
+
+
+def test_a_threshold_calibrated_on_several_corpora_states_its_worst_corpus_bound(tmp_path):
+    """The default threshold is for text of unknown kind: its delta_2 is the largest of its
+    per-corpus bounds, not the pooled one (which holds for that mix of corpora only)."""
+    a, b = clopper_pearson_upper(0, 182), clopper_pearson_upper(3, 600)  # 1.63%, 1.29%
+    pooled = clopper_pearson_upper(3, 782)
+    per = {"a": {"miss_upper95": a}, "b": {"miss_upper95": b}}
+    cal = {"target": 0.02, "confidence": 0.95, "misses": 3, "n_secret": 782, "bound": pooled, "data": ["a", "b"]}
+    meta = {"calibration": {**cal, "per_corpus": per}, "rest": {"threshold": 0.3, "calibration": cal},
+            "domains": {"a": {"threshold": 0.2, "calibration": {**cal, "bound": a}}}}
+    PiCModel({"digits": 50.0}, -50.0, 0.25, meta).save(tmp_path / "m.json")
+    load_model.cache_clear()
+    m = load_model(str(tmp_path / "m.json"))
+    assert pooled < b < a
+    s = m.summary()
+    assert s["delta_2"] == a and s["delta_2_pooled"] == pooled
+    # without per-corpus figures (this rest block, a domain's own) the block's bound is stated
+    assert m.summary(None, "rest")["delta_2"] == pooled and m.summary(None, "rest")["delta_2_pooled"] is None
+    assert m.summary("a")["delta_2"] == a and m.summary("a")["delta_2_pooled"] is None
