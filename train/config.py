@@ -161,7 +161,7 @@ class DPConfig(_Strict):
     lr: Optional[float] = Field(None, gt=0, le=10)
     """DP-SGD's learning rate; default ``optim.lr``. The DP steps follow the same warmup
     and cosine, scaled by ``dp.lr / optim.lr``; for ``crt`` only the private phase's steps
-    are (the public ones keep ``optim.lr``; both phases share one optimizer's state)."""
+    are (the public ones keep ``optim.lr``; each phase has its own optimizer state)."""
     poisson: bool = True
     """Must be true: the accountants' epsilon holds for Poisson sampling only."""
     accountant: Literal["prv", "rdp"] = "prv"
