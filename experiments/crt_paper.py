@@ -150,7 +150,7 @@ def privatized(d: Path, gamma: float | None, digits: int, masked: str = "private
     from privatize.recipes import crt_split, crt_stages
     from privatize.spec import parse_spec
 
-    masked, _, domain = masked.partition("@")
+    masked, _, domain = masked.partition("@")  # "public@booking" (model_spec)
     out = d / ("raw" if gamma is None else
                f"crt{'m' if masked == 'public' else ''}{'-' + domain if domain else ''}-g{gamma:g}")
     if (out / "manifest.json").is_file():
@@ -343,23 +343,23 @@ MODELS = ["plain", *(f"redacted-g{g:g}" for g in GAMMAS), *(f"dp-e{e:g}" for e i
 MASKED_PUBLIC = [f"crtm-e{e:g}-g0.1" for e in EPSILONS]
 """CRT with masked sentences routed public when pi_c passes what pi left in the clear
 (``crt_stages(masked="public")``): asked for by name, not in a full run. A name may end in
-``@DOMAIN`` (``crtm-e3-g0.1@booking``): pi_c's threshold calibrated for that domain instead of
+``_DOMAIN`` (``crtm-e3-g0.1_booking``): pi_c's threshold calibrated for that domain instead of
 the default."""
 
 
 def model_spec(name: str) -> tuple[str, float | None, float | None, str]:
     """(training kind, gamma of the recipe's shards or None for the raw text, target epsilon,
     where the recipe routes masked sentences: ``private`` as the paper does, or ``public``,
-    with ``@DOMAIN`` when the name asks for a domain's pi_c threshold)."""
+    with ``@DOMAIN`` when the name ends in ``_DOMAIN``: that domain's pi_c threshold)."""
     if name == "plain":
         return "continue", None, None, "private"
     if name.startswith("redacted-g"):
         return "continue", float(name[len("redacted-g"):]), None, "private"
     if name.startswith("dp-e"):
         return "dp", None, float(name[len("dp-e"):]), "private"
-    name, _, domain = name.partition("@")
+    name, _, domain = name.partition("_")
     if domain and not name.startswith("crtm-"):
-        raise ValueError(f"{name}@{domain}: a pi_c domain applies to the masked-public models (crtm-) only")
+        raise ValueError(f"{name}_{domain}: a pi_c domain applies to the masked-public models (crtm-) only")
     masked = ("public" + (f"@{domain}" if domain else "")) if name.startswith("crtm-") else "private"
     eps, gamma = name.split("-e", 1)[1].split("-g")
     return "crt", float(gamma), float(eps), masked
@@ -443,13 +443,14 @@ def main() -> None:
                     help="only what needs Presidio (key, public text, corpus, privatizations, held-out sentences); "
                          "then train elsewhere with the same --work")
     ap.add_argument("--models", default=",".join(MODELS),
-                    help="the fine-tunings to run, in this order (default: all 12; also crtm-e<eps>-g0.1, optionally @DOMAIN)")
+                    help="the fine-tunings to run, in this order (default: all 12; also crtm-e<eps>-g0.1, "
+                         "optionally ending in _DOMAIN)")
     ap.add_argument("--budget", type=float, default=0,
                     help="seconds after which no further fine-tuning starts (0: none); the ones done are evaluated")
     ap.add_argument("--name", default="crt_paper", help="the result's name (benchmarks/results/NAME.json, figures)")
     args = ap.parse_args()
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in args.models if m not in MODELS and m.partition("@")[0] not in MASKED_PUBLIC]
+    unknown = [m for m in args.models if m not in MODELS and m.partition("_")[0] not in MASKED_PUBLIC]
     if unknown:
         ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(MODELS + MASKED_PUBLIC)})")
     args.failed = []
