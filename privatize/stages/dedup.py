@@ -60,7 +60,7 @@ from typing import Annotated, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from privatize.bloom import BloomFilter, bloom_bytes
 from privatize.errors import SpecError
@@ -106,7 +106,6 @@ class DedupSettings(StageSettings):
     its second occurrence on. See the module notes."""
     clean_flags: list[Literal["pi_hit", "pi_c_hit"]] = Field(default_factory=lambda: ["pi_hit", "pi_c_hit"],
                                                              min_length=1)
-
     """With ``skip_clean``: the flags whose absence makes a record clean. The CRT recipe
     with ``masked: public`` names ``pi_c_hit`` alone (pi_c then judges what pi left in
     the clear, ``pi_c.scope: rest``): a masked record whose rest pi_c passes is public,
@@ -120,6 +119,13 @@ class DedupSettings(StageSettings):
             raise ValueError("clean_flags must include pi_c_hit: a record the conservative policy flags is never "
                              "clean")
         return v
+
+    @model_validator(mode="after")
+    def _flags_need_skip_clean(self):
+        if "clean_flags" in self.model_fields_set and not self.skip_clean:
+            raise ValueError("clean_flags applies with skip_clean only (without it every record takes part)")
+        return self
+
     normalize: Literal["none", "whitespace", "whitespace_case"] = "none"
     """``none``: exact bytes; ``whitespace``: runs of whitespace count as one space and
     leading/trailing whitespace is ignored; ``whitespace_case``: also case-insensitive

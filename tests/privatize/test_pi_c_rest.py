@@ -225,6 +225,8 @@ def test_rest_refuses_value_carrying_tokens_and_dedup_keeps_pi_c():
         crt_stages(masked="public", operator="encrypt", key="file:k.key")
     with pytest.raises(ValidationError, match="clean_flags must include pi_c_hit"):
         DedupSettings(skip_clean=True, clean_flags=["pi_hit"])
+    with pytest.raises(ValidationError, match="clean_flags applies with skip_clean only"):
+        DedupSettings(clean_flags=["pi_c_hit"])  # silently ignored before
 
 
 def test_a_spec_at_the_defaults_keeps_its_form_and_hash():
