@@ -229,6 +229,8 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
             cfg["dp"]["batch_size"] = args.dp_batch_size
         if args.dp_lr:
             cfg["dp"]["lr"] = args.dp_lr
+        if args.dp_optimizer_state != "separate":  # left out at the default: the config's hash stays
+            cfg["dp"]["optimizer_state"] = args.dp_optimizer_state
     if kind == "crt":
         cfg["crt"] = CRT_INPUTS
     if getattr(args, "lora", 0):  # every linear layer of the Llama-style presets, alpha 2r
@@ -428,6 +430,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--dp-batch-size", type=int, default=None,
                     help="DP-SGD's expected batch (dp.batch_size; CRT: the private phase's), default --batch-size")
+    ap.add_argument("--dp-optimizer-state", choices=["separate", "shared"], default="separate",
+                    help="CRT: the DP steps' optimizer state apart from the public steps' (the default since "
+                         "session 49) or shared with it (before)")
     ap.add_argument("--dp-lr", type=float, default=None,
                     help="DP-SGD's learning rate (dp.lr; CRT: the private phase's), default --lr")
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank of every fine-tuning (0: full fine-tuning)")

@@ -14,8 +14,9 @@ tokens (BERT's 80/10/10 recipe, :func:`mlm_batch`) and the loss is over those po
 unshifted.
 
 DP-SGD's pieces (Opacus', or book-keeping clipping) are :mod:`train.dp.engine`. CRT's public
-steps use the same parameters with the grad sample hooks off and an optimizer of their own,
-so that the DP steps' noise never enters the public steps' moment estimates.
+steps use the same parameters with the grad sample hooks off and an optimizer of their own
+(``dp.optimizer_state``), so that the DP steps' noise never enters the public steps' moment
+estimates.
 """
 
 from __future__ import annotations
@@ -188,13 +189,12 @@ class _Run:
         scale = plan.dp.lr / o.lr if plan.dp is not None and plan.dp.lr is not None else 1.0
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, plan.total_steps,
                                                                            plan.phases, scale))
-        # CRT's public steps have an optimizer of their own on the same parameters. Sharing
-        # the DP steps' one, Adam's second moments filled with the DP noise (per coordinate
-        # far larger than a true gradient) and shrank every later public step: on MultiWOZ
-        # the public split trained so, with the DP steps' rate at 1e-9, scored 13.8
-        # perplexity where the redacted corpus trained plainly scores 7.2.
+        # CRT's public steps have an optimizer of their own on the same parameters unless
+        # ``dp.optimizer_state: shared``. Sharing the DP steps' one, Adam's second moments
+        # fill with the DP noise (per coordinate far larger than a true gradient) and shrink
+        # every later public step about 100-fold (see DPConfig.optimizer_state).
         self.public_opt = self.public_sched = None
-        if plan.dp is not None and any(not ph.dp for ph in plan.phases):
+        if plan.dp is not None and plan.dp.optimizer_state == "separate" and any(not ph.dp for ph in plan.phases):
             self.public_opt = optimizer(params, lr=o.lr, weight_decay=o.weight_decay)
             self.public_sched = torch.optim.lr_scheduler.LambdaLR(self.public_opt,
                                                                   lr_lambda(o.warmup_steps, plan.total_steps))

@@ -60,6 +60,8 @@ class DPPlan:
     reported is the unit's, by group privacy over the accountant's per-block figure."""
     lr: Optional[float] = None
     """DP-SGD's learning rate (None: the optimizer's ``lr``)."""
+    optimizer_state: str = "separate"
+    """CRT: ``separate`` (the public steps have an optimizer of their own) or ``shared``."""
     individual_blocks: Optional[int] = None
     """``dp.unit: individual``: the sample is of individuals (the blocks' owners), each
     contributing at most this many blocks a step, and each individual's gradient is clipped."""

@@ -124,6 +124,7 @@ def plan_run(p: "Prepared", tok, data: dict, progress: bool, extra_units: int = 
                          sample_rate=budget.sample_rate, delta=budget.delta, split=phases[i].split,
                          accountant=budget.accountant, grad_sample_mode=cfg.dp.grad_sample_mode,
                          poisson=cfg.dp.poisson, steps_cap=budget.steps, lr=cfg.dp.lr, group=budget.group,
+                         optimizer_state=cfg.dp.optimizer_state,
                          individual_blocks=cfg.dp.max_blocks_per_individual if cfg.dp.unit == "individual" else None)
         if progress and cfg.dp.unit == "individual":
             print(f"DP unit: individual ({budget.units} individuals; each step samples individuals and clips "

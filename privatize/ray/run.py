@@ -200,8 +200,7 @@ def run_ray(spec: PipelineSpec, files: list[InputFile], output_dir: Path, *, spe
         import ray.data
 
         ctx = ray.data.DataContext.get_current()
-        saved = (ctx.enable_progress_bars, ctx.shuffle_strategy, ctx.raise_original_map_exception,
-                 ctx.wait_for_min_actors_s)
+        saved = ctx.enable_progress_bars, ctx.shuffle_strategy, ctx.raise_original_map_exception
         ctx.enable_progress_bars = options.progress in (True, "bar")  # Ray Data's own bars
         # a stage's own error, not Ray Data's UserCodeException: that one is raised "from"
         # the error, and the cause is lost on its way to the driver when the stage runs in
@@ -210,12 +209,6 @@ def run_ray(spec: PipelineSpec, files: list[InputFile], output_dir: Path, *, spe
         # The sort-based shuffle runs plain tasks: Ray 2.60's default hash shuffle starts
         # aggregator actors for every group-by, seconds of fixed cost each
         ctx.shuffle_strategy = "sort_shuffle_pull_based"
-        # An actor pool is up before it is fed. Otherwise a small dataset can end while a
-        # pool actor is still being created; Ray Data then kills the pending actor, and in
-        # Ray 2.60 that kill can lose the race with the lease it was just granted
-        # ("KillActor ... Mismatched ActorID"): the lease's CPU stayed held until the
-        # driver exited. The wait outlasts the stall guard, whose error is the clearer one.
-        ctx.wait_for_min_actors_s = (options.stall_timeout_s or 86400.0) + 30.0
         with StallGuard(options.stall_timeout_s) as guard:
             try:
                 manifest = _execute(spec, files, writer, spec_dir, options, guard)
@@ -235,8 +228,7 @@ def run_ray(spec: PipelineSpec, files: list[InputFile], output_dir: Path, *, spe
         raise
     finally:
         if ctx is not None and saved is not None:
-            (ctx.enable_progress_bars, ctx.shuffle_strategy, ctx.raise_original_map_exception,
-             ctx.wait_for_min_actors_s) = saved
+            ctx.enable_progress_bars, ctx.shuffle_strategy, ctx.raise_original_map_exception = saved
         if connected:
             ray.shutdown()
     return manifest

@@ -389,7 +389,8 @@ def test_crt_with_dp_lora_from_a_public_base(train_ray, cipher_base, crt_shards,
     ciphertext, no entity tokens), then CRT with LoRA adapters on privatized shards. The base's tokenizer gains the data's
     entity tokens, only the adapters train (book-keeping DP-SGD), the saved model is the
     merged checkpoint and loads as a plain causal LM, the adapter sits beside it, and the
-    summary names the base and what it was trained on."""
+    summary names the base and what it was trained on. The phases share one optimizer
+    state here (``dp.optimizer_state: shared``)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -402,7 +403,8 @@ def test_crt_with_dp_lora_from_a_public_base(train_ray, cipher_base, crt_shards,
     s = run_training(parse_config(_cfg(
         kind="crt", data={"path": str(crt_shards), "packing": "local"},  # blocks packed in the driver
         model={"preset": None, "checkpoint": str(base_dir), "lora": lora},
-        optim={"lr": 0.01}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0, "grad_sample_mode": "bk"},
+        optim={"lr": 0.01}, dp={"noise_multiplier": 1.0, "max_grad_norm": 1.0, "grad_sample_mode": "bk",
+                                "optimizer_state": "shared"},
         crt={"gamma": 0.05, "delta_2": 0.01, "source": "a test's own figures"}, output=str(tmp_path / "crt"))),
         progress=False)
     run = tmp_path / "crt"
@@ -424,3 +426,7 @@ def test_crt_with_dp_lora_from_a_public_base(train_ray, cipher_base, crt_shards,
     assert s["base"]["kind"] == "pretrain" and s["base"]["trained_on"] == CIPHER_BASE
     assert json.loads((run / "model" / "training.json").read_text())["base"]["trained_on"] == CIPHER_BASE
     assert 0 < s["epsilon"] < 50 and s["dp_steps"] > 0
+    # dp.optimizer_state shared: every step, public or private, stepped the one optimizer
+    state = torch.load(next((run / "checkpoints").rglob("state.pt")), weights_only=False)
+    assert state["public_optimizer"] is None
+    assert {int(v["step"]) for v in state["optimizer"]["state"].values()} == {s["steps"]}
