@@ -216,6 +216,9 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
 
     out = d / "runs" / name
     if (out / "summary.json").is_file():
+        if kind == "crt" and _optimizer_state(out) != args.dp_optimizer_state:
+            raise SystemExit(f"{out} was trained with the {_optimizer_state(out)} optimizer state, not "
+                             f"--dp-optimizer-state {args.dp_optimizer_state}: use another --work, or move it away")
         return out
     cfg = {"version": 1, "kind": kind, "data": {"path": str(data), "seq_len": 64},
            "model": {"preset": None, "checkpoint": str(base / "model")},
@@ -229,7 +232,7 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
             cfg["dp"]["batch_size"] = args.dp_batch_size
         if args.dp_lr:
             cfg["dp"]["lr"] = args.dp_lr
-        if args.dp_optimizer_state != "separate":  # left out at the default: the config's hash stays
+        if args.dp_optimizer_state != "separate":  # left out at the default, as the configs before it
             cfg["dp"]["optimizer_state"] = args.dp_optimizer_state
     if kind == "crt":
         cfg["crt"] = CRT_INPUTS
@@ -242,6 +245,15 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
           + (f", epsilon {s['epsilon']:.2f}" if s.get("epsilon") is not None else "")
           + f" in {time.perf_counter() - t:.0f} s", flush=True)
     return out
+
+
+def _optimizer_state(run: Path) -> str:
+    """How a finished CRT run's phases kept their optimizer state, from its last checkpoint
+    (runs from before session 49 have no public optimizer: they shared one)."""
+    import torch
+
+    state = torch.load(max(run.glob("checkpoints/**/state.pt")), weights_only=False, map_location="cpu")
+    return "shared" if state.get("public_optimizer") is None else "separate"
 
 
 def evaluate(d: Path, name: str, runs: dict[str, Path], ds: str, digits: int, device: str = "cpu") -> dict:

@@ -122,7 +122,7 @@ class DedupSettings(StageSettings):
 
     @model_validator(mode="after")
     def _flags_need_skip_clean(self):
-        if "clean_flags" in self.model_fields_set and not self.skip_clean:
+        if not self.skip_clean and set(self.clean_flags) != {"pi_hit", "pi_c_hit"}:
             raise ValueError("clean_flags applies with skip_clean only (without it every record takes part)")
         return self
 

@@ -227,6 +227,7 @@ def test_rest_refuses_value_carrying_tokens_and_dedup_keeps_pi_c():
         DedupSettings(skip_clean=True, clean_flags=["pi_hit"])
     with pytest.raises(ValidationError, match="clean_flags applies with skip_clean only"):
         DedupSettings(clean_flags=["pi_c_hit"])  # silently ignored before
+    DedupSettings(clean_flags=["pi_c_hit", "pi_hit"])  # the default, as specs written since session 48 hold it
 
 
 def test_a_spec_at_the_defaults_keeps_its_form_and_hash():
