@@ -80,6 +80,10 @@ DROP_DUPLICATE = "duplicate"
 _WS_RUN = r"[\s\x0b\x{85}\p{Zs}\x{2028}\x{2029}]+"
 
 
+CLEAN_FLAGS = ("pi_hit", "pi_c_hit")
+"""redact's flags that, all false, make a record clean for ``skip_clean`` (the default)."""
+
+
 class DedupSettings(StageSettings):
     kind: Literal["dedup"] = "dedup"
     order_rules = (
@@ -104,8 +108,7 @@ class DedupSettings(StageSettings):
     ``pi_c_hit`` both false) take no part: repeats of a clean sentence stay in the clear
     and public, while every sentence that may hold a secret, however short, is masked from
     its second occurrence on. See the module notes."""
-    clean_flags: list[Literal["pi_hit", "pi_c_hit"]] = Field(default_factory=lambda: ["pi_hit", "pi_c_hit"],
-                                                             min_length=1)
+    clean_flags: list[Literal["pi_hit", "pi_c_hit"]] = Field(default_factory=lambda: list(CLEAN_FLAGS), min_length=1)
     """With ``skip_clean``: the flags whose absence makes a record clean. The CRT recipe
     with ``masked: public`` names ``pi_c_hit`` alone (pi_c then judges what pi left in
     the clear, ``pi_c.scope: rest``): a masked record whose rest pi_c passes is public,
@@ -122,7 +125,7 @@ class DedupSettings(StageSettings):
 
     @model_validator(mode="after")
     def _flags_need_skip_clean(self):
-        if not self.skip_clean and set(self.clean_flags) != {"pi_hit", "pi_c_hit"}:
+        if not self.skip_clean and set(self.clean_flags) != set(CLEAN_FLAGS):
             raise ValueError("clean_flags applies with skip_clean only (without it every record takes part)")
         return self
 
