@@ -235,7 +235,7 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
         if args.dp_optimizer_state != "separate":  # left out at the default, as the configs before it
             cfg["dp"]["optimizer_state"] = args.dp_optimizer_state
     if kind == "crt":
-        cfg["crt"] = CRT_INPUTS
+        cfg["crt"] = crt_inputs(data)
     if getattr(args, "lora", 0):  # every linear layer of the Llama-style presets, alpha 2r
         cfg["model"]["lora"] = {"r": args.lora, "alpha": 2 * args.lora, "target_modules": [
             "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
@@ -245,6 +245,21 @@ def train(d: Path, name: str, kind: str, data: Path, base: Path, args, eps: floa
           + (f", epsilon {s['epsilon']:.2f}" if s.get("epsilon") is not None else "")
           + f" in {time.perf_counter() - t:.0f} s", flush=True)
     return out
+
+
+def crt_inputs(data: Path) -> dict | None:
+    """The CRT report's gamma and delta_2 for a model trained on ``data``: none typed (the
+    training reads its privatization manifest's ``quality``) where the calibrated pi_c
+    stated them, its gamma counting the recipe's ``miss_share``; otherwise, under the
+    paper's routing, CustomerSim's measured figures claimed, gamma widened by the
+    ``miss_share`` the recipe left in the clear."""
+    m = json.loads((data / "manifest.json").read_text())
+    if (m.get("quality") or {}).get("delta_2") is not None:
+        return None
+    missed = max((s.get("miss_share", 0.0) for s in m["spec"]["stages"] if s.get("kind") == "redact"), default=0.0)
+    gamma = 1 - (1 - CRT_INPUTS["gamma"]) * (1 - missed) if missed else CRT_INPUTS["gamma"]
+    return {**CRT_INPUTS, "gamma": round(gamma, 6),
+            "source": CRT_INPUTS["source"] + (f"; gamma with the recipe's miss_share {missed:g}" if missed else "")}
 
 
 def _optimizer_state(run: Path) -> str:

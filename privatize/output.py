@@ -286,7 +286,13 @@ def build_manifest(spec, tally: Tally, kinds: list[str], *, shards: list[dict], 
         manifest["quality"] = spec.quality.model_dump(mode="json")
     elif split is not None and split.get("pi_c", {}).get("delta_2") is not None:
         pic = split["pi_c"]
-        manifest["quality"] = {"gamma": pic["gamma"], "delta_2": pic["delta_2"],
+        # a redact stage's miss_share leaves that share of pi's hits readable besides what pi
+        # misses by itself: gamma covers both (1 - (1 - gamma)(1 - miss_share))
+        missed = max((getattr(s, "miss_share", 0.0) for s in spec.stages if getattr(s, "kind", None) == "redact"),
+                     default=0.0)
+        manifest["quality"] = {"gamma": (1 - (1 - pic["gamma"]) * (1 - missed)
+                                         if missed and pic["gamma"] is not None else pic["gamma"]),
+                               "delta_2": pic["delta_2"],
                                "source": f"calibrated pi_c ({pic['model']}, domain {pic['domain']}"
                                          + (", scope rest: secret sentences that keep a readable secret after pi"
                                             if pic.get("scope") == "rest" else "")
@@ -294,8 +300,13 @@ def build_manifest(spec, tally: Tally, kinds: list[str], *, shards: list[dict], 
                                          + ("the largest per-corpus " if pic.get("delta_2_pooled") is not None else "")
                                          + "one-sided 95% upper bound on secret sentences routed public, "
                                            "measured on "
-                                         f"{'; '.join(pic.get('calibration_data') or [])}; gamma: secret sentences "
-                                         "pi leaves readable there (not this corpus: give quality in the spec "
+                                         f"{'; '.join(pic.get('calibration_data') or [])}; gamma: "
+                                         + ("the largest per-corpus share of " if pic.get("gamma_pooled") is not None
+                                            else "")
+                                         + "secret sentences pi leaves readable there"
+                                         + (f", with the redact stage's miss_share {missed:g} of pi's hits left "
+                                            "in the clear" if missed else "")
+                                         + " (not this corpus: give quality in the spec "
                                          "where the data owner measured its own)"}
     return manifest
 

@@ -186,6 +186,12 @@ class PiCModel:
                              "(python -m experiments.pic_fit --rest adds one)")
         return block
 
+    def _block_or_none(self, domain: str, scope: str) -> dict | None:
+        try:
+            return self._calibrated(domain, scope)
+        except ValueError:  # a domain without a threshold for this scope
+            return None
+
     def threshold_for(self, domain: str | None, scope: str = "record") -> float:
         """The threshold of ``domain`` (``None``: the default) for ``scope``: ``record``
         (every candidate of a record, pi's hits always flagging) or ``rest`` (the candidates
@@ -202,12 +208,18 @@ class PiCModel:
         # corpora only, and a tenant's text is one domain, not the mix.
         per = [v["miss_upper95"] for k, v in (cal.get("per_corpus") or {}).items()
                if k != "pooled" and v.get("miss_upper95") is not None]
+        # gamma likewise: the default's is the largest of the domains' own (measured on the
+        # same calibration parts, one corpus each), the pooled one beside it
+        gammas = [g for d in (self.domains() if domain is None and per else ())
+                  if (g := ((self._block_or_none(d, scope) or {}).get("calibration") or {}).get("gamma")) is not None]
         return {"policy": "calibrated", "scope": scope, "model": self.path, "domain": domain or "any",
                 "threshold": float(block["threshold"]),
                 "target": cal.get("target"), "confidence": cal.get("confidence"),
                 "delta_2": max(per) if per else cal.get("bound"), "delta_2_pooled": cal.get("bound") if per else None,
                 "calibration_misses": cal.get("misses"), "calibration_secret_sentences": cal.get("n_secret"),
-                "calibration_data": cal.get("data"), "gamma": cal.get("gamma"), "fitted_on": self.meta.get("fit", {}).get("data"),
+                "calibration_data": cal.get("data"),
+                "gamma": max(gammas) if gammas else cal.get("gamma"), "gamma_pooled": cal.get("gamma") if gammas else None,
+                "fitted_on": self.meta.get("fit", {}).get("data"),
                 "created": block.get("created") or self.meta.get("created")}
 
     def to_json(self) -> str:

@@ -28,7 +28,7 @@ PLAIN = "The weather is nice."
 def digits_model(tmp_path) -> str:
     """Digit runs score sigmoid(0) = 0.5, any other candidate sigmoid(-50): thresholds 0.25."""
     cal = {"target": 0.02, "confidence": 0.95, "misses": 0, "n_secret": 100, "bound": clopper_pearson_upper(0, 100),
-           "data": ["hand-made for tests"]}
+           "data": ["hand-made for tests"], "gamma": 0.04}
     rest_cal = {**cal, "misses": 1, "bound": clopper_pearson_upper(1, 100)}  # told apart from the record's
     meta = {"calibration": cal, "rest": {"threshold": 0.25, "calibration": rest_cal},
             "domains": {"toy": {"threshold": 0.25, "calibration": cal}}}  # no rest threshold for "toy"
@@ -179,6 +179,28 @@ def test_masked_sentences_go_public_when_nothing_is_left(digits_model, tmp_path)
                              (PLAIN, False)]
 
 
+def test_the_manifests_gamma_counts_the_hits_miss_share_leaves_readable(digits_model, tmp_path):
+    """An experiment's ``miss_share`` leaves that share of pi's hits readable on top of what
+    pi misses by itself: the manifest's gamma, which the CRT report charges, is
+    1 - (1 - gamma_pi)(1 - miss_share), not the calibration's gamma alone."""
+    from privatize import run
+
+    import privatize.stages.redact  # noqa: F401 - registered before the spec is parsed
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "0", "text": f"{EMAIL} {PLAIN}"}) + "\n")
+    pic = {"policy": "calibrated", "calibration": digits_model}
+    got = {}
+    for share in (0.0, 0.25):
+        spec = {"stages": crt_stages(operator="mask", pi_c=pic, miss_share=share, miss_seed=0),
+                "output": {"num_shards": 1}}
+        got[share] = run(spec, corpus, tmp_path / str(share), runner="local")["quality"]
+    assert got[0.0]["gamma"] == 0.04 and "miss_share" not in got[0.0]["source"]
+    assert got[0.25]["gamma"] == pytest.approx(1 - 0.96 * 0.75)  # 0.28
+    assert "miss_share 0.25" in got[0.25]["source"]
+    assert got[0.25]["delta_2"] == got[0.0]["delta_2"]
+
+
 def test_beside_candidates_are_the_content_words_next_to_a_removed_span():
     from privatize.redaction.evidence import iter_beside
 
@@ -265,14 +287,18 @@ def test_a_threshold_calibrated_on_several_corpora_states_its_worst_corpus_bound
     pooled = clopper_pearson_upper(3, 782)
     per = {"a": {"miss_upper95": a}, "b": {"miss_upper95": b}}
     cal = {"target": 0.02, "confidence": 0.95, "misses": 3, "n_secret": 782, "bound": pooled, "data": ["a", "b"]}
-    meta = {"calibration": {**cal, "per_corpus": per}, "rest": {"threshold": 0.3, "calibration": cal},
-            "domains": {"a": {"threshold": 0.2, "calibration": {**cal, "bound": a}}}}
+    meta = {"calibration": {**cal, "per_corpus": per, "gamma": 0.05}, "rest": {"threshold": 0.3, "calibration": cal},
+            "domains": {"a": {"threshold": 0.2, "calibration": {**cal, "bound": a, "gamma": 0.08}},
+                        "b": {"threshold": 0.3, "calibration": {**cal, "bound": b, "gamma": 0.03}}}}
     PiCModel({"digits": 50.0}, -50.0, 0.25, meta).save(tmp_path / "m.json")
     load_model.cache_clear()
     m = load_model(str(tmp_path / "m.json"))
     assert pooled < b < a
     s = m.summary()
     assert s["delta_2"] == a and s["delta_2_pooled"] == pooled
+    # and gamma the largest of the corpora's own (a: 0.08), the pooled 0.05 beside it
+    assert s["gamma"] == 0.08 and s["gamma_pooled"] == 0.05
+    assert m.summary("b")["gamma"] == 0.03 and m.summary("b")["gamma_pooled"] is None
     # without per-corpus figures (this rest block, a domain's own) the block's bound is stated
     assert m.summary(None, "rest")["delta_2"] == pooled and m.summary(None, "rest")["delta_2_pooled"] is None
     assert m.summary("a")["delta_2"] == a and m.summary("a")["delta_2_pooled"] is None
