@@ -17,7 +17,8 @@ or ``PRIVATIZE_PUBLIC_DATA``), the job trains as users do, fine-tuning a public 
    ``My ID is: <4 digits>`` 20 times each (the ``canaries`` stage; the secrets derive from
    an hmac key the service made, and appear nowhere); ``crt`` then splits sentences,
    redacts with Presidio to ``<MASK>``, dedups every flagged sentence (``skip_clean``) and
-   splits public from private; ``public``
+   splits public from private (``CRT_ROUTING``: a masked sentence is public when the
+   calibrated pi_c finds nothing left in it); ``public``
    dedups the public text;
 3. a public base: with ``--base NAME`` the model catalog's ``base:NAME`` (what ``make demo``
    does: its operator step pre-trains ``tiny`` on the shipped stories with ``privatize base``
@@ -46,6 +47,12 @@ import time
 from pathlib import Path
 
 CANARIES = {"digits": 4, "count": 10, "repeats": 20, "held_out": 10}
+CRT_ROUTING = {"masked": "public", "operator": "mask", "pi_c": {"policy": "calibrated", "domain": "support"}}
+"""The CRT recipe's routing here: a sentence pi masked goes public when the calibrated pi_c,
+judging what pi left in the clear at the threshold of the support-dialogue domain (the
+data is CustomerSim's), flags nothing; every other flagged sentence is private. On
+CustomerSim at epsilon 3 this routing cost 5.02x plain perplexity against the paper's
+12.01x (``experiments/crt_paper.py``, DIARY session 49)."""
 
 
 def _train_config(kind: str, epochs: int, base: str | None) -> dict:
@@ -217,7 +224,7 @@ def main() -> int:
         # every model trains on the same data points, the CRT paper's: whole sentences (the
         # recipe's own split stage), and perplexity is measured on held-out sentences
         specs = {"raw": {"version": 1, "stages": [canaries, crt_split()]},
-                 "crt": {"version": 1, "stages": [canaries, *crt_stages(operator="mask")]}}
+                 "crt": {"version": 1, "stages": [canaries, *crt_stages(**CRT_ROUTING)]}}
         jobs = {name: c.create_job(train_c["id"], spec)["id"] for name, spec in specs.items()}
         pending = dict(jobs)
         base = base_eval = None
@@ -255,7 +262,8 @@ def main() -> int:
         protection = {"base": "none: public text only, never saw this data",
                       "plain": "none: raw text with canaries",
                       "redacted": "split, Presidio redaction to <MASK>, dedup (all text trained plainly)",
-                      "crt": "CRT: split, redaction, dedup; public split plain, private split DP-SGD"}
+                      "crt": "CRT: split, redaction, dedup; public split plain (clean and masked sentences "
+                             "nothing is left in), private split DP-SGD"}
         ev_cfg = {"version": 1,
                   # the base itself too: what fine-tuning on the data bought, and its own leakage (none)
                   "models": [{"name": n, "training_id": t, "protection": protection[n], "reference": n == "plain"}

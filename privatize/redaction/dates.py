@@ -9,7 +9,8 @@ and its neighbourhood say "date":
 
 * full numeric dates (``10/13/92``, ``2019-03-04``, ``13.10.1992``, ISO date-times)
   and month-name dates (``Oct 13``, ``13th of October 2019``, ``March 2019``,
-  ``13-Mar-19``): 0.6, as Presidio's full forms;
+  ``13-Mar-19``, ``28 Oct, 88``: a two-digit year after a comma when no word follows
+  it, so ``12 May, 20 mg`` keeps its dose): 0.6, as Presidio's full forms;
 * a day and month without a year (``10/13``, ``9/7``) or a month and year
   (``3/2019``): 0.45 after a date cue (``on``, ``since``, ``until``, ``dated``,
   ``d/c``...), 0.2 otherwise (below the 0.3 threshold; context words such as
@@ -85,7 +86,8 @@ class ValidatedDateRecognizer(PatternRecognizer):
                 rf"{_TIME}(?![\w])", 0.6),
         Pattern("day, month name, year",
                 rf"(?<![\w.,/-]){_PRE}{_DAY}(?:[ \t]+of[ \t]+|[ \t]*[-/. ][ \t]*){_MONTH}"
-                rf"(?:(?:[ \t]*,[ \t]*|[ \t]*[-/. ][ \t]*){_YEAR}|[-/.]\d\d)?{_TIME}(?![\w])", 0.6),
+                rf"(?:(?:[ \t]*,[ \t]*|[ \t]*[-/. ][ \t]*){_YEAR}|[-/.]\d\d|[ \t]*,[ \t]*\d\d(?![\w:])(?![ \t]*[a-z%]))?"
+                rf"{_TIME}(?![\w])", 0.6),
         Pattern("month name and year", rf"(?<![\w]){_MONTH}(?:[ \t]*,[ \t]*|[ \t]*[-/][ \t]*|[ \t]+){_YEAR}(?![\w])",
                 0.6),
         Pattern("m/d after a cue",

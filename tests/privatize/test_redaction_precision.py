@@ -37,6 +37,7 @@ def found(recognizer, text: str, min_score: float = THRESHOLD) -> list[str]:
     ("booked for june 12th please", "june 12th"),
     ("biopsy 13-Mar-19 benign", "13-Mar-19"),
     ("last seen since 3/2019", "3/2019"),
+    ("Nursing Progress Note  28 Oct, 88 0700-1245", "28 Oct, 88"),  # a two-digit year after a comma
 ])
 def test_dates_found(text, date):
     assert date in found(dates.ValidatedDateRecognizer(), text)
@@ -54,6 +55,15 @@ def test_dates_found(text, date):
 ])
 def test_not_dates(text):
     assert found(dates.ValidatedDateRecognizer(), text) == []
+
+
+@pytest.mark.parametrize("text, date", [
+    ("started 12 May, 20 mg daily", "12 May"),        # a dose after the comma is no year
+    ("seen 3 Mar, 45 patients in all", "3 Mar"),
+    ("seen 3 Mar, 10:30 in clinic", "3 Mar, 10:30"),  # a clock time is the date's, not a year
+])
+def test_two_digits_after_a_comma_are_no_year_when_a_word_or_clock_follows(text, date):
+    assert found(dates.ValidatedDateRecognizer(), text) == [date]
 
 
 def test_short_date_needs_a_cue_or_context_word():
