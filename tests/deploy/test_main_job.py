@@ -67,3 +67,30 @@ def test_sentences_are_the_split_stages(tmp_path):
     assert len(found) > len(gold) > 20
     assert all(any(f in g for g in gold) for f in found)
     assert sum(len(re.sub(r"\s", "", g)) for g in gold) == sum(len(re.sub(r"\s", "", f)) for f in found)
+
+
+def test_the_crt_routing_routes_a_masked_sentence_public_only_when_nothing_is_left(tmp_path):
+    """The main job's CRT recipe (``CRT_ROUTING``: masked sentences public, the shipped pi_c
+    at the support domain's threshold, scope rest) parses, names a domain the shipped model
+    has, and, run in process, sends the sentence whose e-mail pi masked to the public split
+    and the one whose code a seeded ``miss_share`` left readable (a secret pi missed) to the
+    private split."""
+    import pyarrow.parquet as pq
+    import pytest
+
+    pytest.importorskip("presidio_analyzer")
+    import privatize.stages.redact  # noqa: F401 - registered before the spec is parsed
+    from privatize.api import run
+    from privatize.recipes import crt_stages
+
+    job = _main_job()
+    src = tmp_path / "c.jsonl"
+    src.write_text(json.dumps({"doc_id": "d", "text": "Please write to ann.lee@example.com about it. "
+                                                      "The code is 88213. Thanks for waiting."}) + "\n")
+    stages = crt_stages(**job.CRT_ROUTING, miss_share=0.5, miss_seed=1)
+    m = run({"version": 1, "stages": stages, "output": {"num_shards": 1}}, src, tmp_path / "out", runner="local")
+    assert m["split"]["pi_c"]["domain"] == "support" and m["split"]["pi_c"]["scope"] == "rest"
+    rows = {r["text"]: r["private"]
+            for r in pq.read_table(next((tmp_path / "out" / "shards").glob("*.parquet"))).to_pylist()}
+    assert rows == {"Please write to <MASK> about it.": False, "The code is 88213.": True,
+                    "Thanks for waiting.": False}
