@@ -143,16 +143,19 @@ def corpus(name: str, dialogues: int, d: Path) -> Path:
     return d
 
 
-def privatized(d: Path, gamma: float | None, digits: int, masked: str = "private") -> Path:
+def privatized(d: Path, gamma: float | None, digits: int, masked: str = "private", operator: str = "mask",
+               locale: str = "en_US") -> Path:
     """``raw`` (gamma None: canaries only) or the CRT recipe at ``gamma`` (``masked``: where
-    it routes masked sentences, :func:`privatize.recipes.crt_stages`)."""
+    it routes masked sentences, :func:`privatize.recipes.crt_stages`; ``operator``: what
+    replaces what pi finds, ``mask`` or ``surrogate`` values of ``locale``)."""
     from privatize import run as run_pipeline
     from privatize.recipes import crt_split, crt_stages
     from privatize.spec import parse_spec
 
     masked, _, domain = masked.partition("@")  # "public@booking" (model_spec)
     out = d / ("raw" if gamma is None else
-               f"crt{'m' if masked == 'public' else ''}{'-' + domain if domain else ''}-g{gamma:g}")
+               f"crt{'m' if masked == 'public' else ''}{'-' + domain if domain else ''}-g{gamma:g}"
+               + ("" if operator == "mask" else f"-{operator}"))
     if (out / "manifest.json").is_file():
         return out
     try:  # the stages register themselves on import; the specs must see them first
@@ -171,7 +174,9 @@ def privatized(d: Path, gamma: float | None, digits: int, masked: str = "private
         # canary repeated 20 times counts once (the paper's Proposition 7), while repeats of
         # sentences both policies passed stay public (``dedup.skip_clean``)
         extra = {"pi_c": {"policy": "calibrated", "domain": domain}} if domain else {}
-        stages = [canaries, *crt_stages(masked=masked, operator="mask", miss_share=gamma, miss_seed=0, **extra)]
+        if operator == "surrogate":
+            extra["surrogate_locale"] = locale
+        stages = [canaries, *crt_stages(masked=masked, operator=operator, miss_share=gamma, miss_seed=0, **extra)]
     t = time.perf_counter()
     m = run_pipeline(parse_spec({"version": 1, "stages": stages, "output": {"num_shards": 4}}),
                      d / "train.jsonl", out)
@@ -376,6 +381,25 @@ MASKED_PUBLIC = [f"crtm-e{e:g}-g0.1" for e in EPSILONS]
 the default."""
 
 
+OPERATORS = ("mask", "surrogate")
+SURROGATE_LOCALE = {"customersim": "en_US", "multiwoz": "en_GB", "clinical": "en_US"}
+"""Per dataset, the Faker locale of ``+surrogate`` models' made-up values (MultiWOZ's
+venues are in Cambridge, UK)."""
+
+
+def split_operator(name: str) -> tuple[str, str]:
+    """``crtm-e3-g0.1_booking+surrogate`` -> (``crtm-e3-g0.1_booking``, ``surrogate``): a
+    model name may end in ``+OPERATOR``, what replaces pi's spans in its recipe (``mask``
+    when none is named); only models trained on the recipe's text take one."""
+    base, _, op = name.partition("+")
+    op = op or "mask"
+    if op not in OPERATORS:
+        raise ValueError(f"{name}: unknown operator {op!r} (known: {', '.join(OPERATORS)})")
+    if op != "mask" and (base == "plain" or base.startswith("dp-e")):
+        raise ValueError(f"{name}: {base} trains on the raw text, which no operator touches")
+    return base, op
+
+
 def model_spec(name: str) -> tuple[str, float | None, float | None, str]:
     """(training kind, gamma of the recipe's shards or None for the raw text, target epsilon,
     where the recipe routes masked sentences: ``private`` as the paper does, or ``public``,
@@ -408,9 +432,10 @@ def prepare(ds: str, args) -> tuple[Path, Path, Path]:
     public = public_corpus(work / "public-text", need_data())  # WikiText-2 and the stories, as before
     d = corpus(ds, args.dialogues, work / ds)
     print(f"== {ds}: {sum(1 for _ in open(d / 'train.jsonl'))} training dialogues", flush=True)
-    for g, masked in sorted({(model_spec(m)[1], model_spec(m)[3]) for m in args.models},
-                            key=lambda gm: (-1.0 if gm[0] is None else gm[0], gm[1])):
-        privatized(d, g, args.digits, masked)  # None: the raw text
+    for g, masked, op in sorted({(model_spec(split_operator(m)[0])[1], model_spec(split_operator(m)[0])[3],
+                                  split_operator(m)[1]) for m in args.models},
+                                key=lambda gm: (-1.0 if gm[0] is None else gm[0], gm[1], gm[2])):
+        privatized(d, g, args.digits, masked, op, SURROGATE_LOCALE[ds])  # None: the raw text
     heldout_sentences(d, ds, args.dialogues)
     return work, d, public
 
@@ -434,9 +459,11 @@ def run_dataset(ds: str, args, t0: float) -> list[dict]:
         if args.budget and time.time() - t0 > args.budget and not (d / "runs" / name / "summary.json").is_file():
             print(f"  skipped {name}: the training budget ({args.budget:.0f} s) is spent", flush=True)
             continue
-        kind, gamma, eps, masked = model_spec(name)
+        base_name, op = split_operator(name)
+        kind, gamma, eps, masked = model_spec(base_name)
         try:
-            runs[name] = train(d, name, kind, privatized(d, gamma, args.digits, masked), base, args, eps)
+            runs[name] = train(d, name, kind, privatized(d, gamma, args.digits, masked, op, SURROGATE_LOCALE[ds]),
+                               base, args, eps)
         except Exception as exc:  # noqa: BLE001 - one failed fine-tuning is reported; the others still count
             print(f"  FAILED {name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", flush=True)
             args.failed.append(name)
@@ -482,7 +509,11 @@ def main() -> None:
     ap.add_argument("--name", default="crt_paper", help="the result's name (benchmarks/results/NAME.json, figures)")
     args = ap.parse_args()
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in args.models if m not in MODELS and m.partition("_")[0] not in MASKED_PUBLIC]
+    try:
+        bases = {m: split_operator(m)[0] for m in args.models}
+    except ValueError as exc:
+        ap.error(f"--models: {exc}")
+    unknown = [m for m in args.models if bases[m] not in MODELS and bases[m].partition("_")[0] not in MASKED_PUBLIC]
     if unknown:
         ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(MODELS + MASKED_PUBLIC)})")
     args.failed = []

@@ -40,7 +40,7 @@ def crt_stages(masked: str = "private", **redact) -> list[dict]:
     if masked not in ("private", "public"):
         raise ValueError(f"masked must be 'private' or 'public' (got {masked!r})")
     if masked == "public" and redact.get("operator", "mask") == "encrypt":
-        raise ValueError("masked='public' needs operator mask or tag: an encrypted entity token carries its "
+        raise ValueError("masked='public' needs operator mask, tag or surrogate: an encrypted entity token carries its "
                          "secret's value into the public split")
     stages = copy.deepcopy(packaged_spec("crt")["stages"])
     for i, s in enumerate(stages):

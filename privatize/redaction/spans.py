@@ -87,6 +87,20 @@ def merge_spans(spans: list[Span]) -> list[Span]:
     return out
 
 
+def replace_spans(text: str, spans: list[dict], replacement) -> str:
+    """``text`` with each (sorted, non-overlapping) span replaced by ``replacement(span)``."""
+    out, pos = [], 0
+    for sp in spans:
+        s, e = sp["start"], sp["end"]
+        if s < pos or e > len(text) or s >= e:
+            raise ValueError(f"span {s}..{e} overlaps or leaves the text")
+        out.append(text[pos:s])
+        out.append(replacement(sp))
+        pos = e
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def inside_any(s: int, e: int, spans) -> bool:
     """Whether ``[s, e)`` lies wholly inside one of ``spans`` (``(start, end, ...)``)."""
     return any(a <= s and e <= b for a, b, *_ in spans)

@@ -4,7 +4,7 @@
 Settings: the spaCy ``model``, the ``entities`` to remove, the ``operator`` (``mask``:
 ``<MASK>``, the token dedup uses; ``tag``: ``<PERSON>``; ``encrypt``: deterministic
 entity tokens ``Person_[<base64>]`` under an ``aes-siv`` (or ``aes-ecb``) key given by
-reference), the pi ``score_threshold``, ``propagate`` (``document``: a string detected
+reference; ``surrogate``: a made-up value of the type, seeded by the masked record), the pi ``score_threshold``, ``propagate`` (``document``: a string detected
 once in a record is removed at every occurrence in that record), the ``profile``
 (``balanced``, the default: false-positive filters on pi; ``high_recall``: none), the
 document ``style`` (``auto``, the default, picks ``clinical``, ``legal``, ``chat`` or
@@ -45,6 +45,7 @@ from privatize.policy import ModelName, Quota, ServerPath
 from privatize.redaction.detect import DEFAULT_ENTITIES, DEFAULT_SCORE_THRESHOLD, KNOWN_ENTITIES, PiCOptions
 from privatize.redaction.engine import DEFAULT_MODEL
 from privatize.redaction.evidence import KINDS as EVIDENCE_KINDS
+from privatize.redaction.spans import replace_spans
 from privatize.redaction.styles import AUTO, style_names
 from privatize.settings import Before, KeyKinds, KeyRef, StageSettings, declared_key_kinds
 from privatize.stage import QUARANTINE, Stage, register_stage, set_column
@@ -116,7 +117,14 @@ class RedactSettings(StageSettings):
     --annotated``). Through the service: an installed model's name, or ``detector:<id>``,
     one of the tenant's succeeded detector jobs (``/v1/detectors``)."""
     entities: list[str] = Field(default_factory=lambda: list(DEFAULT_ENTITIES))
-    operator: Literal["mask", "tag", "encrypt"] = "mask"
+    operator: Literal["mask", "tag", "encrypt", "surrogate"] = "mask"
+    """``mask`` (``<MASK>``), ``tag`` (``<PERSON>``), ``encrypt`` (entity tokens under ``key``)
+    or ``surrogate``: a made-up value of the span's type in ``surrogate_locale``, seeded by
+    the masked record, so it carries nothing of the secret's value
+    (:mod:`privatize.redaction.surrogates`)."""
+    surrogate_locale: str = "en_US"
+    """Faker locale of ``surrogate``'s values (``en_GB``: UK phone numbers and postcodes)."""
+    surrogate_seed: int = Field(0, ge=0)
     key: Annotated[KeyRef, KeyKinds("aes-siv", "aes-ecb")] | None = None
     """``aes-siv`` (or ``aes-ecb``) key, by reference; required iff ``operator`` is ``encrypt``."""
     score_threshold: float = Field(DEFAULT_SCORE_THRESHOLD, ge=0.0, le=1.0)
@@ -174,9 +182,17 @@ class RedactSettings(StageSettings):
     @model_validator(mode="after")
     def _rest_needs_value_free_tokens(self) -> "RedactSettings":
         if self.pi_c.scope == "rest" and self.operator == "encrypt":
-            raise ValueError("pi_c.scope: rest (masked records routed public) needs operator mask or tag: an "
+            raise ValueError("pi_c.scope: rest (masked records routed public) needs operator mask, tag or "
+                             "surrogate: an "
                              "encrypted entity token carries its secret's value into the public split")
         return self
+
+    @field_validator("surrogate_locale")
+    @classmethod
+    def _check_locale(cls, v: str) -> str:
+        from privatize.redaction.surrogates import check_locale
+
+        return check_locale(v)
 
     @model_validator(mode="after")
     def _check_key(self) -> "RedactSettings":
@@ -185,20 +201,6 @@ class RedactSettings(StageSettings):
         if self.operator != "encrypt" and self.key:
             raise ValueError(f"key is only used by operator 'encrypt' (operator is {self.operator!r})")
         return self
-
-
-def replace_spans(text: str, spans: list[dict], replacement) -> str:
-    """``text`` with each (sorted, non-overlapping) span replaced by ``replacement(span)``."""
-    out, pos = [], 0
-    for sp in spans:
-        s, e = sp["start"], sp["end"]
-        if s < pos or e > len(text) or s >= e:
-            raise ValueError(f"span {s}..{e} overlaps or leaves the text")
-        out.append(text[pos:s])
-        out.append(replacement(sp))
-        pos = e
-    out.append(text[pos:])
-    return "".join(out)
 
 
 def detector_like(st):
@@ -223,7 +225,11 @@ class Redact(Stage):
 
         t0 = time.perf_counter()
         self._detector = detector_for(self.settings)
-        self._cipher = None
+        self._cipher = self._surrogates = None
+        if self.settings.operator == "surrogate":
+            from privatize.redaction.surrogates import Surrogates
+
+            self._surrogates = Surrogates(self.settings.surrogate_locale, self.settings.surrogate_seed)
         if self.settings.operator == "encrypt":
             from privatize.ciphers.entity import EntityCipher
 
@@ -242,6 +248,8 @@ class Redact(Stage):
             return replace_spans(text, spans, lambda sp: MASK_TOKEN)
         if op == "tag":
             return replace_spans(text, spans, lambda sp: f"<{sp['entity_type']}>")
+        if op == "surrogate":
+            return self._surrogates.replace(text, spans)
         return self._cipher.encrypt_spans(text, spans)
 
     def _missed(self, text: str, span: dict) -> bool:

@@ -27,3 +27,14 @@ def test_the_papers_routing_claims_customersims_figures_widened_by_the_miss_shar
     # a secret stays readable when pi misses it or the recipe leaves its hit: 1 - 0.9618 * 0.9
     assert missed["gamma"] == pytest.approx(0.13438, abs=1e-6)
     assert missed["delta_2"] == CRT_INPUTS["delta_2"] and "miss_share 0.1" in missed["source"]
+
+
+def test_a_model_name_may_name_the_operator_of_its_recipe():
+    from experiments.crt_paper import split_operator
+
+    assert split_operator("crtm-e3-g0.1_booking+surrogate") == ("crtm-e3-g0.1_booking", "surrogate")
+    assert split_operator("redacted-g0.1") == ("redacted-g0.1", "mask")
+    with pytest.raises(ValueError, match="unknown operator 'encrypt'"):
+        split_operator("crt-e3-g0.1+encrypt")
+    with pytest.raises(ValueError, match="trains on the raw text"):
+        split_operator("plain+surrogate")

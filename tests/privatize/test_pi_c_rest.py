@@ -241,9 +241,9 @@ def test_the_record_scope_never_scores_beside_candidates(tmp_path):
 def test_rest_refuses_value_carrying_tokens_and_dedup_keeps_pi_c():
     from privatize.stages.dedup import DedupSettings
 
-    with pytest.raises(ValidationError, match="needs operator mask or tag"):
+    with pytest.raises(ValidationError, match="needs operator mask, tag or surrogate"):
         RedactSettings(operator="encrypt", key="file:k.key", pi_c={"scope": "rest"})
-    with pytest.raises(ValueError, match="needs operator mask or tag"):
+    with pytest.raises(ValueError, match="needs operator mask, tag or surrogate"):
         crt_stages(masked="public", operator="encrypt", key="file:k.key")
     with pytest.raises(ValidationError, match="clean_flags must include pi_c_hit"):
         DedupSettings(skip_clean=True, clean_flags=["pi_hit"])

@@ -98,6 +98,63 @@ def test_mask_and_tag():
         assert all(pii not in r["text"] for r in m + t)
 
 
+def test_surrogates_replace_every_span_with_a_value_of_its_type_and_nothing_of_the_secret():
+    """``operator: surrogate``: the same spans as ``mask``; each replaced by a made-up value
+    of its type (an e-mail under example.*, a card number that passes Luhn, digits for a
+    phone); no secret left; and the surrogates depend on the masked record only: a record
+    whose secrets differ but whose masked text is the same gets the same surrogates (the
+    value-free property CRT's public split needs), the same in one batch or one by one."""
+    import re
+
+    m = stage(operator="mask").process_batch(batch(TEXTS)).to_pylist()
+    s = stage(operator="surrogate", surrogate_seed=3)
+    out = s.process_batch(batch(TEXTS)).to_pylist()
+    assert [r["spans"] for r in out] == [r["spans"] for r in m]
+    for pii in ("jane.doe@example.com", "7946 0958", "4111", "Pemberton", "Gonzalez", "Baker Street"):
+        assert all(pii not in r["text"] for r in out)
+    # the surrogates sit where the masks were: cut the text at the masked text's fixed parts
+    for orig, rm, rs in zip(TEXTS, m, out):
+        parts = rm["text"].split(MASK_TOKEN)
+        got = re.fullmatch("(.*?)".join(map(re.escape, parts)), rs["text"]).groups()
+        by_type = dict(zip([sp["entity_type"] for sp in rm["spans"]], got))
+        if "EMAIL_ADDRESS" in by_type:
+            assert re.fullmatch(r"[\w.+-]+@example\.(com|org|net)", by_type["EMAIL_ADDRESS"])
+        if "PHONE_NUMBER" in by_type:
+            assert sum(c.isdigit() for c in by_type["PHONE_NUMBER"]) >= 7
+        if "CREDIT_CARD" in by_type:
+            digits = [int(c) for c in by_type["CREDIT_CARD"] if c.isdigit()][::-1]
+            assert sum(d if i % 2 == 0 else (d * 2 - 9 if d > 4 else d * 2) for i, d in enumerate(digits)) % 10 == 0
+    other = TEXTS[0].replace("jane.doe@example.com", "kim.ray@example.org").replace("Jonathan Pemberton",
+                                                                                    "Rosa Lindqvist")
+    again = s.process_batch(batch([other, TEXTS[0]])).to_pylist()
+    assert masked_by_hand(other, again[0]["spans"]) == m[0]["text"]  # the same masked record...
+    assert again[0]["text"] == again[1]["text"] == out[0]["text"]   # ...the same surrogates
+    assert stage(operator="surrogate", surrogate_seed=4).process_batch(batch(TEXTS[:1])).to_pylist()[0]["text"] \
+        != out[0]["text"]
+
+
+def test_surrogates_follow_the_secrets_case_and_mask_a_type_they_have_no_generator_for():
+    from privatize.redaction.surrogates import Surrogates
+
+    sur = Surrogates("en_GB", 0)
+    text = "ring ann lee on 01223 356555, SEE DR. JONES, id 0xAB"
+    spans = [{"start": text.index(v), "end": text.index(v) + len(v), "entity_type": t}
+             for v, t in (("ann lee", "PERSON"), ("01223 356555", "PHONE_NUMBER"), ("DR. JONES", "PERSON"),
+                          ("0xAB", "CRYPTO"))]
+    out = sur.replace(text, spans)
+    name, rest = out[len("ring "):].split(" on ", 1)
+    assert name == name.lower() and name.strip() and name != "ann lee"
+    big = rest.split("SEE ", 1)[1].split(",", 1)[0]
+    assert big == big.upper() and big != "DR. JONES"
+    assert out.endswith(", id <MASK>")
+    assert "356555" not in out
+
+
+def test_a_surrogate_locale_faker_lacks_fails_in_one_line():
+    with pytest.raises(ValidationError, match="surrogate_locale: 'xx_YY' is not a Faker locale"):
+        RedactSettings(operator="surrogate", surrogate_locale="xx_YY")
+
+
 def test_encrypt_round_trip(tmp_path):
     from privatize.ciphers.entity import EntityCipher
     from privatize.keys import load_key_file, new_key, write_key_file
