@@ -355,7 +355,8 @@ def figures(ds: str, rows: list[dict], prefix: str = "crt_paper") -> list[Path]:
         fig = Figure(figsize=(6, 4), layout="constrained")
         ax = fig.subplots()
         for pre, lab in (("redacted-g", "redacted"), ("crt-e3-g", "CRT, epsilon 3")):
-            pts = sorted((float(r["model"].rsplit("g", 1)[1]), r[key]) for r in rows if r["model"].startswith(pre))
+            pts = sorted((float(r["model"].rsplit("g", 1)[1]), r[key]) for r in rows
+                         if r["model"].startswith(pre) and split_operator(r["model"])[1] == "mask")
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=lab)
         if "plain" in by:
@@ -388,13 +389,13 @@ venues are in Cambridge, UK)."""
 
 
 def split_operator(name: str) -> tuple[str, str]:
-    """``crtm-e3-g0.1_booking+surrogate`` -> (``crtm-e3-g0.1_booking``, ``surrogate``): a
-    model name may end in ``+OPERATOR``, what replaces pi's spans in its recipe (``mask``
+    """``crtm-e3-g0.1_booking-surrogate`` -> (``crtm-e3-g0.1_booking``, ``surrogate``): a
+    model name may end in ``-OPERATOR``, what replaces pi's spans in its recipe (``mask``
     when none is named); only models trained on the recipe's text take one."""
-    base, _, op = name.partition("+")
-    op = op or "mask"
-    if op not in OPERATORS:
-        raise ValueError(f"{name}: unknown operator {op!r} (known: {', '.join(OPERATORS)})")
+    base, op = name, "mask"
+    for known in OPERATORS[1:]:
+        if name.endswith(f"-{known}"):
+            base, op = name[:-len(known) - 1], known
     if op != "mask" and (base == "plain" or base.startswith("dp-e")):
         raise ValueError(f"{name}: {base} trains on the raw text, which no operator touches")
     return base, op
