@@ -259,9 +259,13 @@ def crt_inputs(data: Path) -> dict | None:
     paper's routing, CustomerSim's measured figures claimed, gamma widened by the
     ``miss_share`` the recipe left in the clear."""
     m = json.loads((data / "manifest.json").read_text())
-    if (m.get("quality") or {}).get("delta_2") is not None:
-        return None
     missed = max((s.get("miss_share", 0.0) for s in m["spec"]["stages"] if s.get("kind") == "redact"), default=0.0)
+    q = m.get("quality") or {}
+    if q.get("delta_2") is not None and q.get("gamma") is not None:
+        if missed and "miss_share" not in (q.get("source") or ""):
+            raise SystemExit(f"{data}: its manifest's gamma predates the miss_share it was made with (before "
+                             "40d482d): move the folder away so that it is privatized again")
+        return None
     gamma = 1 - (1 - CRT_INPUTS["gamma"]) * (1 - missed) if missed else CRT_INPUTS["gamma"]
     return {**CRT_INPUTS, "gamma": round(gamma, 6),
             "source": CRT_INPUTS["source"] + (f"; gamma with the recipe's miss_share {missed:g}" if missed else "")}

@@ -288,10 +288,9 @@ def build_manifest(spec, tally: Tally, kinds: list[str], *, shards: list[dict], 
         pic = split["pi_c"]
         # a redact stage's miss_share leaves that share of pi's hits readable besides what pi
         # misses by itself: gamma covers both (1 - (1 - gamma)(1 - miss_share))
-        missed = max((getattr(s, "miss_share", 0.0) for s in spec.stages if getattr(s, "kind", None) == "redact"),
-                     default=0.0)
-        manifest["quality"] = {"gamma": (1 - (1 - pic["gamma"]) * (1 - missed)
-                                         if missed and pic["gamma"] is not None else pic["gamma"]),
+        missed = [s for s in spec.stages if getattr(s, "kind", None) == "redact"][-1].miss_share  # pi_c's stage
+        missed = missed if pic["gamma"] is not None else 0.0
+        manifest["quality"] = {"gamma": 1 - (1 - pic["gamma"]) * (1 - missed) if missed else pic["gamma"],
                                "delta_2": pic["delta_2"],
                                "source": f"calibrated pi_c ({pic['model']}, domain {pic['domain']}"
                                          + (", scope rest: secret sentences that keep a readable secret after pi"

@@ -209,7 +209,7 @@ class PiCModel:
         per = [v["miss_upper95"] for k, v in (cal.get("per_corpus") or {}).items()
                if k != "pooled" and v.get("miss_upper95") is not None]
         # gamma likewise: the default's is the largest of the domains' own (measured on the
-        # same calibration parts, one corpus each), the pooled one beside it
+        # same calibration parts, one corpus each) and the pooled one, which it states beside
         gammas = [g for d in (self.domains() if domain is None and per else ())
                   if (g := ((self._block_or_none(d, scope) or {}).get("calibration") or {}).get("gamma")) is not None]
         return {"policy": "calibrated", "scope": scope, "model": self.path, "domain": domain or "any",
@@ -218,7 +218,7 @@ class PiCModel:
                 "delta_2": max(per) if per else cal.get("bound"), "delta_2_pooled": cal.get("bound") if per else None,
                 "calibration_misses": cal.get("misses"), "calibration_secret_sentences": cal.get("n_secret"),
                 "calibration_data": cal.get("data"),
-                "gamma": max(gammas) if gammas else cal.get("gamma"), "gamma_pooled": cal.get("gamma") if gammas else None,
+                "gamma": max([*gammas, *([cal["gamma"]] if cal.get("gamma") is not None else [])]) if gammas else cal.get("gamma"), "gamma_pooled": cal.get("gamma") if gammas else None,
                 "fitted_on": self.meta.get("fit", {}).get("data"),
                 "created": block.get("created") or self.meta.get("created")}
 

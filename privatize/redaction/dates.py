@@ -86,7 +86,7 @@ class ValidatedDateRecognizer(PatternRecognizer):
                 rf"{_TIME}(?![\w])", 0.6),
         Pattern("day, month name, year",
                 rf"(?<![\w.,/-]){_PRE}{_DAY}(?:[ \t]+of[ \t]+|[ \t]*[-/. ][ \t]*){_MONTH}"
-                rf"(?:(?:[ \t]*,[ \t]*|[ \t]*[-/. ][ \t]*){_YEAR}|[-/.]\d\d|[ \t]*,[ \t]*\d\d(?![\w:])(?![ \t]*[a-z%]))?"
+                rf"(?:(?:[ \t]*,[ \t]*|[ \t]*[-/. ][ \t]*){_YEAR}|[-/.]\d\d|[ \t]*,[ \t]*\d\d(?![\w:]|[.,/][ \t]*\d|[ \t]*[-–][ \t]*\d)(?![ \t]*[a-z%]))?"
                 rf"{_TIME}(?![\w])", 0.6),
         Pattern("month name and year", rf"(?<![\w]){_MONTH}(?:[ \t]*,[ \t]*|[ \t]*[-/][ \t]*|[ \t]+){_YEAR}(?![\w])",
                 0.6),

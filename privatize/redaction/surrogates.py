@@ -34,8 +34,16 @@ from privatize.redaction.spans import replace_spans
 Generator = Callable[[Faker], str]
 
 
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+
+
 def _date(f: Faker) -> str:
-    return f.date_between("-30y", "+1y").strftime(f.random_element(("%d %B %Y", "%B %d", "%m/%d/%Y", "%d/%m")))
+    # drawn from the seeded generator alone: Faker's date provider reads the clock (relative
+    # bounds, and month_name draws a date up to now) and strftime the process's locale
+    day, month, year = f.random_int(1, 28), f.random_int(1, 12), f.random_int(1990, 2026)
+    return f.random_element((f"{day} {MONTHS[month - 1]} {year}", f"{MONTHS[month - 1]} {day}",
+                             f"{month}/{day}/{year}", f"{day}/{month}"))
 
 
 GENERATORS: dict[str, Generator] = {

@@ -198,6 +198,9 @@ class RedactSettings(StageSettings):
     def _check_key(self) -> "RedactSettings":
         if self.operator == "encrypt" and not self.key:
             raise ValueError("operator 'encrypt' needs a key (an aes-siv key reference: file:<path> or keystore:<id>)")
+        if self.operator != "surrogate" and (self.surrogate_locale != "en_US" or self.surrogate_seed != 0):
+            raise ValueError(f"surrogate_locale and surrogate_seed are only used by operator 'surrogate' "
+                             f"(operator is {self.operator!r})")
         if self.operator != "encrypt" and self.key:
             raise ValueError(f"key is only used by operator 'encrypt' (operator is {self.operator!r})")
         return self

@@ -16,8 +16,17 @@ def _manifest(tmp_path, stages, quality=None):
 
 def test_a_calibrated_split_leaves_gamma_and_delta_2_to_its_manifest(tmp_path):
     data = _manifest(tmp_path, [{"kind": "redact", "miss_share": 0.1}],
-                     {"gamma": 0.136, "delta_2": 0.0163, "source": "calibrated pi_c"})
+                     {"gamma": 0.136, "delta_2": 0.0163, "source": "calibrated pi_c ..., with the redact stage's "
+                                                                   "miss_share 0.1 of pi's hits left in the clear"})
     assert crt_inputs(data) is None  # the training reads the manifest's quality, measured
+
+
+def test_a_manifest_without_gamma_is_claimed_and_a_stale_one_refused(tmp_path):
+    got = crt_inputs(_manifest(tmp_path, [{"kind": "redact"}], {"gamma": None, "delta_2": 0.0163, "source": "x"}))
+    assert got == CRT_INPUTS  # the training would find no measured gamma
+    with pytest.raises(SystemExit, match="predates the miss_share"):
+        crt_inputs(_manifest(tmp_path, [{"kind": "redact", "miss_share": 0.1}],
+                             {"gamma": 0.05, "delta_2": 0.0163, "source": "calibrated pi_c"}))
 
 
 def test_the_papers_routing_claims_customersims_figures_widened_by_the_miss_share(tmp_path):

@@ -299,6 +299,11 @@ def test_a_threshold_calibrated_on_several_corpora_states_its_worst_corpus_bound
     # and gamma the largest of the corpora's own (a: 0.08), the pooled 0.05 beside it
     assert s["gamma"] == 0.08 and s["gamma_pooled"] == 0.05
     assert m.summary("b")["gamma"] == 0.03 and m.summary("b")["gamma_pooled"] is None
+    # a model whose domains do not cover its corpora never states less than the pooled gamma
+    meta["domains"].pop("a")
+    PiCModel({"digits": 50.0}, -50.0, 0.25, meta).save(tmp_path / "m2.json")
+    load_model.cache_clear()
+    assert load_model(str(tmp_path / "m2.json")).summary()["gamma"] == 0.05
     # without per-corpus figures (this rest block, a domain's own) the block's bound is stated
     assert m.summary(None, "rest")["delta_2"] == pooled and m.summary(None, "rest")["delta_2_pooled"] is None
     assert m.summary("a")["delta_2"] == a and m.summary("a")["delta_2_pooled"] is None

@@ -61,6 +61,9 @@ def test_not_dates(text):
     ("started 12 May, 20 mg daily", "12 May"),        # a dose after the comma is no year
     ("seen 3 Mar, 45 patients in all", "3 Mar"),
     ("seen 3 Mar, 10:30 in clinic", "3 Mar, 10:30"),  # a clock time is the date's, not a year
+    ("started 3 May, 20.5 mg", "3 May"),              # a decimal
+    ("vision 3 May, 20/40", "3 May"),                 # a ratio
+    ("seen 3 May, 20 - 30 pts", "3 May"),             # a range
 ])
 def test_two_digits_after_a_comma_are_no_year_when_a_word_or_clock_follows(text, date):
     assert found(dates.ValidatedDateRecognizer(), text) == [date]
