@@ -266,8 +266,9 @@ def crt_inputs(data: Path) -> dict | None:
             raise SystemExit(f"{data}: its manifest's gamma predates the miss_share it was made with (before "
                              "40d482d): move the folder away so that it is privatized again")
         return None
-    gamma = 1 - (1 - CRT_INPUTS["gamma"]) * (1 - missed) if missed else CRT_INPUTS["gamma"]
-    return {**CRT_INPUTS, "gamma": round(gamma, 6),
+    from privatize.redaction.calibration import with_miss_share
+
+    return {**CRT_INPUTS, "gamma": round(with_miss_share(CRT_INPUTS["gamma"], missed), 6),
             "source": CRT_INPUTS["source"] + (f"; gamma with the recipe's miss_share {missed:g}" if missed else "")}
 
 
@@ -405,6 +406,13 @@ def split_operator(name: str) -> tuple[str, str]:
     return base, op
 
 
+def recipe(name: str) -> tuple[float | None, str, str]:
+    """The privatization model ``name`` trains on: (gamma, masked routing, operator)."""
+    base, op = split_operator(name)
+    _, gamma, _, masked = model_spec(base)
+    return gamma, masked, op
+
+
 def model_spec(name: str) -> tuple[str, float | None, float | None, str]:
     """(training kind, gamma of the recipe's shards or None for the raw text, target epsilon,
     where the recipe routes masked sentences: ``private`` as the paper does, or ``public``,
@@ -437,8 +445,7 @@ def prepare(ds: str, args) -> tuple[Path, Path, Path]:
     public = public_corpus(work / "public-text", need_data())  # WikiText-2 and the stories, as before
     d = corpus(ds, args.dialogues, work / ds)
     print(f"== {ds}: {sum(1 for _ in open(d / 'train.jsonl'))} training dialogues", flush=True)
-    for g, masked, op in sorted({(model_spec(split_operator(m)[0])[1], model_spec(split_operator(m)[0])[3],
-                                  split_operator(m)[1]) for m in args.models},
+    for g, masked, op in sorted({recipe(m) for m in args.models},
                                 key=lambda gm: (-1.0 if gm[0] is None else gm[0], gm[1], gm[2])):
         privatized(d, g, args.digits, masked, op, SURROGATE_LOCALE[ds])  # None: the raw text
     heldout_sentences(d, ds, args.dialogues)

@@ -286,11 +286,12 @@ def build_manifest(spec, tally: Tally, kinds: list[str], *, shards: list[dict], 
         manifest["quality"] = spec.quality.model_dump(mode="json")
     elif split is not None and split.get("pi_c", {}).get("delta_2") is not None:
         pic = split["pi_c"]
-        # a redact stage's miss_share leaves that share of pi's hits readable besides what pi
-        # misses by itself: gamma covers both (1 - (1 - gamma)(1 - miss_share))
+        from privatize.redaction.calibration import with_miss_share
+
+        # gamma covers what pi misses and what the redact stage's miss_share leaves readable
         missed = [s for s in spec.stages if getattr(s, "kind", None) == "redact"][-1].miss_share  # pi_c's stage
         missed = missed if pic["gamma"] is not None else 0.0
-        manifest["quality"] = {"gamma": 1 - (1 - pic["gamma"]) * (1 - missed) if missed else pic["gamma"],
+        manifest["quality"] = {"gamma": with_miss_share(pic["gamma"], missed),
                                "delta_2": pic["delta_2"],
                                "source": f"calibrated pi_c ({pic['model']}, domain {pic['domain']}"
                                          + (", scope rest: secret sentences that keep a readable secret after pi"

@@ -147,6 +147,13 @@ def fit(rows: Iterable[tuple[Sequence[str], int]], *, l2: float = 1.0, min_count
     return weights, round(float(theta[-1]), 6)
 
 
+def with_miss_share(gamma: float, miss_share: float) -> float:
+    """The share of secrets left readable when pi misses ``gamma`` of them by itself and a
+    redact stage's ``miss_share`` leaves that share of its hits in the clear besides:
+    1 - (1 - gamma)(1 - miss_share) (``gamma`` itself when nothing is left)."""
+    return 1 - (1 - gamma) * (1 - miss_share) if miss_share else gamma
+
+
 @dataclass(frozen=True)
 class PiCModel:
     """A fitted candidate score with its calibrated threshold and provenance."""
@@ -210,15 +217,17 @@ class PiCModel:
                if k != "pooled" and v.get("miss_upper95") is not None]
         # gamma likewise: the default's is the largest of the domains' own (measured on the
         # same calibration parts, one corpus each) and the pooled one, which it states beside
-        gammas = [g for d in (self.domains() if domain is None and per else ())
-                  if (g := ((self._block_or_none(d, scope) or {}).get("calibration") or {}).get("gamma")) is not None]
+        own = [g for d in (self.domains() if domain is None and per else ())
+               if (g := ((self._block_or_none(d, scope) or {}).get("calibration") or {}).get("gamma")) is not None]
+        pooled = cal.get("gamma")
+        gamma = max(own + ([pooled] if pooled is not None else [])) if own else pooled
         return {"policy": "calibrated", "scope": scope, "model": self.path, "domain": domain or "any",
                 "threshold": float(block["threshold"]),
                 "target": cal.get("target"), "confidence": cal.get("confidence"),
                 "delta_2": max(per) if per else cal.get("bound"), "delta_2_pooled": cal.get("bound") if per else None,
                 "calibration_misses": cal.get("misses"), "calibration_secret_sentences": cal.get("n_secret"),
                 "calibration_data": cal.get("data"),
-                "gamma": max([*gammas, *([cal["gamma"]] if cal.get("gamma") is not None else [])]) if gammas else cal.get("gamma"), "gamma_pooled": cal.get("gamma") if gammas else None,
+                "gamma": gamma, "gamma_pooled": pooled if own else None,
                 "fitted_on": self.meta.get("fit", {}).get("data"),
                 "created": block.get("created") or self.meta.get("created")}
 

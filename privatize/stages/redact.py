@@ -4,8 +4,9 @@
 Settings: the spaCy ``model``, the ``entities`` to remove, the ``operator`` (``mask``:
 ``<MASK>``, the token dedup uses; ``tag``: ``<PERSON>``; ``encrypt``: deterministic
 entity tokens ``Person_[<base64>]`` under an ``aes-siv`` (or ``aes-ecb``) key given by
-reference; ``surrogate``: a made-up value of the type, seeded by the masked record), the pi ``score_threshold``, ``propagate`` (``document``: a string detected
-once in a record is removed at every occurrence in that record), the ``profile``
+reference; ``surrogate``: a made-up value of the type, seeded by the masked record), the
+pi ``score_threshold``, ``propagate`` (``document``: a string detected once in a record is
+removed at every occurrence in that record), the ``profile``
 (``balanced``, the default: false-positive filters on pi; ``high_recall``: none), the
 document ``style`` (``auto``, the default, picks ``clinical``, ``legal``, ``chat`` or
 ``general`` per document; see :mod:`privatize.redaction.styles`) and the ``pi_c``
