@@ -56,6 +56,7 @@ class Plan:
         self.budget = budget
         self.guard = guard
         self.keep: list = []  # object refs the plan needs until the end
+        self.blocks: int | None = None  # blocks of the last materialized dataset (maps keep the count)
 
     def _map(self, ds, cls: type, ref: StageRef, actor: bool, **kw):
         named = _named(cls, f"{ref.index}_{ref.kind}" if ref.index >= 0 else ref.kind)
@@ -64,7 +65,7 @@ class Plan:
         else:
             fn, extra = named(ref, **kw), {}
         return cluster.map_batches(ds, fn, batch_size=None, batch_format="pyarrow", **extra,
-                                   **self.budget.map_args(actor))
+                                   **self.budget.map_args(actor, self.blocks))
 
     def stage(self, ds, ref: StageRef, actor: bool):
         return self._map(ds, StageUDF, ref, actor)
@@ -79,6 +80,7 @@ class Plan:
         import ray
 
         ds = ds.materialize()
+        self.blocks = ds.num_blocks()
         self.guard.tick()
         groups = min(NUM_PARTITIONS, max(2, int(2 * self.budget.cpus)))
         if actor:  # keys from the stage's actors, then split

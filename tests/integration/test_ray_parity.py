@@ -480,7 +480,7 @@ def test_a_plan_that_cannot_be_scheduled_fails_instead_of_waiting(ray_session, w
         request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
 
     # the stage maps ask for 64 CPUs: reads run, then nothing can
-    monkeypatch.setattr(Budget, "map_args", lambda self, actor: {"num_cpus": 64.0})
+    monkeypatch.setattr(Budget, "map_args", lambda self, actor, blocks=None: {"num_cpus": 64.0})
     t0 = time.monotonic()
     with pytest.raises(RunStalled, match=r"no progress for \d+s .*pending demands"):
         run(parse_spec(CRT), workdir / "corpus", tmp_path / "stalled", runner="ray", spec_dir=str(workdir),

@@ -31,6 +31,19 @@ def test_cpu_budget_leaves_a_task_slot_beside_every_actor_on_every_node():
     assert b.max_actors == 2 and b.actor_cpus + b.task_cpus <= 1.0
 
 
+def test_a_pool_starts_no_more_actors_than_the_blocks_it_will_see():
+    """A tiny corpus is one block: a second redaction actor would load spaCy for nothing
+    (and Ray Data tears a pool down when its input ends while an actor still starts)."""
+    from privatize.ray.cluster import Budget
+
+    b = Budget.for_nodes([4], 1)
+    assert b.max_actors == 4
+    assert [b.pool_size(n) for n in (None, 0, 1, 3, 4, 9)] == [4, 1, 1, 3, 4, 4]
+    compute = b.map_args(True, 1)["compute"]
+    assert (compute.min_size, compute.max_size) == (1, 1)
+    assert b.map_args(False, 1) == {"num_cpus": b.task_cpus}
+
+
 def test_embedded_ray_keeps_a_worker_for_everything_that_runs_at_once():
     """Ray kills idle workers above ``num_workers_soft_limit`` after a second; below the
     plan's concurrency that restarts workers (1.5 s of imports each) all through a run."""
