@@ -301,10 +301,10 @@ def _trainer(p: Prepared, data: dict, plan: RunPlan, sink, torch_config, canarie
     """The ``TorchTrainer`` for this run: CPU and gloo, or GPUs and nccl
     (``torch_config``: :func:`train.rendezvous.torch_config`)."""
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
     from train.data import block_refs
     from train.loop import train_loop
+    from train.raytrain import trainer_class
 
     cfg = p.config
     splits = {k: block_refs(ds) for k, (ds, _) in data.items()}
@@ -314,7 +314,7 @@ def _trainer(p: Prepared, data: dict, plan: RunPlan, sink, torch_config, canarie
     storage = storage_of(cfg, p.output)
     if "://" not in storage:
         storage = str(Path(storage).resolve())
-    return TorchTrainer(
+    return trainer_class()(
         train_loop, train_loop_config=loop_cfg,
         torch_config=torch_config,
         scaling_config=ScalingConfig(num_workers=cfg.workers.num_workers, use_gpu=cfg.workers.use_gpu,

@@ -134,11 +134,12 @@ def test_crt_on_two_ray_train_workers(train_ray, crt_shards, tmp_path):
     entity = [t for t in tok.get_vocab() if TOKEN_RE.fullmatch(t)]
     assert entity and all(tok.tokenize(f"x {t} y").count(t) == 1 for t in entity[:20])  # single tokens
     # a one-node cluster: Ray Train ran its controller, not its preemption watcher (no other
-    # node to lose), and the run left the setting as it found it
+    # node to lose), and the run left the setting as it found it; no run started Ray Train's
+    # placement-group cleaner (train.raytrain)
     from ray._private.state import actors  # the GCS's table: this cluster runs no dashboard
 
     ran = {a["ActorClassName"] for a in actors().values()}
-    assert "TrainController" in ran and "PreemptionWatcher" not in ran
+    assert "TrainController" in ran and not {"PreemptionWatcher", "PlacementGroupCleaner"} & ran
     assert "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER" not in os.environ
 
 
