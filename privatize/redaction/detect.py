@@ -544,6 +544,9 @@ class Detector:
                 cands = [_trim_title(text, c) for c in cands]
             pi = [c for c in cands if c[2] in self.entities and c[3] >= self.score_threshold]
             pi = merge_spans(pi)
+            if pi:
+                inferred = [c for c in style.complete(text, pi) if c[2] in self.entities]
+                pi = merge_spans(pi + _cut_reserved(inferred, reserved, text))
             if self.propagate == "document" and pi:
                 caseless = style.propagate_key("x") is not None
                 spread = self._propagate(text, pi, caseless)

@@ -365,3 +365,45 @@ def test_issue51_chat_address_after_its_cue(detector):
     assert flagged(found, "mill way"), found
     for words in ("east side", "end of the road"):
         assert not flagged(found, words), (words, found)
+
+
+def test_chat_list_members_between_found_ones(detector):
+    """Issue 51: a list two of whose members pi found names the others too (the members
+    between found ones and the last after "or"); a list of booking details does not."""
+    text = ("i need a cheap guesthouse in the north please .\n"
+            "there is archway house , avalon , hamilton lodge , home from home , or limehouse ?\n"
+            "i need the address , the phone number , and the postcode please .\n"
+            "thanks , that is all .")
+    r, found = spans(detector, text)
+    assert r.style == "chat"
+    for name in ("avalon", "home from home", "limehouse"):
+        assert name in found, (name, found)
+    for words in ("the address", "phone number", "postcode"):
+        assert not flagged(found, words), (words, found)
+
+
+def test_chat_the_pieces_of_an_address_after_its_cue(detector):
+    """Every piece of an address after its cue, up to the postcode or a word that leaves
+    the address; words that say where in town are no address."""
+    text = ("hi , i want to go to a museum .\n"
+            "the address is unit 8 , viking way , bar hill , postcode cb238el .\n"
+            "it is located at the grafton centre , east road and the phone number is 01223 356555 .\n"
+            "is it located in the northern part of town ?\nthanks , bye .")
+    r, found = spans(detector, text)
+    assert r.style == "chat"
+    for piece in ("unit 8", "viking way", "bar hill", "east road"):
+        assert piece in found, (piece, found)
+    assert found["unit 8"] == "STREET_ADDRESS", found
+    assert not flagged(found, "northern part") and not flagged(found, "phone number"), found
+
+
+def test_chat_a_title_cased_subject_is_a_venue(detector):
+    """``Home From Home is a ...`` at a turn's start, after ``Sure !`` or ``Yes , the``:
+    a name though every word is common; a lower-case common subject is not."""
+    text = ("tell me about a guesthouse please .\nSure ! Home From Home is a moderately priced guesthouse .\n"
+            "ok , and the other one ?\nThe avalon is a nice guesthouse too .\n"
+            "the room is a double .\nthanks .")
+    r, found = spans(detector, text)
+    assert r.style == "chat"
+    assert "Home From Home" in found and "avalon" in found, found
+    assert not flagged(found, "room"), found

@@ -39,6 +39,11 @@ class DocumentStyle:
         """Spans this style's own rules find (pi candidates)."""
         return []
 
+    def complete(self, text: str, spans: list[Span]) -> list[Span]:
+        """Spans this style infers from pi's own (``spans``: merged, sorted), such as the
+        other members of a list whose members pi found; added before propagation."""
+        return []
+
     trim_articles: bool = False
     """Whether name spans (people, places, organisations) lose a leading article
     (``the Acorn Guest House`` -> ``Acorn Guest House``): it names nothing."""

@@ -23,7 +23,10 @@ Turns are lines; text in paragraphs between blank lines (a letter, an e-mail) is
   ``gastropubs``, ``free wifi``, ``entrance fee``, ``postcode``, and their misspellings,
   ``gueshouse``), unless a name stands just before them (``Hobson 's House``); a word of two
   common words written with a capital inside a turn is a name (``the Allenbell``);
-* an address after its cue (``the address is pool way``, ``located on trinity lane``).
+* an address after its cue (``the address is pool way``, ``located on trinity lane``);
+* the other members of a list two of whose members pi found (``archway house , avalon ,
+  hamilton lodge , home from home , or limehouse``): the members between two found ones,
+  and the last one after ``and`` or ``or``.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ _NAME_CUE = re.compile(r"(?i)\b(?:called|named|the[ \t]+name[ \t]+is|name[ \t]+o
                        r"but|because|as|if|near|located|please|instead|then|too|also)\b)[^\W\d_][\p{L}'’&-]*){0,4})"
                        r"(?=[ \t]*(?:[.,?!:;\n\"]|$|[ \t]+(?:for|in|on|at|that|which|and|is|are|with|it|they|but|please|thanks|"
                        r"today|tonight|tomorrow)\b))")
-_SUBJECT = re.compile(r"(?m)^(?:sure|yes|ok|okay|well)?[ \t,]*(?:the[ \t]+)?(?P<v>[^\W\d_][\p{L}'’&-]*(?:[ \t]+[^\W\d_][\p{L}'’&-]*){0,3})"
+_SUBJECT = re.compile(r"(?m)^(?i:sure|yes|ok|okay|well)?[ \t,!]*(?i:the[ \t]+)?(?P<v>[^\W\d_][\p{L}'’&-]*(?:[ \t]+[^\W\d_][\p{L}'’&-]*){0,3})"
                       r"[ \t]+(?:is|has|sounds|fits|serves|offers)[ \t]+(?:located|a|an|the|at|on|in|perfect|great|good|"
                       r"interesting|an?[ \t]+\w+|\w+ing)\b")
 # words for kinds of venue and the things a booking asks about, not names of any one place
@@ -96,6 +99,23 @@ food cuisine cheap cheaply expensive moderate moderately priced free recommendat
 _ADDR_CUE = re.compile(r"(?i)\b(?:address(?:[ \t]+is|[ \t]*:)|located[ \t]+(?:on|at)|situated[ \t]+(?:on|at))[ \t]+"
                        r"(?:the[ \t]+)?(?P<v>(?:\d+[a-z]?[ \t]+)?[^\W\d_][\p{L}'’&-]*(?:[ \t]+[^\W\d_][\p{L}'’&-]*){0,4})"
                        r"(?=[ \t]*(?:[.,?!;:\n]|$))")
+# a list inside one clause of a turn: its members between commas, the last one maybe after
+# "and" / "or" ("archway house , avalon , hamilton lodge , or limehouse ?")
+_CLAUSE = re.compile(r"[^.?!;:|\n\"()]+")
+_ITEM = re.compile(r"(?:^|(?<=,))[ \t]*(?P<join>(?:and|or)[ \t]+)?(?:the[ \t]+)?"
+                   r"(?P<v>[^\W\d_][\p{L}'’&-]*(?:[ \t]+[^\W\d_][\p{L}'’&-]*)*)[ \t]*(?=,|$)", re.I | re.M)
+_LIST_TYPES = frozenset({"LOCATION", "ORGANIZATION", "PERSON"})
+# the rest of an address after its cue, piece by piece between commas ("the address is unit 8 ,
+# viking way , bar hill .", "located at the grafton centre , east road"), up to the clause's end
+# or a word that leaves the address ("and the phone number", "postcode cb11ps")
+_ADDR_LIST = re.compile(r"(?i)\b(?:address(?:[ \t]+is|[ \t]*:)|located[ \t]+(?:on|at|in)|situated[ \t]+(?:on|at))"
+                        r"[ \t,]+(?P<list>[^.?!;:\n|\"()]+)")
+_ADDR_STOP = re.compile(r"(?i)\b(?:and|post[ \t]*code|phone|number|with|which|but|it|they|is|are|if|so|for|that|"
+                        r"you|we|i|do|does|can|would|has|have|near|postal|zip|in[ \t]+the)\b")
+_WHERE_WORDS = frozenset("downtown uptown northern southern eastern western end heart middle outskirts edge corner "
+                         "district neighbourhood neighborhood".split())
+"""Words that say where in town without naming an address ("the northern part of town")."""
+_ADDR_PIECE = re.compile(r"(?i)[ \t]*(?:the[ \t]+)?(?P<v>[\p{L}\d][\p{L}\d'’&-]*(?:[ \t]+[\p{L}\d'’&-]+){0,4})[ \t]*")
 _TOKEN = re.compile(r"(?<![\w'’-])[^\W\d_][\p{L}]{3,}(?![\w'’-])")
 _COLOUR = re.compile(r"(?i)\b(?:a|an|the)[ \t]+(?:(?:black|white|red|blue|grey|gray|yellow|green|silver)[ \t]+)?$")
 
@@ -166,10 +186,12 @@ class Chat(DocumentStyle):
                     zipf(w) < 4.0 and w.lower() not in _NOT_NAME_WORDS for w in words):
                 continue  # "located at the end": no name in it
             out.append((m.start("v"), m.end("v"), "STREET_ADDRESS", 0.5, "chat_address", True))
+        for m in _ADDR_LIST.finditer(text):
+            out += _address_pieces(text, m.start("list"), m.end("list"))
         for m in _SUBJECT.finditer(text):  # "Kohinoor has an address", "Loch fyne is perfect"
             words = m.group("v").split()
-            if any(w.lower() in _NOT_NAME_WORDS or w.lower() in stop_words() for w in words[:1]) or not any(
-                    zipf(w) < 3.5 and not is_dictionary_word(w) for w in words):
+            if any(w.lower() in _NOT_NAME_WORDS or w.lower() in stop_words() for w in words[:1]) or not (any(
+                    zipf(w) < 3.5 and not is_dictionary_word(w) for w in words) or _title_cased(words)):
                 continue
             out.append((m.start("v"), m.end("v"), "LOCATION", 0.5, "chat_venue", True))
         for m in _NAME_CUE.finditer(text):
@@ -216,6 +238,31 @@ class Chat(DocumentStyle):
     def propagate_key(self, piece: str) -> str | None:
         return piece.lower()
 
+    def complete(self, text: str, spans: list[Span]) -> list[Span]:
+        out: list[Span] = []
+        names = [sp for sp in spans if sp[2] in _LIST_TYPES]
+        if len(names) < 2:
+            return out
+        for seg in _CLAUSE.finditer(text):
+            items = [m for m in _ITEM.finditer(text, seg.start(), seg.end())]
+            if len(items) < 3:
+                continue
+            found = [_covered(m.start("v"), m.end("v"), names) for m in items]
+            if sum(found) < 2:
+                continue
+            first, last = found.index(True), len(found) - 1 - found[::-1].index(True)
+            if items[-1].group("join"):
+                last = len(items) - 1  # "..., or limehouse": the list runs to its end
+            for k, m in enumerate(items):
+                if found[k] or not first < k <= last:
+                    continue
+                words = m.group("v").split()
+                if len(words) > 5 or _only_type_words(m.group("v")) or all(
+                        w.lower() in _NOT_NAME_WORDS or w.lower() in stop_words() for w in words):
+                    continue
+                out.append((m.start("v"), m.end("v"), "LOCATION", 0.5, "chat_list", True))
+        return out
+
 
 @functools.lru_cache(maxsize=20_000)
 def _type_word(word: str) -> bool:
@@ -258,6 +305,41 @@ def _capitalised_inside(text: str, s: int, word: str) -> bool:
         k -= 1
     return k >= 0 and text[k] not in ".!?:\n\"" and not (text[k].isalpha() and text[max(0, k - 1):k + 1].lower()
                                                            in ("ok",))
+
+
+def _address_pieces(text: str, s: int, e: int) -> list[Span]:
+    """The comma-separated pieces of an address in ``text[s:e]`` (see :data:`_ADDR_LIST`)."""
+    stop = _ADDR_STOP.search(text, s, e)
+    e = stop.start() if stop else e
+    out: list[Span] = []
+    pos = s
+    for chunk in text[s:e].split(","):
+        m = _ADDR_PIECE.fullmatch(text, pos, pos + len(chunk))
+        pos += len(chunk) + 1
+        if m is None:
+            break  # not a piece of an address: the list ends here
+        words = m.group("v").split()
+        if re.fullmatch(r"(?i)[a-z]{1,2}\d[a-z\d]{2,5}", "".join(words)):
+            continue  # a postcode: its own recognizer's
+        if all((w.lower() in _NOT_NAME_WORDS or w.lower() in _WHERE_WORDS or w.lower() in stop_words()) for w in words) \
+                and not re.fullmatch(rf"(?i){_STREET_HEADS}", words[-1]):
+            continue  # "the centre", "town"
+        out.append((m.start("v"), m.end("v"), "STREET_ADDRESS", 0.5, "chat_address", True))
+    return out
+
+
+def _title_cased(words: list[str]) -> bool:
+    """Two words or more, each capitalised but short function words (``Home From Home``,
+    ``Whale of a Time``)."""
+    return len(words) >= 2 and words[0][:1].isupper() and all(
+        w[:1].isupper() and not w.isupper() or w.lower() in ("of", "a", "the", "and", "from", "in", "on", "at")
+        for w in words)
+
+
+def _covered(s: int, e: int, spans: list[Span]) -> bool:
+    """At least half of ``text[s:e]`` lies inside ``spans``."""
+    inside = sum(max(0, min(e, b) - max(s, a)) for a, b, *_ in spans)
+    return inside * 2 >= e - s
 
 
 _NUMBER_WORDS = frozenset("one two three four five first second third".split())
