@@ -18,7 +18,7 @@ or ``PRIVATIZE_PUBLIC_DATA``), the job trains as users do, fine-tuning a public 
    an hmac key the service made, and appear nowhere); ``crt`` then splits sentences,
    redacts with Presidio to ``<MASK>``, dedups every flagged sentence (``skip_clean``) and
    splits public from private (``CRT_ROUTING``: a masked sentence is public when the
-   calibrated pi_c finds nothing left in it); ``public``
+   calibrated pi_c finds nothing left in it at its default threshold); ``public``
    dedups the public text;
 3. a public base: with ``--base NAME`` the model catalog's ``base:NAME`` (what ``make demo``
    does: its operator step pre-trains ``tiny`` on the shipped stories with ``privatize base``
@@ -47,12 +47,16 @@ import time
 from pathlib import Path
 
 CANARIES = {"digits": 4, "count": 10, "repeats": 20, "held_out": 10}
-CRT_ROUTING = {"masked": "public", "operator": "mask", "pi_c": {"policy": "calibrated", "domain": "support"}}
+CRT_ROUTING = {"masked": "public", "operator": "mask", "pi_c": {"policy": "calibrated"}}
 """The CRT recipe's routing here: a sentence pi masked goes public when the calibrated pi_c,
-judging what pi left in the clear at the threshold of the support-dialogue domain (the
-data is CustomerSim's), flags nothing; every other flagged sentence is private. On
-CustomerSim at epsilon 3 this routing cost 5.02x plain perplexity against the paper's
-12.01x (``experiments/crt_paper.py``, DIARY session 49)."""
+judging what pi left in the clear at the model's default threshold (the smallest of its
+domains'), flags nothing; every other flagged sentence is private. Not the support domain's
+threshold, though the data is CustomerSim's: that one is calibrated on CustomerSim's own
+secrets (names, phones, tracking numbers) and let the demo's inserted canaries through
+when one was shaped like a date (``My ID is: 0603``, 20 copies public: rank 1 of 10^4 for
+the redacted and CRT models, DIARY session 51). On CustomerSim the default keeps 97.7% of
+sentences public and made no secret sentence public, against the domain's 99.1% and 1.1%
+(``experiments/crt_split.py``)."""
 
 
 def _train_config(kind: str, epochs: int, base: str | None) -> dict:

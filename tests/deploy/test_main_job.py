@@ -71,10 +71,11 @@ def test_sentences_are_the_split_stages(tmp_path):
 
 def test_the_crt_routing_routes_a_masked_sentence_public_only_when_nothing_is_left(tmp_path):
     """The main job's CRT recipe (``CRT_ROUTING``: masked sentences public, the shipped pi_c
-    at the support domain's threshold, scope rest) parses, names a domain the shipped model
-    has, and, run in process, sends the sentence whose e-mail pi masked to the public split
-    and the one whose code a seeded ``miss_share`` left readable (a secret pi missed) to the
-    private split."""
+    at its default threshold, scope rest) parses and, run in process, sends the sentence
+    whose e-mail pi masked to the public split, and to the private split the one whose code
+    a seeded ``miss_share`` left readable (a secret pi missed) and a canary of the job's own
+    format whose digits read as a date (``0603``: the support domain's threshold let it
+    through, 20 copies public)."""
     import pyarrow.parquet as pq
     import pytest
 
@@ -86,11 +87,12 @@ def test_the_crt_routing_routes_a_masked_sentence_public_only_when_nothing_is_le
     job = _main_job()
     src = tmp_path / "c.jsonl"
     src.write_text(json.dumps({"doc_id": "d", "text": "Please write to ann.lee@example.com about it. "
-                                                      "The code is 88213. Thanks for waiting."}) + "\n")
+                                                      "The code is 88213. Thanks for waiting."}) + "\n"
+                   + json.dumps({"doc_id": "c", "text": "My ID is: 0603"}) + "\n")
     stages = crt_stages(**job.CRT_ROUTING, miss_share=0.5, miss_seed=1)
     m = run({"version": 1, "stages": stages, "output": {"num_shards": 1}}, src, tmp_path / "out", runner="local")
-    assert m["split"]["pi_c"]["domain"] == "support" and m["split"]["pi_c"]["scope"] == "rest"
+    assert m["split"]["pi_c"]["domain"] == "any" and m["split"]["pi_c"]["scope"] == "rest"
     rows = {r["text"]: r["private"]
             for r in pq.read_table(next((tmp_path / "out" / "shards").glob("*.parquet"))).to_pylist()}
     assert rows == {"Please write to <MASK> about it.": False, "The code is 88213.": True,
-                    "Thanks for waiting.": False}
+                    "Thanks for waiting.": False, "My ID is: 0603": True}
