@@ -188,7 +188,9 @@ class PiCOptions(BaseModel):
     domain: str | None = Field(None, min_length=1, max_length=64)
     """With ``calibrated``: the domain whose own calibration applies (the shipped model:
     ``clinical`` notes, ``booking`` dialogues, customer ``support`` chats); ``None``: the
-    model's default threshold, the smallest of its domains' (for text of unknown kind)."""
+    model's default threshold, the smallest of its domains' (for text of unknown kind). A
+    domain's threshold bounds the misses of the kinds of secret its calibration corpus
+    holds; a secret of another shape may pass it (``My ID is: 0603`` under ``support``)."""
 
 
 @dataclass
