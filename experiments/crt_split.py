@@ -15,7 +15,11 @@ records are scored against the gold secrets:
   to 75-99 of 100: neither fitted nor calibrated on), every PHI span a secret;
 * multiwoz: the ``report`` part of MultiWOZ 2.1 validation (secrets Addr, Phone, Post,
   Ref, Id);
-* customersim: CustomerSim ``test.jsonl`` (never read by the fitting).
+* customersim: CustomerSim ``test.jsonl`` (never read by the fitting);
+* canaries: every 4-digit secret in the ``canaries`` stage's default format (``My ID is:
+  0603``, 10,000 records, the digits the secret), as ``make demo`` inserts them: a kind of
+  secret no calibration corpus holds, scored with the support domain's threshold (the
+  domain ``make demo`` once used, and which let a date-shaped canary through).
 
 (:mod:`experiments.gold_sentences`). Per corpus and policy: sentences, the secret-free
 share, the public share, split efficiency (secret-free sentences routed public / all
@@ -25,7 +29,7 @@ secret in it is still readable in a public record), and, for secret-free sentenc
 private, what sent them there (dedup, pi, or pi_c's signal kind). These are development
 figures: the held-out halves are where the issue's targets are judged.
 
-    python -m experiments.crt_split [--corpora clinical,multiwoz,customersim] [--all-dev]
+    python -m experiments.crt_split [--corpora clinical,multiwoz,customersim,canaries] [--all-dev]
 """
 
 from __future__ import annotations
@@ -53,10 +57,23 @@ POLICIES = {"before (the recipe before issue 50)": "before", "pi_c: strict, doc_
             "after, the corpus's domain": "domain",
             "masked public (pi_c: rest)": "rest",
             "masked public, the corpus's domain": "rest_domain"}
-DOMAIN = {"clinical": "clinical", "multiwoz": "booking", "customersim": "support"}
+DOMAIN = {"clinical": "clinical", "multiwoz": "booking", "customersim": "support", "canaries": "support"}
+
+
+def canary_docs(digits: int = 4) -> list:
+    """Every ``digits``-digit secret in the canaries stage's default format, one record each."""
+    from experiments.gold_sentences import Doc
+    from privatize.stages.canaries import CanariesSettings
+
+    fmt = CanariesSettings.model_fields["format"].default
+    at = fmt.index("{secret}")
+    return [Doc(id=f"canary-{n:0{digits}d}", group="canaries", text=fmt.format(secret=f"{n:0{digits}d}"),
+                secrets=[(at, at + digits, "CANARY")]) for n in range(10 ** digits)]
 
 
 def docs_for(corpus: str, data: Path, all_dev: bool):
+    if corpus == "canaries":
+        return canary_docs()
     if corpus == "customersim":
         return load(corpus, data, split="test")
     docs = load(corpus, data)
@@ -119,7 +136,7 @@ def score(rows: pa.Table, docs) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpora", default=",".join(CORPORA))
+    ap.add_argument("--corpora", default=",".join([*CORPORA, "canaries"]))
     ap.add_argument("--all-dev", action="store_true",
                     help="score the whole development halves (fitted and calibrated on: optimistic)")
     args = ap.parse_args()
@@ -154,6 +171,10 @@ def main() -> None:
             print(f"| {corpus} | {label} | {r['sentences']} | {r['secret_free_share']:.3f} | {r['public_share']:.3f} "
                   f"| {r['efficiency']:.3f} | {r['secret_made_public']} of {r['secret']} "
                   f"({100 * r['secret_public_rate']:.2f}%, {100 * r['secret_public_upper95']:.2f}%) |")
+    if "canaries" in out["corpora"]:
+        c = out["corpora"]["canaries"]
+        print("\ncanaries made public (of 10,000 4-digit secrets): "
+              + ", ".join(f"{label} {c[p]['secret_made_public']}" for label, p in POLICIES.items()))
     save_result("crt_split", out)
 
 
