@@ -66,9 +66,11 @@ class Budget:
         return max(1, int(self.cpus / self.task_cpus)) if self.max_actors <= 1 else self.max_actors
 
     def pool_size(self, blocks: int | None = None) -> int:
-        """Actors of one pool: ``max_actors``, but never more than the ``blocks`` the stage
-        will see (when known): an actor beyond them would load its model for nothing, and
-        Ray Data tears down a pool whose input ended while an actor was still starting."""
+        """Actors a pool starts with: ``max_actors``, but never more than the ``blocks`` the
+        stage will see (when known): an actor beyond them would load its model for nothing,
+        and Ray Data tears down a pool whose input ended while an actor was still starting.
+        The pool may still grow to ``max_actors`` when work waits (a stage that splits its
+        blocks further)."""
         return self.max_actors if blocks is None else max(1, min(self.max_actors, blocks))
 
     def map_args(self, actor: bool, blocks: int | None = None) -> dict:
@@ -76,7 +78,8 @@ class Budget:
             import ray.data
 
             n = self.pool_size(blocks)
-            return {"compute": ray.data.ActorPoolStrategy(min_size=n, max_size=n), "num_cpus": self.actor_cpus}
+            return {"compute": ray.data.ActorPoolStrategy(min_size=n, max_size=self.max_actors),
+                    "num_cpus": self.actor_cpus}
         return {"num_cpus": self.task_cpus}
 
 

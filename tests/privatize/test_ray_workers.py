@@ -40,7 +40,7 @@ def test_a_pool_starts_no_more_actors_than_the_blocks_it_will_see():
     assert b.max_actors == 4
     assert [b.pool_size(n) for n in (None, 0, 1, 3, 4, 9)] == [4, 1, 1, 3, 4, 4]
     compute = b.map_args(True, 1)["compute"]
-    assert (compute.min_size, compute.max_size) == (1, 1)
+    assert (compute.min_size, compute.max_size) == (1, 4)  # it may grow when work waits
     assert b.map_args(False, 1) == {"num_cpus": b.task_cpus}
 
 

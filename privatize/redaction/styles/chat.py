@@ -31,6 +31,7 @@ Turns are lines; text in paragraphs between blank lines (a letter, an e-mail) is
 
 from __future__ import annotations
 
+import bisect
 import functools
 
 import regex as re
@@ -102,8 +103,8 @@ _ADDR_CUE = re.compile(r"(?i)\b(?:address(?:[ \t]+is|[ \t]*:)|located[ \t]+(?:on
 # a list inside one clause of a turn: its members between commas, the last one maybe after
 # "and" / "or" ("archway house , avalon , hamilton lodge , or limehouse ?")
 _CLAUSE = re.compile(r"[^.?!;:|\n\"()]+")
-_ITEM = re.compile(r"(?:^|(?<=,))[ \t]*(?P<join>(?:and|or)[ \t]+)?(?:the[ \t]+)?"
-                   r"(?P<v>[^\W\d_][\p{L}'’&-]*(?:[ \t]+[^\W\d_][\p{L}'’&-]*)*)[ \t]*(?=,|$)", re.I | re.M)
+_ITEM = re.compile(r"[ \t]*(?P<join>(?:and|or)[ \t]+)?(?:the[ \t]+)?"
+                   r"(?P<v>[\p{L}\d][\p{L}\d'’&-]*(?:[ \t]+[\p{L}\d'’&-]+){0,5})[ \t]*", re.I)
 _LIST_TYPES = frozenset({"LOCATION", "ORGANIZATION", "PERSON"})
 # the rest of an address after its cue, piece by piece between commas ("the address is unit 8 ,
 # viking way , bar hill .", "located at the grafton centre , east road"), up to the clause's end
@@ -243,26 +244,36 @@ class Chat(DocumentStyle):
         names = [sp for sp in spans if sp[2] in _LIST_TYPES]
         if len(names) < 2:
             return out
+        starts = [sp[0] for sp in names]
         for seg in _CLAUSE.finditer(text):
-            items = [m for m in _ITEM.finditer(text, seg.start(), seg.end())]
-            if len(items) < 3:
+            if seg.group(0).count(",") < 2:
                 continue
-            found = [_covered(m.start("v"), m.end("v"), names) for m in items]
+            # the names inside this clause only (spans are sorted): linear in the text
+            lo, hi = bisect.bisect_left(starts, seg.start()), bisect.bisect_left(starts, seg.end())
+            near = names[max(0, lo - 1):hi]
+            near_starts = starts[max(0, lo - 1):hi]
+            items, pos = [], seg.start()
+            for piece in seg.group(0).split(","):
+                m = _ITEM.fullmatch(text, pos, pos + len(piece))
+                items.append(m)
+                pos += len(piece) + 1
+            found = [m is not None and _covered(m.start("v"), m.end("v"), near, near_starts) for m in items]
             if sum(found) < 2:
                 continue
             first, last = found.index(True), len(found) - 1 - found[::-1].index(True)
-            if items[-1].group("join"):
+            if items[-1] is not None and items[-1].group("join"):
                 last = len(items) - 1  # "..., or limehouse": the list runs to its end
             for k, m in enumerate(items):
-                if found[k] or not first < k <= last:
+                if m is None or found[k] or not first < k <= last:
                     continue
                 words = m.group("v").split()
-                if len(words) > 5 or _only_type_words(m.group("v")) or all(
-                        w.lower() in _NOT_NAME_WORDS or w.lower() in stop_words() for w in words):
-                    continue
-                out.append((m.start("v"), m.end("v"), "LOCATION", 0.5, "chat_list", True))
+                if len(words) > 5 or _only_type_words(m.group("v")) or words[0].lower() in _NOT_NAME_WORDS \
+                        or words[0].lower() in stop_words():
+                    continue  # "i like it", "no way": no member of the list
+                span = (m.start("v"), m.end("v"), "LOCATION", 0.5, "chat_list", True)
+                if self.drop(text, span) is None:
+                    out.append(span)
         return out
-
 
 @functools.lru_cache(maxsize=20_000)
 def _type_word(word: str) -> bool:
@@ -336,9 +347,15 @@ def _title_cased(words: list[str]) -> bool:
         for w in words)
 
 
-def _covered(s: int, e: int, spans: list[Span]) -> bool:
-    """At least half of ``text[s:e]`` lies inside ``spans``."""
-    inside = sum(max(0, min(e, b) - max(s, a)) for a, b, *_ in spans)
+def _covered(s: int, e: int, spans: list[Span], starts: list[int]) -> bool:
+    """At least half of ``text[s:e]`` lies inside ``spans`` (merged, sorted; ``starts``
+    their starts): only the spans that can overlap it are looked at."""
+    k = max(0, bisect.bisect_left(starts, s) - 1)
+    inside = 0
+    while k < len(spans) and spans[k][0] < e:
+        a, b = spans[k][0], spans[k][1]
+        inside += max(0, min(e, b) - max(s, a))
+        k += 1
     return inside * 2 >= e - s
 
 
