@@ -22,6 +22,10 @@
    and pooled (delta_2's bound is the pooled one), gamma (pi's miss rate on the same
    sentences) and the provenance; the ``report`` part's figures are printed, not used.
 
+``--keep-weights FILE`` skips step 3: FILE's weights (an earlier fit on the same fit part)
+are calibrated anew with today's detector, so the thresholds and bounds hold for the
+detector that ships without the weights moving (a refit moves every domain's threshold).
+
 ``--rest`` (run after a fit: a fit rewrites the file without it) keeps ``--out``'s weights
 and adds what ``pi_c.scope: rest`` needs: the weights of the ``beside`` candidates (words
 beside a span pi removes, fitted apart on the same fit part) and, per corpus and by
@@ -259,6 +263,9 @@ def main() -> None:
     ap.add_argument("--l2", type=float, default=2.0)
     ap.add_argument("--min-count", type=int, default=5, help="features seen in fewer fit candidates are dropped")
     ap.add_argument("--out", type=Path, default=ROOT / "privatize" / "redaction" / "pic_calibrated.json")
+    ap.add_argument("--keep-weights", type=Path, default=None, metavar="FILE",
+                    help="take FILE's weights (fitted earlier on the same fit part) and calibrate them anew with "
+                         "today's detector: thresholds and bounds stay valid for the detector that ships")
     ap.add_argument("--rest", action="store_true",
                     help="keep --out's weights and add thresholds for pi_c.scope rest (what pi leaves in the clear)")
     args = ap.parse_args()
@@ -272,12 +279,22 @@ def main() -> None:
     # fit: candidates of the fit part, each corpus weighted equally (by repetition to the largest)
     fit_rows = {c: [(f, y) for r in rs if r["part"] == "fit" for k, f, y in r["cands"] if k != "beside"]
                 for c, rs in rows.items()}
-    train, reps = balanced(fit_rows)
-    for c, v in fit_rows.items():
-        print(f"fit {c}: {len(v)} candidates ({sum(y for _, y in v)} on secrets), weight x{reps[c]}")
-    t0 = time.perf_counter()
-    weights, bias = fit(train, l2=args.l2, min_count=args.min_count)
-    print(f"fitted {len(weights)} weights in {time.perf_counter() - t0:.1f} s")
+    kept = None
+    if args.keep_weights is not None:
+        from privatize.redaction.calibration import load_model
+
+        old = load_model(args.keep_weights)
+        weights, bias = old.weights, old.bias
+        kept = {"from": str(args.keep_weights.name), "created": old.meta.get("created"),
+                "commit": old.meta.get("commit"), "candidates": (old.meta.get("fit") or {}).get("candidates")}
+        print(f"kept {len(weights)} weights fitted {kept['created']} at {kept['commit']}")
+    else:
+        train, reps = balanced(fit_rows)
+        for c, v in fit_rows.items():
+            print(f"fit {c}: {len(v)} candidates ({sum(y for _, y in v)} on secrets), weight x{reps[c]}")
+        t0 = time.perf_counter()
+        weights, bias = fit(train, l2=args.l2, min_count=args.min_count)
+        print(f"fitted {len(weights)} weights in {time.perf_counter() - t0:.1f} s")
     model = PiCModel(weights, bias, 0.0)
     # calibrate on the calibration part: per corpus, then the smallest threshold
     cal = {c: [r for r in rs if r["part"] == "calibration"] for c, rs in rows.items()}
@@ -309,10 +326,14 @@ def main() -> None:
                for c in CORPORA}
     meta = {
         "created": date.today().isoformat(), "commit": commit,
-        "command": f"python -m experiments.pic_fit --target {args.target} --l2 {args.l2} --min-count {args.min_count}",
+        "command": f"python -m experiments.pic_fit --target {args.target} --l2 {args.l2} --min-count {args.min_count}"
+                   + (f" --keep-weights {args.keep_weights.name}" if kept else ""),
         "unit": "sentence (the CRT recipe's split rules)",
         "fit": {"data": [f"{DATA_DESC[c]}: groups hashed to 0-49 of 100" for c in CORPORA],
-                "candidates": {c: len(v) for c, v in fit_rows.items()}, "l2": args.l2, "min_count": args.min_count},
+                "candidates": kept["candidates"] if kept else {c: len(v) for c, v in fit_rows.items()},
+                "l2": args.l2, "min_count": args.min_count,
+                **({"weights_kept": f"fitted {kept['created']} at {kept['commit']} on this fit part with that "
+                                    "commit's detector; calibrated here with this one"} if kept else {})},
         "calibration": {**cal_block([f"{DATA_DESC[c]}: groups hashed to 50-74 of 100" for c in CORPORA],
                                     figures["pooled"], secret_pooled),
                         "rule": "per corpus, the largest threshold whose one-sided 95% Clopper-Pearson bound on "
