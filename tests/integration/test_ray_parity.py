@@ -543,6 +543,7 @@ def test_synthesize_stage_same_shards_on_ray_from_the_cache(ray_session, tmp_pat
     """The synthesize stage in an actor pool on Ray: with the in-process run's cached
     answers it sends no request and writes the same shards (a scripted OpenAI-compatible
     server on loopback stands in for the paid LLM API: tests/llm_double.py)."""
+    from privatize.ray.cluster import Budget
     from tests.llm_double import ScriptedLLM
     from tests.privatize.test_synthesize_stage import ARTICLES
 
@@ -550,6 +551,16 @@ def test_synthesize_stage_same_shards_on_ray_from_the_cache(ray_session, tmp_pat
     rows = [{**a, "id": f"art{i}"} for i, a in enumerate(ARTICLES * 3)]
     (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     pools = spy_pools(monkeypatch)
+    sized = []  # (blocks the plan knew, the pool's starting size) of every actor map
+    real_args = Budget.map_args
+
+    def map_args(self, actor, blocks=None):
+        args = real_args(self, actor, blocks)
+        if actor:
+            sized.append((blocks, args["compute"].min_size, self.max_actors))
+        return args
+
+    monkeypatch.setattr(Budget, "map_args", map_args)
     with ScriptedLLM() as llm:
         spec = {"stages": [{"kind": "synthesize", "allow_plaintext": True, "cache": str(tmp_path / "cache"),
                             "llm": {"base_url": llm.url, "model": "scripted"}}], "output": {"num_shards": 2}}
@@ -561,6 +572,8 @@ def test_synthesize_stage_same_shards_on_ray_from_the_cache(ray_session, tmp_pat
     assert got["counts"] == base["counts"] and got["stages"][0]["stats"]["samples"] == base["stages"][0]["stats"][
         "samples"] > 0
     assert ("0_synthesize", True) in pools
+    # the pool was sized from the blocks the plan had materialized: never more actors than blocks
+    assert sized and all(b is not None and n == max(1, min(b, top)) for b, n, top in sized), sized
 
 
 def test_synthesis_budget_holds_across_the_actor_pool_on_ray(ray_session, tmp_path):
