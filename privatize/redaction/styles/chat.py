@@ -252,11 +252,7 @@ class Chat(DocumentStyle):
             lo, hi = bisect.bisect_left(starts, seg.start()), bisect.bisect_left(starts, seg.end())
             near = names[max(0, lo - 1):hi]
             near_starts = starts[max(0, lo - 1):hi]
-            items, pos = [], seg.start()
-            for piece in seg.group(0).split(","):
-                m = _ITEM.fullmatch(text, pos, pos + len(piece))
-                items.append(m)
-                pos += len(piece) + 1
+            items = _comma_pieces(text, seg.start(), seg.end(), _ITEM)
             found = [m is not None and _covered(m.start("v"), m.end("v"), near, near_starts) for m in items]
             if sum(found) < 2:
                 continue
@@ -318,15 +314,22 @@ def _capitalised_inside(text: str, s: int, word: str) -> bool:
                                                            in ("ok",))
 
 
+def _comma_pieces(text: str, s: int, e: int, rx) -> list:
+    """``rx`` matched in full against each comma-separated piece of ``text[s:e]`` (its
+    match, offsets into ``text``, or ``None`` where the piece is not one)."""
+    out, pos = [], s
+    for piece in text[s:e].split(","):
+        out.append(rx.fullmatch(text, pos, pos + len(piece)))
+        pos += len(piece) + 1
+    return out
+
+
 def _address_pieces(text: str, s: int, e: int) -> list[Span]:
     """The comma-separated pieces of an address in ``text[s:e]`` (see :data:`_ADDR_LIST`)."""
     stop = _ADDR_STOP.search(text, s, e)
     e = stop.start() if stop else e
     out: list[Span] = []
-    pos = s
-    for chunk in text[s:e].split(","):
-        m = _ADDR_PIECE.fullmatch(text, pos, pos + len(chunk))
-        pos += len(chunk) + 1
+    for m in _comma_pieces(text, s, e, _ADDR_PIECE):
         if m is None:
             break  # not a piece of an address: the list ends here
         words = m.group("v").split()
