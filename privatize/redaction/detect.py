@@ -542,7 +542,7 @@ class Detector:
             cands = _cut_ner_at_checksums(cands, text)
             if style.trim_articles:
                 cands = [trim_article(text, c) for c in cands]
-            if self.trim_titles:
+            if self.trim_titles or style.trim_titles:
                 cands = [_trim_title(text, c) for c in cands]
             pi = [c for c in cands if c[2] in self.entities and c[3] >= self.score_threshold]
             pi = merge_spans(pi)

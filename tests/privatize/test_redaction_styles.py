@@ -429,3 +429,17 @@ def test_chat_lists_mid_turn_and_their_limits(detector):
     t0 = time.perf_counter()
     inferred = chat.complete(long, names)
     assert time.perf_counter() - t0 < 10 and len(inferred) == 9_999
+
+
+def test_titles_follow_each_domains_annotation_convention(detector):
+    """Clinical de-identification (i2b2, PhysioNet) marks a name without its title: the
+    clinical style's person spans start after ``Mr.``/``Dr``, and the title stays in the
+    text; judgments (TAB) mark the title with the name, and the legal style keeps it."""
+    text = ("PT IN CCU, ON LASIX 20 MG. ABD SOFT, FOLEY DRAINING. Upon admission Mr. Lomish was on 10L NC; "
+            "discussed with Dr. Chiotelis, plan to cont diuresis. MAE. CONT TO MONITOR.")
+    r, found = spans(detector, text)
+    assert r.style == "clinical"
+    assert found.get("Lomish") == "PERSON" and found.get("Chiotelis") == "PERSON", found
+    assert not any(k.startswith(("Mr", "Dr")) for k in found), found
+    r, found = spans(detector, LEGAL)
+    assert r.style == "legal" and "Mr A. Demetriades" in found, found

@@ -48,6 +48,12 @@ class DocumentStyle:
     """Whether name spans (people, places, organisations) lose a leading article
     (``the Acorn Guest House`` -> ``Acorn Guest House``): it names nothing."""
 
+    trim_titles: bool = False
+    """Whether person spans lose a leading title (``Mr. Lomish`` -> ``Lomish``), as the
+    style's annotation convention has it: clinical de-identification (i2b2, PhysioNet)
+    marks the name without its title; judgments (TAB) mark them together. An adapted
+    detector's folder says the same for its own sample."""
+
     def propagate_key(self, piece: str) -> str | None:
         """For case-insensitive propagation: the key a detected string is looked up by
         (``None``: propagation stays case-sensitive)."""

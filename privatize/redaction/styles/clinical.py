@@ -36,6 +36,8 @@ Rules:
   after a cue (``call 555-1234``, ``beeper 4-1187``); shorthand compounds (``CV-NSR``,
   ``NISICU``, ``PAD'S``) and doses are no wards, NER names with digits (``Tylenol X2``) or
   with the sentence after them (``SMOLAREK AWARE OF ...``) are dropped;
+* a person's title is not part of the name (``Mr. [Lomish]``, ``Dr [Smith]``): the
+  convention of clinical de-identification (i2b2, PhysioNet); the title stays in the text;
 * ages stay identifiers at any age (HIPAA's safe harbour names only ages over 89, and
   the PhysioNet gold follows it; a data owner under other rules counts every age).
 """
@@ -264,6 +266,7 @@ class Clinical(DocumentStyle):
     name = "clinical"
     recase = False
     threshold = 0.12
+    trim_titles = True
 
     def evidence(self, text: str, words: list[str]) -> float:
         hits = sum(1 for w in words if w in CLINICAL_CONTEXT or is_clinical_word(w))
