@@ -75,7 +75,7 @@ from privatize.redaction.engine import DEFAULT_MODEL, load_spacy, ner_mapping
 from privatize.redaction.evidence import iter_candidates
 from privatize.redaction.filters import (NER_NAME_TYPES, TextCase, is_common_word, ner_date_filter, ner_name_filter,
                                          url_span, warm_word_lists)
-from privatize.redaction.styles import AUTO, get_style, style_names, style_picker, trim_article
+from privatize.redaction.styles import AUTO, get_style, style_names, style_picker, trim_article, trim_place_head
 from privatize.redaction.spans import (_DIGITS, _ITEM_RE, _LETTER_WORD, _NAME_LIST, _NER_SOURCES, Span,
                                        _cut_reserved, _is_word_char, _pi_c_word_signals, caseless_regions,
                                        inside_any, is_speaker_label, merge_intervals, merge_spans, recase)
@@ -542,6 +542,8 @@ class Detector:
             cands = _cut_ner_at_checksums(cands, text)
             if style.trim_articles:
                 cands = [trim_article(text, c) for c in cands]
+            if style.trim_place_heads:
+                cands = [trim_place_head(text, c) for c in cands]
             if self.trim_titles or style.trim_titles:
                 cands = [_trim_title(text, c) for c in cands]
             pi = [c for c in cands if c[2] in self.entities and c[3] >= self.score_threshold]

@@ -181,7 +181,7 @@ def test_drug_words_come_from_the_maintained_dictionary():
     ("PLAN INCLUDES CT GUIDED TAP...DICK CUCCHIARA (RESIDENT) WORKING ON IT. PT ON LASIX GTT.", "DICK CUCCHIARA"),
     ("POST TEE SHOWING ONLY MILD TR, Z. MILLER AWARE AND WILL FOLLOW. HR 80S SR, BP STABLE ON NEO.", "Z. MILLER"),
     ("PHONE CONVERSATION WITH PT'S SON IN PIKESVILLE, THE DECISION WAS MADE. CONT LASIX, HEP GTT.", "PIKESVILLE"),
-    ("77 YO FEMALE FOUND UNRESONSIVE IN ST MARY HOSPITAL. TRANSFERRED TO CCU. ON DOPA AND LEVO.", "ST MARY HOSPITAL"),
+    ("77 YO FEMALE FOUND UNRESONSIVE IN ST MARY HOSPITAL. TRANSFERRED TO CCU. ON DOPA AND LEVO.", "ST MARY"),  # "HOSPITAL" stays
     ("Pt seen for resp care. Sats 95% on 40% fio2, suctioned for thick secretions.\nPager #32007\n", "32007"),
     ("PMH: OVARIAN CA (12/93) S/P DEBULKING, TAH. CAD, HTN. ON LASIX AND KCL. BP STABLE.", "12/93"),
 ])
@@ -434,12 +434,33 @@ def test_chat_lists_mid_turn_and_their_limits(detector):
 def test_titles_follow_each_domains_annotation_convention(detector):
     """Clinical de-identification (i2b2, PhysioNet) marks a name without its title: the
     clinical style's person spans start after ``Mr.``/``Dr``, and the title stays in the
-    text; judgments (TAB) mark the title with the name, and the legal style keeps it."""
+    text (so does a hospital's ``Hospital``); judgments (TAB) mark the title with the name,
+    and the legal style keeps it."""
     text = ("PT IN CCU, ON LASIX 20 MG. ABD SOFT, FOLEY DRAINING. Upon admission Mr. Lomish was on 10L NC; "
             "discussed with Dr. Chiotelis, plan to cont diuresis. MAE. CONT TO MONITOR.")
     r, found = spans(detector, text)
     assert r.style == "clinical"
     assert found.get("Lomish") == "PERSON" and found.get("Chiotelis") == "PERSON", found
     assert not any(k.startswith(("Mr", "Dr")) for k in found), found
+    # a place's generic head word stays in the text too (PhysioNet marks the name alone)
+    for text, place in [("PT TRANSFERRED FROM HARFORD MEMORIAL HOSPITAL FOR CATH. LASIX 20 MG GIVEN. ABD SOFT, FOLEY "
+                         "DRAINING. MAE. CONT TO MONITOR IN CCU.", "HARFORD MEMORIAL"),
+                        ("pt recieved from university of maryland hospital. pt intubated, on levophed 2mcg. abd soft. "
+                         "cont to monitor. lasix 20mg iv given.", "university of maryland")]:
+        r, found = spans(detector, text)
+        assert r.style == "clinical" and found == {place: "LOCATION"}, found
     r, found = spans(detector, LEGAL)
     assert r.style == "legal" and "Mr A. Demetriades" in found, found
+
+
+@pytest.mark.parametrize("piece, kept", [("Harford Memorial Hospital", "Harford Memorial"),
+                                         ("General Hospital Medical Center", "General"),
+                                         ("U OF MD MED CENTER", "U OF MD"), ("St Mary hosp.", "St Mary"),
+                                         ("Hospital", "Hospital"), ("Mercy Clinic", "Mercy"),
+                                         ("Heart Center", "Heart")])
+def test_a_place_loses_its_generic_head_words_but_never_all_of_it(piece, kept):
+    text = f"to {piece} today"
+    s, e, *rest = styles.trim_place_head(text, (3, 3 + len(piece), "LOCATION", 0.8, "spacy", False))
+    assert text[s:e] == kept
+    person = (3, 3 + len(piece), "PERSON", 0.8, "spacy", False)
+    assert styles.trim_place_head(text, person) == person  # only places and organisations

@@ -25,10 +25,10 @@ import functools
 from typing import Callable
 
 from privatize.redaction.styles.base import (_WORDS, AUTO, GENERAL, SAMPLE_CHARS, STYLES, DocumentStyle,
-                                            register_style, trim_article)
+                                            register_style, trim_article, trim_place_head)
 
 __all__ = ["AUTO", "GENERAL", "DocumentStyle", "detect_style", "get_style", "register_style", "style_names",
-           "style_picker", "styles", "trim_article"]
+           "style_picker", "styles", "trim_article", "trim_place_head"]
 
 
 @functools.lru_cache(maxsize=1)

@@ -48,6 +48,12 @@ class DocumentStyle:
     """Whether name spans (people, places, organisations) lose a leading article
     (``the Acorn Guest House`` -> ``Acorn Guest House``): it names nothing."""
 
+    trim_place_heads: bool = False
+    """Whether place and organisation spans lose a generic head word at their end
+    (``Harford Memorial Hospital`` -> ``Harford Memorial``, ``U of MD Med Center`` -> ``U of
+    MD``): the word says what kind of place, not which; the clinical convention marks the
+    name without it."""
+
     trim_titles: bool = False
     """Whether person spans lose a leading title (``Mr. Lomish`` -> ``Lomish``), as the
     style's annotation convention has it: clinical de-identification (i2b2, PhysioNet)
@@ -79,6 +85,22 @@ def trim_article(text: str, span: Span) -> Span:
         if m and m.end() < e:
             return (m.end(), e, etype, sc, src, ctx)
     return span
+
+
+_PLACE_HEAD = re.compile(r"(?i)[ \t]+(?:hospital|hosp|clinic|(?:medical|med)(?:[ \t]+(?:center|centre|ctr))?|"
+                         r"center|centre|ctr)\.?$")
+
+
+def trim_place_head(text: str, span: Span) -> Span:
+    """``span`` without generic head words at its end (``hospital``, ``medical center``) when
+    a word of the name is left."""
+    s, e, etype, sc, src, ctx = span
+    if etype not in ("LOCATION", "ORGANIZATION"):
+        return span
+    end = e
+    while (m := _PLACE_HEAD.search(text, s, end)) and any(c.isalnum() for c in text[s:m.start()]):
+        end = m.start()
+    return span if end == e else (s, end, etype, sc, src, ctx)
 
 
 def register_style(cls: type[DocumentStyle]) -> type[DocumentStyle]:

@@ -36,8 +36,10 @@ Rules:
   after a cue (``call 555-1234``, ``beeper 4-1187``); shorthand compounds (``CV-NSR``,
   ``NISICU``, ``PAD'S``) and doses are no wards, NER names with digits (``Tylenol X2``) or
   with the sentence after them (``SMOLAREK AWARE OF ...``) are dropped;
-* a person's title is not part of the name (``Mr. [Lomish]``, ``Dr [Smith]``): the
-  convention of clinical de-identification (i2b2, PhysioNet); the title stays in the text;
+* a person's title is not part of the name (``Mr. [Lomish]``, ``Dr [Smith]``), nor a
+  place's generic head word (``[Harford Memorial] Hospital``, ``[U of MD] Med Center``):
+  the convention of clinical de-identification (PhysioNet; i2b2 for titles); both stay in
+  the text;
 * ages stay identifiers at any age (HIPAA's safe harbour names only ages over 89, and
   the PhysioNet gold follows it; a data owner under other rules counts every age).
 """
@@ -267,6 +269,7 @@ class Clinical(DocumentStyle):
     recase = False
     threshold = 0.12
     trim_titles = True
+    trim_place_heads = True
 
     def evidence(self, text: str, words: list[str]) -> float:
         hits = sum(1 for w in words if w in CLINICAL_CONTEXT or is_clinical_word(w))
