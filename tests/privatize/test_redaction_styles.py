@@ -287,6 +287,11 @@ def test_vocabularies():
     # the doctor's name without the sentence after it
     ("HR 110 AFIB. DR. WOJNAROWSKI AWARE OF RATE, LOPRESSOR 5 MG IV GIVEN. LASIX GIVEN. BP STABLE.",
      "WOJNAROWSKI"),
+    # an initial and a surname in lower case after "per"; a ward named as a surname is (also) in
+    # the dictionary; a year with its apostrophe after a count (PhysioNet development notes)
+    ("bp weaned for systolic bp 120 to 135 per d ross.pacing wires attached. lasix 20mg iv. abd soft.", "d ross"),
+    ("PLAN: TO QUARTERMAN 2 WHEN BED AVAIL. LASIX 20 MG. ABD SOFT. FOLEY DRAINING.", "QUARTERMAN"),
+    ("PMH: LONG STANDING CAD W CABG X5 99'. COPD. LASIX 20 MG. ABD SOFT.", "99"),
 ])
 def test_issue51_clinical_positives(detector, text, phi):
     r, found = spans(detector, text)
@@ -317,6 +322,8 @@ def test_issue51_clinical_positives(detector, text, phi):
     # a drug with a count, and the words after a doctor's name, are no name
     ("Afebrile overnight, received Tylenol X2 for pain. Lasix given. BP 120/60. Sats 96% on 2L NC.", "Tylenol"),
     ("HR 110 AFIB. DR. WOJNAROWSKI AWARE OF RATE, LOPRESSOR 5 MG IV GIVEN. LASIX GIVEN. BP STABLE.", "AWARE"),
+    # "per x ray" is no initial and surname
+    ("ngt placement confirmed per x ray. lasix 20mg iv. abd soft. cont to monitor. foley draining.", "ray"),
 ])
 def test_issue51_clinical_negatives(detector, text, word):
     r, found = spans(detector, text)

@@ -99,6 +99,7 @@ def _initial(text: str, s: int) -> bool:
 
 _PAIR = re.compile(r"(?<![\w'’-])(?P<f>\p{L}[\p{L}'’-]+)[ \t]+(?:(?P<i>\p{L})\.?[ \t]+)?(?P<l>\p{L}[\p{L}'’-]+)"
                    r"(?![\w'’-])")
+_PER = re.compile(r"(?i)\b(?:per|by)[ \t]+$")
 _INITIAL_NAME = re.compile(r"(?<![\w.'’])(?P<i>\p{L})\.?[ \t]+(?P<l>\p{L}[\p{L}'’-]{2,})(?![\w'’-])")
 _INITIAL_CUE = re.compile(r"(?i)(?:\b(?:per|by|dr|drs|md|np|rn|with|to|and|from|call(?:ed)?|page(?:d)?|notified|"
                           r"informed|aware)\.?[ \t]*|[.,;:(][ \t]*|\n[ \t]*)$")
@@ -167,7 +168,7 @@ _WARD = re.compile(r"(?i)(?<![\w'’-])(?P<p>[^\W\d_][\p{L}'’-]{3,})[ \t]*\d{1
 _STREET_WORD = re.compile(r"(?i)\b(?:street|road|avenue|lane|boulevard|blvd|drive|parkway|highway)\b")
 _VENT_BEFORE = re.compile(r"(?i)\b(?:ps|psv|peep|cpap|bipap|vent|imv|simv|flowby|wean(?:ed|ing)?[ \t]+(?:down[ \t]+)?to|"
                           r"settings?|ac|fio2|co/ci/svr|ci|svr|abg)\b[^\n]{0,12}$")
-_APOS_YEAR = re.compile(r"(?<=[A-Za-z])['’](?:[0-9]\d)(?![\d%])|(?<=[A-Za-z][ \t])\d\d(?=['’](?![\w]))")
+_APOS_YEAR = re.compile(r"(?<=[A-Za-z])['’](?:[0-9]\d)(?![\d%])|(?<=[A-Za-z0-9][ \t])\d\d(?=['’](?![\w]))")
 
 
 def _is_nameish(word: str) -> bool:
@@ -398,7 +399,8 @@ class Clinical(DocumentStyle):
             w = m.group("p")
             if _clinical_compound(w) or _UNIT_AFTER.match(text, m.end()):
                 continue  # "CV-NSR 75", "NISICU 2", "PAD'S 20": shorthand; "TORODAL 15MG": a dose
-            if len(w) >= 5 and zipf(w) < (2.0 if w.islower() else 2.5) and not is_dictionary_word(w) \
+            if len(w) >= 5 and zipf(w) < (2.0 if w.islower() else 2.5) \
+                    and (not is_dictionary_word(w) or is_known_name(w) and zipf(w) < 2.0) \
                     and not is_clinical_like(w, fuzzy=w.islower()) \
                     and w.lower() not in stop_words() and _WARD_CUE.search(
                         text, max(0, m.start() - 16), m.start()):
@@ -553,8 +555,10 @@ class Clinical(DocumentStyle):
             if not (_rare_surname(last) or _known_surname(last)) \
                     or not _INITIAL_CUE.search(text, max(0, m.start() - 12), m.start()):
                 continue
-            if not text.startswith(".", m.end("i")) and not (last.isupper() or last[:1].isupper()):
-                continue  # "d ross" needs its cue and a capital or a full stop
+            if not text.startswith(".", m.end("i")) and not (last.isupper() or last[:1].isupper()) \
+                    and not (_known_surname(last) and m.group("i").lower() != "x"
+                             and _PER.search(text, max(0, m.start() - 6), m.start())):
+                continue  # "d ross" needs a capital, a full stop, or "per"/"by" before it ("per x ray": no)
             out.append((m.start(), m.end(), "PERSON", 0.5, "clinical_name", False))
         return out
 
